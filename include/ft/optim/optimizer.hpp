@@ -1,0 +1,65 @@
+#pragma once
+// An optimizer policy owns the state layout and the update of a flat shard of
+// parameters. `state_bytes` is the state it keeps per trainable parameter when
+// the master dtype is f32; it is what memory planning multiplies by.
+#include <concepts>
+#include <string_view>
+
+#include "ft/core/policy.hpp"
+
+namespace ft::optim {
+struct Policy {};  // base tag of every optimizer policy
+}
+
+namespace ft {
+
+template <class O>
+concept optimizer_policy = named_policy<O> && std::derived_from<O, optim::Policy> && requires {
+  { O::state_bytes } -> std::convertible_to<double>;
+};
+
+}  // namespace ft
+
+namespace ft::optim {
+
+// Plain SGD keeps one momentum buffer (none when momentum is 0).
+struct SGD : Policy {
+  static constexpr std::string_view name = "sgd";
+  static constexpr std::string_view type_name = "ft::optim::SGD";
+  static constexpr double state_bytes = 4;
+};
+
+// AdamW keeps first and second moments.
+struct AdamW : Policy {
+  static constexpr std::string_view name = "adamw";
+  static constexpr std::string_view type_name = "ft::optim::AdamW";
+  static constexpr double state_bytes = 8;
+};
+
+// Adafactor factors the second moment of a matrix into row and column sums, so
+// without momentum its state is negligible next to the weights.
+struct Adafactor : Policy {
+  static constexpr std::string_view name = "adafactor";
+  static constexpr std::string_view type_name = "ft::optim::Adafactor";
+  static constexpr double state_bytes = 0;
+};
+
+// AdamW with both moments quantised block-wise to 8 bits (plus one f32 scale
+// per 2048-element block per moment).
+struct AdamW8bit : Policy {
+  static constexpr std::string_view name = "adamw8bit";
+  static constexpr std::string_view type_name = "ft::optim::AdamW8bit";
+  static constexpr double state_bytes = 2 + 2 * 4.0 / 2048;
+};
+
+// Lion keeps one momentum buffer and updates by its sign.
+struct Lion : Policy {
+  static constexpr std::string_view name = "lion";
+  static constexpr std::string_view type_name = "ft::optim::Lion";
+  static constexpr double state_bytes = 4;
+};
+
+static_assert(optimizer_policy<SGD> && optimizer_policy<AdamW> && optimizer_policy<Adafactor> &&
+              optimizer_policy<AdamW8bit> && optimizer_policy<Lion>);
+
+}  // namespace ft::optim

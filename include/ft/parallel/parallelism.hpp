@@ -1,0 +1,57 @@
+#pragma once
+// A parallelism policy says how stages and their flat buffers map to ranks.
+// The three ZeRO stages shard, in turn, the optimizer state, the gradients and
+// the parameters themselves (ZeRO-3 is FSDP's FULL_SHARD, ZeRO-2 its
+// SHARD_GRAD_OP); DDP shards nothing and all-reduces gradients.
+#include <concepts>
+#include <string_view>
+
+#include "ft/core/policy.hpp"
+
+namespace ft::parallel {
+struct Policy {};  // base tag of every parallelism policy
+}
+
+namespace ft {
+
+template <class P>
+concept parallelism_policy = named_policy<P> && std::derived_from<P, parallel::Policy> && requires {
+  { P::multi_rank } -> std::convertible_to<bool>;
+  { P::shards_optimizer_state } -> std::convertible_to<bool>;
+  { P::shards_gradients } -> std::convertible_to<bool>;
+  { P::shards_parameters } -> std::convertible_to<bool>;
+};
+
+}  // namespace ft
+
+namespace ft::parallel {
+
+struct Single : Policy {
+  static constexpr std::string_view name = "single";
+  static constexpr std::string_view type_name = "ft::parallel::Single";
+  static constexpr bool multi_rank = false, shards_optimizer_state = false,
+                        shards_gradients = false, shards_parameters = false;
+};
+
+struct DDP : Policy {
+  static constexpr std::string_view name = "ddp";
+  static constexpr std::string_view type_name = "ft::parallel::DDP";
+  static constexpr bool multi_rank = true, shards_optimizer_state = false,
+                        shards_gradients = false, shards_parameters = false;
+};
+
+template <int Stage>
+struct ZeRO : Policy {
+  static_assert(Stage >= 1 && Stage <= 3, "ZeRO has stages 1, 2 and 3");
+  static constexpr std::string_view name = Stage == 1 ? "zero1" : Stage == 2 ? "zero2" : "zero3";
+  static constexpr std::string_view type_name = Stage == 1   ? "ft::parallel::ZeRO<1>"
+                                                : Stage == 2 ? "ft::parallel::ZeRO<2>"
+                                                             : "ft::parallel::ZeRO<3>";
+  static constexpr bool multi_rank = true, shards_optimizer_state = true,
+                        shards_gradients = Stage >= 2, shards_parameters = Stage >= 3;
+};
+
+static_assert(parallelism_policy<Single> && parallelism_policy<DDP> &&
+              parallelism_policy<ZeRO<1>> && parallelism_policy<ZeRO<3>>);
+
+}  // namespace ft::parallel

@@ -1,0 +1,196 @@
+#pragma once
+// The host side of the plugin boundary: load a shared library, check that it
+// speaks our ABI, and keep its trainer factories in a registry keyed by the
+// five policy names.
+//
+// A library is never unloaded while anything it made is alive: every factory
+// holds a shared_ptr to its Plugin, which owns the library handle. Every
+// refusal is one line that names the file and says what is wrong.
+#include <algorithm>
+#include <cstdlib>
+#include <filesystem>
+#include <memory>
+#include <optional>
+#include <set>
+#include <string>
+#include <string_view>
+#include <tuple>
+#include <vector>
+
+#include <boost/dll/shared_library.hpp>
+
+#include "ft/core/error.hpp"
+#include "ft/plugin/abi.h"
+#include "ft/plugin/toolchain.hpp"
+
+namespace ft::plugin {
+
+struct TrainerKey {
+  std::string model, precision, parallelism, optimizer, adapter;
+
+  auto fields() const { return std::tie(model, precision, parallelism, optimizer, adapter); }
+  friend bool operator==(const TrainerKey& a, const TrainerKey& b) { return a.fields() == b.fields(); }
+  friend bool operator<(const TrainerKey& a, const TrainerKey& b) { return a.fields() < b.fields(); }
+
+  // How many of the five policies differ.
+  int distance(const TrainerKey& o) const {
+    return (model != o.model) + (precision != o.precision) + (parallelism != o.parallelism) +
+           (optimizer != o.optimizer) + (adapter != o.adapter);
+  }
+  std::string str() const {
+    return "(" + model + ", " + precision + ", " + parallelism + ", " + optimizer + ", " + adapter + ")";
+  }
+};
+
+class Plugin;
+
+struct Factory {
+  TrainerKey key;
+  std::string type_name;
+  std::vector<std::string> hf_architectures;
+  const ft_trainer_factory* entry = nullptr;
+  std::shared_ptr<const Plugin> plugin;  // keeps the library loaded
+};
+
+class Plugin {
+public:
+  // Loads and checks one library. Throws ft::Error with one line on refusal.
+  static std::shared_ptr<const Plugin> load(const std::filesystem::path& file) {
+    auto plugin = std::shared_ptr<Plugin>(new Plugin());
+    plugin->path_ = file;
+    std::string where = "plugin " + file.string() + ": ";
+    std::error_code ec;
+    if (!std::filesystem::is_regular_file(file, ec)) throw Error(where + "no such file");
+    try {
+      plugin->library_.load(file, boost::dll::load_mode::rtld_now | boost::dll::load_mode::rtld_local);
+    } catch (const std::exception& e) {
+      throw Error(where + "cannot be loaded: " + one_line(e.what()));
+    }
+    if (!plugin->library_.has(FT_PLUGIN_ENTRY))
+      throw Error(where + "not an ft plugin: it exports no " FT_PLUGIN_ENTRY
+                          " entry point (define one with FT_PLUGIN)");
+    auto entry = plugin->library_.get_alias<const ft_plugin_descriptor*()>(FT_PLUGIN_ENTRY);
+    const ft_plugin_descriptor* d = entry();
+    if (!d) throw Error(where + "its entry point returned no descriptor");
+    if (d->abi_version != FT_PLUGIN_ABI_VERSION)
+      throw Error(where + "built for plugin ABI version " + std::to_string(d->abi_version) +
+                  ", but this ftrun speaks version " + std::to_string(FT_PLUGIN_ABI_VERSION) +
+                  "; rebuild the plugin against this ft");
+    std::string toolchain = d->toolchain ? d->toolchain : "";
+    if (toolchain != FT_TOOLCHAIN_ID)
+      throw Error(where + "built with toolchain " + toolchain + ", but this ftrun was built with " +
+                  FT_TOOLCHAIN_ID + "; rebuild the plugin with the same compiler and standard library");
+    plugin->descriptor_ = d;
+    return plugin;
+  }
+
+  const std::filesystem::path& path() const { return path_; }
+  std::string name() const { return descriptor_->name; }
+  std::string version() const { return descriptor_->version; }
+  std::string ft_version() const { return descriptor_->ft_version; }
+
+  std::vector<Factory> factories(const std::shared_ptr<const Plugin>& self) const {
+    std::vector<Factory> out;
+    for (std::size_t i = 0; i < descriptor_->factory_count; ++i) {
+      const ft_trainer_factory& f = descriptor_->factories[i];
+      Factory factory{{f.model, f.precision, f.parallelism, f.optimizer, f.adapter}, f.type_name, {}, &f, self};
+      for (std::size_t a = 0; a < f.hf_architecture_count; ++a)
+        factory.hf_architectures.emplace_back(f.hf_architectures[a]);
+      out.push_back(std::move(factory));
+    }
+    return out;
+  }
+
+private:
+  Plugin() = default;
+
+  static std::string one_line(std::string s) {
+    std::replace(s.begin(), s.end(), '\n', ' ');
+    return s;
+  }
+
+  std::filesystem::path path_;
+  boost::dll::shared_library library_;
+  const ft_plugin_descriptor* descriptor_ = nullptr;
+};
+
+// The shared libraries (*.so) directly inside a directory, in name order.
+inline std::vector<std::filesystem::path> plugin_files_in(const std::filesystem::path& dir) {
+  std::vector<std::filesystem::path> files;
+  std::error_code ec;
+  for (const auto& entry : std::filesystem::directory_iterator(dir, ec))
+    if (entry.is_regular_file(ec) && entry.path().extension() == ".so") files.push_back(entry.path());
+  std::sort(files.begin(), files.end());
+  return files;
+}
+
+// Every loaded plugin's factories. The first plugin added that offers a
+// combination serves it, so plugins named on the command line come before
+// those found on FT_PLUGIN_PATH, which come before the stock ones.
+class Registry {
+public:
+  // Adds a plugin; a file already loaded (by its canonical path) is skipped.
+  void add(const std::shared_ptr<const Plugin>& plugin) {
+    std::error_code ec;
+    auto canonical = std::filesystem::weakly_canonical(plugin->path(), ec);
+    if (!loaded_.insert(canonical.string()).second) return;
+    plugins_.push_back(plugin);
+    for (Factory& f : plugin->factories(plugin)) factories_.push_back(std::move(f));
+  }
+
+  bool has(const std::filesystem::path& file) const {
+    std::error_code ec;
+    return loaded_.count(std::filesystem::weakly_canonical(file, ec).string()) > 0;
+  }
+
+  const std::vector<std::shared_ptr<const Plugin>>& plugins() const { return plugins_; }
+  const std::vector<Factory>& factories() const { return factories_; }
+
+  const Factory* find(const TrainerKey& key) const {
+    for (const Factory& f : factories_)
+      if (f.key == key) return &f;
+    return nullptr;
+  }
+
+  // Offered combinations nearest to `key` (fewest policies differing), at most `n`.
+  std::vector<const Factory*> closest(const TrainerKey& key, std::size_t n) const {
+    std::vector<const Factory*> all;
+    for (const Factory& f : factories_) all.push_back(&f);
+    std::stable_sort(all.begin(), all.end(), [&](const Factory* a, const Factory* b) {
+      return a->key.distance(key) < b->key.distance(key);
+    });
+    if (all.size() > n) all.resize(n);
+    return all;
+  }
+
+  // The model family that reads a config.json `architectures` value.
+  std::optional<std::string> family_for(std::string_view architecture) const {
+    for (const Factory& f : factories_)
+      if (std::find(f.hf_architectures.begin(), f.hf_architectures.end(), architecture) !=
+          f.hf_architectures.end())
+        return f.key.model;
+    return std::nullopt;
+  }
+
+  // The names offered for one of the five policies, e.g. every optimizer.
+  std::set<std::string> names(std::string TrainerKey::*policy) const {
+    std::set<std::string> out;
+    for (const Factory& f : factories_) out.insert(f.key.*policy);
+    return out;
+  }
+
+private:
+  std::vector<std::shared_ptr<const Plugin>> plugins_;
+  std::vector<Factory> factories_;
+  std::set<std::string> loaded_;
+};
+
+// Calls a factory's plan entry point; throws ft::Error with the plugin's reason.
+inline std::string plan(const Factory& factory, const std::string& recipe_toml) {
+  std::string text;
+  auto write = [](void* context, const char* s) { *static_cast<std::string*>(context) += s; };
+  if (factory.entry->plan(recipe_toml.c_str(), write, &text) != 0) throw Error(text);
+  return text;
+}
+
+}  // namespace ft::plugin

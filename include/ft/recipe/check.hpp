@@ -1,0 +1,144 @@
+#pragma once
+// A Check is what a recipe key accepts. It answers two questions: does this
+// value pass (and if not, why not, in a few words), and what is allowed, in
+// words a user can act on. Both go into the one-line error a bad recipe gets,
+// and `allowed` also documents the key in `ftrun train --dry-run` output.
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <functional>
+#include <initializer_list>
+#include <optional>
+#include <sstream>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace ft::recipe {
+
+template <class T>
+struct Check {
+  // Returns the reason a value is refused, or nothing when it passes.
+  std::function<std::optional<std::string>(const T&)> refuse = [](const T&) {
+    return std::optional<std::string>{};
+  };
+  std::string allowed;  // empty: any value of the type
+};
+
+namespace detail {
+template <class T>
+std::string show(const T& v) {
+  std::ostringstream os;
+  if constexpr (std::is_same_v<T, std::string>)
+    os << '"' << v << '"';
+  else
+    os << v;
+  return os.str();
+}
+template <class T>
+std::string kind_of() {
+  if constexpr (std::is_floating_point_v<T>)
+    return "a number";
+  else
+    return "an integer";
+}
+}  // namespace detail
+
+template <class T>
+Check<T> at_least(T lo) {
+  return {[lo](const T& v) -> std::optional<std::string> {
+            if (v >= lo) return {};
+            return detail::show(v) + " is too small";
+          },
+          detail::kind_of<T>() + " >= " + detail::show(lo)};
+}
+
+template <class T>
+Check<T> greater_than(T lo) {
+  return {[lo](const T& v) -> std::optional<std::string> {
+            if (v > lo && !std::isnan(static_cast<double>(v))) return {};
+            return detail::show(v) + " is too small";
+          },
+          detail::kind_of<T>() + " > " + detail::show(lo)};
+}
+
+template <class T>
+Check<T> between(T lo, T hi) {
+  return {[lo, hi](const T& v) -> std::optional<std::string> {
+            if (v >= lo && v <= hi) return {};
+            return detail::show(v) + " is out of range";
+          },
+          detail::kind_of<T>() + " from " + detail::show(lo) + " to " + detail::show(hi)};
+}
+
+// -1 (meaning "not set") or at least `lo`.
+template <class T>
+Check<T> unset_or_at_least(T lo) {
+  return {[lo](const T& v) -> std::optional<std::string> {
+            if (v == -1 || v >= lo) return {};
+            return detail::show(v) + " is out of range";
+          },
+          "-1 (not set) or " + detail::kind_of<T>() + " >= " + detail::show(lo)};
+}
+
+inline Check<std::string> one_of(std::initializer_list<std::string_view> choices) {
+  std::vector<std::string> list(choices.begin(), choices.end());
+  std::string allowed = "one of";
+  for (std::size_t i = 0; i < list.size(); ++i) allowed += (i ? ", " : " ") + list[i];
+  return {[list](const std::string& v) -> std::optional<std::string> {
+            if (std::find(list.begin(), list.end(), v) != list.end()) return {};
+            return detail::show(v) + " is not a choice";
+          },
+          allowed};
+}
+
+// A policy name: lower-case letters, digits, '-' and '_'. Which names exist is
+// decided by the installed plugins, not here.
+inline Check<std::string> policy_name() {
+  return {[](const std::string& v) -> std::optional<std::string> {
+            bool ok = !v.empty() && std::all_of(v.begin(), v.end(), [](char c) {
+              return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '-' || c == '_';
+            });
+            if (ok) return {};
+            return detail::show(v) + " is not a policy name";
+          },
+          "a name that `ftrun plugins` lists"};
+}
+
+inline Check<std::string> not_empty(std::string what) {
+  return {[](const std::string& v) -> std::optional<std::string> {
+            if (!v.empty()) return {};
+            return "must not be empty";
+          },
+          std::move(what)};
+}
+
+// An existing directory; with `must_contain`, one that holds that file.
+inline Check<std::string> existing_directory(std::string what, std::string must_contain = "") {
+  return {[must_contain](const std::string& v) -> std::optional<std::string> {
+            namespace fs = std::filesystem;
+            std::error_code ec;
+            if (v.empty()) return "must be set";
+            if (!fs::is_directory(v, ec)) return "no such directory: " + v;
+            if (!must_contain.empty() && !fs::is_regular_file(fs::path(v) / must_contain, ec))
+              return "directory " + v + " has no " + must_contain;
+            return {};
+          },
+          std::move(what)};
+}
+
+// An existing regular file, or the empty string when `optional`.
+inline Check<std::string> existing_file(std::string what, bool optional = false) {
+  return {[optional](const std::string& v) -> std::optional<std::string> {
+            std::error_code ec;
+            if (v.empty()) {
+              if (optional) return {};
+              return "must be set";
+            }
+            if (!std::filesystem::is_regular_file(v, ec)) return "no such file: " + v;
+            return {};
+          },
+          std::move(what) + (optional ? " (or \"\" for none)" : "")};
+}
+
+}  // namespace ft::recipe

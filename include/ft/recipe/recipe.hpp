@@ -1,0 +1,226 @@
+#pragma once
+// The training recipe: what `ftrun train recipe.toml` reads. Key names follow
+// HF TrainingArguments and PEFT where they mean the same thing, so a user of
+// those stacks recognises every one. Each key is declared once, with its
+// default, what it accepts and a one-line description (see binding.hpp).
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "ft/recipe/binding.hpp"
+#include "ft/recipe/check.hpp"
+
+namespace ft::recipe {
+
+using Int = std::int64_t;
+
+struct ModelSection {
+  std::string path;
+  std::string family = "auto";
+  std::string dtype = "auto";
+
+  template <class V>
+  void fields(V& v) {
+    v.field("path", path,
+            existing_directory("an HF model directory (config.json, *.safetensors, tokenizer.json)",
+                               "config.json"),
+            "the model to fine-tune", Required::yes);
+    v.field("family", family, policy_name(),
+            "model family; \"auto\" takes it from config.json's architectures");
+    v.field("dtype", dtype, one_of({"auto", "fp32", "bf16", "fp16"}),
+            "storage dtype of frozen weights; \"auto\" follows the precision");
+  }
+};
+
+// The five compile-time policies of the Trainer, by name. The names a build
+// offers are those of its plugins (`ftrun plugins`).
+struct StrategySection {
+  std::string precision = "fp32";
+  std::string parallelism = "single";
+  std::string optimizer = "adamw";
+  std::string adapter = "lora";
+
+  template <class V>
+  void fields(V& v) {
+    v.field("precision", precision, policy_name(),
+            "fp32 | bf16-true | bf16-mixed | fp16-mixed");
+    v.field("parallelism", parallelism, policy_name(), "single | ddp | zero1 | zero2 | zero3");
+    v.field("optimizer", optimizer, policy_name(), "sgd | adamw | adafactor | adamw8bit | lion");
+    v.field("adapter", adapter, policy_name(), "full | lora | prompt");
+  }
+};
+
+struct LoraSection {
+  Int r = 8;
+  double alpha = 16;
+  double dropout = 0.0;
+  std::vector<std::string> target_modules{"q_proj", "v_proj"};
+
+  template <class V>
+  void fields(V& v) {
+    v.field("r", r, at_least<Int>(1), "rank of the low-rank update");
+    v.field("alpha", alpha, greater_than(0.0), "the update is scaled by alpha / r");
+    v.field("dropout", dropout, between(0.0, 0.99), "dropout on the adapter's input");
+    v.field("target_modules", target_modules, Check<std::vector<std::string>>{},
+            "projections to adapt, as PEFT names them, or \"all-linear\"");
+  }
+};
+
+struct PromptTuningSection {
+  Int num_virtual_tokens = 20;
+  std::string init_text;
+
+  template <class V>
+  void fields(V& v) {
+    v.field("num_virtual_tokens", num_virtual_tokens, at_least<Int>(1),
+            "trainable embeddings placed before every input");
+    v.field("init_text", init_text, Check<std::string>{},
+            "initialise them from this text's tokens; \"\" for random");
+  }
+};
+
+struct DataSection {
+  std::string train;
+  std::string validation;
+  double validation_split = 0.0;
+  std::string format = "alpaca";
+  Int max_seq_length = 512;
+  bool packing = false;
+  std::string on_bad_row = "fail";
+
+  template <class V>
+  void fields(V& v) {
+    v.field("train", train, existing_file("a JSONL or JSON file"), "training data", Required::yes);
+    v.field("validation", validation, existing_file("a JSONL or JSON file", true),
+            "validation data");
+    v.field("validation_split", validation_split, between(0.0, 0.5),
+            "fraction of train held out for validation when no validation file is given");
+    v.field("format", format, one_of({"alpaca", "guanaco", "chat", "text", "tokens"}),
+            "how rows become prompts and responses");
+    v.field("max_seq_length", max_seq_length, at_least<Int>(8), "tokens per row after packing or padding");
+    v.field("packing", packing, Check<bool>{}, "pack rows into full sequences with document masks");
+    v.field("on_bad_row", on_bad_row, one_of({"fail", "skip"}),
+            "stop at the first malformed row, or skip and count them");
+  }
+};
+
+struct TrainSection {
+  Int per_device_train_batch_size = 1;
+  Int per_device_eval_batch_size = 0;
+  Int gradient_accumulation_steps = 1;
+  double learning_rate = 2e-4;
+  double weight_decay = 0.0;
+  double adam_beta1 = 0.9;
+  double adam_beta2 = 0.999;
+  double adam_epsilon = 1e-8;
+  std::string lr_scheduler_type = "linear";
+  double warmup_ratio = 0.0;
+  Int warmup_steps = 0;
+  double max_grad_norm = 1.0;
+  double num_train_epochs = 1.0;
+  Int max_steps = -1;
+  std::string gradient_checkpointing = "none";
+  bool activation_offloading = false;
+  bool fuse_optimizer_with_backward = false;
+  Int logging_steps = 1;
+  Int eval_steps = 0;
+
+  template <class V>
+  void fields(V& v) {
+    v.field("per_device_train_batch_size", per_device_train_batch_size, at_least<Int>(1),
+            "rows per micro-batch on each device");
+    v.field("per_device_eval_batch_size", per_device_eval_batch_size, at_least<Int>(0),
+            "rows per evaluation batch; 0 uses the training batch size");
+    v.field("gradient_accumulation_steps", gradient_accumulation_steps, at_least<Int>(1),
+            "micro-batches per optimizer step; the loss is normalised over all their target tokens");
+    v.field("learning_rate", learning_rate, greater_than(0.0), "peak learning rate");
+    v.field("weight_decay", weight_decay, at_least(0.0), "decoupled weight decay");
+    v.field("adam_beta1", adam_beta1, between(0.0, 0.999999), "first-moment decay (also Lion's beta1)");
+    v.field("adam_beta2", adam_beta2, between(0.0, 0.999999), "second-moment decay (also Lion's beta2)");
+    v.field("adam_epsilon", adam_epsilon, greater_than(0.0), "added to the second moment's root");
+    v.field("lr_scheduler_type", lr_scheduler_type, one_of({"constant", "linear", "cosine"}),
+            "learning-rate schedule after warmup");
+    v.field("warmup_ratio", warmup_ratio, between(0.0, 1.0), "warmup as a fraction of all steps");
+    v.field("warmup_steps", warmup_steps, at_least<Int>(0), "warmup in steps; overrides warmup_ratio when > 0");
+    v.field("max_grad_norm", max_grad_norm, at_least(0.0), "clip the global gradient norm; 0 disables");
+    v.field("num_train_epochs", num_train_epochs, greater_than(0.0), "passes over the training data");
+    v.field("max_steps", max_steps, unset_or_at_least<Int>(1), "optimizer steps; overrides num_train_epochs");
+    v.field("gradient_checkpointing", gradient_checkpointing, checkpointing_choice(),
+            "recompute blocks in backward instead of keeping their activations");
+    v.field("activation_offloading", activation_offloading, Check<bool>{},
+            "keep saved block inputs in host memory");
+    v.field("fuse_optimizer_with_backward", fuse_optimizer_with_backward, Check<bool>{},
+            "step each block's parameters as soon as its gradients exist, then free them");
+    v.field("logging_steps", logging_steps, at_least<Int>(1), "log metrics every this many steps");
+    v.field("eval_steps", eval_steps, at_least<Int>(0), "evaluate every this many steps; 0 only at the end");
+  }
+
+  // "none", "every_block", or "every_K" (every K-th block, K >= 2).
+  static Check<std::string> checkpointing_choice() {
+    return {[](const std::string& s) -> std::optional<std::string> {
+              if (s == "none" || s == "every_block") return {};
+              constexpr std::string_view every = "every_";
+              if (s.rfind(every, 0) == 0 && s.size() > every.size()) {
+                std::string k = s.substr(every.size());
+                if (std::all_of(k.begin(), k.end(), [](char c) { return c >= '0' && c <= '9'; }) &&
+                    k.size() < 6 && std::stoi(k) >= 2)
+                  return {};
+              }
+              return detail::show(s) + " is not a choice";
+            },
+            "none, every_block, or every_K for every K-th block (K >= 2)"};
+  }
+};
+
+struct CheckpointSection {
+  Int save_steps = 0;
+  Int save_total_limit = 3;
+  std::string resume = "none";
+
+  template <class V>
+  void fields(V& v) {
+    v.field("save_steps", save_steps, at_least<Int>(0), "save every this many steps; 0 only at the end");
+    v.field("save_total_limit", save_total_limit, at_least<Int>(1), "checkpoints kept, newest first");
+    v.field("resume", resume, not_empty("none, latest, or a checkpoint directory"),
+            "where to continue from");
+  }
+};
+
+struct LaunchSection {
+  Int nproc = 1;
+
+  template <class V>
+  void fields(V& v) {
+    v.field("nproc", nproc, at_least<Int>(1), "processes (ranks) on this machine; >1 starts mpirun");
+  }
+};
+
+struct Recipe {
+  std::string output_dir = "runs/ft";
+  Int seed = 42;
+  ModelSection model;
+  StrategySection strategy;
+  LoraSection lora;
+  PromptTuningSection prompt_tuning;
+  DataSection data;
+  TrainSection train;
+  CheckpointSection checkpoint;
+  LaunchSection launch;
+
+  template <class V>
+  void fields(V& v) {
+    v.field("output_dir", output_dir, not_empty("a directory path"),
+            "checkpoints, metrics and logs go here");
+    v.field("seed", seed, at_least<Int>(0), "seeds data order, dropout and adapter init");
+    v.section("model", model);
+    v.section("strategy", strategy);
+    v.section("lora", lora);
+    v.section("prompt_tuning", prompt_tuning);
+    v.section("data", data);
+    v.section("train", train);
+    v.section("checkpoint", checkpoint);
+    v.section("launch", launch);
+  }
+};
+
+}  // namespace ft::recipe

@@ -1,0 +1,16 @@
+#pragma once
+// The policies every stock plugin crosses with its model family. Multi-rank
+// parallelism joins the list with the distributed backend.
+#include <tuple>
+
+#include <ft/adapters/adapter.hpp>
+#include <ft/optim/optimizer.hpp>
+#include <ft/parallel/parallelism.hpp>
+#include <ft/precision/precision.hpp>
+
+namespace ft::stock {
+using Precisions = std::tuple<precision::FP32, precision::BF16True, precision::BF16Mixed, precision::FP16Mixed>;
+using Parallelisms = std::tuple<parallel::Single>;
+using Optimizers = std::tuple<optim::SGD, optim::AdamW, optim::Adafactor, optim::AdamW8bit, optim::Lion>;
+using Adapters = std::tuple<adapters::Full, adapters::LoRA, adapters::Prompt>;
+}  // namespace ft::stock

@@ -1,0 +1,22 @@
+#pragma once
+// The ftrun subcommands. Each returns an exit code (exit_code.hpp) and prints
+// its own errors as one line on stderr.
+#include <string>
+#include <vector>
+
+namespace ftrun {
+
+struct PluginsOptions {
+  std::vector<std::string> plugins;  // --plugin FILE
+};
+int run_plugins(const PluginsOptions& options);
+
+struct TrainOptions {
+  std::string recipe;
+  std::vector<std::string> sets;     // --set section.key=value
+  std::vector<std::string> plugins;  // --plugin FILE
+  bool dry_run = false;
+};
+int run_train(const TrainOptions& options);
+
+}  // namespace ftrun

@@ -1,0 +1,42 @@
+// ftrun: the ft runtime. A thin command line over the library and its plugins.
+#include <iostream>
+
+#include <CLI/CLI.hpp>
+#include <ft/version.hpp>
+
+#include "commands.hpp"
+#include "exit_code.hpp"
+
+int main(int argc, char** argv) {
+  CLI::App app{"ftrun: fine-tune large language models from TOML recipes", "ftrun"};
+  app.set_version_flag("--version", "ftrun " FT_VERSION_STRING);
+  app.require_subcommand(1);
+
+  ftrun::PluginsOptions plugins_options;
+  auto* plugins = app.add_subcommand("plugins", "List plugins and the Trainer combinations each offers");
+  plugins->add_option("--plugin", plugins_options.plugins, "Also load this plugin file (repeatable)");
+
+  ftrun::TrainOptions train_options;
+  auto* train = app.add_subcommand("train", "Resolve a recipe to a Trainer and check it (--dry-run prints the plan)");
+  train->add_option("recipe", train_options.recipe, "Recipe file (TOML)")->required();
+  train->add_option("--set", train_options.sets, "Override a recipe key: section.key=value (repeatable)");
+  train->add_option("--plugin", train_options.plugins, "Also load this plugin file (repeatable)");
+  train->add_flag("--dry-run", train_options.dry_run, "Print the resolved recipe, the plan and the launch command");
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForAllHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForVersion& e) {
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    std::cerr << "ftrun: " << e.what() << " (see ftrun --help)\n";
+    return ftrun::bad_input;
+  }
+
+  if (*plugins) return ftrun::run_plugins(plugins_options);
+  if (*train) return ftrun::run_train(train_options);
+  return ftrun::bad_input;
+}

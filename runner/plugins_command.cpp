@@ -1,0 +1,33 @@
+// ftrun plugins: every plugin found, and each Trainer combination it offers.
+#include <iostream>
+
+#include "commands.hpp"
+#include "exit_code.hpp"
+#include "plugin_search.hpp"
+
+namespace ftrun {
+
+int run_plugins(const PluginsOptions& options) {
+  PluginSearch search;
+  try {
+    search = find_plugins(options.plugins);
+  } catch (const ft::Error& e) {
+    std::cerr << "ftrun: " << e.what() << "\n";
+    return plugin_refused;
+  }
+  std::cout << "stock plugin directory: " << stock_plugin_dir().string() << "\n";
+  for (const auto& plugin : search.registry.plugins()) {
+    std::cout << "\n" << plugin->name() << " " << plugin->version() << "  (" << plugin->path().string()
+              << ", ft " << plugin->ft_version() << ")\n";
+    std::cout << "  model, precision, parallelism, optimizer, adapter\n";
+    for (const auto& f : search.registry.factories())
+      if (f.plugin == plugin)
+        std::cout << "  " << f.key.model << ", " << f.key.precision << ", " << f.key.parallelism << ", "
+                  << f.key.optimizer << ", " << f.key.adapter << "\n";
+  }
+  if (search.registry.plugins().empty()) std::cout << "\nno plugins found\n";
+  for (const std::string& refusal : search.refusals) std::cerr << "ftrun: " << refusal << "\n";
+  return search.refusals.empty() ? ok : plugin_refused;
+}
+
+}  // namespace ftrun

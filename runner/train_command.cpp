@@ -1,0 +1,173 @@
+// ftrun train: resolve a recipe to one Trainer combination offered by a
+// plugin, check it there, and print the plan.
+#include <iostream>
+#include <sstream>
+#include <tuple>
+
+#include <ft/adapters/adapter.hpp>
+#include <ft/io/hf_config.hpp>
+#include <ft/models/gpt_neox.hpp>
+#include <ft/models/llama.hpp>
+#include <ft/optim/optimizer.hpp>
+#include <ft/parallel/parallelism.hpp>
+#include <ft/precision/precision.hpp>
+#include <ft/recipe/load.hpp>
+#include <ft/recipe/recipe.hpp>
+
+#include "commands.hpp"
+#include "exit_code.hpp"
+#include "plugin_search.hpp"
+
+namespace ftrun {
+namespace {
+
+using ft::plugin::TrainerKey;
+using Loaded = ft::recipe::Loaded<ft::recipe::Recipe>;
+
+// The policies this ftrun knows by name, to spell a missing combination in C++.
+// Policies of third-party plugins are spelled by the plugins themselves.
+using KnownPolicies =
+    std::tuple<ft::models::Llama, ft::models::GptNeox, ft::precision::FP32, ft::precision::BF16True,
+               ft::precision::BF16Mixed, ft::precision::FP16Mixed, ft::parallel::Single, ft::parallel::DDP,
+               ft::parallel::ZeRO<1>, ft::parallel::ZeRO<2>, ft::parallel::ZeRO<3>, ft::optim::SGD,
+               ft::optim::AdamW, ft::optim::Adafactor, ft::optim::AdamW8bit, ft::optim::Lion,
+               ft::adapters::Full, ft::adapters::LoRA, ft::adapters::Prompt>;
+
+template <class Family>
+std::string cpp_name(std::string_view name) {
+  std::string found;
+  std::apply(
+      [&](auto... p) {
+        ((std::is_base_of_v<Family, decltype(p)> && decltype(p)::name == name
+              ? void(found = decltype(p)::type_name)
+              : void()),
+         ...);
+      },
+      KnownPolicies{});
+  return found.empty() ? "/* the policy named \"" + std::string(name) + "\" */" : found;
+}
+
+struct PolicyField {
+  std::string TrainerKey::*member;
+  const char* recipe_key;
+  const char* what;
+};
+constexpr PolicyField policy_fields[] = {
+    {&TrainerKey::model, "model.family", "model family"},
+    {&TrainerKey::precision, "strategy.precision", "precision"},
+    {&TrainerKey::parallelism, "strategy.parallelism", "parallelism"},
+    {&TrainerKey::optimizer, "strategy.optimizer", "optimizer"},
+    {&TrainerKey::adapter, "strategy.adapter", "adapter"},
+};
+
+// Reads config.json when model.family is "auto".
+std::string resolve_family(const Loaded& loaded, const ft::plugin::Registry& registry) {
+  const auto& model = loaded.recipe.model;
+  if (model.family != "auto") return model.family;
+  std::string architecture = ft::io::hf_architecture(model.path);
+  if (auto family = registry.family_for(architecture)) return *family;
+  std::set<std::string> supported;
+  for (const auto& f : registry.factories()) supported.insert(f.hf_architectures.begin(), f.hf_architectures.end());
+  std::string list;
+  for (const auto& s : supported) list += (list.empty() ? "" : ", ") + s;
+  throw ft::Error(model.path + "/config.json: architecture \"" + architecture +
+                  "\" is not supported by any plugin; supported: " + (list.empty() ? "none" : list));
+}
+
+// A policy name no plugin offers is a recipe error at that key.
+void check_names_offered(const Loaded& loaded, const TrainerKey& key, const ft::plugin::Registry& registry) {
+  for (const PolicyField& field : policy_fields) {
+    auto offered = registry.names(field.member);
+    if (offered.count(key.*field.member)) continue;
+    std::string list;
+    for (const auto& n : offered) list += (list.empty() ? "" : ", ") + n;
+    throw loaded.error(field.recipe_key, "no plugin offers the " + std::string(field.what) + " \"" +
+                                             key.*field.member + "\"; offered: " + (list.empty() ? "none" : list));
+  }
+}
+
+std::string missing_combination(const TrainerKey& key, const ft::plugin::Registry& registry) {
+  std::ostringstream os;
+  os << "no plugin offers the trainer " << key.str() << "\n";
+  os << "  closest offered:\n";
+  for (const auto* f : registry.closest(key, 5)) {
+    os << "    " << f->key.str() << "  from " << f->plugin->name() << "  (differs in";
+    for (const PolicyField& field : policy_fields)
+      if (f->key.*field.member != key.*field.member) os << ' ' << field.what;
+    os << ")\n";
+  }
+  os << "  to offer it, build a plugin from these lines (see examples/third_party_plugin):\n"
+     << "    #include <ft/plugin/define.hpp>\n"
+     << "    FT_PLUGIN(\"my-plugin\", \"0.1.0\",\n"
+     << "              ft::Trainer<" << cpp_name<ft::models::Policy>(key.model) << ", "
+     << cpp_name<ft::precision::Policy>(key.precision) << ", " << cpp_name<ft::parallel::Policy>(key.parallelism) << ",\n"
+     << "                          " << cpp_name<ft::optim::Policy>(key.optimizer) << ", "
+     << cpp_name<ft::adapters::Policy>(key.adapter) << ">)";
+  return os.str();
+}
+
+std::string launch_command(const TrainOptions& options, const ft::recipe::Recipe& recipe) {
+  std::string cmd;
+  if (recipe.launch.nproc > 1) cmd = "mpirun -np " + std::to_string(recipe.launch.nproc) + " ";
+  cmd += "ftrun train " + options.recipe;
+  for (const auto& s : options.sets) cmd += " --set " + s;
+  for (const auto& p : options.plugins) cmd += " --plugin " + p;
+  return cmd;
+}
+
+std::string as_comment(const std::string& text) {
+  std::string out;
+  std::istringstream in(text);
+  for (std::string line; std::getline(in, line);) out += "#   " + line + "\n";
+  return out;
+}
+
+}  // namespace
+
+int run_train(const TrainOptions& options) {
+  Loaded loaded;
+  try {
+    loaded = ft::recipe::load<ft::recipe::Recipe>(options.recipe, options.sets);
+  } catch (const ft::Error& e) {
+    std::cerr << "ftrun: " << e.what() << "\n";
+    return bad_input;
+  }
+
+  PluginSearch search;
+  try {
+    search = find_plugins(options.plugins);
+  } catch (const ft::Error& e) {
+    std::cerr << "ftrun: " << e.what() << "\n";
+    return plugin_refused;
+  }
+  for (const std::string& refusal : search.refusals) std::cerr << "ftrun: warning: " << refusal << "\n";
+
+  std::string resolved, plan;
+  try {
+    ft::recipe::Recipe& recipe = loaded.recipe;
+    recipe.model.family = resolve_family(loaded, search.registry);
+    TrainerKey key{recipe.model.family, recipe.strategy.precision, recipe.strategy.parallelism,
+                   recipe.strategy.optimizer, recipe.strategy.adapter};
+    check_names_offered(loaded, key, search.registry);
+    const ft::plugin::Factory* factory = search.registry.find(key);
+    if (!factory) throw ft::Error(missing_combination(key, search.registry));
+    resolved = ft::recipe::emit(recipe);
+    plan = "plugin       " + factory->plugin->name() + " " + factory->plugin->version() + " (" +
+           factory->plugin->path().string() + ")\n" + ft::plugin::plan(*factory, resolved);
+  } catch (const ft::Error& e) {
+    std::cerr << "ftrun: " << e.what() << "\n";
+    return bad_input;
+  }
+
+  if (!options.dry_run) {
+    std::cerr << "ftrun: this build resolves and checks a recipe but cannot run training yet; "
+                 "use --dry-run to see the plan\n";
+    return failed;
+  }
+  std::cout << "# Resolved recipe (" << options.recipe << " with defaults and overrides applied).\n"
+            << "# Plan:\n" << as_comment(plan) << "# Launch:\n#   " << launch_command(options, loaded.recipe)
+            << "\n\n" << resolved;
+  return ok;
+}
+
+}  // namespace ftrun

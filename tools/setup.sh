@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# Installs everything ft needs to build, test and run on a fresh Debian 12 machine.
+# Idempotent: packages already present are not fetched again, so both README
+# commands can call it every time. Run as root (or with sudo available).
+set -euo pipefail
+
+packages=(
+  # toolchain
+  cmake ninja-build ccache g++ pkg-config
+  # header-only dependencies of include/ft
+  libeigen3-dev librange-v3-dev libboost-dev libtomlplusplus-dev nlohmann-json3-dev
+  # the runner and tests
+  libcli11-dev doctest-dev libbenchmark-dev
+  # distributed runs (one machine or many)
+  openmpi-bin libopenmpi-dev
+  # fast GEMM on the CPU: OpenBLAS on the OpenMP thread pool, so there is one pool
+  libopenblas-dev libopenblas0-openmp
+)
+
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+
+if ((${#missing[@]})); then
+  sudo=""
+  [ "$(id -u)" -eq 0 ] || sudo="sudo"
+  echo "ft setup: installing ${missing[*]}"
+  export DEBIAN_FRONTEND=noninteractive
+  $sudo apt-get update -qq
+  $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+echo "ft setup: all build dependencies present"
