@@ -24,6 +24,8 @@ concept model_family = named_policy<M> && std::derived_from<M, models::Policy> &
                                std::string_view>;
   // Names of its linear projections, as PEFT's target_modules spells them.
   { M::linear_modules } -> std::ranges::range;
+  // What LoRA adapts when a recipe names no target_modules (PEFT's defaults).
+  { M::default_lora_targets } -> std::ranges::range;
 };
 
 }  // namespace ft

@@ -14,6 +14,7 @@ struct GptNeox : Policy {
   static constexpr std::array<std::string_view, 1> hf_architectures{"GPTNeoXForCausalLM"};
   static constexpr std::array<std::string_view, 4> linear_modules{
       "query_key_value", "dense", "dense_h_to_4h", "dense_4h_to_h"};
+  static constexpr std::array<std::string_view, 1> default_lora_targets{"query_key_value"};
 };
 static_assert(model_family<GptNeox>);
 

@@ -17,6 +17,7 @@ struct Llama : Policy {
       "LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForCausalLM"};
   static constexpr std::array<std::string_view, 7> linear_modules{
       "q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"};
+  static constexpr std::array<std::string_view, 2> default_lora_targets{"q_proj", "v_proj"};
 };
 static_assert(model_family<Llama>);
 

@@ -21,6 +21,7 @@
 
 #include "ft/core/error.hpp"
 #include "ft/plugin/abi.h"
+#include "ft/plugin/elf_check.hpp"
 #include "ft/plugin/toolchain.hpp"
 
 namespace ft::plugin {
@@ -61,6 +62,7 @@ public:
     std::string where = "plugin " + file.string() + ": ";
     std::error_code ec;
     if (!std::filesystem::is_regular_file(file, ec)) throw Error(where + "no such file");
+    if (auto problem = elf_problem(file)) throw Error(where + *problem);
     try {
       plugin->library_.load(file, boost::dll::load_mode::rtld_now | boost::dll::load_mode::rtld_local);
     } catch (const std::exception& e) {

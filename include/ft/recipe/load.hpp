@@ -68,7 +68,11 @@ struct Loaded {
 
 template <class R>
 Loaded<R> load(const std::filesystem::path& file, std::span<const std::string> assignments = {}) {
-  Loaded<R> out{{}, parse_toml_file(file), {}, file.string()};
+  // Filled member by member: an aggregate initialiser that throws part-way is
+  // miscompiled by GCC 12 (it destroys members it never built).
+  Loaded<R> out;
+  out.file = file.string();
+  out.table = parse_toml_file(file);
   for (const std::string& a : assignments) apply_override(out.table, a, out.overrides);
   out.recipe = from_table<R>(out.table, out.file, out.overrides);
   return out;

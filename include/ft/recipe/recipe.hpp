@@ -54,7 +54,7 @@ struct LoraSection {
   Int r = 8;
   double alpha = 16;
   double dropout = 0.0;
-  std::vector<std::string> target_modules{"q_proj", "v_proj"};
+  std::vector<std::string> target_modules;
 
   template <class V>
   void fields(V& v) {
@@ -62,7 +62,7 @@ struct LoraSection {
     v.field("alpha", alpha, greater_than(0.0), "the update is scaled by alpha / r");
     v.field("dropout", dropout, between(0.0, 0.99), "dropout on the adapter's input");
     v.field("target_modules", target_modules, Check<std::vector<std::string>>{},
-            "projections to adapt, as PEFT names them, or \"all-linear\"");
+            "projections to adapt, as PEFT names them, or \"all-linear\"; [] for the family's default");
   }
 };
 

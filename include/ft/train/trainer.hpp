@@ -12,6 +12,7 @@
 #include <sstream>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "ft/adapters/adapter.hpp"
 #include "ft/core/error.hpp"
@@ -103,9 +104,8 @@ private:
   // Every target must name one of the family's linear projections, so that a
   // typo cannot leave a LoRA run training nothing.
   void check_lora_targets() const {
-    const auto& targets = recipe_.lora.target_modules;
+    const auto targets = lora_targets();
     if (targets.size() == 1 && targets[0] == "all-linear") return;
-    if (targets.empty()) throw Error("lora.target_modules is empty; name projections or \"all-linear\"");
     for (const std::string& t : targets) {
       if (std::ranges::find(Model::linear_modules, std::string_view(t)) != Model::linear_modules.end())
         continue;
@@ -116,12 +116,18 @@ private:
     }
   }
 
+  // The recipe's targets, or the family's default when it names none.
+  std::vector<std::string> lora_targets() const {
+    if (!recipe_.lora.target_modules.empty()) return recipe_.lora.target_modules;
+    return {Model::default_lora_targets.begin(), Model::default_lora_targets.end()};
+  }
+
   std::string adapter_detail() const {
     const auto& r = recipe_;
     std::ostringstream os;
     if constexpr (std::is_same_v<Adapter, adapters::LoRA>) {
       os << ": r " << r.lora.r << ", alpha " << r.lora.alpha << ", dropout " << r.lora.dropout << " on";
-      for (const auto& t : r.lora.target_modules) os << ' ' << t;
+      for (const auto& t : lora_targets()) os << ' ' << t;
     } else if constexpr (std::is_same_v<Adapter, adapters::Prompt>) {
       os << ": " << r.prompt_tuning.num_virtual_tokens << " virtual tokens";
     } else {

@@ -1,0 +1,104 @@
+// Loading plugins: a good one is registered; a corrupt file, a library without
+// the entry point, another ABI version and another toolchain are each refused
+// with one line that names the file.
+#include <doctest/doctest.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include <ft/plugin/loader.hpp>
+
+namespace fs = std::filesystem;
+using ft::plugin::Plugin;
+
+namespace {
+const fs::path fixture_dir = FT_FIXTURE_PLUGIN_DIR;
+
+std::string refusal(const fs::path& file) {
+  try {
+    Plugin::load(file);
+  } catch (const ft::Error& e) {
+    std::string msg = e.what();
+    CHECK(msg.find('\n') == std::string::npos);
+    return msg;
+  }
+  return "loaded";
+}
+
+fs::path temp_file(const std::string& name, const std::string& bytes) {
+  fs::path p = fs::temp_directory_path() / ("ft_test_" + std::to_string(::getpid()) + "_" + name);
+  std::ofstream(p, std::ios::binary) << bytes;
+  return p;
+}
+}  // namespace
+
+TEST_CASE("a well-formed plugin registers its combinations") {
+  auto plugin = Plugin::load(fixture_dir / "libfixture_good.so");
+  CHECK(plugin->name() == "fixture-good");
+  CHECK(plugin->version() == "1.2.3");
+  ft::plugin::Registry registry;
+  registry.add(plugin);
+  registry.add(Plugin::load(fixture_dir / "libfixture_good.so"));  // the same file twice counts once
+  REQUIRE(registry.factories().size() == 1);
+  const auto& f = registry.factories()[0];
+  CHECK(f.key == ft::plugin::TrainerKey{"llama", "bf16-mixed", "zero3", "adamw", "lora"});
+  CHECK(f.type_name ==
+        "ft::Trainer<ft::models::Llama, ft::precision::BF16Mixed, ft::parallel::ZeRO<3>, ft::optim::AdamW, "
+        "ft::adapters::LoRA>");
+  CHECK(registry.family_for("MistralForCausalLM") == "llama");
+  CHECK_FALSE(registry.family_for("FalconForCausalLM"));
+}
+
+TEST_CASE("the stock llama plugin offers single-process combinations") {
+  ft::plugin::Registry registry;
+  registry.add(Plugin::load(FT_STOCK_LLAMA_PLUGIN));
+  CHECK(registry.find({"llama", "bf16-mixed", "single", "adamw", "lora"}) != nullptr);
+  CHECK(registry.find({"llama", "bf16-mixed", "zero3", "adamw", "lora"}) == nullptr);
+  auto near = registry.closest({"llama", "bf16-mixed", "zero3", "adamw", "lora"}, 3);
+  REQUIRE(near.size() == 3);
+  CHECK(near[0]->key == ft::plugin::TrainerKey{"llama", "bf16-mixed", "single", "adamw", "lora"});
+}
+
+TEST_CASE("another ABI version is refused, naming both versions") {
+  auto file = fixture_dir / "libfixture_bad_abi.so";
+  CHECK(refusal(file) == "plugin " + file.string() + ": built for plugin ABI version " +
+                             std::to_string(FT_PLUGIN_ABI_VERSION + 1) + ", but this ftrun speaks version " +
+                             std::to_string(FT_PLUGIN_ABI_VERSION) + "; rebuild the plugin against this ft");
+}
+
+TEST_CASE("another toolchain is refused, naming both toolchains") {
+  auto file = fixture_dir / "libfixture_other_toolchain.so";
+  CHECK(refusal(file) == "plugin " + file.string() +
+                             ": built with toolchain othercc-99/otherlib-1, but this ftrun was built with " +
+                             FT_TOOLCHAIN_ID + "; rebuild the plugin with the same compiler and standard library");
+}
+
+TEST_CASE("a library without the entry point is refused") {
+  auto file = fixture_dir / "libfixture_no_entry.so";
+  CHECK(refusal(file) == "plugin " + file.string() +
+                             ": not an ft plugin: it exports no ft_plugin_v entry point (define one with FT_PLUGIN)");
+}
+
+TEST_CASE("corrupt and truncated files are refused") {
+  auto garbage = temp_file("garbage.so", std::string(4096, '\x7f'));
+  CHECK(refusal(garbage) == "plugin " + garbage.string() + ": not a shared library: no ELF header");
+
+  std::ifstream in(FT_STOCK_LLAMA_PLUGIN, std::ios::binary);
+  std::string bytes((std::istreambuf_iterator<char>(in)), {});
+  auto truncated = temp_file("truncated.so", bytes.substr(0, bytes.size() / 3));
+  CHECK(refusal(truncated).rfind("plugin " + truncated.string() + ": truncated: its headers reach byte ", 0) == 0);
+  // Every cut, down to the ELF header itself, is refused without a crash.
+  for (std::size_t cut : {bytes.size() - 1, bytes.size() / 2, std::size_t(4096), std::size_t(100), std::size_t(10)}) {
+    auto cut_file = temp_file("cut.so", bytes.substr(0, cut));
+    CHECK(refusal(cut_file).rfind("plugin " + cut_file.string() + ": ", 0) == 0);
+    fs::remove(cut_file);
+  }
+
+  auto empty = temp_file("empty.so", "");
+  CHECK(refusal(empty) == "plugin " + empty.string() + ": not a shared library: only 0 bytes");
+
+  CHECK(refusal("/nonexistent/plugin.so") == "plugin /nonexistent/plugin.so: no such file");
+  fs::remove(garbage);
+  fs::remove(truncated);
+  fs::remove(empty);
+}

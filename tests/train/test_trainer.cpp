@@ -1,0 +1,67 @@
+// The Trainer's policy checks, made before anything is allocated.
+#include <doctest/doctest.h>
+
+#include <ft/ft.hpp>
+#include <ft/recipe/load.hpp>
+
+using namespace ft;
+
+namespace {
+using LlamaLoRA = Trainer<models::Llama, precision::BF16Mixed, parallel::Single, optim::AdamW, adapters::LoRA>;
+using NeoxFullZ2 = Trainer<models::GptNeox, precision::FP32, parallel::ZeRO<2>, optim::SGD, adapters::Full>;
+
+recipe::Recipe make(const std::string& extra) {
+  std::string fixtures = std::string(FT_SOURCE_DIR) + "/tests/fixtures";
+  std::string text = "[model]\npath = '" + fixtures + "/models/tiny-llama'\n[data]\ntrain = '" + fixtures +
+                     "/data/tiny.jsonl'\n" + extra;
+  return recipe::from_table<recipe::Recipe>(recipe::parse_toml(text, "r.toml"), "r.toml");
+}
+
+template <class T>
+std::string refusal(const std::string& extra) {
+  try {
+    T trainer(make(extra));
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "accepted";
+}
+}  // namespace
+
+TEST_CASE("the type names the five policies") {
+  CHECK(LlamaLoRA::type_name() ==
+        "ft::Trainer<ft::models::Llama, ft::precision::BF16Mixed, ft::parallel::Single, ft::optim::AdamW, "
+        "ft::adapters::LoRA>");
+  static_assert(std::is_same_v<NeoxFullZ2::parallelism_type, parallel::ZeRO<2>>);
+}
+
+TEST_CASE("a single-process trainer refuses several ranks") {
+  CHECK(refusal<LlamaLoRA>("[launch]\nnproc = 4") ==
+        "parallelism single runs one process, but launch.nproc = 4; choose ddp, zero1, zero2 or zero3 for several ranks");
+  CHECK(refusal<NeoxFullZ2>("[launch]\nnproc = 4") == "accepted");
+}
+
+TEST_CASE("an optimizer fused into backward refuses gradient accumulation and sharded gradients") {
+  CHECK(refusal<LlamaLoRA>("[train]\nfuse_optimizer_with_backward = true\ngradient_accumulation_steps = 4") ==
+        "train.fuse_optimizer_with_backward steps each block inside backward, so gradients cannot accumulate "
+        "over gradient_accumulation_steps = 4; set one of them back");
+  CHECK(refusal<NeoxFullZ2>("[train]\nfuse_optimizer_with_backward = true") ==
+        "train.fuse_optimizer_with_backward needs whole gradients, but parallelism zero2 shards them; use zero1 or ddp");
+  CHECK(refusal<LlamaLoRA>("[train]\nfuse_optimizer_with_backward = true") == "accepted");
+}
+
+TEST_CASE("a LoRA target that matches no module of the family is refused") {
+  CHECK(refusal<LlamaLoRA>("[lora]\ntarget_modules = ['q_proj', 'query_key_value']") ==
+        "lora.target_modules: \"query_key_value\" matches no module of the llama family; allowed: q_proj, k_proj, "
+        "v_proj, o_proj, gate_proj, up_proj, down_proj, or \"all-linear\"");
+  CHECK(refusal<LlamaLoRA>("[lora]\ntarget_modules = 'all-linear'") == "accepted");
+}
+
+TEST_CASE("the plan states dtypes and bytes per parameter from the policies") {
+  LlamaLoRA trainer(make(""));
+  std::string plan = trainer.plan();
+  CHECK(plan.find("precision    bf16-mixed: weights bf16, matmul inputs bf16 (f32 accumulate), gradients f32, master f32") !=
+        std::string::npos);
+  // bf16 weight 2 + f32 gradient 4 + f32 master 4 + AdamW moments 8.
+  CHECK(plan.find("per trainable parameter: 18 (weight 2, gradient 4, master 4, optimizer 8)") != std::string::npos);
+}
