@@ -15,6 +15,8 @@ packages=(
   openmpi-bin libopenmpi-dev
   # fast GEMM on the CPU: OpenBLAS on the OpenMP thread pool, so there is one pool
   libopenblas-dev libopenblas0-openmp
+  # the default dataset's source text (public domain) and the script that builds it
+  jargon-text python3
 )
 
 missing=()
@@ -30,4 +32,10 @@ if ((${#missing[@]})); then
   $sudo apt-get update -qq
   $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
-echo "ft setup: all build dependencies present"
+echo "ft setup: all dependencies present"
+
+# The default dataset, built once from the Jargon File (tools/make_jargon_dataset.py).
+cd "$(dirname "$0")/.."
+if [ ! -s data/jargon/train.jsonl ]; then
+  python3 tools/make_jargon_dataset.py --out data/jargon
+fi

@@ -184,3 +184,19 @@ TEST_CASE("command-line misuse is exit 2") {
   CHECK(ftrun("frobnicate").code == 2);
   CHECK(ftrun("--version").out == "ftrun 0.1.0\n");
 }
+
+TEST_CASE("every stock recipe names its launch command and resolves") {
+  const fs::path root = FT_SOURCE_DIR;
+  int count = 0;
+  for (const auto& entry : fs::recursive_directory_iterator(root / "recipes")) {
+    if (entry.path().extension() != ".toml") continue;
+    ++count;
+    std::string relative = fs::relative(entry.path(), root).string();
+    CAPTURE(relative);
+    CHECK(slurp(entry.path()).find("#   ftrun train " + relative) != std::string::npos);
+    Run r = ftrun("train " + relative + " --dry-run", "cd " + root.string() + " &&");
+    CHECK(r.code == 0);
+    CHECK(r.err.empty());
+  }
+  CHECK(count >= 3);
+}
