@@ -1,9 +1,6 @@
 // The training recipe as users write it.
 #include <doctest/doctest.h>
 
-#include <filesystem>
-#include <fstream>
-
 #include <ft/recipe/load.hpp>
 #include <ft/recipe/recipe.hpp>
 
