@@ -13,3 +13,25 @@ ft_find_dependency(range-v3)
 ft_find_dependency(Boost 1.74)
 ft_find_dependency(tomlplusplus 3)
 ft_find_dependency(nlohmann_json 3)
+
+# OpenMP runs ft's CPU kernels on all cores.
+ft_find_dependency(OpenMP)
+
+# Matrix products go to BLAS. OpenBLAS built on OpenMP is preferred: one
+# thread pool for ft's loops and BLAS's, instead of two fighting for the same
+# cores. Debian installs it beside the default (pthreads) build; linking it by
+# path with a run path makes the loader pick it whatever the system default is.
+if(NOT TARGET ft::blas)
+  find_library(FT_BLAS_LIBRARY NAMES libopenblas.so.0 openblas
+    PATHS /usr/lib/${CMAKE_LIBRARY_ARCHITECTURE}/openblas-openmp NO_DEFAULT_PATH)
+  if(NOT FT_BLAS_LIBRARY)
+    find_library(FT_BLAS_LIBRARY NAMES openblas blas REQUIRED)
+  endif()
+  find_path(FT_CBLAS_INCLUDE_DIR cblas.h PATH_SUFFIXES ${CMAKE_LIBRARY_ARCHITECTURE} openblas REQUIRED)
+  add_library(ft::blas INTERFACE IMPORTED)
+  get_filename_component(ft_blas_dir ${FT_BLAS_LIBRARY} DIRECTORY)
+  set_target_properties(ft::blas PROPERTIES
+    INTERFACE_LINK_LIBRARIES "${FT_BLAS_LIBRARY}"
+    INTERFACE_LINK_OPTIONS "LINKER:-rpath,${ft_blas_dir}"
+    INTERFACE_INCLUDE_DIRECTORIES "${FT_CBLAS_INCLUDE_DIR}")
+endif()

@@ -1,0 +1,60 @@
+#pragma once
+// Matrix products on the host, row-major, as BLAS spells them:
+//   C = alpha * op(A) * op(B) + beta * C,   op(X) = X or X^T,
+// with C [M, N], op(A) [M, K], op(B) [K, N], and ld* the row strides.
+//
+// f32 and f64 go straight to BLAS (OpenBLAS reaches about 1.5x Eigen's own
+// GEMM on this class of CPU; bench/bench_kernels measures both). 16-bit
+// inputs are widened to f32, multiplied with f32 accumulation, and rounded
+// back once: the arithmetic a bf16 tensor core does.
+#include <cblas.h>
+
+#include <vector>
+
+#include "ft/core/numeric.hpp"
+#include "ft/kernels/cpu/launch.hpp"
+#include "ft/tensor/shape.hpp"
+
+namespace ft {
+
+enum class Op { none, transpose };
+
+namespace detail {
+inline CBLAS_TRANSPOSE cblas_op(Op op) { return op == Op::none ? CblasNoTrans : CblasTrans; }
+
+// Rows x cols of a row-major matrix with leading dimension ld, widened to f32.
+template <class T>
+std::vector<float> widen(const T* x, index_t rows, index_t cols, index_t ld) {
+  std::vector<float> out(std::size_t(rows * cols));
+  cpu::parallel_for(rows, [&](index_t r) {
+    for (index_t c = 0; c < cols; ++c) out[std::size_t(r * cols + c)] = float(x[r * ld + c]);
+  });
+  return out;
+}
+}  // namespace detail
+
+template <element T>
+void gemm(Op op_a, Op op_b, index_t M, index_t N, index_t K, acc_t<T> alpha, const T* A, index_t lda,
+          const T* B, index_t ldb, acc_t<T> beta, T* C, index_t ldc) {
+  if (M == 0 || N == 0) return;
+  if constexpr (std::is_same_v<T, float>) {
+    cblas_sgemm(CblasRowMajor, detail::cblas_op(op_a), detail::cblas_op(op_b), int(M), int(N), int(K), alpha,
+                A, int(lda), B, int(ldb), beta, C, int(ldc));
+  } else if constexpr (std::is_same_v<T, double>) {
+    cblas_dgemm(CblasRowMajor, detail::cblas_op(op_a), detail::cblas_op(op_b), int(M), int(N), int(K), alpha,
+                A, int(lda), B, int(ldb), beta, C, int(ldc));
+  } else {
+    index_t a_rows = op_a == Op::none ? M : K, a_cols = op_a == Op::none ? K : M;
+    index_t b_rows = op_b == Op::none ? K : N, b_cols = op_b == Op::none ? N : K;
+    std::vector<float> a = detail::widen(A, a_rows, a_cols, lda);
+    std::vector<float> b = detail::widen(B, b_rows, b_cols, ldb);
+    std::vector<float> c = beta == 0.0f ? std::vector<float>(std::size_t(M * N)) : detail::widen(C, M, N, ldc);
+    cblas_sgemm(CblasRowMajor, detail::cblas_op(op_a), detail::cblas_op(op_b), int(M), int(N), int(K), alpha,
+                a.data(), int(a_cols), b.data(), int(b_cols), beta, c.data(), int(N));
+    cpu::parallel_for(M, [&](index_t r) {
+      for (index_t col = 0; col < N; ++col) C[r * ldc + col] = T(c[std::size_t(r * N + col)]);
+    });
+  }
+}
+
+}  // namespace ft

@@ -1,0 +1,231 @@
+#pragma once
+// Causal self-attention with grouped-query heads, computed tile by tile with
+// an online softmax (the flash-attention scheme): no T x T matrix is ever
+// stored. Forward saves only the output and one log-sum-exp per query row;
+// backward recomputes the probabilities tile by tile from them.
+//
+// Input is the fused, already rotated qkv buffer [N, (H + 2G) * D]: query
+// heads, then key heads, then value heads; query head h reads key/value head
+// h / (H / G). Output is [N, H * D]; lse is [B, H, T].
+//
+// Which keys a query sees: query i sees key j when j <= i, j is in the same
+// document (packed rows: `documents` holds a document id per token, equal ids
+// are contiguous; null means one document per row), and, with a sliding
+// window W > 0, i - j < W (Mistral). Because documents are contiguous, the
+// keys a query sees are one range [first_key(i), i], and first_key never
+// decreases along a row: tiles outside the range are skipped, not masked.
+//
+// Backward runs in two passes so that no two threads write one gradient:
+// pass 1 owns a key tile and a key/value head and sums dK, dV over every
+// query head of its group and every query tile that sees it; pass 2 owns a
+// query tile and sums dQ.
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <vector>
+
+#include <Eigen/Core>
+
+#include "ft/core/numeric.hpp"
+#include "ft/kernels/cpu/launch.hpp"
+#include "ft/tensor/shape.hpp"
+
+namespace ft::nn {
+
+struct AttentionShape {
+  index_t B, T, H, G, D;
+  index_t window = 0;  // 0: no sliding window
+};
+
+namespace attention_detail {
+
+constexpr index_t tile = 64;
+
+template <class A>
+using Matrix = Eigen::Matrix<A, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+
+// first_key[n] for every token: the earliest key its query may see.
+inline std::vector<std::int32_t> first_keys(const AttentionShape& s, const std::int32_t* documents) {
+  std::vector<std::int32_t> first(std::size_t(s.B * s.T));
+  for (index_t b = 0; b < s.B; ++b) {
+    index_t start = 0;
+    for (index_t t = 0; t < s.T; ++t) {
+      index_t n = b * s.T + t;
+      if (documents && t > 0 && documents[n] != documents[n - 1]) start = t;
+      index_t k = start;
+      if (s.window > 0) k = std::max(k, t - s.window + 1);
+      first[std::size_t(n)] = std::int32_t(k);
+    }
+  }
+  return first;
+}
+
+// Rows [t0, t1) of one head of a strided buffer, widened to the accumulation type.
+template <class T, class A = acc_t<T>>
+void load(Matrix<A>& out, const T* base, index_t row_stride, index_t t0, index_t t1, index_t D, A scale = 1) {
+  out.resize(t1 - t0, D);
+  for (index_t r = 0; r < t1 - t0; ++r)
+    for (index_t d = 0; d < D; ++d) out(r, d) = A(base[(t0 + r) * row_stride + d]) * scale;
+}
+
+// Probabilities of a (query tile, key tile) pair from saved log-sum-exps,
+// zero outside each query's visible range.
+template <class A>
+void probabilities(Matrix<A>& P, const Matrix<A>& Q, const Matrix<A>& K, const A* lse, const std::int32_t* first,
+                   index_t q0, index_t k0) {
+  P.noalias() = Q * K.transpose();
+  for (index_t r = 0; r < P.rows(); ++r)
+    for (index_t c = 0; c < P.cols(); ++c) {
+      index_t i = q0 + r, j = k0 + c;
+      P(r, c) = (j < first[r] || j > i) ? A(0) : std::exp(P(r, c) - lse[r]);
+    }
+}
+
+}  // namespace attention_detail
+
+template <class T>
+void attention_forward(T* out, acc_t<T>* lse, const T* qkv, const std::int32_t* documents, const AttentionShape& s) {
+  using A = acc_t<T>;
+  using namespace attention_detail;
+  const index_t stride = (s.H + 2 * s.G) * s.D, out_stride = s.H * s.D, group = s.H / s.G;
+  const A scale = A(1) / std::sqrt(A(s.D));
+  const std::vector<std::int32_t> first = first_keys(s, documents);
+  const index_t q_tiles = (s.T + tile - 1) / tile;
+
+  cpu::parallel_for(s.B * s.H * q_tiles, [&](index_t task) {
+    index_t b = task / (s.H * q_tiles), h = task / q_tiles % s.H, q0 = task % q_tiles * tile;
+    index_t q1 = std::min(s.T, q0 + tile), rows = q1 - q0, g = h / group;
+    const T* row0 = qkv + b * s.T * stride;
+    const std::int32_t* fk = first.data() + b * s.T;
+    Matrix<A> Q, K, V, S;
+    load(Q, row0 + h * s.D, stride, q0, q1, s.D, scale);
+    Matrix<A> O = Matrix<A>::Zero(rows, s.D);
+    std::vector<A> m(std::size_t(rows), -std::numeric_limits<A>::infinity()), l(std::size_t(rows), A(0));
+
+    for (index_t k0 = fk[q0]; k0 < q1; k0 += tile) {
+      index_t k1 = std::min(q1, k0 + tile);
+      load(K, row0 + (s.H + g) * s.D, stride, k0, k1, s.D);
+      load(V, row0 + (s.H + s.G + g) * s.D, stride, k0, k1, s.D);
+      S.noalias() = Q * K.transpose();
+      for (index_t r = 0; r < rows; ++r) {
+        index_t i = q0 + r;
+        A tile_max = -std::numeric_limits<A>::infinity();
+        for (index_t c = 0; c < k1 - k0; ++c) {
+          index_t j = k0 + c;
+          if (j < fk[i] || j > i) S(r, c) = -std::numeric_limits<A>::infinity();
+          tile_max = std::max(tile_max, S(r, c));
+        }
+        if (tile_max == -std::numeric_limits<A>::infinity()) {  // nothing visible in this tile
+          S.row(r).setZero();
+          continue;
+        }
+        A m_new = std::max(m[r], tile_max);
+        A rescale = std::exp(m[r] - m_new);
+        A sum = 0;
+        for (index_t c = 0; c < k1 - k0; ++c) {
+          A p = std::exp(S(r, c) - m_new);
+          S(r, c) = p;
+          sum += p;
+        }
+        l[r] = l[r] * rescale + sum;
+        O.row(r) *= rescale;
+        m[r] = m_new;
+      }
+      O.noalias() += S * V;
+    }
+    for (index_t r = 0; r < rows; ++r) {
+      index_t n = b * s.T + q0 + r;
+      for (index_t d = 0; d < s.D; ++d) out[n * out_stride + h * s.D + d] = T(O(r, d) / l[r]);
+      lse[(b * s.H + h) * s.T + q0 + r] = m[r] + std::log(l[r]);
+    }
+  });
+}
+
+// Adds the gradient of qkv (before rotation is undone) into dqkv.
+template <class T>
+void attention_backward(T* dqkv, const T* dout, const T* out, const acc_t<T>* lse, const T* qkv,
+                        const std::int32_t* documents, const AttentionShape& s) {
+  using A = acc_t<T>;
+  using namespace attention_detail;
+  const index_t stride = (s.H + 2 * s.G) * s.D, out_stride = s.H * s.D, group = s.H / s.G;
+  const A scale = A(1) / std::sqrt(A(s.D));
+  const std::vector<std::int32_t> first = first_keys(s, documents);
+  const index_t tiles = (s.T + tile - 1) / tile;
+
+  // delta[b, h, i] = sum_d dO * O: the softmax backward's row term.
+  std::vector<A> delta(std::size_t(s.B * s.H * s.T));
+  cpu::parallel_for(s.B * s.T, [&](index_t n) {
+    index_t b = n / s.T, t = n % s.T;
+    for (index_t h = 0; h < s.H; ++h) {
+      A sum = 0;
+      for (index_t d = 0; d < s.D; ++d)
+        sum += A(dout[n * out_stride + h * s.D + d]) * A(out[n * out_stride + h * s.D + d]);
+      delta[std::size_t((b * s.H + h) * s.T + t)] = sum;
+    }
+  });
+
+  // Pass 1: dK and dV, one (sequence, key/value head, key tile) per task.
+  cpu::parallel_for(s.B * s.G * tiles, [&](index_t task) {
+    index_t b = task / (s.G * tiles), g = task / tiles % s.G, k0 = task % tiles * tile;
+    index_t k1 = std::min(s.T, k0 + tile);
+    const T* row0 = qkv + b * s.T * stride;
+    const T* dout0 = dout + b * s.T * out_stride;
+    const std::int32_t* fk = first.data() + b * s.T;
+    Matrix<A> Q, K, V, dO, P, dP;
+    load(K, row0 + (s.H + g) * s.D, stride, k0, k1, s.D);
+    load(V, row0 + (s.H + s.G + g) * s.D, stride, k0, k1, s.D);
+    Matrix<A> dK = Matrix<A>::Zero(k1 - k0, s.D), dV = Matrix<A>::Zero(k1 - k0, s.D);
+    for (index_t h = g * group; h < (g + 1) * group; ++h) {
+      const A* lse_h = lse + (b * s.H + h) * s.T;
+      const A* delta_h = delta.data() + (b * s.H + h) * s.T;
+      for (index_t q0 = k0; q0 < s.T; q0 += tile) {
+        if (fk[q0] > k1 - 1) break;  // no later query sees this key tile either
+        index_t q1 = std::min(s.T, q0 + tile);
+        load(Q, row0 + h * s.D, stride, q0, q1, s.D, scale);
+        load(dO, dout0 + h * s.D, out_stride, q0, q1, s.D);
+        probabilities(P, Q, K, lse_h + q0, fk + q0, q0, k0);
+        dV.noalias() += P.transpose() * dO;
+        dP.noalias() = dO * V.transpose();
+        for (index_t r = 0; r < P.rows(); ++r) P.row(r).array() *= dP.row(r).array() - delta_h[q0 + r];
+        dK.noalias() += P.transpose() * Q;  // Q carries the scale
+      }
+    }
+    for (index_t r = 0; r < k1 - k0; ++r) {
+      T* dk = dqkv + (b * s.T + k0 + r) * stride + (s.H + g) * s.D;
+      T* dv = dqkv + (b * s.T + k0 + r) * stride + (s.H + s.G + g) * s.D;
+      for (index_t d = 0; d < s.D; ++d) {
+        dk[d] = T(A(dk[d]) + dK(r, d));
+        dv[d] = T(A(dv[d]) + dV(r, d));
+      }
+    }
+  });
+
+  // Pass 2: dQ, one (sequence, query head, query tile) per task.
+  cpu::parallel_for(s.B * s.H * tiles, [&](index_t task) {
+    index_t b = task / (s.H * tiles), h = task / tiles % s.H, q0 = task % tiles * tile;
+    index_t q1 = std::min(s.T, q0 + tile), g = h / group;
+    const T* row0 = qkv + b * s.T * stride;
+    const std::int32_t* fk = first.data() + b * s.T;
+    const A* lse_h = lse + (b * s.H + h) * s.T;
+    const A* delta_h = delta.data() + (b * s.H + h) * s.T;
+    Matrix<A> Q, K, V, dO, P, dP;
+    load(Q, row0 + h * s.D, stride, q0, q1, s.D, scale);
+    load(dO, dout + b * s.T * out_stride + h * s.D, out_stride, q0, q1, s.D);
+    Matrix<A> dQ = Matrix<A>::Zero(q1 - q0, s.D);
+    for (index_t k0 = fk[q0]; k0 < q1; k0 += tile) {
+      index_t k1 = std::min(q1, k0 + tile);
+      load(K, row0 + (s.H + g) * s.D, stride, k0, k1, s.D);
+      load(V, row0 + (s.H + s.G + g) * s.D, stride, k0, k1, s.D);
+      probabilities(P, Q, K, lse_h + q0, fk + q0, q0, k0);
+      dP.noalias() = dO * V.transpose();
+      for (index_t r = 0; r < P.rows(); ++r) P.row(r).array() *= dP.row(r).array() - delta_h[q0 + r];
+      dQ.noalias() += P * K;
+    }
+    for (index_t r = 0; r < q1 - q0; ++r) {
+      T* dq = dqkv + (b * s.T + q0 + r) * stride + h * s.D;
+      for (index_t d = 0; d < s.D; ++d) dq[d] = T(A(dq[d]) + dQ(r, d) * scale);
+    }
+  });
+}
+
+}  // namespace ft::nn

@@ -1,0 +1,76 @@
+#pragma once
+// The LM head fused with cross-entropy, computed in chunks of rows so the
+// full [N, V] logits never exist: for each chunk, logits = h W^T, then per
+// row the loss and (when training) d logits = (softmax - onehot) / count,
+// then dh += dlogits W and dW += dlogits^T h. Only one chunk of logits is
+// alive at a time (`chunk_rows` x V), whatever N is.
+//
+// targets[n] = -100 scores nothing and gives no gradient (HF's ignore
+// index). The loss returned is the *sum* over scored rows; gradients are
+// divided by `token_count`, which the caller passes: under gradient
+// accumulation it is the scored tokens of the whole accumulated batch, so
+// every micro-batch's gradient is already in the final scale.
+#include <cmath>
+#include <cstdint>
+#include <vector>
+
+#include "ft/kernels/gemm.hpp"
+
+namespace ft::nn {
+
+constexpr std::int32_t ignore_index = -100;
+
+struct CrossEntropyOptions {
+  index_t chunk_rows = 256;
+  double token_count = 1;  // the divisor of the gradients
+  bool backward = true;    // false: loss only (evaluation)
+};
+
+// Returns the summed loss. dh, dweight may be null (frozen head, no backward).
+// logits_out [N, V], when not null, receives the logits (tests, generation).
+template <class T>
+double lm_head_cross_entropy(T* dh, T* dweight, const T* h, const T* weight, const std::int32_t* targets,
+                             index_t N, index_t C, index_t V, const CrossEntropyOptions& options,
+                             T* logits_out = nullptr) {
+  using A = acc_t<T>;
+  const index_t chunk = std::max<index_t>(1, options.chunk_rows);
+  std::vector<T> logits(std::size_t(std::min(chunk, N) * V));
+  std::vector<double> row_loss(std::size_t(std::min(chunk, N)));
+  const A scale = A(1.0 / options.token_count);
+  double total = 0;
+
+  for (index_t n0 = 0; n0 < N; n0 += chunk) {
+    index_t rows = std::min(chunk, N - n0);
+    gemm<T>(Op::none, Op::transpose, rows, V, C, 1, h + n0 * C, C, weight, C, 0, logits.data(), V);
+    if (logits_out) std::copy_n(logits.data(), rows * V, logits_out + n0 * V);
+
+    cpu::parallel_for(rows, [&](index_t r) {
+      T* z = logits.data() + r * V;
+      std::int32_t target = targets[n0 + r];
+      row_loss[std::size_t(r)] = 0;
+      if (target == ignore_index) {
+        for (index_t v = 0; v < V; ++v) z[v] = T(0.0f);
+        return;
+      }
+      A max = A(z[0]);
+      for (index_t v = 1; v < V; ++v) max = std::max(max, A(z[v]));
+      A sum = 0;
+      for (index_t v = 0; v < V; ++v) sum += std::exp(A(z[v]) - max);
+      A lse = max + std::log(sum);
+      row_loss[std::size_t(r)] = double(lse - A(z[target]));
+      if (!options.backward) return;
+      for (index_t v = 0; v < V; ++v) {
+        A p = std::exp(A(z[v]) - lse);
+        z[v] = T((p - (v == target ? A(1) : A(0))) * scale);
+      }
+    });
+    for (index_t r = 0; r < rows; ++r) total += row_loss[std::size_t(r)];
+
+    if (!options.backward) continue;
+    if (dh) gemm<T>(Op::none, Op::none, rows, C, V, 1, logits.data(), V, weight, C, 1, dh + n0 * C, C);
+    if (dweight) gemm<T>(Op::transpose, Op::none, V, C, rows, 1, logits.data(), V, h + n0 * C, C, 1, dweight, C);
+  }
+  return total;
+}
+
+}  // namespace ft::nn

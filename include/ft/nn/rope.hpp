@@ -1,0 +1,107 @@
+#pragma once
+// Rotary position embeddings, HF's "rotate half" layout: within each head the
+// first R dimensions rotate as pairs (i, i + R/2), i < R/2, by angle
+// pos * inv_freq[i]; dimensions R..D pass through (partial rotary, GPT-NeoX).
+//
+// Applied in place to the query and key heads of the fused qkv rows
+// [N, (H + 2G) * D] (queries, then keys, then values). Backward is the same
+// rotation by the opposite angle, applied in place to the gradient.
+//
+// The inverse frequencies come from `RopeConfig`: theta, the rotary size,
+// and optional Llama-3 scaling (long wavelengths divided by `factor`, short
+// ones kept, a smooth blend between), computed as HF computes them.
+#include <cmath>
+#include <cstdint>
+#include <numbers>
+#include <vector>
+
+#include "ft/core/host_device.hpp"
+#include "ft/core/numeric.hpp"
+#include "ft/kernels/cpu/launch.hpp"
+#include "ft/tensor/shape.hpp"
+
+namespace ft::nn {
+
+struct Llama3Scaling {
+  double factor = 8.0;
+  double low_freq_factor = 1.0;
+  double high_freq_factor = 4.0;
+  double original_max_position_embeddings = 8192;
+};
+
+struct RopeConfig {
+  double theta = 10000.0;
+  index_t rotary_dim = 0;  // R, even, <= head size
+  bool llama3 = false;
+  Llama3Scaling scaling;
+};
+
+// HF computes these in float32; so does ft, for every element type, so that
+// rotations match HF bit for bit in the frequencies.
+inline std::vector<float> rope_inverse_frequencies(const RopeConfig& rope) {
+  std::vector<float> inv(std::size_t(rope.rotary_dim / 2));
+  for (std::size_t i = 0; i < inv.size(); ++i) {
+    float exponent = float(std::int64_t(2 * i)) / float(rope.rotary_dim);
+    inv[i] = 1.0f / std::pow(float(rope.theta), exponent);
+  }
+  if (!rope.llama3) return inv;
+  const Llama3Scaling& s = rope.scaling;
+  double low_freq_wavelen = s.original_max_position_embeddings / s.low_freq_factor;
+  double high_freq_wavelen = s.original_max_position_embeddings / s.high_freq_factor;
+  for (float& f : inv) {
+    double wavelen = 2 * std::numbers::pi / f;
+    if (wavelen > low_freq_wavelen) {
+      f = float(f / s.factor);
+    } else if (wavelen >= high_freq_wavelen) {
+      double smooth = (s.original_max_position_embeddings / wavelen - s.low_freq_factor) /
+                      (s.high_freq_factor - s.low_freq_factor);
+      f = float((1 - smooth) * f / s.factor + smooth * f);
+    }
+  }
+  return inv;
+}
+
+// One token's row: rotate every query and key head. `sign` is +1 forward,
+// -1 backward (the inverse rotation).
+template <class T>
+struct RopeRow {
+  using A = acc_t<T>;
+  T* qkv;
+  const std::int32_t* positions;
+  const float* inv_freq;
+  index_t heads;  // H + G: the query and key heads, which come first in a row
+  index_t row_stride, D, R;
+  A sign;
+
+  FT_HOST_DEVICE void operator()(index_t n) const {
+    index_t half = R / 2;
+    A pos = A(positions[n]);
+    for (index_t i = 0; i < half; ++i) {
+      A angle = pos * A(inv_freq[i]);
+      A c = std::cos(angle), s = sign * std::sin(angle);
+      for (index_t h = 0; h < heads; ++h) {
+        T* x = qkv + n * row_stride + h * D;
+        A x1 = A(x[i]), x2 = A(x[i + half]);
+        x[i] = T(x1 * c - x2 * s);
+        x[i + half] = T(x2 * c + x1 * s);
+      }
+    }
+  }
+};
+
+template <class T>
+void rope_forward(T* qkv, const std::int32_t* positions, const std::vector<float>& inv_freq, index_t N,
+                  index_t H, index_t G, index_t D) {
+  index_t R = index_t(inv_freq.size()) * 2;
+  cpu::parallel_for(N, RopeRow<T>{qkv, positions, inv_freq.data(), H + G, (H + 2 * G) * D, D, R, 1});
+}
+
+// In place on the gradient of the rotated rows.
+template <class T>
+void rope_backward(T* dqkv, const std::int32_t* positions, const std::vector<float>& inv_freq, index_t N,
+                   index_t H, index_t G, index_t D) {
+  index_t R = index_t(inv_freq.size()) * 2;
+  cpu::parallel_for(N, RopeRow<T>{dqkv, positions, inv_freq.data(), H + G, (H + 2 * G) * D, D, R, -1});
+}
+
+}  // namespace ft::nn

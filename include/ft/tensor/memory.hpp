@@ -1,0 +1,69 @@
+#pragma once
+// Memory spaces are policies. Each space has an allocator that counts the
+// bytes it has handed out, now and at the peak, so a run can report what it
+// used and a plan can be checked against what was really allocated.
+//
+// Host memory is 64-byte aligned (a cache line, and the widest vector load).
+// The CUDA space joins with the CUDA backend and follows the same protocol:
+// `allocate(bytes)`, `deallocate(p, bytes)`, `stats()`.
+#include <atomic>
+#include <cstddef>
+#include <cstdlib>
+#include <new>
+#include <string_view>
+
+namespace ft::memory {
+
+class Stats {
+public:
+  void add(std::size_t bytes) {
+    std::size_t now = current_.fetch_add(bytes, std::memory_order_relaxed) + bytes;
+    std::size_t peak = peak_.load(std::memory_order_relaxed);
+    while (now > peak && !peak_.compare_exchange_weak(peak, now, std::memory_order_relaxed)) {
+    }
+  }
+  void remove(std::size_t bytes) { current_.fetch_sub(bytes, std::memory_order_relaxed); }
+
+  std::size_t current() const { return current_.load(std::memory_order_relaxed); }
+  std::size_t peak() const { return peak_.load(std::memory_order_relaxed); }
+  // Starts a new peak measurement from what is allocated now.
+  void reset_peak() { peak_.store(current(), std::memory_order_relaxed); }
+
+private:
+  std::atomic<std::size_t> current_{0};
+  std::atomic<std::size_t> peak_{0};
+};
+
+struct Host {
+  static constexpr std::string_view name = "host";
+  static constexpr std::size_t alignment = 64;
+
+  static Stats& stats() {
+    static Stats s;
+    return s;
+  }
+  static void* allocate(std::size_t bytes) {
+    if (bytes == 0) return nullptr;
+    std::size_t rounded = (bytes + alignment - 1) / alignment * alignment;
+    void* p = std::aligned_alloc(alignment, rounded);
+    if (!p) throw std::bad_alloc();
+    stats().add(bytes);
+    return p;
+  }
+  static void deallocate(void* p, std::size_t bytes) {
+    if (!p) return;
+    std::free(p);
+    stats().remove(bytes);
+  }
+};
+
+template <class S>
+concept memory_space = requires(void* p, std::size_t n) {
+  { S::name } -> std::convertible_to<std::string_view>;
+  { S::allocate(n) } -> std::same_as<void*>;
+  S::deallocate(p, n);
+  { S::stats() } -> std::same_as<Stats&>;
+};
+static_assert(memory_space<Host>);
+
+}  // namespace ft::memory

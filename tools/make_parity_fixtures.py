@@ -1,0 +1,379 @@
+#!/usr/bin/env python3
+"""Writes the HF Transformers parity fixtures under tests/fixtures/parity/.
+
+ft re-implements the Llama-family and GPT-NeoX forward and backward passes in
+C++. These fixtures pin down what HF Transformers computes for a few tiny,
+randomly initialised models, so the C++ tests can check logits, loss and every
+parameter gradient against them without Python or network access.
+
+Each case directory holds the checkpoint as HF writes it (config.json,
+model.safetensors, float32) and expected.safetensors with input_ids, labels,
+logits, loss and grad.<parameter name> for every entry of
+model.named_parameters(). The expected values come from running the same model
+in float64 (then stored as float32), so they carry no fp32 rounding of a
+float32 forward pass; note that HF still computes RoPE cos/sin, the attention
+softmax and the loss in float32 internally even for a float64 model. The
+llama_gqa directory also holds eval.jsonl and eval_expected.json for
+`ftrun eval`.
+
+Deterministic (fixed seeds, one CPU thread) and idempotent (every output is
+overwritten). Run from the repository root:
+
+    tools/.venv/bin/python tools/make_parity_fixtures.py
+"""
+import copy
+import json
+import math
+import pathlib
+import shutil
+
+import torch
+from safetensors import safe_open
+from safetensors.torch import save_file
+from transformers import (
+    GPTNeoXConfig,
+    GPTNeoXForCausalLM,
+    LlamaConfig,
+    LlamaForCausalLM,
+    MistralConfig,
+    MistralForCausalLM,
+    Qwen2Config,
+    Qwen2ForCausalLM,
+)
+from transformers.utils import logging as hf_logging
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+OUT = ROOT / "tests" / "fixtures" / "parity"
+BATCH, SEQ = 2, 16
+WEIGHT_STD = 0.1  # 0.02 gives nearly uniform logits at this size
+KEEP = {"config.json", "model.safetensors"}
+
+
+def llama_gqa():
+    return LlamaForCausalLM, LlamaConfig(
+        vocab_size=128, hidden_size=64, intermediate_size=128,
+        num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+        max_position_embeddings=64, rms_norm_eps=1e-5, tie_word_embeddings=False,
+        rope_parameters={"rope_type": "default", "rope_theta": 10000.0},
+        attention_dropout=0.0,
+    )
+
+
+def smollm2_tied():
+    return LlamaForCausalLM, LlamaConfig(
+        vocab_size=112, hidden_size=48, intermediate_size=128, head_dim=8,
+        num_hidden_layers=2, num_attention_heads=6, num_key_value_heads=2,
+        max_position_embeddings=64, rms_norm_eps=1e-5, tie_word_embeddings=True,
+        rope_parameters={"rope_type": "default", "rope_theta": 100000.0},
+        attention_dropout=0.0,
+    )
+
+
+def llama3_rope_scaling():
+    # original_max_position_embeddings is 48, not 8: the inverse frequencies of
+    # a 16-wide head are then one untouched (wavelength < 48/4), one smoothed
+    # and six divided by the factor, so all three branches of the Llama-3 rule
+    # are exercised. With 8 no frequency can stay untouched (the shortest
+    # wavelength is 2*pi > 8/4).
+    return LlamaForCausalLM, LlamaConfig(
+        vocab_size=96, hidden_size=64, intermediate_size=128,
+        num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=4,
+        max_position_embeddings=64, rms_norm_eps=1e-5, tie_word_embeddings=True,
+        rope_parameters={
+            "rope_type": "llama3", "rope_theta": 500000.0, "factor": 8.0,
+            "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+            "original_max_position_embeddings": 48,
+        },
+        attention_dropout=0.0,
+    )
+
+
+def qwen2_bias():
+    return Qwen2ForCausalLM, Qwen2Config(
+        vocab_size=104, hidden_size=64, intermediate_size=96,
+        num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+        max_position_embeddings=64, rms_norm_eps=1e-6, tie_word_embeddings=False,
+        rope_parameters={"rope_type": "default", "rope_theta": 1000000.0},
+        use_sliding_window=False, max_window_layers=2, attention_dropout=0.0,
+    )
+
+
+def mistral_sliding():
+    return MistralForCausalLM, MistralConfig(
+        vocab_size=120, hidden_size=64, intermediate_size=128,
+        num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+        max_position_embeddings=64, rms_norm_eps=1e-5, tie_word_embeddings=False,
+        rope_parameters={"rope_type": "default", "rope_theta": 10000.0},
+        sliding_window=5, attention_dropout=0.0,
+    )
+
+
+def neox(parallel, rotary_fraction):
+    return GPTNeoXForCausalLM, GPTNeoXConfig(
+        vocab_size=100, hidden_size=64, intermediate_size=128,
+        num_hidden_layers=2, num_attention_heads=4,
+        max_position_embeddings=64, layer_norm_eps=1e-5, hidden_act="gelu",
+        use_parallel_residual=parallel, tie_word_embeddings=False,
+        rope_parameters={"rope_type": "default", "rope_theta": 10000.0,
+                         "partial_rotary_factor": rotary_fraction},
+        attention_dropout=0.0, hidden_dropout=0.0,
+    )
+
+
+CASES = {
+    "llama_gqa": llama_gqa,
+    "smollm2_tied": smollm2_tied,
+    "llama3_rope_scaling": llama3_rope_scaling,
+    "qwen2_bias": qwen2_bias,
+    "mistral_sliding": mistral_sliding,
+    "neox_parallel": lambda: neox(True, 0.25),
+    "neox_sequential": lambda: neox(False, 0.5),
+}
+
+
+def build(case):
+    model_cls, config = CASES[case]()
+    config._attn_implementation = "eager"
+    model = model_cls(config).float()
+    assert model.config._attn_implementation == "eager"
+    for m in model.modules():
+        if isinstance(m, torch.nn.Dropout):
+            assert m.p == 0.0, f"{case}: dropout {m.p}"
+    return model
+
+
+def is_norm(module):
+    return isinstance(module, torch.nn.LayerNorm) or "RMSNorm" in type(module).__name__
+
+
+@torch.no_grad()
+def randomise(model, gen):
+    """Gives every parameter a non-trivial value (HF init leaves biases at 0 and norms at 1)."""
+    done = set()
+    for module in model.modules():
+        for name, p in module.named_parameters(recurse=False):
+            if id(p) in done:
+                continue
+            done.add(id(p))
+            noise = torch.randn(p.shape, generator=gen, dtype=torch.float64)
+            if is_norm(module) and name == "weight":
+                value = 1.0 + 0.1 * noise
+            elif name == "bias":
+                value = 0.1 * noise
+            else:
+                value = WEIGHT_STD * noise
+            p.copy_(value.to(p.dtype))
+    assert len(done) == len(list(model.parameters()))
+
+
+def make_inputs(vocab, gen):
+    input_ids = torch.randint(0, vocab, (BATCH, SEQ), generator=gen, dtype=torch.int64)
+    labels = input_ids.clone()
+    labels[0, :3] = -100
+    picks = torch.randperm(SEQ - 1, generator=gen)[:2] + 1  # positions 1..T-1 of row 1
+    labels[1, picks] = -100
+    return input_ids, labels
+
+
+def forward_backward(model, input_ids, labels):
+    model.train()
+    model.zero_grad(set_to_none=True)
+    out = model(input_ids=input_ids, labels=labels)
+    out.loss.backward()
+    grads = {n: p.grad.detach().clone() for n, p in model.named_parameters()}
+    return out.logits.detach(), out.loss.detach(), grads
+
+
+def rel(a, b):
+    a, b = a.double(), b.double()
+    return ((a - b).norm() / b.norm().clamp_min(1e-30)).item()
+
+
+def dir_size(path):
+    return sum(f.stat().st_size for f in path.iterdir() if f.is_file())
+
+
+def check_rope(case, model):
+    if case != "llama3_rope_scaling":
+        return
+    rope = model.model.rotary_emb
+    cfg = model.config
+    dim = cfg.head_dim
+    theta = cfg.rope_parameters["rope_theta"]
+    plain = 1.0 / (theta ** (torch.arange(0, dim, 2, dtype=torch.float64) / dim))
+    scaled = rope.inv_freq.double()
+    ratio = plain / scaled
+    print(f"  [{case}] unscaled inv_freq: {[f'{x:.4g}' for x in plain.tolist()]}")
+    print(f"  [{case}]   scaled inv_freq: {[f'{x:.4g}' for x in scaled.tolist()]}")
+    print(f"  [{case}]   unscaled/scaled: {[f'{x:.4g}' for x in ratio.tolist()]}")
+    assert (ratio - 1).abs().max() > 0.5, "llama3 scaling has no effect"
+    assert (ratio - 1).abs().min() < 1e-6, "no high-frequency component left untouched"
+    assert ((ratio > 1 + 1e-6) & (ratio < 8 - 1e-6)).any(), "no smoothed component"
+
+
+def check_sliding(case, model, input_ids, labels, loss):
+    if case != "mistral_sliding":
+        return
+    config = copy.deepcopy(model.config)
+    config.sliding_window = None
+    full = type(model)(config).double()
+    full.load_state_dict(model.state_dict())
+    full.train()
+    with torch.no_grad():
+        full_loss = full(input_ids=input_ids, labels=labels).loss.item()
+    print(f"  [{case}] loss with sliding_window=5: {loss:.8f}, with None: {full_loss:.8f}")
+    assert abs(full_loss - loss) > 1e-3, "sliding window has no effect"
+
+
+def check_reload(case, directory, model32, input_ids, labels, logits32):
+    """The written checkpoint must reproduce the model it came from."""
+    reloaded = type(model32).from_pretrained(directory, attn_implementation="eager")
+    reloaded.float().train()
+    with torch.no_grad():
+        logits = reloaded(input_ids=input_ids, labels=labels).logits
+    assert torch.equal(logits, logits32), f"{case}: reloaded checkpoint differs"
+
+
+def make_case(case, seed):
+    directory = OUT / case
+    if directory.exists():
+        shutil.rmtree(directory)
+    directory.mkdir(parents=True)
+
+    torch.manual_seed(seed)
+    gen = torch.Generator().manual_seed(seed)
+    model32 = build(case)
+    randomise(model32, gen)
+    model32.save_pretrained(directory, safe_serialization=True)
+    for f in directory.iterdir():
+        if f.name not in KEEP:
+            f.unlink()
+
+    vocab = model32.config.vocab_size
+    input_ids, labels = make_inputs(vocab, gen)
+
+    logits32, loss32, grads32 = forward_backward(model32, input_ids, labels)
+    model64 = copy.deepcopy(model32).double()
+    logits64, loss64, grads64 = forward_backward(model64, input_ids, labels)
+
+    # Independent float64 loss with HF's convention (shift by one, mean over non -100).
+    own = torch.nn.functional.cross_entropy(
+        logits64[:, :-1].reshape(-1, vocab), labels[:, 1:].reshape(-1), ignore_index=-100)
+    assert abs(own.item() - loss64.item()) < 1e-6 * abs(own.item()), (own.item(), loss64.item())
+
+    check_rope(case, model64)
+    check_sliding(case, model64, input_ids, labels, loss64.item())
+    check_reload(case, directory, model32, input_ids, labels, logits32)
+
+    expected = {
+        "input_ids": input_ids.contiguous(),
+        "labels": labels.contiguous(),
+        "logits": logits64.float().contiguous(),
+        "loss": loss64.float().reshape(()).contiguous(),
+    }
+    for name, g in grads64.items():
+        expected[f"grad.{name}"] = g.float().contiguous()
+    save_file(expected, str(directory / "expected.safetensors"),
+              metadata={"generator": "tools/make_parity_fixtures.py (float64 reference)"})
+
+    # HF's own float32 run against the float64 reference: the noise floor.
+    worst_grad = max(rel(grads32[n], grads64[n]) for n in grads64)
+    print(f"  [{case}] fp32 vs fp64: logits {rel(logits32, logits64):.2e}, "
+          f"loss {rel(loss32, loss64):.2e}, worst grad {worst_grad:.2e} (norm-relative)")
+
+    n_params = sum(p.numel() for p in model32.parameters())
+    return model32, {
+        "case": case, "arch": type(model32).__name__, "params": n_params,
+        "loss": loss64.item(), "log_v": math.log(vocab), "size": dir_size(directory),
+    }
+
+
+def make_eval(model32, directory, seed):
+    """eval.jsonl and eval_expected.json for `ftrun eval` (llama_gqa)."""
+    gen = torch.Generator().manual_seed(seed)
+    vocab = model32.config.vocab_size
+    rows = []
+    for i, length in enumerate([5, 11, 20, 8]):
+        ids = torch.randint(0, vocab, (length,), generator=gen).tolist()
+        row = {"input_ids": ids}
+        if i == 1:
+            row["labels"] = [-100] * 4 + ids[4:]  # prompt-masked row
+        elif i == 2:
+            labels = list(ids)
+            for j in (0, 3, 7, 8, 15):
+                labels[j] = -100
+            row["labels"] = labels
+        rows.append(row)
+
+    model64 = copy.deepcopy(model32).double().eval()
+    total, count = 0.0, 0
+    with torch.no_grad():
+        for row in rows:
+            ids = torch.tensor([row["input_ids"]])
+            labels = torch.tensor([row.get("labels", row["input_ids"])])
+            out = model64(input_ids=ids, labels=labels)
+            targets = labels[0, 1:]
+            mask = targets != -100
+            logp = torch.log_softmax(out.logits[0, :-1].double(), dim=-1)
+            nll = -logp[mask].gather(1, targets[mask][:, None]).sum().item()
+            n = int(mask.sum())
+            assert abs(nll / n - out.loss.item()) < 1e-6 * (nll / n)
+            total += nll
+            count += n
+    loss = total / count
+    with open(directory / "eval.jsonl", "w") as f:
+        for row in rows:
+            f.write(json.dumps(row) + "\n")
+    with open(directory / "eval_expected.json", "w") as f:
+        json.dump({"loss": loss, "tokens": count, "perplexity": math.exp(loss)}, f, indent=2)
+        f.write("\n")
+    print(f"  [eval] {len(rows)} rows, {count} scored tokens, loss {loss:.8f}, "
+          f"perplexity {math.exp(loss):.6f}")
+
+
+def verify(directory):
+    """Reads the outputs back with safetensors and checks names, dtypes, shapes."""
+    with safe_open(str(directory / "model.safetensors"), "pt") as f:
+        weights = {k: f.get_tensor(k) for k in f.keys()}
+    with safe_open(str(directory / "expected.safetensors"), "pt") as f:
+        exp = {k: f.get_tensor(k) for k in f.keys()}
+    assert all(t.dtype == torch.float32 for t in weights.values())
+    assert exp["input_ids"].dtype == torch.int64 and exp["input_ids"].shape == (BATCH, SEQ)
+    assert exp["labels"].dtype == torch.int64 and exp["labels"].shape == (BATCH, SEQ)
+    assert exp["logits"].dtype == torch.float32 and exp["logits"].shape[:2] == (BATCH, SEQ)
+    assert exp["loss"].dtype == torch.float32 and exp["loss"].shape == ()
+    grads = {k[5:]: v for k, v in exp.items() if k.startswith("grad.")}
+    assert all(v.dtype == torch.float32 for v in grads.values())
+    assert all(torch.isfinite(v).all() and v.abs().max() > 0 for v in grads.values())
+    return weights, grads
+
+
+def main():
+    hf_logging.disable_progress_bar()
+    torch.set_num_threads(1)
+    torch.use_deterministic_algorithms(True)
+    OUT.mkdir(parents=True, exist_ok=True)
+    rows = []
+    for seed, case in enumerate(CASES, start=1234):
+        print(f"{case}:")
+        model32, row = make_case(case, seed)
+        if case == "llama_gqa":
+            make_eval(model32, OUT / case, seed + 1000)
+            row["size"] = dir_size(OUT / case)
+        weights, grads = verify(OUT / case)
+        only_w = sorted(set(weights) - set(grads))
+        only_g = sorted(set(grads) - set(weights))
+        if only_w or only_g:
+            print(f"  [{case}] names only in model.safetensors: {only_w}; only in grads: {only_g}")
+        assert row["size"] < 2 * 1024 * 1024, f"{case} is {row['size']} bytes"
+        rows.append(row)
+
+    print()
+    print(f"{'case':<22}{'architecture':<22}{'params':>8}{'loss':>12}{'log(V)':>9}{'size':>11}")
+    for r in rows:
+        print(f"{r['case']:<22}{r['arch']:<22}{r['params']:>8}{r['loss']:>12.6f}"
+              f"{r['log_v']:>9.4f}{r['size'] / 1024:>8.1f} KiB")
+
+
+if __name__ == "__main__":
+    main()
