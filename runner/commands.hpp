@@ -19,4 +19,13 @@ struct TrainOptions {
 };
 int run_train(const TrainOptions& options);
 
+struct EvalOptions {
+  std::string model;          // HF model directory
+  std::string data;           // JSONL of pre-tokenized rows
+  std::string dtype = "float32";
+  long max_tokens = 2048;     // tokens packed into one forward pass
+  bool json = false;
+};
+int run_eval(const EvalOptions& options);
+
 }  // namespace ftrun

@@ -23,6 +23,19 @@ int main(int argc, char** argv) {
   train->add_option("--plugin", train_options.plugins, "Also load this plugin file (repeatable)");
   train->add_flag("--dry-run", train_options.dry_run, "Print the resolved recipe, the plan and the launch command");
 
+  ftrun::EvalOptions eval_options;
+  auto* eval = app.add_subcommand("eval", "Mean loss and perplexity of a model over pre-tokenized JSONL rows");
+  eval->add_option("--model", eval_options.model, "HF model directory (config.json, model.safetensors)")->required();
+  eval->add_option("--data", eval_options.data, "JSONL file: {\"input_ids\": [...], \"labels\": [...]} per line")
+      ->required();
+  eval->add_option("--dtype", eval_options.dtype, "Compute dtype")
+      ->check(CLI::IsMember({"float32", "bfloat16"}))
+      ->capture_default_str();
+  eval->add_option("--max-tokens", eval_options.max_tokens, "Tokens packed into one forward pass")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  eval->add_flag("--json", eval_options.json, "Print one JSON object instead of lines");
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {
@@ -38,5 +51,6 @@ int main(int argc, char** argv) {
 
   if (*plugins) return ftrun::run_plugins(plugins_options);
   if (*train) return ftrun::run_train(train_options);
+  if (*eval) return ftrun::run_eval(eval_options);
   return ftrun::bad_input;
 }

@@ -4,6 +4,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cmath>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -198,4 +199,63 @@ TEST_CASE("every stock recipe names its launch command and resolves") {
     CHECK(r.err.empty());
   }
   CHECK(count >= 3);
+}
+
+TEST_CASE("ftrun eval reports HF's loss and perplexity over pre-tokenized rows") {
+  const std::string model = fixtures + "/parity/llama_gqa";
+  std::ifstream expected_file(model + "/eval_expected.json");
+  std::string expected_text{std::istreambuf_iterator<char>(expected_file), {}};
+  auto number_after = [](const std::string& text, const std::string& key) {
+    return std::stod(text.substr(text.find("\"" + key + "\"") + key.size() + 3));
+  };
+  double want = number_after(expected_text, "loss");
+  // Packing many rows per pass or one row per pass gives the same result.
+  for (const char* max_tokens : {"2048", "3"}) {
+    CAPTURE(max_tokens);
+    Run r = ftrun("eval --model " + model + " --data " + model + "/eval.jsonl --json --max-tokens " + max_tokens);
+    REQUIRE(r.code == 0);
+    CHECK(std::abs(number_after(r.out, "loss") - want) / want < 1e-5);
+    CHECK(r.out.find("\"tokens\":33") != std::string::npos);
+    CHECK(r.err.empty());  // no progress bar when stderr is not a terminal
+  }
+}
+
+TEST_CASE("ftrun eval refuses bad rows and bad models with one line naming the place") {
+  const std::string model = fixtures + "/parity/llama_gqa";
+  auto data = [](const std::string& text) {
+    fs::create_directories(scratch);
+    std::ofstream(scratch / "rows.jsonl") << text;
+    return (scratch / "rows.jsonl").string();
+  };
+  struct Case {
+    std::string rows, message;
+  };
+  for (const Case& c : {Case{"{\"input_ids\": [1, 2]}\n{\"text\": \"hi\"}\n", "rows.jsonl:2: row has no \"input_ids\""},
+                        Case{"{\"input_ids\": [1, 2\n", "rows.jsonl:1: not valid JSON"},
+                        Case{"{\"input_ids\": [1, 999]}\n", "token id 999 is outside the model's vocabulary [0, 128)"},
+                        Case{"{\"input_ids\": [1, 2], \"labels\": [1]}\n", "\"labels\" has 1 entries, \"input_ids\" 2"},
+                        Case{"{\"input_ids\": [1, 2], \"labels\": [-100, -100]}\n", "no scored tokens"},
+                        Case{"", "no rows"}}) {
+    CAPTURE(c.message);
+    Run r = ftrun("eval --model " + model + " --data " + data(c.rows));
+    CHECK(r.code == 2);
+    CHECK(one_line(r.err));
+    CHECK(r.err.find(c.message) != std::string::npos);
+  }
+  Run unknown = ftrun("eval --model " + fixtures + "/models/unknown-arch --data " + data("{\"input_ids\": [1]}\n"));
+  CHECK(unknown.code == 2);
+  CHECK(one_line(unknown.err));
+  CHECK(unknown.err.find("architecture \"FalconForCausalLM\" is not supported") != std::string::npos);
+
+  // A truncated weight file.
+  fs::path cut = scratch / "truncated-model";
+  fs::create_directories(cut);
+  fs::copy_file(model + "/config.json", cut / "config.json", fs::copy_options::overwrite_existing);
+  std::ifstream whole(model + "/model.safetensors", std::ios::binary);
+  std::string bytes{std::istreambuf_iterator<char>(whole), {}};
+  std::ofstream(cut / "model.safetensors", std::ios::binary) << bytes.substr(0, bytes.size() / 2);
+  Run truncated = ftrun("eval --model " + cut.string() + " --data " + data("{\"input_ids\": [1, 2]}\n"));
+  CHECK(truncated.code == 2);
+  CHECK(one_line(truncated.err));
+  CHECK(truncated.err.find("model.safetensors") != std::string::npos);
 }

@@ -4,9 +4,11 @@
 // attention with grouped-query heads, SwiGLU MLP) and differ only in options
 // that config.json carries.
 #include <array>
+#include <string>
 #include <string_view>
 
 #include "ft/models/family.hpp"
+#include "ft/models/weight_map.hpp"
 
 namespace ft::models {
 
@@ -18,6 +20,63 @@ struct Llama : Policy {
   static constexpr std::array<std::string_view, 7> linear_modules{
       "q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"};
   static constexpr std::array<std::string_view, 2> default_lora_targets{"q_proj", "v_proj"};
+
+  static ModelSpec describe(const ConfigReader& json) {
+    TransformerConfig c;
+    c.architecture = json.architecture();
+    c.vocab_size = json.required_int("vocab_size");
+    c.hidden_size = json.required_int("hidden_size");
+    c.intermediate_size = json.required_int("intermediate_size");
+    c.num_layers = json.required_int("num_hidden_layers");
+    c.num_heads = json.required_int("num_attention_heads");
+    c.num_kv_heads = json.optional_int("num_key_value_heads", c.num_heads);
+    c.head_dim = json.optional_int("head_dim", c.hidden_size / c.num_heads);
+    if (c.num_heads % c.num_kv_heads != 0)
+      json.fail("num_attention_heads (" + std::to_string(c.num_heads) + ") must be a multiple of num_key_value_heads (" +
+                std::to_string(c.num_kv_heads) + ")");
+    c.norm = nn::NormKind::rms;
+    c.norm_eps = json.number("rms_norm_eps", 1e-6);
+    c.activation = nn::activation_from_hf(json.string("hidden_act", "silu"));
+    c.gated_mlp = true;
+    bool qwen2 = c.architecture == "Qwen2ForCausalLM";
+    bool attention_bias = json.flag("attention_bias", false);
+    c.qkv_bias = qwen2 || attention_bias;  // Qwen2 always has q/k/v biases, never an o bias
+    c.o_bias = attention_bias;
+    c.mlp_bias = json.flag("mlp_bias", false);
+    c.tie_embeddings = json.flag("tie_word_embeddings", false);
+    c.rope = read_rope(json, c.head_dim, 1.0);
+    c.sliding_window = read_sliding_windows(json, c.num_layers);
+    c.max_position_embeddings = json.optional_int("max_position_embeddings", 0);
+
+    ModelSpec spec{c, {}};
+    auto bind = [&](std::string hf, std::string param, index_t row = 0) {
+      spec.weights.push_back({std::move(hf), std::move(param), row});
+    };
+    const index_t q_rows = c.num_heads * c.head_dim, kv_rows = c.num_kv_heads * c.head_dim;
+    bind("model.embed_tokens.weight", "embed.weight");
+    for (index_t i = 0; i < c.num_layers; ++i) {
+      std::string hf = "model.layers." + std::to_string(i) + ".", ft = "layers." + std::to_string(i) + ".";
+      bind(hf + "input_layernorm.weight", ft + "attn_norm.weight");
+      for (const char* kind : {"weight", "bias"}) {
+        if (std::string_view(kind) == "bias" && !c.qkv_bias) continue;
+        bind(hf + "self_attn.q_proj." + kind, ft + "qkv." + kind, 0);
+        bind(hf + "self_attn.k_proj." + kind, ft + "qkv." + kind, q_rows);
+        bind(hf + "self_attn.v_proj." + kind, ft + "qkv." + kind, q_rows + kv_rows);
+      }
+      bind(hf + "self_attn.o_proj.weight", ft + "o.weight");
+      if (c.o_bias) bind(hf + "self_attn.o_proj.bias", ft + "o.bias");
+      bind(hf + "post_attention_layernorm.weight", ft + "mlp_norm.weight");
+      for (const char* kind : {"weight", "bias"}) {
+        if (std::string_view(kind) == "bias" && !c.mlp_bias) continue;
+        bind(hf + "mlp.gate_proj." + kind, ft + "mlp_in." + kind, 0);
+        bind(hf + "mlp.up_proj." + kind, ft + "mlp_in." + kind, c.intermediate_size);
+        bind(hf + "mlp.down_proj." + kind, ft + "mlp_out." + kind);
+      }
+    }
+    bind("model.norm.weight", "final_norm.weight");
+    if (!c.tie_embeddings) bind("lm_head.weight", "lm_head.weight");
+    return spec;
+  }
 };
 static_assert(model_family<Llama>);
 

@@ -1,0 +1,599 @@
+#pragma once
+// Reading and writing safetensors, the format HF stores model weights in.
+//
+//   bytes [0, 8)        N, the header length: a little-endian u64
+//   bytes [8, 8 + N)    the header: UTF-8 JSON, possibly padded with trailing spaces
+//   bytes [8 + N, end)  the data: every tensor's elements, row-major, little-endian
+//
+// The header is one JSON object. Each key but one names a tensor:
+//   "model.norm.weight": {"dtype": "F32", "shape": [64], "data_offsets": [begin, end]}
+// where [begin, end) is a byte range relative to the start of the data, and
+// end - begin = product(shape) * size of dtype (a scalar has shape [], product 1).
+// The one other key, "__metadata__", is optional and maps strings to strings.
+// dtypes: F64 F32 F16 BF16 F8_E4M3 F8_E5M2, I64 I32 I16 I8, U64 U32 U16 U8, BOOL.
+// A sharded model is several such files plus model.safetensors.index.json, whose
+// "weight_map" names the shard file that holds each tensor.
+//
+// Why it is built this way: weights are gigabytes, so files are mapped read-only
+// and tensors are views into the mapping; nothing is copied until a caller asks
+// for elements in its own type (copy_elements). Every view keeps the mapping
+// alive through a shared_ptr, so no view can outlive the bytes it points at.
+// Everything in a file is checked on open, once, so that later reads can trust
+// it; a file truncated by another process while mapped can still fault (SIGBUS),
+// which no reader of a mapping can prevent. Writes go to a temporary file that is
+// renamed into place, so a crash never leaves half a file under the final name
+// and readers holding the old file keep reading the old bytes.
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <bit>
+#include <cerrno>
+#include <concepts>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <limits>
+#include <map>
+#include <memory>
+#include <set>
+#include <span>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "ft/core/error.hpp"
+#include "ft/core/half.hpp"
+#include "ft/core/numeric.hpp"
+
+namespace ft::io {
+
+static_assert(std::endian::native == std::endian::little,
+              "safetensors data is little-endian and is read in place");
+
+struct TensorView {  // one tensor in a mapped file
+  std::string name;
+  std::string dtype;  // as the file spells it: "F32", "BF16", ...
+  std::vector<std::int64_t> shape;
+  std::span<const std::byte> bytes;
+  std::shared_ptr<const void> mapping;  // keeps `bytes` valid for as long as this view lives
+
+  std::int64_t numel() const {
+    std::int64_t n = 1;
+    for (std::int64_t d : shape) n *= d;
+    return n;
+  }
+};
+
+struct TensorToWrite {
+  std::string name;
+  std::string dtype;
+  std::vector<std::int64_t> shape;
+  std::span<const std::byte> bytes;
+};
+
+namespace detail {
+
+// 0 for a dtype this reader does not know.
+inline std::size_t dtype_size(std::string_view dtype) {
+  static const std::map<std::string_view, std::size_t> sizes = {
+      {"F64", 8}, {"F32", 4},     {"F16", 2},     {"BF16", 2}, {"F8_E4M3", 1}, {"F8_E5M2", 1},
+      {"I64", 8}, {"I32", 4},     {"I16", 2},     {"I8", 1},   {"U64", 8},     {"U32", 4},
+      {"U16", 2}, {"U8", 1},      {"BOOL", 1}};
+  auto it = sizes.find(dtype);
+  return it == sizes.end() ? 0 : it->second;
+}
+
+inline constexpr std::string_view known_dtypes =
+    "F64, F32, F16, BF16, F8_E4M3, F8_E5M2, I64, I32, I16, I8, U64, U32, U16, U8, BOOL";
+
+// Names come from files and callers; quoting them as JSON keeps a message on one
+// line whatever they contain.
+inline std::string quoted(std::string_view s) {
+  return nlohmann::json(std::string(s)).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+}
+
+inline std::string shape_string(const std::vector<std::int64_t>& shape) {
+  std::string s = "[";
+  for (std::size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
+  return s + "]";
+}
+
+inline std::string range_string(std::uint64_t begin, std::uint64_t end) {
+  return "[" + std::to_string(begin) + ", " + std::to_string(end) + ")";
+}
+
+struct Mapping {
+  void* address = nullptr;
+  std::size_t size = 0;
+  Mapping(void* a, std::size_t s) : address(a), size(s) {}
+  Mapping(const Mapping&) = delete;
+  Mapping& operator=(const Mapping&) = delete;
+  ~Mapping() { ::munmap(address, size); }
+  const std::byte* data() const { return static_cast<const std::byte*>(address); }
+};
+
+struct Fd {
+  int fd = -1;
+  explicit Fd(int f) : fd(f) {}
+  Fd(const Fd&) = delete;
+  Fd& operator=(const Fd&) = delete;
+  ~Fd() {
+    if (fd >= 0) ::close(fd);
+  }
+};
+
+// Product of the dimensions times the element size, or false if it overflows.
+inline bool byte_size(const std::vector<std::int64_t>& shape, std::size_t element_size, std::uint64_t& out) {
+  std::uint64_t n = element_size;
+  for (std::int64_t d : shape)
+    if (d == 0) n = 0;
+  if (n == 0) {
+    out = 0;
+    return true;
+  }
+  for (std::int64_t d : shape)
+    if (__builtin_mul_overflow(n, static_cast<std::uint64_t>(d), &n)) return false;
+  if (n > static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max())) return false;
+  out = n;
+  return true;
+}
+
+template <class T> constexpr std::string_view type_name() {
+  if constexpr (std::same_as<T, float>) return "float";
+  else if constexpr (std::same_as<T, double>) return "double";
+  else if constexpr (std::same_as<T, bf16>) return "bf16";
+  else if constexpr (std::same_as<T, f16>) return "f16";
+  else if constexpr (std::same_as<T, std::int64_t>) return "int64";
+  else return "int32";
+}
+
+}  // namespace detail
+
+class SafetensorsFile {
+public:
+  static SafetensorsFile open(const std::filesystem::path& file) {
+    SafetensorsFile result;
+    result.path_ = file;
+    result.map_file();
+    result.parse_header();
+    return result;
+  }
+
+  const std::filesystem::path& path() const { return path_; }
+  const std::vector<TensorView>& tensors() const { return tensors_; }  // in file order of offsets
+  const std::map<std::string, std::string>& metadata() const { return metadata_; }
+
+  const TensorView* find(std::string_view name) const {
+    auto it = index_.find(name);
+    return it == index_.end() ? nullptr : &tensors_[it->second];
+  }
+
+  const TensorView& at(std::string_view name) const {
+    if (const TensorView* t = find(name)) return *t;
+    throw Error(path_.string() + ": no tensor " + detail::quoted(name));
+  }
+
+private:
+  std::filesystem::path path_;
+  std::shared_ptr<const detail::Mapping> mapping_;
+  std::vector<TensorView> tensors_;
+  std::map<std::string, std::size_t, std::less<>> index_;
+  std::map<std::string, std::string> metadata_;
+
+  [[noreturn]] void fail(const std::string& what) const { throw Error(path_.string() + ": " + what); }
+
+  void map_file() {
+    detail::Fd fd(::open(path_.c_str(), O_RDONLY | O_CLOEXEC));
+    if (fd.fd < 0) fail(std::string("cannot be opened (") + std::strerror(errno) + ")");
+    struct stat st {};
+    if (::fstat(fd.fd, &st) != 0) fail(std::string("cannot be read (") + std::strerror(errno) + ")");
+    if (S_ISDIR(st.st_mode)) fail("is a directory, not a safetensors file");
+    if (!S_ISREG(st.st_mode)) fail("is not a regular file");
+    auto size = static_cast<std::size_t>(st.st_size);
+    // mmap refuses a zero length, and such a file has no header length anyway.
+    if (size < 8)
+      fail("is " + std::to_string(size) + " bytes, too short for the 8-byte header length of a safetensors file");
+    void* address = ::mmap(nullptr, size, PROT_READ, MAP_PRIVATE, fd.fd, 0);
+    if (address == MAP_FAILED) fail(std::string("cannot be mapped (") + std::strerror(errno) + ")");
+    try {
+      mapping_ = std::make_shared<const detail::Mapping>(address, size);
+    } catch (...) {
+      ::munmap(address, size);
+      throw;
+    }
+  }
+
+  void parse_header() {
+    const std::byte* base = mapping_->data();
+    const std::size_t size = mapping_->size;
+    std::uint64_t header_size = 0;
+    std::memcpy(&header_size, base, 8);
+    constexpr std::uint64_t max_header = 100'000'000;  // the limit HF's own reader sets
+    if (header_size > max_header)
+      fail("header length " + std::to_string(header_size) + " is absurd (more than " +
+           std::to_string(max_header) + " bytes); this is not a safetensors file");
+    if (header_size > size - 8)
+      fail("header length " + std::to_string(header_size) + " runs past the end of the file (" +
+           std::to_string(size) + " bytes); the file is truncated or not safetensors");
+
+    const char* text = reinterpret_cast<const char*>(base + 8);
+    nlohmann::json header;
+    try {
+      header = nlohmann::json::parse(text, text + header_size);
+    } catch (const nlohmann::json::parse_error& e) {
+      fail("header is not valid JSON (byte " + std::to_string(e.byte) + " of " + std::to_string(header_size) + ")");
+    } catch (const nlohmann::json::exception&) {
+      fail("header is not valid JSON");
+    }
+    if (!header.is_object()) fail("header is not a JSON object mapping tensor names to tensors");
+
+    const std::byte* data = base + 8 + header_size;
+    const std::uint64_t data_size = size - 8 - header_size;
+    std::vector<std::pair<std::uint64_t, std::uint64_t>> ranges;  // parallel to tensors_ until sorted
+    for (auto& [key, value] : header.items()) {
+      if (key == "__metadata__") {
+        read_metadata(value);
+        continue;
+      }
+      auto [begin, end] = read_entry(key, value, data_size);
+      TensorView& t = tensors_.back();
+      t.bytes = std::span<const std::byte>(data + begin, end - begin);
+      t.mapping = mapping_;
+      ranges.emplace_back(begin, end);
+    }
+
+    std::vector<std::size_t> order(tensors_.size());
+    for (std::size_t i = 0; i < order.size(); ++i) order[i] = i;
+    std::sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) {
+      return ranges[a] != ranges[b] ? ranges[a] < ranges[b] : tensors_[a].name < tensors_[b].name;
+    });
+    // Sorted by begin, a tensor overlaps an earlier one exactly when it begins
+    // before the furthest end seen so far; empty tensors occupy no bytes.
+    std::size_t furthest = order.size();
+    for (std::size_t i : order) {
+      auto [begin, end] = ranges[i];
+      if (begin == end) continue;
+      if (furthest != order.size() && begin < ranges[furthest].second)
+        fail("tensors " + detail::quoted(tensors_[furthest].name) + " " +
+             detail::range_string(ranges[furthest].first, ranges[furthest].second) + " and " +
+             detail::quoted(tensors_[i].name) + " " + detail::range_string(begin, end) + " overlap");
+      if (furthest == order.size() || end > ranges[furthest].second) furthest = i;
+    }
+
+    std::vector<TensorView> sorted;
+    sorted.reserve(order.size());
+    for (std::size_t i : order) sorted.push_back(std::move(tensors_[i]));
+    tensors_ = std::move(sorted);
+    for (std::size_t i = 0; i < tensors_.size(); ++i) index_.emplace(tensors_[i].name, i);
+  }
+
+  void read_metadata(const nlohmann::json& value) {
+    if (!value.is_object()) fail("\"__metadata__\" must be an object mapping strings to strings");
+    for (auto& [k, v] : value.items()) {
+      if (!v.is_string())
+        fail("\"__metadata__\" entry " + detail::quoted(k) + " must be a string, not " + v.type_name());
+      metadata_[k] = v.get<std::string>();
+    }
+  }
+
+  // Appends the tensor to tensors_ (bytes not yet set) and returns its data range.
+  std::pair<std::uint64_t, std::uint64_t> read_entry(const std::string& name, const nlohmann::json& entry,
+                                                     std::uint64_t data_size) {
+    const std::string who = "tensor " + detail::quoted(name);
+    if (!entry.is_object())
+      fail(who + " must be an object with \"dtype\", \"shape\" and \"data_offsets\", not " + entry.type_name());
+    for (const char* field : {"dtype", "shape", "data_offsets"})
+      if (!entry.contains(field)) fail(who + " has no \"" + field + "\"");
+
+    const nlohmann::json& dtype = entry["dtype"];
+    if (!dtype.is_string()) fail(who + " has a \"dtype\" that is not a string");
+    const std::string dtype_name = dtype.get<std::string>();
+    const std::size_t element_size = detail::dtype_size(dtype_name);
+    if (element_size == 0)
+      fail(who + " has unknown dtype " + detail::quoted(dtype_name) + " (known: " +
+           std::string(detail::known_dtypes) + ")");
+
+    const nlohmann::json& shape_json = entry["shape"];
+    if (!shape_json.is_array()) fail(who + " has a \"shape\" that is not a list of integers");
+    std::vector<std::int64_t> shape;
+    for (const nlohmann::json& d : shape_json) {
+      if (d.is_number_unsigned()) {
+        if (d.get<std::uint64_t>() > static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max()))
+          fail(who + " has a dimension too large: " + d.dump());
+        shape.push_back(static_cast<std::int64_t>(d.get<std::uint64_t>()));
+      } else if (d.is_number_integer()) {
+        shape.push_back(d.get<std::int64_t>());
+      } else {
+        fail(who + " has a \"shape\" that is not a list of integers");
+      }
+    }
+    for (std::int64_t d : shape)
+      if (d < 0) fail(who + " has negative dimension " + std::to_string(d) + " in shape " + detail::shape_string(shape));
+
+    const nlohmann::json& offsets = entry["data_offsets"];
+    if (!offsets.is_array() || offsets.size() != 2 || !offsets[0].is_number_unsigned() ||
+        !offsets[1].is_number_unsigned())
+      fail(who + " has \"data_offsets\" that are not a pair of non-negative integers [begin, end]");
+    const auto begin = offsets[0].get<std::uint64_t>();
+    const auto end = offsets[1].get<std::uint64_t>();
+    if (end < begin) fail(who + " data " + detail::range_string(begin, end) + " ends before it begins");
+    if (end > data_size)
+      fail(who + " data " + detail::range_string(begin, end) + " runs past the end of the data (" +
+           std::to_string(data_size) + " bytes)");
+
+    std::uint64_t expected = 0;
+    if (!detail::byte_size(shape, element_size, expected))
+      fail(who + " has shape " + detail::shape_string(shape) + ", too large to address");
+    if (end - begin != expected)
+      fail(who + " data " + detail::range_string(begin, end) + " is " + std::to_string(end - begin) +
+           " bytes, but shape " + detail::shape_string(shape) + " of " + dtype_name + " needs " +
+           std::to_string(expected));
+
+    TensorView t;
+    t.name = name;
+    t.dtype = dtype_name;
+    t.shape = std::move(shape);
+    tensors_.push_back(std::move(t));
+    return {begin, end};
+  }
+};
+
+// Converting copy of a tensor's elements into T. Floating destinations accept any
+// floating source (F64, F32, F16, BF16) and round to T; integer destinations
+// accept I64 and I32 and refuse a value that does not fit.
+template <class T>
+  requires element<T> || std::same_as<T, std::int64_t> || std::same_as<T, std::int32_t>
+void copy_elements(const SafetensorsFile& file, const TensorView& t, T* out, std::int64_t count) {
+  auto fail = [&](const std::string& what) {
+    throw Error(file.path().string() + ": tensor " + detail::quoted(t.name) + " " + what);
+  };
+  if (t.numel() != count)
+    fail("has " + std::to_string(t.numel()) + " elements (shape " + detail::shape_string(t.shape) + "), but " +
+         std::to_string(count) + " were asked for");
+
+  // The mapping has no alignment guarantee for a 2- or 8-byte element, so each
+  // element is read with memcpy, which compiles to a plain load.
+  auto convert = [&]<class Source>() {
+    const std::byte* src = t.bytes.data();
+    for (std::int64_t i = 0; i < count; ++i) {
+      Source s;
+      std::memcpy(&s, src + i * std::int64_t(sizeof(Source)), sizeof(Source));
+      if constexpr (std::same_as<Source, T>) {
+        out[i] = s;
+      } else if constexpr (std::integral<T>) {
+        if (!std::in_range<T>(s))
+          fail("has value " + std::to_string(s) + " at element " + std::to_string(i) + ", which does not fit in " +
+               std::string(detail::type_name<T>()));
+        out[i] = static_cast<T>(s);
+      } else if constexpr (std::same_as<Source, double>) {
+        out[i] = T(s);
+      } else {
+        out[i] = T(static_cast<float>(s));  // f16 and bf16 widen to float exactly
+      }
+    }
+  };
+
+  const std::string& d = t.dtype;
+  if constexpr (std::integral<T>) {
+    if (d == "I64") return convert.template operator()<std::int64_t>();
+    if (d == "I32") return convert.template operator()<std::int32_t>();
+  } else {
+    if (d == "F32") return convert.template operator()<float>();
+    if (d == "F64") return convert.template operator()<double>();
+    if (d == "BF16") return convert.template operator()<bf16>();
+    if (d == "F16") return convert.template operator()<f16>();
+  }
+  fail("has dtype " + d + ", which cannot be copied into " + std::string(detail::type_name<T>()));
+}
+
+// A model's weights: <dir>/model.safetensors, or the shards that
+// <dir>/model.safetensors.index.json lists. The single file wins when both are
+// present, as it does in transformers.
+class ModelWeights {
+public:
+  static ModelWeights open(const std::filesystem::path& dir) {
+    namespace fs = std::filesystem;
+    std::error_code ec;
+    if (!fs::is_directory(dir, ec))
+      throw Error(dir.string() + ": is not a directory (expected a model directory holding model.safetensors)");
+    ModelWeights w;
+    fs::path single = dir / "model.safetensors";
+    fs::path index = dir / "model.safetensors.index.json";
+    if (fs::exists(single, ec)) {
+      w.source_ = single;
+      w.files_.push_back(SafetensorsFile::open(single));
+      const auto& tensors = w.files_[0].tensors();
+      for (std::size_t i = 0; i < tensors.size(); ++i) w.entries_.emplace(tensors[i].name, Entry{0, i});
+    } else if (fs::exists(index, ec)) {
+      w.source_ = index;
+      w.open_shards(dir);
+    } else {
+      throw Error(dir.string() + ": has neither model.safetensors nor model.safetensors.index.json");
+    }
+    return w;
+  }
+
+  const TensorView* find(std::string_view name) const {
+    auto it = entries_.find(name);
+    return it == entries_.end() ? nullptr : &files_[it->second.file].tensors()[it->second.tensor];
+  }
+
+  const TensorView& at(std::string_view name) const {
+    if (const TensorView* t = find(name)) return *t;
+    throw Error(source_.string() + ": no tensor " + detail::quoted(name));
+  }
+
+  // The file that holds a tensor, which copy_elements names in its errors.
+  const SafetensorsFile& file_of(std::string_view name) const {
+    auto it = entries_.find(name);
+    if (it == entries_.end()) throw Error(source_.string() + ": no tensor " + detail::quoted(name));
+    return files_[it->second.file];
+  }
+
+  std::vector<std::string> names() const {  // sorted
+    std::vector<std::string> result;
+    result.reserve(entries_.size());
+    for (const auto& [name, entry] : entries_) result.push_back(name);
+    return result;
+  }
+
+  // model.safetensors, or the index of a sharded model.
+  const std::filesystem::path& source() const { return source_; }
+  const std::vector<SafetensorsFile>& files() const { return files_; }
+
+private:
+  struct Entry {
+    std::size_t file;
+    std::size_t tensor;
+  };
+  std::filesystem::path source_;
+  std::vector<SafetensorsFile> files_;
+  std::map<std::string, Entry, std::less<>> entries_;  // indices, so that a copy points into itself
+
+  void open_shards(const std::filesystem::path& dir) {
+    const std::string where = source_.string() + ": ";
+    nlohmann::json index;
+    {
+      std::ifstream in(source_);
+      if (!in) throw Error(where + "cannot be opened");
+      try {
+        index = nlohmann::json::parse(in);
+      } catch (const nlohmann::json::parse_error& e) {
+        throw Error(where + "not valid JSON (byte " + std::to_string(e.byte) + ")");
+      } catch (const nlohmann::json::exception&) {
+        throw Error(where + "not valid JSON");
+      }
+    }
+    if (!index.is_object() || !index.contains("weight_map") || !index["weight_map"].is_object())
+      throw Error(where + "has no \"weight_map\" object mapping tensor names to shard files");
+
+    std::map<std::string, std::size_t> shard_file;  // shard name -> index in files_
+    for (auto& [name, shard_json] : index["weight_map"].items()) {
+      if (!shard_json.is_string())
+        throw Error(where + "\"weight_map\" entry " + detail::quoted(name) + " must name a shard file");
+      const std::string shard = shard_json.get<std::string>();
+      // A shard is a file beside the index; anything else would let an index
+      // reach outside the model directory.
+      if (shard.empty() || std::filesystem::path(shard).filename() != shard || shard == "." || shard == "..")
+        throw Error(where + "shard " + detail::quoted(shard) + " for " + detail::quoted(name) +
+                    " must be a file name in the same directory");
+      auto it = shard_file.find(shard);
+      if (it == shard_file.end()) {
+        std::filesystem::path p = dir / shard;
+        std::error_code ec;
+        if (!std::filesystem::exists(p, ec))
+          throw Error(where + "shard " + detail::quoted(shard) + " (holding " + detail::quoted(name) +
+                      ") does not exist");
+        files_.push_back(SafetensorsFile::open(p));
+        it = shard_file.emplace(shard, files_.size() - 1).first;
+      }
+      const SafetensorsFile& file = files_[it->second];
+      const TensorView* t = file.find(name);
+      if (!t)
+        throw Error(file.path().string() + ": no tensor " + detail::quoted(name) + ", which " +
+                    source_.filename().string() + " says this shard holds");
+      entries_.emplace(name, Entry{it->second, static_cast<std::size_t>(t - file.tensors().data())});
+    }
+  }
+};
+
+template <class T>
+  requires element<T> || std::same_as<T, std::int64_t> || std::same_as<T, std::int32_t>
+void copy_elements(const ModelWeights& weights, std::string_view name, T* out, std::int64_t count) {
+  copy_elements(weights.file_of(name), weights.at(name), out, count);
+}
+
+// Writes the tensors in the order given, each starting at an 8-byte-aligned
+// offset (as HF aligns them) so that a reader can use the mapped data in place.
+inline void write_safetensors(const std::filesystem::path& file, const std::vector<TensorToWrite>& tensors,
+                              const std::map<std::string, std::string>& metadata = {}) {
+  const std::string where = file.string() + ": ";
+  auto align = [](std::uint64_t n) { return (n + 7) / 8 * 8; };
+
+  // ordered_json keeps "__metadata__" first and the tensors in data order, for a reader's eye.
+  nlohmann::ordered_json header = nlohmann::ordered_json::object();
+  if (!metadata.empty()) {
+    nlohmann::ordered_json meta = nlohmann::ordered_json::object();
+    for (const auto& [k, v] : metadata) meta[k] = v;
+    header["__metadata__"] = std::move(meta);
+  }
+  std::uint64_t offset = 0;
+  std::set<std::string_view> seen;
+  for (const TensorToWrite& t : tensors) {
+    const std::string who = "cannot write tensor " + detail::quoted(t.name) + ": ";
+    if (t.name == "__metadata__") throw Error(where + who + "the name is reserved for metadata");
+    if (!seen.insert(t.name).second) throw Error(where + who + "the name is given twice");
+    const std::size_t element_size = detail::dtype_size(t.dtype);
+    if (element_size == 0)
+      throw Error(where + who + "unknown dtype " + detail::quoted(t.dtype) + " (known: " +
+                  std::string(detail::known_dtypes) + ")");
+    for (std::int64_t d : t.shape)
+      if (d < 0) throw Error(where + who + "negative dimension in shape " + detail::shape_string(t.shape));
+    std::uint64_t expected = 0;
+    if (!detail::byte_size(t.shape, element_size, expected))
+      throw Error(where + who + "shape " + detail::shape_string(t.shape) + " is too large to address");
+    if (expected != t.bytes.size())
+      throw Error(where + who + "it has " + std::to_string(t.bytes.size()) + " bytes, but shape " +
+                  detail::shape_string(t.shape) + " of " + t.dtype + " needs " + std::to_string(expected));
+    offset = align(offset);
+    nlohmann::ordered_json entry = nlohmann::ordered_json::object();
+    entry["dtype"] = t.dtype;
+    entry["shape"] = t.shape;
+    entry["data_offsets"] = {offset, offset + expected};
+    header[t.name] = std::move(entry);
+    offset += expected;
+  }
+  std::string text;
+  try {
+    text = header.dump();
+  } catch (const nlohmann::json::exception&) {
+    throw Error(where + "cannot be written: tensor names and metadata must be valid UTF-8");
+  }
+  text.resize(align(text.size()), ' ');  // 8 + header keeps the data 8-byte aligned in the file
+
+  std::filesystem::path tmp = file;
+  tmp += ".tmp-" + std::to_string(::getpid());
+  auto fail = [&](const std::string& what) {
+    std::string why = what + ": " + std::strerror(errno);
+    ::unlink(tmp.c_str());
+    throw Error(where + "cannot be written (" + why + ")");
+  };
+  detail::Fd fd(::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
+  if (fd.fd < 0) fail("creating " + tmp.filename().string());
+  auto put = [&](const void* data, std::size_t size) {
+    const char* p = static_cast<const char*>(data);
+    while (size > 0) {
+      ssize_t n = ::write(fd.fd, p, size);
+      if (n < 0 && errno == EINTR) continue;
+      if (n < 0) fail("writing " + tmp.filename().string());
+      p += n;
+      size -= static_cast<std::size_t>(n);
+    }
+  };
+  const std::uint64_t header_size = text.size();
+  put(&header_size, 8);
+  put(text.data(), text.size());
+  static constexpr char zeros[8] = {};
+  std::uint64_t written = 0;
+  for (const TensorToWrite& t : tensors) {
+    put(zeros, align(written) - written);
+    written = align(written);
+    put(t.bytes.data(), t.bytes.size());
+    written += t.bytes.size();
+  }
+  // Without fsync the rename could reach the disk before the data, and a crash
+  // would leave a complete-looking name over missing bytes.
+  if (::fsync(fd.fd) != 0) fail("syncing " + tmp.filename().string());
+  if (::close(std::exchange(fd.fd, -1)) != 0) fail("closing " + tmp.filename().string());
+  if (::rename(tmp.c_str(), file.c_str()) != 0) fail("renaming " + tmp.filename().string());
+}
+
+}  // namespace ft::io

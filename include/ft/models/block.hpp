@@ -1,0 +1,187 @@
+#pragma once
+// One transformer block as a stage: its parameters in one flat buffer, the
+// activations it saves for backward, and a hand-written forward and backward.
+// Every family's block is this one, configured by TransformerConfig:
+//
+//   sequential (Llama):   m = x + O(attn(rope(QKV(n1(x)))));  y = m + Down(act(In(n2(m))))
+//   parallel (GPT-NeoX):  y = x + O(attn(rope(QKV(n1(x))))) + Down(act(In(n2(x))))
+//
+// The block reads its input from the residual stream buffer the model owns
+// and keeps a pointer to it: that input is the one activation a checkpointed
+// block would keep, everything else here can be recomputed from it.
+//
+// Backward works in place on `dres`, the residual stream's gradient: it comes
+// in as d y and leaves as d x (both paths add into it, see nn/README.md).
+#include <cstring>
+#include <string>
+
+#include "ft/models/batch.hpp"
+#include "ft/models/parameters.hpp"
+#include "ft/models/transformer_config.hpp"
+#include "ft/nn/attention.hpp"
+#include "ft/nn/linear.hpp"
+#include "ft/nn/mlp.hpp"
+#include "ft/nn/norm.hpp"
+#include "ft/nn/rope.hpp"
+
+namespace ft::models {
+
+// Gradient buffers one block's backward needs; one set serves every block.
+template <element T>
+struct BlockScratch {
+  Tensor<T> d_norm_a, d_norm_b, d_attention, d_qkv, d_mlp_in, d_hidden;
+
+  void resize(const TransformerConfig& c, index_t N) {
+    if (d_norm_a.size(0) == N) return;
+    d_norm_a = Tensor<T>(Shape{N, c.hidden_size});
+    d_norm_b = Tensor<T>(Shape{N, c.hidden_size});
+    d_attention = Tensor<T>(Shape{N, c.num_heads * c.head_dim});
+    d_qkv = Tensor<T>(Shape{N, c.qkv_width()});
+    d_mlp_in = Tensor<T>(Shape{N, c.mlp_in_width()});
+    d_hidden = Tensor<T>(Shape{N, c.intermediate_size});
+  }
+};
+
+template <element T>
+class Block {
+public:
+  using A = acc_t<T>;
+
+  Block(const TransformerConfig& config, index_t layer) : c_(config), layer_(layer) {
+    index_t C = c_.hidden_size, HD = c_.num_heads * c_.head_dim;
+    bool layer_norm = c_.norm == nn::NormKind::layer;
+    params_.declare("attn_norm.weight", {C});
+    if (layer_norm) params_.declare("attn_norm.bias", {C});
+    params_.declare("qkv.weight", {c_.qkv_width(), C});
+    if (c_.qkv_bias) params_.declare("qkv.bias", {c_.qkv_width()});
+    params_.declare("o.weight", {C, HD});
+    if (c_.o_bias) params_.declare("o.bias", {C});
+    params_.declare("mlp_norm.weight", {C});
+    if (layer_norm) params_.declare("mlp_norm.bias", {C});
+    params_.declare("mlp_in.weight", {c_.mlp_in_width(), C});
+    if (c_.mlp_bias) params_.declare("mlp_in.bias", {c_.mlp_in_width()});
+    params_.declare("mlp_out.weight", {C, c_.intermediate_size});
+    if (c_.mlp_bias) params_.declare("mlp_out.bias", {C});
+    params_.allocate();
+    inv_freq_ = nn::rope_inverse_frequencies(c_.rope);
+  }
+
+  ParameterBuffer<T>& parameters() { return params_; }
+  const ParameterBuffer<T>& parameters() const { return params_; }
+  std::string prefix() const { return "layers." + std::to_string(layer_) + "."; }
+
+  // y = block(x); x must stay alive and unchanged until backward.
+  void forward(T* y, const T* x, const Batch& batch) {
+    const index_t N = batch.rows(), C = c_.hidden_size, HD = c_.num_heads * c_.head_dim;
+    resize(batch);
+    input_ = x;
+    auto p = [&](const char* name) { return params_.value(name); };
+    const std::int32_t* documents = batch.documents.empty() ? nullptr : batch.documents.data();
+
+    nn::norm_forward(c_.norm, n1_.data(), n1_mean_.data(), n1_rstd_.data(), x, p("attn_norm.weight"),
+                     p("attn_norm.bias"), N, C, A(c_.norm_eps));
+    nn::linear_forward(qkv_.data(), n1_.data(), p("qkv.weight"), p("qkv.bias"), N, C, c_.qkv_width());
+    nn::rope_forward(qkv_.data(), batch.positions.data(), inv_freq_, N, c_.num_heads, c_.num_kv_heads, c_.head_dim);
+    nn::attention_forward(attention_.data(), lse_.data(), qkv_.data(), documents, attention_shape(batch));
+    // Sequential: mid = x + O(att). Parallel: the attention branch goes to y, mid is only scratch.
+    T* attention_out = c_.parallel_residual ? y : mid_.data();
+    nn::linear_forward(attention_out, attention_.data(), p("o.weight"), p("o.bias"), N, HD, C);
+    if (!c_.parallel_residual) add_into(mid_.data(), x, N * C);
+
+    const T* mlp_input = c_.parallel_residual ? x : mid_.data();
+    nn::norm_forward(c_.norm, n2_.data(), n2_mean_.data(), n2_rstd_.data(), mlp_input, p("mlp_norm.weight"),
+                     p("mlp_norm.bias"), N, C, A(c_.norm_eps));
+    nn::linear_forward(mlp_in_.data(), n2_.data(), p("mlp_in.weight"), p("mlp_in.bias"), N, C, c_.mlp_in_width());
+    nn::mlp_forward(hidden_.data(), mlp_in_.data(), N, c_.intermediate_size, c_.gated_mlp, c_.activation);
+    if (c_.parallel_residual) {
+      nn::linear_forward(mid_.data(), hidden_.data(), p("mlp_out.weight"), p("mlp_out.bias"), N,
+                         c_.intermediate_size, C);
+      add_into(y, mid_.data(), N * C);
+      add_into(y, x, N * C);
+    } else {
+      nn::linear_forward(y, hidden_.data(), p("mlp_out.weight"), p("mlp_out.bias"), N, c_.intermediate_size, C);
+      add_into(y, mid_.data(), N * C);
+    }
+  }
+
+  // dres: d y in, d x out. Parameter gradients are added to this block's buffer.
+  void backward(T* dres, const Batch& batch, BlockScratch<T>& s) {
+    const index_t N = batch.rows(), C = c_.hidden_size, HD = c_.num_heads * c_.head_dim, F = c_.intermediate_size;
+    s.resize(c_, N);
+    auto p = [&](const char* name) { return params_.value(name); };
+    auto g = [&](const char* name) { return params_.grad(name); };
+    const std::int32_t* documents = batch.documents.empty() ? nullptr : batch.documents.data();
+    const T* mlp_input = c_.parallel_residual ? input_ : mid_.data();
+
+    // MLP branch: d n2 into d_norm_a.
+    zero(s.d_hidden);
+    nn::linear_backward(s.d_hidden.data(), g("mlp_out.weight"), g("mlp_out.bias"), dres, hidden_.data(),
+                        p("mlp_out.weight"), N, F, C);
+    zero(s.d_mlp_in);
+    nn::mlp_backward(s.d_mlp_in.data(), s.d_hidden.data(), mlp_in_.data(), N, F, c_.gated_mlp, c_.activation);
+    zero(s.d_norm_a);
+    nn::linear_backward(s.d_norm_a.data(), g("mlp_in.weight"), g("mlp_in.bias"), s.d_mlp_in.data(), n2_.data(),
+                        p("mlp_in.weight"), N, C, c_.mlp_in_width());
+    // Sequential: the MLP's input is mid, so dres becomes d mid before the attention branch reads it.
+    if (!c_.parallel_residual)
+      nn::norm_backward(c_.norm, dres, g("mlp_norm.weight"), g("mlp_norm.bias"), s.d_norm_a.data(), mlp_input,
+                        p("mlp_norm.weight"), n2_mean_.data(), n2_rstd_.data(), N, C);
+
+    // Attention branch: d n1 into d_norm_b.
+    zero(s.d_attention);
+    nn::linear_backward(s.d_attention.data(), g("o.weight"), g("o.bias"), dres, attention_.data(), p("o.weight"),
+                        N, HD, C);
+    zero(s.d_qkv);
+    nn::attention_backward(s.d_qkv.data(), s.d_attention.data(), attention_.data(), lse_.data(), qkv_.data(),
+                           documents, attention_shape(batch));
+    nn::rope_backward(s.d_qkv.data(), batch.positions.data(), inv_freq_, N, c_.num_heads, c_.num_kv_heads,
+                      c_.head_dim);
+    zero(s.d_norm_b);
+    nn::linear_backward(s.d_norm_b.data(), g("qkv.weight"), g("qkv.bias"), s.d_qkv.data(), n1_.data(),
+                        p("qkv.weight"), N, C, c_.qkv_width());
+
+    if (c_.parallel_residual)
+      nn::norm_backward(c_.norm, dres, g("mlp_norm.weight"), g("mlp_norm.bias"), s.d_norm_a.data(), mlp_input,
+                        p("mlp_norm.weight"), n2_mean_.data(), n2_rstd_.data(), N, C);
+    nn::norm_backward(c_.norm, dres, g("attn_norm.weight"), g("attn_norm.bias"), s.d_norm_b.data(), input_,
+                      p("attn_norm.weight"), n1_mean_.data(), n1_rstd_.data(), N, C);
+  }
+
+private:
+  nn::AttentionShape attention_shape(const Batch& batch) const {
+    return {batch.B, batch.T, c_.num_heads, c_.num_kv_heads, c_.head_dim, c_.sliding_window[std::size_t(layer_)]};
+  }
+
+  void resize(const Batch& batch) {
+    const index_t N = batch.rows(), C = c_.hidden_size;
+    if (n1_.size(0) == N && lse_.numel() == batch.B * c_.num_heads * batch.T) return;
+    n1_ = Tensor<T>(Shape{N, C});
+    n1_mean_ = Tensor<A>(Shape{N});
+    n1_rstd_ = Tensor<A>(Shape{N});
+    qkv_ = Tensor<T>(Shape{N, c_.qkv_width()});
+    attention_ = Tensor<T>(Shape{N, c_.num_heads * c_.head_dim});
+    lse_ = Tensor<A>(Shape{batch.B * c_.num_heads * batch.T});
+    mid_ = Tensor<T>(Shape{N, C});
+    n2_ = Tensor<T>(Shape{N, C});
+    n2_mean_ = Tensor<A>(Shape{N});
+    n2_rstd_ = Tensor<A>(Shape{N});
+    mlp_in_ = Tensor<T>(Shape{N, c_.mlp_in_width()});
+    hidden_ = Tensor<T>(Shape{N, c_.intermediate_size});
+  }
+
+  static void add_into(T* y, const T* x, index_t count) {
+    cpu::parallel_for(count, [&](index_t i) { y[i] = T(A(y[i]) + A(x[i])); });
+  }
+  static void zero(Tensor<T>& t) { std::fill_n(t.data(), t.numel(), T(0.0f)); }
+
+  TransformerConfig c_;
+  index_t layer_;
+  ParameterBuffer<T> params_;
+  std::vector<float> inv_freq_;
+  const T* input_ = nullptr;
+  // Saved for backward.
+  Tensor<T> n1_, qkv_, attention_, mid_, n2_, mlp_in_, hidden_;
+  Tensor<A> n1_mean_, n1_rstd_, lse_, n2_mean_, n2_rstd_;
+};
+
+}  // namespace ft::models

@@ -1,0 +1,58 @@
+#pragma once
+// From an HF model directory to a model: read config.json, pick the family
+// whose `hf_architectures` lists its architecture, let the family describe
+// the shape and weight map, build the model, load the weights.
+#include <filesystem>
+#include <memory>
+#include <string>
+
+#include "ft/io/hf_config.hpp"
+#include "ft/io/safetensors.hpp"
+#include "ft/models/gpt_neox.hpp"
+#include "ft/models/llama.hpp"
+#include "ft/models/transformer.hpp"
+
+namespace ft::models {
+
+template <class... Families>
+ModelSpec read_model_spec_of(const std::filesystem::path& dir) {
+  const std::filesystem::path file = dir / "config.json";
+  if (!std::filesystem::is_directory(dir)) throw Error(dir.string() + ": not a model directory");
+  if (!std::filesystem::exists(file)) throw Error(dir.string() + ": no config.json in this model directory");
+  const nlohmann::json json = io::read_json_file(file);
+  ConfigReader reader(json, file);
+  const std::string architecture = reader.architecture();
+  ModelSpec spec;
+  bool found = false;
+  auto try_family = [&]<class F>() {
+    if (found) return;
+    for (std::string_view a : F::hf_architectures)
+      if (a == architecture) {
+        spec = F::describe(reader);
+        found = true;
+        return;
+      }
+  };
+  (try_family.template operator()<Families>(), ...);
+  if (!found) {
+    std::string supported;
+    auto list = [&]<class F>() {
+      for (std::string_view a : F::hf_architectures) supported += (supported.empty() ? "" : ", ") + std::string(a);
+    };
+    (list.template operator()<Families>(), ...);
+    reader.fail("architecture \"" + architecture + "\" is not supported; supported: " + supported);
+  }
+  return spec;
+}
+
+// The families ft ships.
+inline ModelSpec read_model_spec(const std::filesystem::path& dir) { return read_model_spec_of<Llama, GptNeox>(dir); }
+
+template <element T>
+std::unique_ptr<Transformer<T>> load_pretrained(const std::filesystem::path& dir) {
+  auto model = std::make_unique<Transformer<T>>(read_model_spec(dir));
+  model->load(io::ModelWeights::open(dir));
+  return model;
+}
+
+}  // namespace ft::models

@@ -1,0 +1,62 @@
+#pragma once
+// A stage's parameters: named tensors laid out in one flat buffer, with a
+// gradient buffer of the same layout. Flat buffers are what every policy
+// works on: an optimizer steps a buffer, ZeRO shards it, DDP all-reduces it,
+// a checkpoint writes it. Names are ft's own ("layers.3.qkv.weight"); the
+// family's weight map says how HF tensors land in them.
+#include <string>
+#include <vector>
+
+#include "ft/core/error.hpp"
+#include "ft/tensor/tensor.hpp"
+
+namespace ft::models {
+
+template <element T>
+class ParameterBuffer {
+public:
+  struct Entry {
+    std::string name;
+    Shape shape;
+    index_t offset = 0;
+  };
+
+  // Declares a parameter; call before allocate().
+  void declare(std::string name, Shape shape) {
+    entries_.push_back(Entry{std::move(name), shape, size_});
+    size_ += shape.numel();
+  }
+
+  void allocate() {
+    values_ = Tensor<T>(Shape{size_});
+    grads_ = Tensor<T>(Shape{size_});
+  }
+
+  const std::vector<Entry>& entries() const { return entries_; }
+  index_t size() const { return size_; }
+  Tensor<T>& values() { return values_; }
+  Tensor<T>& grads() { return grads_; }
+  void zero_grads() { std::fill_n(grads_.data(), size_, T(0.0f)); }
+
+  const Entry* find(std::string_view name) const {
+    for (const Entry& e : entries_)
+      if (e.name == name) return &e;
+    return nullptr;
+  }
+  // Pointer to a parameter's values or gradient; null when it was not declared
+  // (an optional bias the configuration leaves out).
+  T* value(std::string_view name) const { return pointer(values_, name); }
+  T* grad(std::string_view name) const { return pointer(grads_, name); }
+
+private:
+  T* pointer(const Tensor<T>& buffer, std::string_view name) const {
+    const Entry* e = find(name);
+    return e ? buffer.data() + e->offset : nullptr;
+  }
+
+  std::vector<Entry> entries_;
+  index_t size_ = 0;
+  Tensor<T> values_, grads_;
+};
+
+}  // namespace ft::models

@@ -1,0 +1,118 @@
+#pragma once
+// The first and last stages of a model.
+//
+// Embedding: token ids -> the residual stream.
+// Head: final norm, LM head and cross-entropy, fused. Its forward already
+//   computes the gradient of its input when training (the loss is the end of
+//   the graph, so there is nothing to wait for), and its backward finishes the
+//   final norm. With tied embeddings the head multiplies by the embedding
+//   table and adds its gradient into the embedding's buffer.
+#include <string>
+
+#include "ft/models/batch.hpp"
+#include "ft/models/parameters.hpp"
+#include "ft/models/transformer_config.hpp"
+#include "ft/nn/cross_entropy.hpp"
+#include "ft/nn/embedding.hpp"
+#include "ft/nn/norm.hpp"
+
+namespace ft::models {
+
+template <element T>
+class EmbeddingStage {
+public:
+  explicit EmbeddingStage(const TransformerConfig& c) : C_(c.hidden_size), V_(c.vocab_size) {
+    params_.declare("weight", {c.vocab_size, c.hidden_size});
+    params_.allocate();
+  }
+  ParameterBuffer<T>& parameters() { return params_; }
+  const ParameterBuffer<T>& parameters() const { return params_; }
+  static std::string prefix() { return "embed."; }
+
+  void forward(T* y, const Batch& batch) const {
+    for (std::int32_t id : batch.input_ids)
+      if (id < 0 || id >= V_)
+        throw Error("token id " + std::to_string(id) + " is outside the vocabulary [0, " + std::to_string(V_) + ")");
+    nn::embedding_forward(y, batch.input_ids.data(), params_.value("weight"), batch.rows(), C_);
+  }
+  void backward(const T* dres, const Batch& batch) {
+    nn::embedding_backward(params_.grad("weight"), batch.input_ids.data(), dres, batch.rows(), C_);
+  }
+
+private:
+  index_t C_, V_;
+  ParameterBuffer<T> params_;
+};
+
+struct HeadOptions {
+  double token_count = 1;  // divisor of the loss gradient (see nn/cross_entropy.hpp)
+  bool backward = true;
+  index_t chunk_rows = 256;
+};
+
+template <element T>
+class HeadStage {
+public:
+  using A = acc_t<T>;
+
+  explicit HeadStage(const TransformerConfig& c) : c_(c) {
+    params_.declare("final_norm.weight", {c.hidden_size});
+    if (c.norm == nn::NormKind::layer) params_.declare("final_norm.bias", {c.hidden_size});
+    if (!c.tie_embeddings) params_.declare("lm_head.weight", {c.vocab_size, c.hidden_size});
+    params_.allocate();
+  }
+  ParameterBuffer<T>& parameters() { return params_; }
+  const ParameterBuffer<T>& parameters() const { return params_; }
+  static std::string prefix() { return ""; }
+
+  // Ties the LM head to the embedding table (weights and gradients).
+  void tie_to(EmbeddingStage<T>& embedding) {
+    tied_weight_ = embedding.parameters().value("weight");
+    tied_grad_ = embedding.parameters().grad("weight");
+  }
+
+  // Returns the summed loss over scored targets; logits [N, V] are written when asked.
+  double forward(const T* x, const Batch& batch, const HeadOptions& options, T* logits = nullptr) {
+    const index_t N = batch.rows(), C = c_.hidden_size;
+    for (std::int32_t t : batch.targets)
+      if (t != nn::ignore_index && (t < 0 || t >= c_.vocab_size))
+        throw Error("label " + std::to_string(t) + " is outside the vocabulary [0, " +
+                    std::to_string(c_.vocab_size) + ") and is not -100");
+    if (normed_.size(0) != N) {
+      normed_ = Tensor<T>(Shape{N, C});
+      d_normed_ = Tensor<T>(Shape{N, C});
+      mean_ = Tensor<A>(Shape{N});
+      rstd_ = Tensor<A>(Shape{N});
+    }
+    input_ = x;
+    nn::norm_forward(c_.norm, normed_.data(), mean_.data(), rstd_.data(), x, params_.value("final_norm.weight"),
+                     params_.value("final_norm.bias"), N, C, A(c_.norm_eps));
+    std::fill_n(d_normed_.data(), N * C, T(0.0f));
+    nn::CrossEntropyOptions ce{.chunk_rows = options.chunk_rows, .token_count = options.token_count,
+                               .backward = options.backward};
+    return nn::lm_head_cross_entropy(d_normed_.data(), lm_grad(), normed_.data(), lm_weight(),
+                                     batch.targets.data(), N, C, c_.vocab_size, ce, logits);
+  }
+
+  // Writes (=) the gradient of the head's input into dres.
+  void backward(T* dres, const Batch& batch) {
+    const index_t N = batch.rows(), C = c_.hidden_size;
+    std::fill_n(dres, N * C, T(0.0f));
+    nn::norm_backward(c_.norm, dres, params_.grad("final_norm.weight"), params_.grad("final_norm.bias"),
+                      d_normed_.data(), input_, params_.value("final_norm.weight"), mean_.data(), rstd_.data(), N, C);
+  }
+
+private:
+  const T* lm_weight() const { return tied_weight_ ? tied_weight_ : params_.value("lm_head.weight"); }
+  T* lm_grad() const { return tied_grad_ ? tied_grad_ : params_.grad("lm_head.weight"); }
+
+  TransformerConfig c_;
+  ParameterBuffer<T> params_;
+  const T* tied_weight_ = nullptr;
+  T* tied_grad_ = nullptr;
+  const T* input_ = nullptr;
+  Tensor<T> normed_, d_normed_;
+  Tensor<A> mean_, rstd_;
+};
+
+}  // namespace ft::models

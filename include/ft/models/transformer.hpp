@@ -1,0 +1,155 @@
+#pragma once
+// A decoder-only transformer as a list of stages: embedding, N blocks, head.
+// The model owns the residual stream between stages (one [N, C] buffer per
+// stage boundary, so each block's input survives until its backward) and the
+// gradient scratch that all blocks share.
+//
+// `forward_backward` is one micro-batch: it returns the summed loss and, when
+// asked, adds every parameter's gradient into its stage's buffer, scaled by
+// 1 / token_count.
+#include <filesystem>
+#include <memory>
+#include <vector>
+
+#include "ft/io/safetensors.hpp"
+#include "ft/models/block.hpp"
+#include "ft/models/stages.hpp"
+#include "ft/models/weight_map.hpp"
+
+namespace ft::models {
+
+template <element T>
+class Transformer {
+public:
+  explicit Transformer(ModelSpec spec) : spec_(std::move(spec)), embedding_(spec_.config), head_(spec_.config) {
+    blocks_.reserve(std::size_t(spec_.config.num_layers));
+    for (index_t i = 0; i < spec_.config.num_layers; ++i) blocks_.emplace_back(spec_.config, i);
+    if (spec_.config.tie_embeddings) head_.tie_to(embedding_);
+  }
+  Transformer(const Transformer&) = delete;  // stages point into each other
+  Transformer& operator=(const Transformer&) = delete;
+
+  const TransformerConfig& config() const { return spec_.config; }
+  const ModelSpec& spec() const { return spec_; }
+  EmbeddingStage<T>& embedding() { return embedding_; }
+  std::vector<Block<T>>& blocks() { return blocks_; }
+  HeadStage<T>& head() { return head_; }
+
+  // Summed loss over the batch's scored targets. logits [N, V] are written when not null.
+  double forward_backward(const Batch& batch, const HeadOptions& options, T* logits = nullptr) {
+    const index_t N = batch.rows(), C = spec_.config.hidden_size, L = spec_.config.num_layers;
+    if (batch.positions.size() != std::size_t(N) || batch.targets.size() != std::size_t(N))
+      throw Error("a batch needs positions and targets for each of its " + std::to_string(N) + " tokens");
+    if (residual_.empty() || residual_[0].size(0) != N) {
+      residual_.clear();
+      for (index_t l = 0; l <= L; ++l) residual_.emplace_back(Shape{N, C});
+      d_residual_ = Tensor<T>(Shape{N, C});
+    }
+    embedding_.forward(residual_[0].data(), batch);
+    for (index_t l = 0; l < L; ++l)
+      blocks_[std::size_t(l)].forward(residual_[std::size_t(l + 1)].data(), residual_[std::size_t(l)].data(), batch);
+    double loss = head_.forward(residual_[std::size_t(L)].data(), batch, options, logits);
+    if (!options.backward) return loss;
+
+    head_.backward(d_residual_.data(), batch);
+    for (index_t l = L - 1; l >= 0; --l) blocks_[std::size_t(l)].backward(d_residual_.data(), batch, scratch_);
+    embedding_.backward(d_residual_.data(), batch);
+    return loss;
+  }
+
+  void zero_grads() {
+    embedding_.parameters().zero_grads();
+    for (auto& b : blocks_) b.parameters().zero_grads();
+    head_.parameters().zero_grads();
+  }
+
+  index_t parameter_count() const {
+    index_t n = embedding_.parameters().size() + head_.parameters().size();
+    for (const auto& b : blocks_) n += b.parameters().size();
+    return n;
+  }
+
+  // The stage buffer that holds an ft parameter name ("layers.3.qkv.weight").
+  std::pair<ParameterBuffer<T>*, const typename ParameterBuffer<T>::Entry*> find_parameter(const std::string& name) {
+    auto look = [&](ParameterBuffer<T>& buffer, const std::string& prefix)
+        -> std::pair<ParameterBuffer<T>*, const typename ParameterBuffer<T>::Entry*> {
+      if (name.compare(0, prefix.size(), prefix) != 0) return {nullptr, nullptr};
+      const auto* entry = buffer.find(std::string_view(name).substr(prefix.size()));
+      return {entry ? &buffer : nullptr, entry};
+    };
+    if (auto r = look(embedding_.parameters(), embedding_.prefix()); r.second) return r;
+    for (auto& b : blocks_)
+      if (auto r = look(b.parameters(), b.prefix()); r.second) return r;
+    if (auto r = look(head_.parameters(), head_.prefix()); r.second) return r;
+    throw Error("no parameter named \"" + name + "\" in this model");
+  }
+
+  // Loads every tensor of the weight map, converting to T. Tensors the map
+  // does not name are ignored (HF files may carry buffers such as
+  // rotary inv_freq); a tensor the map needs and the files lack is an error.
+  void load(const io::ModelWeights& weights) {
+    for (const WeightBinding& w : spec_.weights) {
+      const io::TensorView* t = weights.find(w.hf_name);
+      if (!t && !w.alias.empty()) t = weights.find(w.alias);
+      if (!t) throw Error(weights.source().string() + ": missing tensor \"" + w.hf_name + "\"");
+      auto [buffer, entry] = find_parameter(w.param);
+      index_t cols = entry->shape.rank == 2 ? entry->shape[1] : 1;
+      index_t rows = rows_of(w, *entry);
+      std::vector<std::int64_t> expected{rows};
+      if (entry->shape.rank == 2) expected.push_back(cols);
+      if (t->shape != expected)
+        throw Error(weights.source().string() + ": tensor \"" + t->name + "\" has shape " + shape_string(t->shape) +
+                    ", the configuration implies " + shape_string(expected));
+      std::vector<T> staged(std::size_t(t->numel()));
+      io::copy_elements(weights.file_of(t->name), *t, staged.data(), t->numel());
+      T* dst = buffer->values().data() + entry->offset + w.row_offset * cols;
+      for (index_t r = 0; r < rows; ++r) {
+        index_t src = hf_row(w.order, r, rows, spec_.config.num_heads);
+        std::copy_n(staged.data() + src * cols, cols, dst + r * cols);
+      }
+    }
+  }
+
+  // A parameter's gradient in HF's layout, as float (tests and tools).
+  std::vector<float> hf_gradient(const std::string& hf_name) {
+    std::vector<float> out;
+    for (const WeightBinding& w : spec_.weights) {
+      if (w.hf_name != hf_name && w.alias != hf_name) continue;
+      auto [buffer, entry] = find_parameter(w.param);
+      index_t cols = entry->shape.rank == 2 ? entry->shape[1] : 1;
+      index_t rows = rows_of(w, *entry);
+      const T* src = buffer->grads().data() + entry->offset + w.row_offset * cols;
+      out.resize(std::size_t(rows * cols));
+      for (index_t r = 0; r < rows; ++r) {
+        index_t dst = hf_row(w.order, r, rows, spec_.config.num_heads);
+        for (index_t c = 0; c < cols; ++c) out[std::size_t(dst * cols + c)] = float(src[r * cols + c]);
+      }
+      return out;
+    }
+    throw Error("no HF tensor named \"" + hf_name + "\" in this model's weight map");
+  }
+
+private:
+  // Rows an HF tensor fills: the parameter's rows up to the next binding into it.
+  index_t rows_of(const WeightBinding& w, const typename ParameterBuffer<T>::Entry& entry) const {
+    index_t end = entry.shape[0];
+    for (const WeightBinding& other : spec_.weights)
+      if (other.param == w.param && other.row_offset > w.row_offset) end = std::min(end, other.row_offset);
+    return end - w.row_offset;
+  }
+  static std::string shape_string(const std::vector<std::int64_t>& shape) {
+    std::string s = "[";
+    for (std::size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
+    return s + "]";
+  }
+
+  ModelSpec spec_;
+  EmbeddingStage<T> embedding_;
+  std::vector<Block<T>> blocks_;
+  HeadStage<T> head_;
+  std::vector<Tensor<T>> residual_;
+  Tensor<T> d_residual_;
+  BlockScratch<T> scratch_;
+};
+
+}  // namespace ft::models

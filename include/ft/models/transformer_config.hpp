@@ -1,0 +1,148 @@
+#pragma once
+// The shape of a decoder-only transformer, in one struct that every family
+// fills from its HF config.json. Families differ in options, not in code:
+// the block (models/block.hpp) reads these flags.
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "ft/core/error.hpp"
+#include "ft/nn/activation.hpp"
+#include "ft/nn/norm.hpp"
+#include "ft/nn/rope.hpp"
+#include "ft/tensor/shape.hpp"
+
+namespace ft::models {
+
+struct TransformerConfig {
+  std::string architecture;  // HF architectures[0]
+  index_t vocab_size = 0;
+  index_t hidden_size = 0;        // C
+  index_t num_layers = 0;
+  index_t num_heads = 0;          // H
+  index_t num_kv_heads = 0;       // G
+  index_t head_dim = 0;           // D
+  index_t intermediate_size = 0;  // F
+  nn::NormKind norm = nn::NormKind::rms;
+  double norm_eps = 1e-5;
+  nn::Activation activation = nn::Activation::silu;
+  bool gated_mlp = true;          // SwiGLU (Llama) or plain (GPT-NeoX)
+  bool parallel_residual = false; // x + attn(ln1 x) + mlp(ln2 x)
+  bool qkv_bias = false, o_bias = false, mlp_bias = false;
+  bool tie_embeddings = false;
+  nn::RopeConfig rope;
+  std::vector<index_t> sliding_window;  // per layer; 0 = full attention
+  index_t max_position_embeddings = 0;
+
+  index_t qkv_width() const { return (num_heads + 2 * num_kv_heads) * head_dim; }
+  index_t mlp_in_width() const { return gated_mlp ? 2 * intermediate_size : intermediate_size; }
+};
+
+// Reads fields of one config.json with errors that name the file and field.
+class ConfigReader {
+public:
+  ConfigReader(const nlohmann::json& json, std::filesystem::path file) : json_(json), file_(std::move(file)) {}
+
+  const nlohmann::json& json() const { return json_; }
+  bool has(const char* key) const { return json_.contains(key) && !json_[key].is_null(); }
+
+  index_t required_int(const char* key) const {
+    if (!has(key)) fail(std::string("missing required field \"") + key + "\"");
+    return positive(key, json_[key]);
+  }
+  index_t optional_int(const char* key, index_t fallback) const {
+    return has(key) ? positive(key, json_[key]) : fallback;
+  }
+  double number(const char* key, double fallback) const {
+    if (!has(key)) return fallback;
+    if (!json_[key].is_number()) fail(std::string("field \"") + key + "\" must be a number");
+    return json_[key].get<double>();
+  }
+  bool flag(const char* key, bool fallback) const {
+    if (!has(key)) return fallback;
+    if (!json_[key].is_boolean()) fail(std::string("field \"") + key + "\" must be true or false");
+    return json_[key].get<bool>();
+  }
+  std::string string(const char* key, const char* fallback) const {
+    if (!has(key)) return fallback;
+    if (!json_[key].is_string()) fail(std::string("field \"") + key + "\" must be a string");
+    return json_[key].get<std::string>();
+  }
+  // architectures[0], e.g. "LlamaForCausalLM".
+  std::string architecture() const {
+    if (!has("architectures")) fail("missing required field \"architectures\"");
+    const nlohmann::json& a = json_["architectures"];
+    if (!a.is_array() || a.empty() || !a[0].is_string())
+      fail("\"architectures\" must be a list of names such as [\"LlamaForCausalLM\"]");
+    return a[0].get<std::string>();
+  }
+  [[noreturn]] void fail(const std::string& what) const { throw Error(file_.string() + ": " + what); }
+
+private:
+  index_t positive(const char* key, const nlohmann::json& v) const {
+    if (!v.is_number_integer() || v.get<index_t>() <= 0)
+      fail(std::string("field \"") + key + "\" must be a positive integer");
+    return v.get<index_t>();
+  }
+  const nlohmann::json& json_;
+  std::filesystem::path file_;
+};
+
+// Rotary settings as transformers 5 writes them (`rope_parameters`) or as
+// older configs do (`rope_theta` with `rope_scaling`; GPT-NeoX's
+// `rotary_emb_base` and `rotary_pct`). Scaling types other than Llama 3's are
+// refused by name rather than silently ignored.
+inline nn::RopeConfig read_rope(const ConfigReader& config, index_t head_dim, double default_fraction) {
+  const nlohmann::json& j = config.json();
+  nlohmann::json params = nlohmann::json::object();
+  if (config.has("rope_parameters")) params = j["rope_parameters"];
+  else if (config.has("rope_scaling")) params = j["rope_scaling"];
+  if (!params.is_object()) config.fail("\"rope_parameters\" must be an object");
+
+  nn::RopeConfig rope;
+  rope.theta = params.value("rope_theta", config.number("rope_theta", config.number("rotary_emb_base", 10000.0)));
+  double fraction = params.value("partial_rotary_factor",
+                                 config.number("partial_rotary_factor", config.number("rotary_pct", default_fraction)));
+  rope.rotary_dim = index_t(double(head_dim) * fraction);
+  if (rope.rotary_dim % 2 != 0 || rope.rotary_dim <= 0 || rope.rotary_dim > head_dim)
+    config.fail("rotary fraction " + std::to_string(fraction) + " of head size " + std::to_string(head_dim) +
+                " does not give an even number of rotary dimensions");
+
+  std::string type = params.value("rope_type", params.value("type", std::string("default")));
+  if (type == "llama3") {
+    rope.llama3 = true;
+    auto need = [&](const char* key) {
+      if (!params.contains(key) || !params[key].is_number())
+        config.fail(std::string("Llama-3 rope scaling needs the number \"") + key + "\"");
+      return params[key].get<double>();
+    };
+    rope.scaling = {need("factor"), need("low_freq_factor"), need("high_freq_factor"),
+                    need("original_max_position_embeddings")};
+  } else if (type != "default") {
+    config.fail("rope type \"" + type + "\" is not supported; allowed: default, llama3");
+  }
+  return rope;
+}
+
+// Sliding windows per layer: `layer_types` when the config lists them
+// (transformers 5), otherwise `sliding_window` on every layer when set
+// (Mistral) and `use_sliding_window` is not false (Qwen2).
+inline std::vector<index_t> read_sliding_windows(const ConfigReader& config, index_t layers) {
+  std::vector<index_t> windows(std::size_t(layers), 0);
+  index_t window = config.has("sliding_window") ? config.required_int("sliding_window") : 0;
+  if (window == 0 || !config.flag("use_sliding_window", true)) return windows;
+  if (config.has("layer_types")) {
+    const nlohmann::json& types = config.json()["layer_types"];
+    if (!types.is_array() || index_t(types.size()) != layers)
+      config.fail("\"layer_types\" must list one entry per layer (" + std::to_string(layers) + ")");
+    for (index_t i = 0; i < layers; ++i)
+      if (types[std::size_t(i)] == "sliding_attention") windows[std::size_t(i)] = window;
+    return windows;
+  }
+  for (index_t& w : windows) w = window;
+  return windows;
+}
+
+}  // namespace ft::models

@@ -1,0 +1,42 @@
+#pragma once
+// How a family's HF tensors land in ft's parameters. ft fuses what one GEMM
+// can do at once: q, k and v projections are rows of one `qkv` weight; gate
+// and up projections are rows of one `mlp_in` weight. A binding says which
+// rows of which ft parameter an HF tensor fills, and in what row order.
+#include <string>
+#include <vector>
+
+#include "ft/models/transformer_config.hpp"
+
+namespace ft::models {
+
+enum class RowOrder {
+  same,
+  // GPT-NeoX's query_key_value interleaves per head: rows (head, {q,k,v}, d).
+  // ft keeps all queries, then all keys, then all values: ({q,k,v}, head, d).
+  neox_qkv,
+};
+
+struct WeightBinding {
+  std::string hf_name;
+  std::string param;        // ft's name, e.g. "layers.0.qkv.weight"
+  index_t row_offset = 0;   // first row of `param` this tensor fills
+  RowOrder order = RowOrder::same;
+  std::string alias = {};   // another name the same tensor goes by (empty: none)
+};
+
+// A family's reading of one config.json: the shape and the weight map.
+struct ModelSpec {
+  TransformerConfig config;
+  std::vector<WeightBinding> weights;
+};
+
+// Row r of ft's layout -> row of the HF tensor, for a tensor of `rows` rows.
+inline index_t hf_row(RowOrder order, index_t r, index_t rows, index_t heads) {
+  if (order == RowOrder::same) return r;
+  index_t D = rows / (3 * heads);
+  index_t part = r / (heads * D), head = r / D % heads, d = r % D;
+  return (head * 3 + part) * D + d;
+}
+
+}  // namespace ft::models

@@ -1,0 +1,133 @@
+// ftrun eval: mean loss and perplexity of a model over pre-tokenized rows.
+//
+// Rows are packed into sequences of up to --max-tokens tokens with a document
+// id per row, so attention never crosses rows and positions restart: the
+// result is exactly that of running each row alone (HF's convention: labels
+// default to the inputs, shifted by one; -100 is not scored), at the speed of
+// full batches. The mean is over scored tokens of all rows.
+#include <cmath>
+#include <fstream>
+#include <iomanip>
+#include <iostream>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+
+#include <ft/models/load.hpp>
+
+#include "commands.hpp"
+#include "exit_code.hpp"
+#include "progress.hpp"
+
+namespace ftrun {
+namespace {
+
+struct Row {
+  std::vector<std::int32_t> input_ids, labels;
+};
+
+std::vector<std::int32_t> read_ids(const nlohmann::json& row, const char* key, const std::string& where) {
+  const nlohmann::json& v = row[key];
+  if (!v.is_array()) throw ft::Error(where + ": \"" + key + "\" must be a list of token ids");
+  std::vector<std::int32_t> ids;
+  ids.reserve(v.size());
+  for (const auto& x : v) {
+    if (!x.is_number_integer()) throw ft::Error(where + ": \"" + key + "\" must hold integers only");
+    ids.push_back(x.get<std::int32_t>());
+  }
+  return ids;
+}
+
+std::vector<Row> read_rows(const std::string& file, std::int64_t vocab) {
+  std::ifstream in(file);
+  if (!in) throw ft::Error(file + ": cannot be opened");
+  std::vector<Row> rows;
+  std::string line;
+  for (long number = 1; std::getline(in, line); ++number) {
+    if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
+    std::string where = file + ":" + std::to_string(number);
+    nlohmann::json row;
+    try {
+      row = nlohmann::json::parse(line);
+    } catch (const nlohmann::json::parse_error&) {
+      throw ft::Error(where + ": not valid JSON");
+    }
+    if (!row.is_object() || !row.contains("input_ids"))
+      throw ft::Error(where + ": row has no \"input_ids\" (eval reads pre-tokenized rows: "
+                              "{\"input_ids\": [...], \"labels\": [...] optional})");
+    Row r;
+    r.input_ids = read_ids(row, "input_ids", where);
+    if (row.contains("labels")) r.labels = read_ids(row, "labels", where);
+    if (r.input_ids.empty()) throw ft::Error(where + ": \"input_ids\" is empty");
+    if (!r.labels.empty() && r.labels.size() != r.input_ids.size())
+      throw ft::Error(where + ": \"labels\" has " + std::to_string(r.labels.size()) + " entries, \"input_ids\" " +
+                      std::to_string(r.input_ids.size()));
+    for (std::int32_t id : r.input_ids)
+      if (id < 0 || id >= vocab)
+        throw ft::Error(where + ": token id " + std::to_string(id) + " is outside the model's vocabulary [0, " +
+                        std::to_string(vocab) + ")");
+    for (std::int32_t id : r.labels)
+      if (id != -100 && (id < 0 || id >= vocab))
+        throw ft::Error(where + ": label " + std::to_string(id) + " is outside the vocabulary and is not -100");
+    rows.push_back(std::move(r));
+  }
+  if (rows.empty()) throw ft::Error(file + ": no rows");
+  return rows;
+}
+
+template <ft::element T>
+int evaluate(const EvalOptions& options) {
+  auto model = ft::models::load_pretrained<T>(options.model);
+  std::vector<Row> rows = read_rows(options.data, model->config().vocab_size);
+
+  double loss_sum = 0;
+  long tokens = 0;
+  Progress progress("eval", long(rows.size()));
+  std::size_t next = 0;
+  while (next < rows.size()) {
+    // Pack whole rows up to the token budget (a longer row goes alone).
+    std::vector<std::int32_t> ids, labels, documents;
+    std::int32_t document = 0;
+    while (next < rows.size() &&
+           (ids.empty() || ids.size() + rows[next].input_ids.size() <= std::size_t(options.max_tokens))) {
+      const Row& r = rows[next++];
+      ids.insert(ids.end(), r.input_ids.begin(), r.input_ids.end());
+      const auto& l = r.labels.empty() ? r.input_ids : r.labels;
+      labels.insert(labels.end(), l.begin(), l.end());
+      documents.insert(documents.end(), r.input_ids.size(), document++);
+    }
+    const ft::index_t length = ft::index_t(ids.size());
+    ft::models::Batch batch = ft::models::causal_lm_batch(1, length, std::move(ids), labels, std::move(documents));
+    tokens += batch.scored_tokens();
+    loss_sum += model->forward_backward(batch, {.backward = false});
+    std::ostringstream status;
+    if (tokens) status << "loss " << std::fixed << std::setprecision(4) << loss_sum / double(tokens);
+    progress.update(long(next), status.str());
+  }
+  progress.finish();
+  if (tokens == 0) throw ft::Error(options.data + ": no scored tokens (every label is -100 or rows are one token long)");
+
+  double loss = loss_sum / double(tokens);
+  if (options.json) {
+    nlohmann::json out{{"loss", loss}, {"perplexity", std::exp(loss)}, {"tokens", tokens}, {"rows", rows.size()}};
+    std::cout << out.dump() << "\n";
+  } else {
+    std::cout << std::setprecision(8) << "loss " << loss << "\nperplexity " << std::exp(loss) << "\ntokens "
+              << tokens << "\nrows " << rows.size() << "\n";
+  }
+  return ok;
+}
+
+}  // namespace
+
+int run_eval(const EvalOptions& options) {
+  try {
+    if (options.dtype == "float32") return evaluate<float>(options);
+    return evaluate<ft::bf16>(options);
+  } catch (const ft::Error& e) {
+    std::cerr << "ftrun eval: " << e.what() << "\n";
+    return bad_input;
+  }
+}
+
+}  // namespace ftrun

@@ -1,0 +1,174 @@
+// Parity with HF Transformers on tiny random models of each family: logits,
+// loss and every parameter gradient. Fixtures come from
+// tools/make_parity_fixtures.py (HF run in float64, stored as float32).
+//
+// Tolerances compare whole tensors: max |ft - hf| / max |hf|. Element-wise
+// relative error is meaningless for entries near zero (HF's own float32 run
+// is 0.4% off its float64 run on such entries).
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <string>
+
+#include <ft/io/safetensors.hpp>
+#include <ft/models/load.hpp>
+
+using namespace ft;
+namespace fs = std::filesystem;
+
+namespace {
+
+const char* const cases[] = {"llama_gqa",       "smollm2_tied",  "llama3_rope_scaling", "qwen2_bias",
+                             "mistral_sliding", "neox_parallel", "neox_sequential"};
+
+fs::path fixture(const std::string& name) { return fs::path(FT_SOURCE_DIR) / "tests/fixtures/parity" / name; }
+
+template <class T>
+std::vector<T> read(const io::SafetensorsFile& file, const std::string& name) {
+  const io::TensorView& t = file.at(name);
+  std::vector<T> out(std::size_t(t.numel()));
+  io::copy_elements(file, t, out.data(), t.numel());
+  return out;
+}
+
+template <class A, class B>
+double relative_error(const std::vector<A>& got, const std::vector<B>& want) {
+  REQUIRE(got.size() == want.size());
+  double diff = 0, scale = 0;
+  for (std::size_t i = 0; i < got.size(); ++i) {
+    diff = std::max(diff, std::abs(double(got[i]) - double(want[i])));
+    scale = std::max(scale, std::abs(double(want[i])));
+  }
+  return diff / std::max(scale, 1e-30);
+}
+
+struct Tolerance {
+  double loss, logits, gradient;
+};
+
+struct Result {
+  double loss;
+  std::vector<float> logits;
+};
+
+// Runs the fixture's batch through ft in element type T and compares with HF.
+template <class T>
+void check_case(const std::string& name, Tolerance tol) {
+  CAPTURE(name);
+  auto expected = io::SafetensorsFile::open(fixture(name) / "expected.safetensors");
+  auto model = models::load_pretrained<T>(fixture(name));
+  const io::TensorView& ids_view = expected.at("input_ids");
+  const index_t B = ids_view.shape[0], T_ = ids_view.shape[1], V = model->config().vocab_size;
+  auto ids64 = read<std::int64_t>(expected, "input_ids");
+  auto labels64 = read<std::int64_t>(expected, "labels");
+  models::Batch batch = models::causal_lm_batch(B, T_, std::vector<std::int32_t>(ids64.begin(), ids64.end()),
+                                                std::vector<std::int32_t>(labels64.begin(), labels64.end()));
+  std::vector<T> logits(std::size_t(B * T_ * V));
+  model->zero_grads();
+  double count = double(batch.scored_tokens());
+  double loss = model->forward_backward(batch, {.token_count = count}, logits.data()) / count;
+
+  double want_loss = read<float>(expected, "loss")[0];
+  CHECK(std::abs(loss - want_loss) / want_loss <= tol.loss);
+  CHECK(relative_error(logits, read<float>(expected, "logits")) <= tol.logits);
+
+  std::size_t compared = 0;
+  for (const io::TensorView& t : expected.tensors()) {
+    if (t.name.rfind("grad.", 0) != 0) continue;
+    std::string param = t.name.substr(5);
+    CAPTURE(param);
+    CHECK(relative_error(model->hf_gradient(param), read<float>(expected, t.name)) <= tol.gradient);
+    ++compared;
+  }
+  // Every tensor ft loads has a gradient in the fixture, and the reverse.
+  CHECK(compared == model->spec().weights.size());
+}
+
+}  // namespace
+
+TEST_CASE("HF parity in float32: logits and loss within 1e-5, gradients within 1e-4") {
+  for (const char* name : cases) check_case<float>(name, {1e-5, 1e-5, 1e-4});
+}
+
+TEST_CASE("HF parity in float64: ft's double build agrees with HF's float64 run") {
+  // HF keeps rotary angles, attention softmax and the loss in float32 even in
+  // a float64 model, so agreement stops near float32 precision.
+  for (const char* name : cases) check_case<double>(name, {1e-6, 1e-6, 1e-5});
+}
+
+TEST_CASE("bf16 storage with float32 accumulation stays within bf16's tolerances of float32") {
+  // bf16 keeps 8 bits of mantissa (relative rounding 2^-9 = 0.2%); weights,
+  // activations and gradients are all stored in it, so errors compound
+  // through two blocks. Measured worst cases on these fixtures are stated in
+  // docs/design.md; the bounds are a little above them.
+  for (const char* name : cases) check_case<bf16>(name, {2e-3, 3e-2, 6e-2});
+}
+
+TEST_CASE("a packed row of two documents equals the two documents run apart") {
+  auto model = models::load_pretrained<double>(fixture("mistral_sliding"));
+  const index_t V = model->config().vocab_size;
+  std::vector<std::int32_t> first{5, 9, 1, 33, 7, 2, 60, 11}, second{3, 14, 15, 92, 65, 35};
+  std::vector<std::int32_t> packed = first;
+  packed.insert(packed.end(), second.begin(), second.end());
+  std::vector<std::int32_t> documents(first.size(), 0);
+  documents.resize(packed.size(), 1);
+  for (auto& id : packed) id %= std::int32_t(V);
+
+  auto run = [&](const models::Batch& batch, double count) {
+    model->zero_grads();
+    return model->forward_backward(batch, {.token_count = count});
+  };
+  auto gradients = [&] {
+    std::vector<float> all;
+    for (const auto& w : model->spec().weights) {
+      auto g = model->hf_gradient(w.hf_name);
+      all.insert(all.end(), g.begin(), g.end());
+    }
+    return all;
+  };
+  const double count = double(first.size() - 1 + second.size() - 1);
+  double packed_loss = run(models::causal_lm_batch(1, index_t(packed.size()), packed, {}, documents), count);
+  auto packed_grads = gradients();
+
+  std::vector<std::int32_t> a(packed.begin(), packed.begin() + std::ptrdiff_t(first.size()));
+  std::vector<std::int32_t> b(packed.begin() + std::ptrdiff_t(first.size()), packed.end());
+  model->zero_grads();
+  double apart = model->forward_backward(models::causal_lm_batch(1, index_t(a.size()), a), {.token_count = count});
+  apart += model->forward_backward(models::causal_lm_batch(1, index_t(b.size()), b), {.token_count = count});
+  auto apart_grads = gradients();
+
+  CHECK(packed_loss == doctest::Approx(apart).epsilon(1e-12));
+  CHECK(relative_error(packed_grads, apart_grads) < 1e-6);  // grads read back as float
+}
+
+TEST_CASE("model directories with problems give one-line errors") {
+  fs::path fixtures = fs::path(FT_SOURCE_DIR) / "tests/fixtures";
+  CHECK_THROWS_WITH_AS(models::read_model_spec(fixtures / "models/unknown-arch"),
+                       doctest::Contains("architecture \"FalconForCausalLM\" is not supported; supported: "
+                                         "LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, GPTNeoXForCausalLM"),
+                       Error);
+  CHECK_THROWS_WITH_AS(models::read_model_spec(fixtures / "no-such-dir"), doctest::Contains("not a model directory"),
+                       Error);
+
+  fs::path dir = fs::temp_directory_path() / ("ft-model-errors-" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  auto write = [&](const std::string& text) { std::ofstream(dir / "config.json") << text; };
+  write(R"({"architectures": ["LlamaForCausalLM"], "vocab_size": 10, "hidden_size": 8})");
+  CHECK_THROWS_WITH_AS(models::read_model_spec(dir), doctest::Contains("missing required field \"intermediate_size\""),
+                       Error);
+  write(R"({"architectures": ["LlamaForCausalLM"], "vocab_size": 10, "hidden_size": 8, "intermediate_size": 8,
+            "num_hidden_layers": 1, "num_attention_heads": 2, "rope_scaling": {"rope_type": "yarn", "factor": 4}})");
+  CHECK_THROWS_WITH_AS(models::read_model_spec(dir),
+                       doctest::Contains("rope type \"yarn\" is not supported; allowed: default, llama3"), Error);
+  write(R"({"architectures": ["LlamaForCausalLM"], "vocab_size": 10, "hidden_size": 8, "intermediate_size": 8,
+            "num_hidden_layers": 1, "num_attention_heads": 2})");
+  CHECK_THROWS_WITH_AS(models::load_pretrained<float>(dir), doctest::Contains("model.safetensors"), Error);
+
+  // A weight file that does not fit the configuration.
+  fs::copy_file(fixture("llama_gqa") / "model.safetensors", dir / "model.safetensors");
+  CHECK_THROWS_WITH_AS(models::load_pretrained<float>(dir),
+                       doctest::Contains("has shape [128, 64], the configuration implies [10, 8]"), Error);
+  fs::remove_all(dir);
+}
