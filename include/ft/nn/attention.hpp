@@ -43,6 +43,8 @@ constexpr index_t tile = 64;
 
 template <class A>
 using Matrix = Eigen::Matrix<A, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+template <class A>
+using Vector = Eigen::Matrix<A, Eigen::Dynamic, 1>;
 
 // first_key[n] for every token: the earliest key its query may see.
 inline std::vector<std::int32_t> first_keys(const AttentionShape& s, const std::int32_t* documents) {
@@ -68,17 +70,30 @@ void load(Matrix<A>& out, const T* base, index_t row_stride, index_t t0, index_t
     for (index_t d = 0; d < D; ++d) out(r, d) = A(base[(t0 + r) * row_stride + d]) * scale;
 }
 
+// Whether any (query, key) pair of the tile is invisible: only tiles on the
+// diagonal or at a document or window edge need the mask loop.
+inline bool needs_mask(const std::int32_t* first, index_t q0, index_t q1, index_t k0, index_t k1) {
+  return k1 - 1 > q0 || first[q1 - 1 - q0] > k0;
+}
+
+// Sets invisible scores to `value`.
+template <class A>
+void mask(Matrix<A>& S, const std::int32_t* first, index_t q0, index_t k0, A value) {
+  for (index_t r = 0; r < S.rows(); ++r)
+    for (index_t c = 0; c < S.cols(); ++c)
+      if (k0 + c < first[r] || k0 + c > q0 + r) S(r, c) = value;
+}
+
 // Probabilities of a (query tile, key tile) pair from saved log-sum-exps,
-// zero outside each query's visible range.
+// zero outside each query's visible range. The exponentials are Eigen's
+// vectorised ones.
 template <class A>
 void probabilities(Matrix<A>& P, const Matrix<A>& Q, const Matrix<A>& K, const A* lse, const std::int32_t* first,
                    index_t q0, index_t k0) {
+  using Column = Eigen::Map<const Eigen::Matrix<A, Eigen::Dynamic, 1>>;
   P.noalias() = Q * K.transpose();
-  for (index_t r = 0; r < P.rows(); ++r)
-    for (index_t c = 0; c < P.cols(); ++c) {
-      index_t i = q0 + r, j = k0 + c;
-      P(r, c) = (j < first[r] || j > i) ? A(0) : std::exp(P(r, c) - lse[r]);
-    }
+  P = (P.colwise() - Column(lse, P.rows())).array().exp().matrix();
+  if (needs_mask(first, q0, q0 + P.rows(), k0, k0 + P.cols())) mask(P, first, q0, k0, A(0));
 }
 
 }  // namespace attention_detail
@@ -89,6 +104,7 @@ void attention_forward(T* out, acc_t<T>* lse, const T* qkv, const std::int32_t* 
   using namespace attention_detail;
   const index_t stride = (s.H + 2 * s.G) * s.D, out_stride = s.H * s.D, group = s.H / s.G;
   const A scale = A(1) / std::sqrt(A(s.D));
+  const A infinity = std::numeric_limits<A>::infinity();
   const std::vector<std::int32_t> first = first_keys(s, documents);
   const index_t q_tiles = (s.T + tile - 1) / tile;
 
@@ -100,43 +116,30 @@ void attention_forward(T* out, acc_t<T>* lse, const T* qkv, const std::int32_t* 
     Matrix<A> Q, K, V, S;
     load(Q, row0 + h * s.D, stride, q0, q1, s.D, scale);
     Matrix<A> O = Matrix<A>::Zero(rows, s.D);
-    std::vector<A> m(std::size_t(rows), -std::numeric_limits<A>::infinity()), l(std::size_t(rows), A(0));
+    Vector<A> m = Vector<A>::Constant(rows, -infinity), l = Vector<A>::Zero(rows);
 
     for (index_t k0 = fk[q0]; k0 < q1; k0 += tile) {
       index_t k1 = std::min(q1, k0 + tile);
       load(K, row0 + (s.H + g) * s.D, stride, k0, k1, s.D);
       load(V, row0 + (s.H + s.G + g) * s.D, stride, k0, k1, s.D);
       S.noalias() = Q * K.transpose();
-      for (index_t r = 0; r < rows; ++r) {
-        index_t i = q0 + r;
-        A tile_max = -std::numeric_limits<A>::infinity();
-        for (index_t c = 0; c < k1 - k0; ++c) {
-          index_t j = k0 + c;
-          if (j < fk[i] || j > i) S(r, c) = -std::numeric_limits<A>::infinity();
-          tile_max = std::max(tile_max, S(r, c));
-        }
-        if (tile_max == -std::numeric_limits<A>::infinity()) {  // nothing visible in this tile
-          S.row(r).setZero();
-          continue;
-        }
-        A m_new = std::max(m[r], tile_max);
-        A rescale = std::exp(m[r] - m_new);
-        A sum = 0;
-        for (index_t c = 0; c < k1 - k0; ++c) {
-          A p = std::exp(S(r, c) - m_new);
-          S(r, c) = p;
-          sum += p;
-        }
-        l[r] = l[r] * rescale + sum;
-        O.row(r) *= rescale;
-        m[r] = m_new;
-      }
+      if (needs_mask(fk + q0, q0, q1, k0, k1)) mask(S, fk + q0, q0, k0, -infinity);
+      // Online softmax: rescale what was accumulated to the new row maxima.
+      Vector<A> m_new = m.cwiseMax(S.rowwise().maxCoeff());
+      // A row with nothing visible yet keeps max -inf; shift it by 0 so its
+      // exponentials are exp(-inf) = 0 rather than NaN.
+      Vector<A> shift = (m_new.array() == -infinity).select(Vector<A>::Zero(rows), m_new);
+      Vector<A> rescale = (m.array() - shift.array()).exp();
+      S = (S.colwise() - shift).array().exp().matrix();
+      l = l.cwiseProduct(rescale) + S.rowwise().sum();
+      O = rescale.asDiagonal() * O;
+      m = m_new;
       O.noalias() += S * V;
     }
     for (index_t r = 0; r < rows; ++r) {
       index_t n = b * s.T + q0 + r;
-      for (index_t d = 0; d < s.D; ++d) out[n * out_stride + h * s.D + d] = T(O(r, d) / l[r]);
-      lse[(b * s.H + h) * s.T + q0 + r] = m[r] + std::log(l[r]);
+      for (index_t d = 0; d < s.D; ++d) out[n * out_stride + h * s.D + d] = T(O(r, d) / l(r));
+      lse[(b * s.H + h) * s.T + q0 + r] = m(r) + std::log(l(r));
     }
   });
 }

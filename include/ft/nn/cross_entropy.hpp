@@ -14,6 +14,8 @@
 #include <cstdint>
 #include <vector>
 
+#include <Eigen/Core>
+
 #include "ft/kernels/gemm.hpp"
 
 namespace ft::nn {
@@ -52,16 +54,27 @@ double lm_head_cross_entropy(T* dh, T* dweight, const T* h, const T* weight, con
         for (index_t v = 0; v < V; ++v) z[v] = T(0.0f);
         return;
       }
-      A max = A(z[0]);
-      for (index_t v = 1; v < V; ++v) max = std::max(max, A(z[v]));
-      A sum = 0;
-      for (index_t v = 0; v < V; ++v) sum += std::exp(A(z[v]) - max);
-      A lse = max + std::log(sum);
-      row_loss[std::size_t(r)] = double(lse - A(z[target]));
-      if (!options.backward) return;
-      for (index_t v = 0; v < V; ++v) {
-        A p = std::exp(A(z[v]) - lse);
-        z[v] = T((p - (v == target ? A(1) : A(0))) * scale);
+      if constexpr (std::is_same_v<T, A>) {
+        // float and double rows: Eigen's vectorised max, exp and sum.
+        Eigen::Map<Eigen::Array<A, Eigen::Dynamic, 1>> row(z, V);
+        A lse = row.maxCoeff();
+        lse += std::log((row - lse).exp().sum());
+        row_loss[std::size_t(r)] = double(lse - row(target));
+        if (!options.backward) return;
+        row = (row - lse).exp() * scale;
+        row(target) -= scale;
+      } else {
+        A max = A(z[0]);
+        for (index_t v = 1; v < V; ++v) max = std::max(max, A(z[v]));
+        A sum = 0;
+        for (index_t v = 0; v < V; ++v) sum += std::exp(A(z[v]) - max);
+        A lse = max + std::log(sum);
+        row_loss[std::size_t(r)] = double(lse - A(z[target]));
+        if (!options.backward) return;
+        for (index_t v = 0; v < V; ++v) {
+          A p = std::exp(A(z[v]) - lse);
+          z[v] = T((p - (v == target ? A(1) : A(0))) * scale);
+        }
       }
     });
     for (index_t r = 0; r < rows; ++r) total += row_loss[std::size_t(r)];
