@@ -21,7 +21,8 @@ class FtConan(ConanFile):
     exports_sources = ("CMakeLists.txt", "LICENSE", "cmake/*", "include/*", "runner/*", "plugins/*", "recipes/*")
 
     def system_requirements(self):
-        packages = ["libeigen3-dev", "librange-v3-dev", "libboost-dev", "libtomlplusplus-dev", "nlohmann-json3-dev"]
+        packages = ["libeigen3-dev", "librange-v3-dev", "libboost-dev", "libtomlplusplus-dev", "nlohmann-json3-dev",
+                    "libopenblas-dev", "libopenblas0-openmp"]
         if self.options.runner:
             packages.append("libcli11-dev")
         Apt(self).install(packages)

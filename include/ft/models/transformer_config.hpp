@@ -40,6 +40,17 @@ struct TransformerConfig {
   index_t mlp_in_width() const { return gated_mlp ? 2 * intermediate_size : intermediate_size; }
 };
 
+// Parameters a model of this shape holds, from the configuration alone:
+// plans and estimates need it before anything is allocated.
+inline index_t parameter_count(const TransformerConfig& c) {
+  const index_t C = c.hidden_size, norm = c.norm == nn::NormKind::layer ? 2 * C : C;
+  const index_t attention = c.qkv_width() * C + (c.qkv_bias ? c.qkv_width() : 0) +
+                            C * c.num_heads * c.head_dim + (c.o_bias ? C : 0);
+  const index_t mlp = c.mlp_in_width() * C + C * c.intermediate_size + (c.mlp_bias ? c.mlp_in_width() + C : 0);
+  const index_t embeddings = c.vocab_size * C * (c.tie_embeddings ? 1 : 2);
+  return embeddings + norm + c.num_layers * (2 * norm + attention + mlp);
+}
+
 // Reads fields of one config.json with errors that name the file and field.
 class ConfigReader {
 public:

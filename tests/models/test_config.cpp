@@ -1,0 +1,89 @@
+// Reading HF config.json files of real model families: the shapes and
+// parameter counts must be those the models are published with.
+#include <doctest/doctest.h>
+
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include <ft/models/load.hpp>
+
+using namespace ft;
+namespace fs = std::filesystem;
+
+namespace {
+models::ModelSpec spec_of(const std::string& config_json) {
+  fs::path dir = fs::temp_directory_path() / ("ft-config-" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  std::ofstream(dir / "config.json") << config_json;
+  models::ModelSpec spec = models::read_model_spec(dir);
+  fs::remove_all(dir);
+  return spec;
+}
+}  // namespace
+
+TEST_CASE("GPT-NeoX-20B: parallel residual, quarter rotary, 20.55B parameters") {
+  auto spec = spec_of(R"({"architectures": ["GPTNeoXForCausalLM"], "hidden_size": 6144, "num_attention_heads": 64,
+    "num_hidden_layers": 44, "intermediate_size": 24576, "vocab_size": 50432, "rotary_pct": 0.25,
+    "rotary_emb_base": 10000, "use_parallel_residual": true, "layer_norm_eps": 1e-05, "hidden_act": "gelu_fast",
+    "tie_word_embeddings": false, "max_position_embeddings": 2048})");
+  const auto& c = spec.config;
+  CHECK(c.head_dim == 96);
+  CHECK(c.rope.rotary_dim == 24);
+  CHECK(c.parallel_residual);
+  CHECK(c.norm == nn::NormKind::layer);
+  CHECK(c.activation == nn::Activation::gelu_tanh);
+  CHECK(models::parameter_count(c) == 20'554'567'680);
+  CHECK(spec.weights.size() == 1 + 44 * 12 + 3);  // embed_in; 12 per layer; final norm (2), embed_out
+}
+
+TEST_CASE("Llama 3 8B: grouped-query attention and Llama-3 rope scaling, 8.03B parameters") {
+  auto spec = spec_of(R"({"architectures": ["LlamaForCausalLM"], "hidden_size": 4096, "intermediate_size": 14336,
+    "num_attention_heads": 32, "num_hidden_layers": 32, "num_key_value_heads": 8, "rms_norm_eps": 1e-05,
+    "rope_scaling": {"factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+                     "original_max_position_embeddings": 8192, "rope_type": "llama3"},
+    "rope_theta": 500000.0, "tie_word_embeddings": false, "vocab_size": 128256, "hidden_act": "silu"})");
+  const auto& c = spec.config;
+  CHECK(c.num_kv_heads == 8);
+  CHECK(c.rope.llama3);
+  CHECK(c.rope.theta == 500000.0);
+  CHECK(c.rope.scaling.original_max_position_embeddings == 8192);
+  CHECK(models::parameter_count(c) == 8'030'261'248);
+}
+
+TEST_CASE("Qwen2-0.5B: q/k/v biases and tied embeddings, 494M parameters") {
+  auto spec = spec_of(R"({"architectures": ["Qwen2ForCausalLM"], "hidden_size": 896, "intermediate_size": 4864,
+    "num_attention_heads": 14, "num_hidden_layers": 24, "num_key_value_heads": 2, "rms_norm_eps": 1e-06,
+    "rope_theta": 1000000.0, "sliding_window": 32768, "use_sliding_window": false, "max_window_layers": 21,
+    "tie_word_embeddings": true, "vocab_size": 151936, "hidden_act": "silu"})");
+  const auto& c = spec.config;
+  CHECK(c.qkv_bias);
+  CHECK(!c.o_bias);
+  CHECK(c.tie_embeddings);
+  CHECK(c.sliding_window == std::vector<index_t>(24, 0));
+  CHECK(models::parameter_count(c) == 494'032'768);
+}
+
+TEST_CASE("Mistral 7B: a sliding window on every layer; SmolLM2-135M: tied, 134.5M parameters") {
+  auto mistral = spec_of(R"({"architectures": ["MistralForCausalLM"], "hidden_size": 4096, "intermediate_size": 14336,
+    "num_attention_heads": 32, "num_hidden_layers": 32, "num_key_value_heads": 8, "rms_norm_eps": 1e-05,
+    "rope_theta": 10000.0, "sliding_window": 4096, "tie_word_embeddings": false, "vocab_size": 32000})");
+  CHECK(mistral.config.sliding_window == std::vector<index_t>(32, 4096));
+  CHECK(models::parameter_count(mistral.config) == 7'241'732'096);
+
+  auto smol = spec_of(R"({"architectures": ["LlamaForCausalLM"], "hidden_size": 576, "intermediate_size": 1536,
+    "num_attention_heads": 9, "num_hidden_layers": 30, "num_key_value_heads": 3, "rms_norm_eps": 1e-05,
+    "rope_theta": 100000, "tie_word_embeddings": true, "vocab_size": 49152})");
+  CHECK(smol.config.head_dim == 64);
+  CHECK(models::parameter_count(smol.config) == 134'515'008);
+}
+
+TEST_CASE("the parameter count from the configuration is what the model allocates") {
+  for (const char* name : {"llama_gqa", "smollm2_tied", "qwen2_bias", "neox_parallel"}) {
+    CAPTURE(name);
+    fs::path dir = fs::path(FT_SOURCE_DIR) / "tests/fixtures/parity" / name;
+    models::Transformer<float> model(models::read_model_spec(dir));
+    CHECK(model.parameter_count() == models::parameter_count(model.config()));
+  }
+}
