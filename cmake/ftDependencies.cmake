@@ -35,3 +35,10 @@ if(NOT TARGET ft::blas)
     INTERFACE_LINK_OPTIONS "LINKER:-rpath,${ft_blas_dir}"
     INTERFACE_INCLUDE_DIRECTORIES "${FT_CBLAS_INCLUDE_DIR}")
 endif()
+
+# Tokenizers split text with Unicode-class regular expressions (GPT-2, Llama 3,
+# Qwen2 patterns): PCRE2 with its JIT.
+if(NOT TARGET PkgConfig::PCRE2)
+  find_package(PkgConfig REQUIRED)
+  pkg_check_modules(PCRE2 REQUIRED IMPORTED_TARGET GLOBAL libpcre2-8)
+endif()

@@ -28,4 +28,13 @@ struct EvalOptions {
 };
 int run_eval(const EvalOptions& options);
 
+struct ConvertOptions {
+  std::string source, destination;
+  std::string dtype;                    // empty: keep each tensor's dtype
+  std::string max_shard_size = "5GB";
+  std::string merge_lora;               // PEFT adapter directory to merge into the weights
+  bool force = false;                   // replace an existing destination
+};
+int run_convert(const ConvertOptions& options);
+
 }  // namespace ftrun

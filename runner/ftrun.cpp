@@ -36,6 +36,18 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   eval->add_flag("--json", eval_options.json, "Print one JSON object instead of lines");
 
+  ftrun::ConvertOptions convert_options;
+  auto* convert = app.add_subcommand("convert", "Convert HF model directories and PEFT adapters (dtype, shards, LoRA merge)");
+  convert->add_option("source", convert_options.source, "HF model directory or PEFT adapter directory")->required();
+  convert->add_option("destination", convert_options.destination, "Directory to write (must not exist unless --force)")
+      ->required();
+  convert->add_option("--dtype", convert_options.dtype, "Store floating-point weights as float32, bfloat16 or float16")
+      ->check(CLI::IsMember({"float32", "bfloat16", "float16"}));
+  convert->add_option("--max-shard-size", convert_options.max_shard_size, "Largest weight file, e.g. 5GB, 500MB, 2GiB")
+      ->capture_default_str();
+  convert->add_option("--merge-lora", convert_options.merge_lora, "Merge this PEFT LoRA adapter into the weights");
+  convert->add_flag("--force", convert_options.force, "Replace the destination if it exists");
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {
@@ -52,5 +64,6 @@ int main(int argc, char** argv) {
   if (*plugins) return ftrun::run_plugins(plugins_options);
   if (*train) return ftrun::run_train(train_options);
   if (*eval) return ftrun::run_eval(eval_options);
+  if (*convert) return ftrun::run_convert(convert_options);
   return ftrun::bad_input;
 }

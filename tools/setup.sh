@@ -15,6 +15,8 @@ packages=(
   openmpi-bin libopenmpi-dev
   # fast GEMM on the CPU: OpenBLAS on the OpenMP thread pool, so there is one pool
   libopenblas-dev libopenblas0-openmp
+  # tokenizers' split patterns need a regex engine with Unicode classes
+  libpcre2-dev pkg-config
   # the default dataset's source text (public domain) and the script that builds it
   jargon-text python3
 )

@@ -1,0 +1,106 @@
+#pragma once
+// Writing an HF model's weights the way transformers does: one
+// `model.safetensors` when everything fits in one shard, otherwise
+// `model-00001-of-0000N.safetensors` files and `model.safetensors.index.json`
+// ({"metadata": {"total_size": bytes}, "weight_map": {tensor: shard}}).
+// Tensors keep their order; a shard closes when the next tensor would push it
+// past the limit (a tensor larger than the limit gets a shard of its own).
+//
+// Each file is written atomically (write_safetensors writes a temporary file
+// and renames it). A whole directory is made atomic by its caller: ftrun
+// convert writes into a temporary directory and renames that.
+#include <cstdio>
+#include <functional>
+#include <map>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "ft/core/half.hpp"
+#include "ft/io/safetensors.hpp"
+
+namespace ft::io {
+
+// Progress of long work: bytes or items done out of a total.
+using ProgressCallback = std::function<void(std::uint64_t done, std::uint64_t total)>;
+
+inline void write_model_safetensors(const std::filesystem::path& dir, const std::vector<TensorToWrite>& tensors,
+                                    std::uint64_t max_shard_bytes,
+                                    const std::map<std::string, std::string>& metadata = {{"format", "pt"}},
+                                    const ProgressCallback& progress = {}) {
+  std::vector<std::vector<TensorToWrite>> shards(1);
+  std::uint64_t shard_bytes = 0, total = 0;
+  for (const TensorToWrite& t : tensors) {
+    if (!shards.back().empty() && shard_bytes + t.bytes.size() > max_shard_bytes) {
+      shards.emplace_back();
+      shard_bytes = 0;
+    }
+    shards.back().push_back(t);
+    shard_bytes += t.bytes.size();
+    total += t.bytes.size();
+  }
+  std::uint64_t done = 0;
+  if (shards.size() == 1) {
+    write_safetensors(dir / "model.safetensors", shards[0], metadata);
+    if (progress) progress(total, total);
+    return;
+  }
+  nlohmann::ordered_json index;
+  index["metadata"] = {{"total_size", total}};
+  index["weight_map"] = nlohmann::ordered_json::object();
+  for (std::size_t i = 0; i < shards.size(); ++i) {
+    char name[64];
+    std::snprintf(name, sizeof name, "model-%05zu-of-%05zu.safetensors", i + 1, shards.size());
+    write_safetensors(dir / name, shards[i], metadata);
+    for (const TensorToWrite& t : shards[i]) {
+      index["weight_map"][t.name] = name;
+      done += t.bytes.size();
+    }
+    if (progress) progress(done, total);
+  }
+  const std::filesystem::path file = dir / "model.safetensors.index.json";
+  const std::filesystem::path temporary = file.string() + ".tmp";
+  {
+    std::ofstream out(temporary);
+    out << index.dump(2) << "\n";
+    if (!out) throw Error(file.string() + ": cannot be written");
+  }
+  std::filesystem::rename(temporary, file);
+}
+
+// The HF dtype names ft converts between, as safetensors spells them.
+inline std::string safetensors_dtype(std::string_view name, const std::string& where) {
+  if (name == "float32" || name == "F32") return "F32";
+  if (name == "bfloat16" || name == "BF16") return "BF16";
+  if (name == "float16" || name == "F16") return "F16";
+  throw Error(where + ": dtype \"" + std::string(name) + "\" is not supported; allowed: float32, bfloat16, float16");
+}
+
+// A floating-point tensor's bytes in another floating-point dtype (a copy
+// when the dtype is the same: bit-exact). Integer tensors keep their dtype.
+inline std::vector<std::byte> convert_tensor(const SafetensorsFile& file, const TensorView& t,
+                                             const std::string& dtype) {
+  auto as_bytes = [](const auto& values) {
+    auto span = std::as_bytes(std::span(values));
+    return std::vector<std::byte>(span.begin(), span.end());
+  };
+  bool floating = t.dtype == "F32" || t.dtype == "BF16" || t.dtype == "F16" || t.dtype == "F64";
+  if (!floating || t.dtype == dtype) return std::vector<std::byte>(t.bytes.begin(), t.bytes.end());
+  const std::size_t n = std::size_t(t.numel());
+  if (dtype == "F32") {
+    std::vector<float> v(n);
+    copy_elements(file, t, v.data(), t.numel());
+    return as_bytes(v);
+  }
+  if (dtype == "BF16") {
+    std::vector<bf16> v(n);
+    copy_elements(file, t, v.data(), t.numel());
+    return as_bytes(v);
+  }
+  std::vector<f16> v(n);
+  copy_elements(file, t, v.data(), t.numel());
+  return as_bytes(v);
+}
+
+}  // namespace ft::io

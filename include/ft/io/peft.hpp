@@ -1,0 +1,170 @@
+#pragma once
+// PEFT LoRA adapters, in PEFT's own directory layout, so PEFT loads ft's
+// adapters and ft loads PEFT's:
+//
+//   adapter_config.json        {"peft_type": "LORA", "r", "lora_alpha", "use_rslora",
+//                               "target_modules", "fan_in_fan_out", "rank_pattern",
+//                               "alpha_pattern", "base_model_name_or_path", ...}
+//   adapter_model.safetensors  base_model.model.<module>.lora_A.weight  [r, in]
+//                              base_model.model.<module>.lora_B.weight  [out, r]
+//                              base_model.model.<module>.lora_embedding_A  [r, rows]
+//                              base_model.model.<module>.lora_embedding_B  [cols, r]
+//                              base_model.model.<module>.base_layer.weight or
+//                              <module>.weight (modules saved whole)
+//
+// The adapted weight is W + scale * B A with scale = alpha / r, or
+// alpha / sqrt(r) with rsLoRA (for embeddings: W + scale * (B A)^T).
+// Variants ft does not implement (DoRA, other PEFT types, fan-in-fan-out
+// layers) are refused by name, never merged wrongly.
+#include <cmath>
+#include <regex>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "ft/io/hf_config.hpp"
+#include "ft/io/safetensors.hpp"
+#include "ft/kernels/gemm.hpp"
+
+namespace ft::io {
+
+struct LoraModule {
+  std::string weight;  // HF name of the base weight, e.g. "model.layers.0.self_attn.q_proj.weight"
+  bool embedding = false;
+  const TensorView* A = nullptr;
+  const TensorView* B = nullptr;
+  double scale = 0;
+};
+
+class PeftAdapter {
+public:
+  static PeftAdapter open(const std::filesystem::path& dir) {
+    PeftAdapter a;
+    a.dir_ = dir;
+    const std::filesystem::path config_file = dir / "adapter_config.json";
+    if (!std::filesystem::exists(config_file))
+      throw Error(dir.string() + ": not a PEFT adapter directory (no adapter_config.json)");
+    a.config_ = read_json_file(config_file);
+    const std::string where = config_file.string() + ": ";
+    auto text = [&](const char* key, const char* fallback) {
+      return a.config_.contains(key) && a.config_[key].is_string() ? a.config_[key].get<std::string>()
+                                                                   : std::string(fallback);
+    };
+    auto flag = [&](const char* key) { return a.config_.contains(key) && a.config_[key].is_boolean() && a.config_[key].get<bool>(); };
+    if (text("peft_type", "") != "LORA")
+      throw Error(where + "peft_type \"" + text("peft_type", "") + "\" is not supported; allowed: LORA");
+    if (flag("use_dora")) throw Error(where + "DoRA adapters (use_dora) are not supported");
+    if (flag("fan_in_fan_out")) throw Error(where + "fan_in_fan_out adapters (GPT-2 Conv1D layers) are not supported");
+    if (!a.config_.contains("r") || !a.config_["r"].is_number_integer() || a.config_["r"].get<int>() <= 0)
+      throw Error(where + "\"r\" must be a positive integer");
+    if (!a.config_.contains("lora_alpha") || !a.config_["lora_alpha"].is_number())
+      throw Error(where + "\"lora_alpha\" must be a number");
+    a.rslora_ = flag("use_rslora");
+
+    a.weights_ = std::make_shared<SafetensorsFile>(SafetensorsFile::open(dir / "adapter_model.safetensors"));
+    a.collect();
+    return a;
+  }
+
+  const nlohmann::json& config() const { return config_; }
+  const SafetensorsFile& file() const { return *weights_; }
+  const std::vector<LoraModule>& modules() const { return modules_; }
+  // Whole weights the adapter carries (modules_to_save, saved embedding layers), by HF name.
+  const std::vector<std::pair<std::string, const TensorView*>>& whole_weights() const { return whole_; }
+
+private:
+  // "base_model.model.model.layers.0.q_proj.lora_A.weight" -> "model.layers.0.q_proj"
+  static std::string module_of(std::string name, const std::string& suffix) {
+    const std::string prefix = "base_model.model.";
+    if (name.rfind(prefix, 0) == 0) name = name.substr(prefix.size());
+    name = name.substr(0, name.size() - suffix.size());
+    const std::string named = ".default";  // adapters saved with their adapter name
+    if (name.size() > named.size() && name.compare(name.size() - named.size(), named.size(), named) == 0)
+      name.resize(name.size() - named.size());
+    return name;
+  }
+  static bool ends_with(const std::string& s, const std::string& suffix) {
+    return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+  }
+
+  // PEFT matches rank_pattern / alpha_pattern keys as regexes on the module's full name, anchored at the end.
+  double pattern_value(const char* key, const std::string& module, double fallback) const {
+    if (!config_.contains(key) || !config_[key].is_object()) return fallback;
+    for (const auto& [pattern, value] : config_[key].items()) {
+      if (!value.is_number()) continue;
+      try {
+        if (std::regex_match(module, std::regex("(.*\\.)?(" + pattern + ")"))) return value.get<double>();
+      } catch (const std::regex_error&) {
+        throw Error((dir_ / "adapter_config.json").string() + ": " + key + " key \"" + pattern +
+                    "\" is not a valid regular expression");
+      }
+    }
+    return fallback;
+  }
+
+  void collect() {
+    const std::string where = weights_->path().string() + ": ";
+    std::map<std::string, LoraModule> found;
+    for (const TensorView& t : weights_->tensors()) {
+      std::string module;
+      if (ends_with(t.name, ".lora_A.weight") || ends_with(t.name, ".lora_embedding_A")) {
+        bool embedding = ends_with(t.name, ".lora_embedding_A");
+        module = module_of(t.name, embedding ? ".lora_embedding_A" : ".lora_A.weight");
+        found[module].A = &t;
+        found[module].embedding = embedding;
+      } else if (ends_with(t.name, ".lora_B.weight") || ends_with(t.name, ".lora_embedding_B")) {
+        module = module_of(t.name, ends_with(t.name, ".lora_B.weight") ? ".lora_B.weight" : ".lora_embedding_B");
+        found[module].B = &t;
+      } else if (ends_with(t.name, ".base_layer.weight")) {
+        whole_.emplace_back(module_of(t.name, ".base_layer.weight") + ".weight", &t);
+      } else if (ends_with(t.name, ".weight") || ends_with(t.name, ".bias")) {
+        whole_.emplace_back(module_of(t.name, ""), &t);
+      } else {
+        throw Error(where + "tensor \"" + t.name + "\" is not a LoRA weight ft knows (lora_A, lora_B, lora_embedding_A/B)");
+      }
+    }
+    const double default_r = config_["r"].get<double>(), default_alpha = config_["lora_alpha"].get<double>();
+    for (auto& [module, m] : found) {
+      if (!m.A || !m.B) throw Error(where + "module \"" + module + "\" has lora_" + (m.A ? "A" : "B") + " without its pair");
+      if (m.A->shape.size() != 2 || m.B->shape.size() != 2 || m.A->shape[0] != m.B->shape[1])
+        throw Error(where + "module \"" + module + "\": lora_A and lora_B shapes do not chain (A [r, in], B [out, r])");
+      double r = pattern_value("rank_pattern", module, default_r);
+      double alpha = pattern_value("alpha_pattern", module, default_alpha);
+      if (double(m.A->shape[0]) != r)
+        throw Error(where + "module \"" + module + "\" has rank " + std::to_string(m.A->shape[0]) +
+                    ", adapter_config.json says " + std::to_string(int(r)));
+      m.weight = module + ".weight";
+      m.scale = rslora_ ? alpha / std::sqrt(r) : alpha / r;
+      modules_.push_back(m);
+    }
+  }
+
+  std::filesystem::path dir_;
+  nlohmann::json config_;
+  bool rslora_ = false;
+  std::shared_ptr<SafetensorsFile> weights_;
+  std::vector<LoraModule> modules_;
+  std::vector<std::pair<std::string, const TensorView*>> whole_;
+};
+
+// W [rows, cols] (float) += scale * B A, or its transpose for an embedding.
+inline void merge_lora_module(const PeftAdapter& adapter, const LoraModule& m, float* weight, std::int64_t rows,
+                              std::int64_t cols) {
+  const std::int64_t r = m.A->shape[0];
+  std::vector<float> A(std::size_t(m.A->numel())), B(std::size_t(m.B->numel()));
+  copy_elements(adapter.file(), *m.A, A.data(), m.A->numel());
+  copy_elements(adapter.file(), *m.B, B.data(), m.B->numel());
+  bool fits = m.embedding ? m.A->shape[1] == rows && m.B->shape[0] == cols
+                          : m.B->shape[0] == rows && m.A->shape[1] == cols;
+  if (!fits)
+    throw Error(adapter.file().path().string() + ": LoRA for \"" + m.weight + "\" does not fit its base weight [" +
+                std::to_string(rows) + ", " + std::to_string(cols) + "]");
+  if (m.embedding)  // A [r, rows], B [cols, r]: W += scale * A^T B^T
+    gemm<float>(Op::transpose, Op::transpose, rows, cols, r, float(m.scale), A.data(), rows, B.data(), r, 1, weight,
+                cols);
+  else  // B [rows, r], A [r, cols]
+    gemm<float>(Op::none, Op::none, rows, cols, r, float(m.scale), B.data(), r, A.data(), cols, 1, weight, cols);
+}
+
+}  // namespace ft::io

@@ -1,0 +1,117 @@
+// ftrun convert from the outside: dtype changes and re-sharding keep every
+// value the target dtype can hold, LoRA merges equal PEFT's, and a failed
+// conversion leaves nothing behind.
+#include <doctest/doctest.h>
+
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+
+#include <ft/io/safetensors.hpp>
+
+namespace fs = std::filesystem;
+
+namespace {
+
+const fs::path scratch = fs::temp_directory_path() / ("ft_convert_" + std::to_string(::getpid()));
+const std::string fixtures = std::string(FT_SOURCE_DIR) + "/tests/fixtures";
+
+struct Run {
+  int code;
+  std::string err;
+};
+
+Run ftrun(const std::string& args) {
+  fs::create_directories(scratch);
+  std::string cmd = FTRUN_PATH " " + args + " >/dev/null 2>" + (scratch / "err").string();
+  int status = std::system(cmd.c_str());
+  std::ifstream in(scratch / "err");
+  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, {std::istreambuf_iterator<char>(in), {}}};
+}
+
+// Every tensor of two model directories, compared as float values (or bytes).
+void expect_same_weights(const fs::path& a, const fs::path& b, bool bitwise, double tolerance = 0) {
+  auto wa = ft::io::ModelWeights::open(a), wb = ft::io::ModelWeights::open(b);
+  REQUIRE(wa.names() == wb.names());
+  for (const std::string& name : wa.names()) {
+    CAPTURE(name);
+    const auto &ta = wa.at(name), &tb = wb.at(name);
+    REQUIRE(ta.shape == tb.shape);
+    if (bitwise) {
+      CHECK(ta.dtype == tb.dtype);
+      CHECK(std::equal(ta.bytes.begin(), ta.bytes.end(), tb.bytes.begin(), tb.bytes.end()));
+      continue;
+    }
+    std::vector<float> va(std::size_t(ta.numel())), vb(va.size());
+    ft::io::copy_elements(wa.file_of(name), ta, va.data(), ta.numel());
+    ft::io::copy_elements(wb.file_of(name), tb, vb.data(), tb.numel());
+    double worst = 0;
+    for (std::size_t i = 0; i < va.size(); ++i) worst = std::max(worst, double(std::abs(va[i] - vb[i])));
+    CHECK(worst <= tolerance);
+  }
+}
+
+}  // namespace
+
+TEST_CASE("ftrun convert: re-sharding and dtype round trips are bit-exact where the dtype allows") {
+  const std::string model = fixtures + "/parity/llama_gqa";
+  fs::remove_all(scratch);
+  REQUIRE(ftrun("convert " + model + " " + (scratch / "sharded").string() + " --max-shard-size 100KB").code == 0);
+  CHECK(fs::exists(scratch / "sharded/model.safetensors.index.json"));
+  CHECK(fs::exists(scratch / "sharded/model-00001-of-00004.safetensors"));  // 360 KB in 100 KB shards
+  CHECK(fs::exists(scratch / "sharded/config.json"));
+  expect_same_weights(model, scratch / "sharded", true);
+
+  REQUIRE(ftrun("convert " + (scratch / "sharded").string() + " " + (scratch / "bf16").string() + " --dtype bfloat16").code == 0);
+  CHECK(!fs::exists(scratch / "bf16/model.safetensors.index.json"));  // fits in one 5GB shard again
+  REQUIRE(ftrun("convert " + (scratch / "bf16").string() + " " + (scratch / "f32").string() + " --dtype float32").code == 0);
+  REQUIRE(ftrun("convert " + (scratch / "f32").string() + " " + (scratch / "bf16-again").string() + " --dtype bfloat16").code == 0);
+  expect_same_weights(scratch / "bf16", scratch / "bf16-again", true);  // bf16 -> f32 -> bf16 loses nothing
+  expect_same_weights(model, scratch / "bf16", false, 0.01);            // f32 -> bf16 rounds to 8 bits
+  std::ifstream config(scratch / "bf16/config.json");
+  CHECK(std::string(std::istreambuf_iterator<char>(config), {}).find("\"bfloat16\"") != std::string::npos);
+}
+
+TEST_CASE("ftrun convert --merge-lora equals PEFT's merge_and_unload, for LoRA and rsLoRA with embeddings") {
+  const std::string model = fixtures + "/parity/llama_gqa";
+  for (std::string adapter : {"llama_gqa_lora", "llama_gqa_rslora"}) {
+    CAPTURE(adapter);
+    fs::remove_all(scratch);
+    fs::path out = scratch / "merged";
+    REQUIRE(ftrun("convert " + model + " " + out.string() + " --merge-lora " + fixtures + "/peft/" + adapter).code == 0);
+    fs::path expected = scratch / "expected";
+    fs::create_directories(expected);
+    fs::copy_file(fixtures + "/peft/" + adapter + ".merged.safetensors", expected / "model.safetensors");
+    expect_same_weights(expected, out, false, 1e-6);
+  }
+}
+
+TEST_CASE("ftrun convert refuses bad input in one line and leaves no destination behind") {
+  const std::string model = fixtures + "/parity/llama_gqa";
+  fs::remove_all(scratch);
+  fs::create_directories(scratch / "exists");
+  struct Case {
+    std::string args, message;
+  };
+  for (const Case& c : {Case{model + " " + (scratch / "exists").string(), "already exists"},
+                        Case{fixtures + "/data " + (scratch / "out").string(), "not an HF model directory"},
+                        Case{model + " " + (scratch / "out").string() + " --max-shard-size lots", "is not a size"},
+                        Case{model + " " + (scratch / "out").string() + " --merge-lora " + fixtures + "/parity/qwen2_bias",
+                             "not a PEFT adapter directory"},
+                        Case{fixtures + "/parity/qwen2_bias " + (scratch / "out").string() + " --merge-lora " + fixtures +
+                                 "/peft/llama_gqa_rslora",
+                             "has another shape than the base model's"}}) {
+    CAPTURE(c.args);
+    Run r = ftrun("convert " + c.args);
+    CHECK(r.code == 2);
+    CHECK(r.err.find(c.message) != std::string::npos);
+    CHECK(std::count(r.err.begin(), r.err.end(), '\n') == 1);
+    CHECK(!fs::exists(scratch / "out"));
+  }
+  // Nothing temporary is left beside the destination either.
+  for (const auto& entry : fs::directory_iterator(scratch))
+    CHECK(entry.path().filename().string().find(".tmp-") == std::string::npos);
+}
