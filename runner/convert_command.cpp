@@ -18,6 +18,7 @@
 
 #include <ft/io/hf_config.hpp>
 #include <ft/io/model_files.hpp>
+#include <ft/io/model_weights.hpp>
 #include <ft/io/peft.hpp>
 
 #include "commands.hpp"

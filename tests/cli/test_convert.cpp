@@ -10,7 +10,7 @@
 #include <filesystem>
 #include <fstream>
 
-#include <ft/io/safetensors.hpp>
+#include <ft/io/model_weights.hpp>
 
 namespace fs = std::filesystem;
 

@@ -17,6 +17,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <ft/io/model_weights.hpp>
 #include <ft/io/safetensors.hpp>
 
 namespace fs = std::filesystem;
@@ -522,7 +523,8 @@ TEST_CASE("safetensors ModelWeights resolves names across shards") {
   SUBCASE("neither file, or not a directory") {
     fs::remove(index_path);
     CHECK(error_of([&] { ModelWeights::open(dir.path); }) ==
-          dir.path.string() + ": has neither model.safetensors nor model.safetensors.index.json");
+          dir.path.string() + ": has no weights (model.safetensors, model.safetensors.index.json, "
+                                 "pytorch_model.bin or pytorch_model.bin.index.json)");
     fs::path file = dir / "model-00002-of-00002.safetensors";
     CHECK(error_of([&] { ModelWeights::open(file); }) ==
           file.string() + ": is not a directory (expected a model directory holding model.safetensors)");

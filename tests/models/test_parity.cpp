@@ -12,7 +12,7 @@
 #include <filesystem>
 #include <string>
 
-#include <ft/io/safetensors.hpp>
+#include <ft/io/model_weights.hpp>
 #include <ft/models/load.hpp>
 
 using namespace ft;

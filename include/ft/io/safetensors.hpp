@@ -52,6 +52,7 @@
 #include "ft/core/error.hpp"
 #include "ft/core/half.hpp"
 #include "ft/core/numeric.hpp"
+#include "ft/io/mapped_file.hpp"
 
 namespace ft::io {
 
@@ -167,6 +168,19 @@ public:
     return result;
   }
 
+  // A file of named tensors that another reader parsed (torch checkpoints),
+  // so that every weight source answers the same calls.
+  static SafetensorsFile from_views(const std::filesystem::path& file, std::vector<TensorView> tensors) {
+    SafetensorsFile result;
+    result.path_ = file;
+    result.tensors_ = std::move(tensors);
+    for (std::size_t i = 0; i < result.tensors_.size(); ++i) {
+      if (!result.index_.emplace(result.tensors_[i].name, i).second)
+        throw Error(file.string() + ": tensor " + detail::quoted(result.tensors_[i].name) + " appears twice");
+    }
+    return result;
+  }
+
   const std::filesystem::path& path() const { return path_; }
   const std::vector<TensorView>& tensors() const { return tensors_; }  // in file order of offsets
   const std::map<std::string, std::string>& metadata() const { return metadata_; }
@@ -183,7 +197,7 @@ public:
 
 private:
   std::filesystem::path path_;
-  std::shared_ptr<const detail::Mapping> mapping_;
+  std::shared_ptr<const MappedFile> mapping_;
   std::vector<TensorView> tensors_;
   std::map<std::string, std::size_t, std::less<>> index_;
   std::map<std::string, std::string> metadata_;
@@ -191,29 +205,12 @@ private:
   [[noreturn]] void fail(const std::string& what) const { throw Error(path_.string() + ": " + what); }
 
   void map_file() {
-    detail::Fd fd(::open(path_.c_str(), O_RDONLY | O_CLOEXEC));
-    if (fd.fd < 0) fail(std::string("cannot be opened (") + std::strerror(errno) + ")");
-    struct stat st {};
-    if (::fstat(fd.fd, &st) != 0) fail(std::string("cannot be read (") + std::strerror(errno) + ")");
-    if (S_ISDIR(st.st_mode)) fail("is a directory, not a safetensors file");
-    if (!S_ISREG(st.st_mode)) fail("is not a regular file");
-    auto size = static_cast<std::size_t>(st.st_size);
-    // mmap refuses a zero length, and such a file has no header length anyway.
-    if (size < 8)
-      fail("is " + std::to_string(size) + " bytes, too short for the 8-byte header length of a safetensors file");
-    void* address = ::mmap(nullptr, size, PROT_READ, MAP_PRIVATE, fd.fd, 0);
-    if (address == MAP_FAILED) fail(std::string("cannot be mapped (") + std::strerror(errno) + ")");
-    try {
-      mapping_ = std::make_shared<const detail::Mapping>(address, size);
-    } catch (...) {
-      ::munmap(address, size);
-      throw;
-    }
+    mapping_ = map_file_readonly(path_, "a safetensors file", 8, "the 8-byte header length of a safetensors file");
   }
 
   void parse_header() {
-    const std::byte* base = mapping_->data();
-    const std::size_t size = mapping_->size;
+    const std::byte* base = mapping_->bytes().data();
+    const std::size_t size = mapping_->bytes().size();
     std::uint64_t header_size = 0;
     std::memcpy(&header_size, base, 8);
     constexpr std::uint64_t max_header = 100'000'000;  // the limit HF's own reader sets
@@ -394,122 +391,7 @@ void copy_elements(const SafetensorsFile& file, const TensorView& t, T* out, std
   fail("has dtype " + d + ", which cannot be copied into " + std::string(detail::type_name<T>()));
 }
 
-// A model's weights: <dir>/model.safetensors, or the shards that
-// <dir>/model.safetensors.index.json lists. The single file wins when both are
-// present, as it does in transformers.
-class ModelWeights {
-public:
-  static ModelWeights open(const std::filesystem::path& dir) {
-    namespace fs = std::filesystem;
-    std::error_code ec;
-    if (!fs::is_directory(dir, ec))
-      throw Error(dir.string() + ": is not a directory (expected a model directory holding model.safetensors)");
-    ModelWeights w;
-    fs::path single = dir / "model.safetensors";
-    fs::path index = dir / "model.safetensors.index.json";
-    if (fs::exists(single, ec)) {
-      w.source_ = single;
-      w.files_.push_back(SafetensorsFile::open(single));
-      const auto& tensors = w.files_[0].tensors();
-      for (std::size_t i = 0; i < tensors.size(); ++i) w.entries_.emplace(tensors[i].name, Entry{0, i});
-    } else if (fs::exists(index, ec)) {
-      w.source_ = index;
-      w.open_shards(dir);
-    } else {
-      throw Error(dir.string() + ": has neither model.safetensors nor model.safetensors.index.json");
-    }
-    return w;
-  }
 
-  const TensorView* find(std::string_view name) const {
-    auto it = entries_.find(name);
-    return it == entries_.end() ? nullptr : &files_[it->second.file].tensors()[it->second.tensor];
-  }
-
-  const TensorView& at(std::string_view name) const {
-    if (const TensorView* t = find(name)) return *t;
-    throw Error(source_.string() + ": no tensor " + detail::quoted(name));
-  }
-
-  // The file that holds a tensor, which copy_elements names in its errors.
-  const SafetensorsFile& file_of(std::string_view name) const {
-    auto it = entries_.find(name);
-    if (it == entries_.end()) throw Error(source_.string() + ": no tensor " + detail::quoted(name));
-    return files_[it->second.file];
-  }
-
-  std::vector<std::string> names() const {  // sorted
-    std::vector<std::string> result;
-    result.reserve(entries_.size());
-    for (const auto& [name, entry] : entries_) result.push_back(name);
-    return result;
-  }
-
-  // model.safetensors, or the index of a sharded model.
-  const std::filesystem::path& source() const { return source_; }
-  const std::vector<SafetensorsFile>& files() const { return files_; }
-
-private:
-  struct Entry {
-    std::size_t file;
-    std::size_t tensor;
-  };
-  std::filesystem::path source_;
-  std::vector<SafetensorsFile> files_;
-  std::map<std::string, Entry, std::less<>> entries_;  // indices, so that a copy points into itself
-
-  void open_shards(const std::filesystem::path& dir) {
-    const std::string where = source_.string() + ": ";
-    nlohmann::json index;
-    {
-      std::ifstream in(source_);
-      if (!in) throw Error(where + "cannot be opened");
-      try {
-        index = nlohmann::json::parse(in);
-      } catch (const nlohmann::json::parse_error& e) {
-        throw Error(where + "not valid JSON (byte " + std::to_string(e.byte) + ")");
-      } catch (const nlohmann::json::exception&) {
-        throw Error(where + "not valid JSON");
-      }
-    }
-    if (!index.is_object() || !index.contains("weight_map") || !index["weight_map"].is_object())
-      throw Error(where + "has no \"weight_map\" object mapping tensor names to shard files");
-
-    std::map<std::string, std::size_t> shard_file;  // shard name -> index in files_
-    for (auto& [name, shard_json] : index["weight_map"].items()) {
-      if (!shard_json.is_string())
-        throw Error(where + "\"weight_map\" entry " + detail::quoted(name) + " must name a shard file");
-      const std::string shard = shard_json.get<std::string>();
-      // A shard is a file beside the index; anything else would let an index
-      // reach outside the model directory.
-      if (shard.empty() || std::filesystem::path(shard).filename() != shard || shard == "." || shard == "..")
-        throw Error(where + "shard " + detail::quoted(shard) + " for " + detail::quoted(name) +
-                    " must be a file name in the same directory");
-      auto it = shard_file.find(shard);
-      if (it == shard_file.end()) {
-        std::filesystem::path p = dir / shard;
-        std::error_code ec;
-        if (!std::filesystem::exists(p, ec))
-          throw Error(where + "shard " + detail::quoted(shard) + " (holding " + detail::quoted(name) +
-                      ") does not exist");
-        files_.push_back(SafetensorsFile::open(p));
-        it = shard_file.emplace(shard, files_.size() - 1).first;
-      }
-      const SafetensorsFile& file = files_[it->second];
-      const TensorView* t = file.find(name);
-      if (!t)
-        throw Error(file.path().string() + ": no tensor " + detail::quoted(name) + ", which " +
-                    source_.filename().string() + " says this shard holds");
-      entries_.emplace(name, Entry{it->second, static_cast<std::size_t>(t - file.tensors().data())});
-    }
-  }
-};
-
-template <class T>
-  requires element<T> || std::same_as<T, std::int64_t> || std::same_as<T, std::int32_t>
-void copy_elements(const ModelWeights& weights, std::string_view name, T* out, std::int64_t count) {
-  copy_elements(weights.file_of(name), weights.at(name), out, count);
-}
 
 // Writes the tensors in the order given, each starting at an 8-byte-aligned
 // offset (as HF aligns them) so that a reader can use the mapped data in place.

@@ -7,7 +7,7 @@
 #include <string>
 
 #include "ft/io/hf_config.hpp"
-#include "ft/io/safetensors.hpp"
+#include "ft/io/model_weights.hpp"
 #include "ft/models/gpt_neox.hpp"
 #include "ft/models/llama.hpp"
 #include "ft/models/transformer.hpp"

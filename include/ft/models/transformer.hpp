@@ -11,7 +11,7 @@
 #include <memory>
 #include <vector>
 
-#include "ft/io/safetensors.hpp"
+#include "ft/io/model_weights.hpp"
 #include "ft/models/block.hpp"
 #include "ft/models/stages.hpp"
 #include "ft/models/weight_map.hpp"
