@@ -25,6 +25,7 @@ struct EvalOptions {
   std::string dtype = "float32";
   long max_tokens = 2048;     // tokens packed into one forward pass
   bool json = false;
+  std::string logits_out;     // safetensors file for each row's next-token logits
 };
 int run_eval(const EvalOptions& options);
 

@@ -4,7 +4,9 @@
 // id per row, so attention never crosses rows and positions restart: the
 // result is exactly that of running each row alone (HF's convention: labels
 // default to the inputs, shifted by one; -100 is not scored), at the speed of
-// full batches. The mean is over scored tokens of all rows.
+// full batches. The mean is over scored tokens of all rows. --logits-out
+// saves each row's next-token logits (the logits at its last token), to
+// compare with another implementation.
 #include <cmath>
 #include <fstream>
 #include <iomanip>
@@ -13,6 +15,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <ft/io/safetensors.hpp>
 #include <ft/models/load.hpp>
 
 #include "commands.hpp"
@@ -80,6 +83,8 @@ int evaluate(const EvalOptions& options) {
   auto model = ft::models::load_pretrained<T>(options.model);
   std::vector<Row> rows = read_rows(options.data, model->config().vocab_size);
 
+  const ft::index_t vocab = model->config().vocab_size;
+  std::vector<float> next_logits;  // [rows, V]: logits at each row's last token, for --logits-out
   double loss_sum = 0;
   long tokens = 0;
   Progress progress("eval", long(rows.size()));
@@ -97,9 +102,16 @@ int evaluate(const EvalOptions& options) {
       documents.insert(documents.end(), r.input_ids.size(), document++);
     }
     const ft::index_t length = ft::index_t(ids.size());
+    std::vector<std::size_t> row_ends;  // last position of each row in the pack
+    for (std::size_t i = 0; i < documents.size(); ++i)
+      if (i + 1 == documents.size() || documents[i + 1] != documents[i]) row_ends.push_back(i);
     ft::models::Batch batch = ft::models::causal_lm_batch(1, length, std::move(ids), labels, std::move(documents));
     tokens += batch.scored_tokens();
-    loss_sum += model->forward_backward(batch, {.backward = false});
+    std::vector<T> logits(options.logits_out.empty() ? 0 : std::size_t(length * vocab));
+    loss_sum += model->forward_backward(batch, {.backward = false}, logits.empty() ? nullptr : logits.data());
+    for (std::size_t end : row_ends)
+      if (!logits.empty())
+        for (ft::index_t v = 0; v < vocab; ++v) next_logits.push_back(float(logits[end * std::size_t(vocab) + std::size_t(v)]));
     std::ostringstream status;
     if (tokens) status << "loss " << std::fixed << std::setprecision(4) << loss_sum / double(tokens);
     progress.update(long(next), status.str());
@@ -108,6 +120,11 @@ int evaluate(const EvalOptions& options) {
   if (tokens == 0) throw ft::Error(options.data + ": no scored tokens (every label is -100 or rows are one token long)");
 
   double loss = loss_sum / double(tokens);
+  if (!options.logits_out.empty()) {
+    auto bytes = std::as_bytes(std::span(next_logits));
+    ft::io::write_safetensors(options.logits_out,
+                              {{"next_token_logits", "F32", {std::int64_t(rows.size()), vocab}, bytes}});
+  }
   if (options.json) {
     nlohmann::json out{{"loss", loss}, {"perplexity", std::exp(loss)}, {"tokens", tokens}, {"rows", rows.size()}};
     std::cout << out.dump() << "\n";

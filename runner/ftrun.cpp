@@ -35,6 +35,8 @@ int main(int argc, char** argv) {
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
   eval->add_flag("--json", eval_options.json, "Print one JSON object instead of lines");
+  eval->add_option("--logits-out", eval_options.logits_out,
+                   "Write each row's next-token logits to this safetensors file ([rows, vocab] float32)");
 
   ftrun::ConvertOptions convert_options;
   auto* convert = app.add_subcommand("convert", "Convert HF model directories and PEFT adapters (dtype, shards, LoRA merge)");

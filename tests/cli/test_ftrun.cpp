@@ -10,6 +10,8 @@
 #include <fstream>
 #include <sstream>
 
+#include <ft/io/safetensors.hpp>
+
 namespace fs = std::filesystem;
 
 namespace {
@@ -218,6 +220,26 @@ TEST_CASE("ftrun eval reports HF's loss and perplexity over pre-tokenized rows")
     CHECK(r.out.find("\"tokens\":33") != std::string::npos);
     CHECK(r.err.empty());  // no progress bar when stderr is not a terminal
   }
+}
+
+TEST_CASE("ftrun eval --logits-out writes each row's next-token logits, the same however rows are packed") {
+  const std::string model = fixtures + "/parity/llama_gqa";
+  std::vector<std::vector<float>> runs;
+  for (const char* max_tokens : {"2048", "3"}) {
+    fs::path out = scratch / (std::string("logits-") + max_tokens + ".safetensors");
+    Run r = ftrun("eval --model " + model + " --data " + model + "/eval.jsonl --max-tokens " + max_tokens +
+                  " --logits-out " + out.string());
+    REQUIRE(r.code == 0);
+    auto file = ft::io::SafetensorsFile::open(out);
+    const auto& t = file.at("next_token_logits");
+    CHECK(t.shape == std::vector<std::int64_t>{4, 128});
+    runs.emplace_back(std::size_t(t.numel()));
+    ft::io::copy_elements(file, t, runs.back().data(), t.numel());
+  }
+  double worst = 0;
+  for (std::size_t i = 0; i < runs[0].size(); ++i) worst = std::max(worst, double(std::abs(runs[0][i] - runs[1][i])));
+  CHECK(worst < 1e-5);
+  CHECK(runs[0][0] != runs[0][128]);  // rows differ: each row's own last token
 }
 
 TEST_CASE("ftrun eval refuses bad rows and bad models with one line naming the place") {
