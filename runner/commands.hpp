@@ -34,6 +34,8 @@ struct ConvertOptions {
   std::string dtype;                    // empty: keep each tensor's dtype
   std::string max_shard_size = "5GB";
   std::string merge_lora;               // PEFT adapter directory to merge into the weights
+  std::string add_tokens;               // TOML file of tokens to add (data/token_additions.hpp)
+  std::string chat_template;            // Jinja file replacing the model's chat template
   bool force = false;                   // replace an existing destination
 };
 int run_convert(const ConvertOptions& options);

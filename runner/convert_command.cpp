@@ -3,6 +3,9 @@
 //
 //   HF -> HF       change dtype (--dtype), re-shard (--max-shard-size),
 //                  merge a LoRA adapter into the weights (--merge-lora DIR)
+//                  add tokens (--add-tokens FILE, see data/token_additions.hpp),
+//                  set the chat template (--chat-template FILE)
+//   GGUF -> HF     llama.cpp files of the Llama architecture (io/gguf_to_hf.hpp)
 //   PEFT -> PEFT   change an adapter's dtype
 //
 // Tensors keep their bytes unless a dtype change asks otherwise, so a round
@@ -16,10 +19,14 @@
 #include <iostream>
 #include <map>
 
+#include <ft/data/chat_template.hpp>
+#include <ft/data/token_additions.hpp>
+#include <ft/io/gguf_to_hf.hpp>
 #include <ft/io/hf_config.hpp>
 #include <ft/io/model_files.hpp>
 #include <ft/io/model_weights.hpp>
 #include <ft/io/peft.hpp>
+#include <ft/models/load.hpp>
 
 #include "commands.hpp"
 #include "exit_code.hpp"
@@ -50,6 +57,22 @@ bool is_weight_file(const fs::path& p) {
   const std::string name = p.filename().string();
   return p.extension() == ".safetensors" || name == "model.safetensors.index.json" ||
          name.rfind("pytorch_model", 0) == 0;
+}
+
+// A float tensor's bytes (F32, BF16 or F16) as float values.
+std::vector<float> decode(const std::vector<std::byte>& bytes, const std::string& dtype) {
+  const std::size_t width = dtype == "F32" ? 4 : 2, n = bytes.size() / width;
+  std::vector<float> out(n);
+  for (std::size_t i = 0; i < n; ++i) {
+    if (dtype == "F32") {
+      std::memcpy(&out[i], bytes.data() + 4 * i, 4);
+    } else {
+      std::uint16_t bits;
+      std::memcpy(&bits, bytes.data() + 2 * i, 2);
+      out[i] = dtype == "BF16" ? float(ft::bf16::from_bits(bits)) : float(ft::f16::from_bits(bits));
+    }
+  }
+  return out;
 }
 
 // Float values stored as a safetensors dtype (F32, BF16 or F16).
@@ -130,6 +153,68 @@ Staged stage_model(const fs::path& src, const ConvertOptions& options) {
   return staged;
 }
 
+nlohmann::json read_or_empty(const fs::path& file) {
+  return fs::exists(file) ? ft::io::read_json_file(file) : nlohmann::json::object();
+}
+void write_json(const fs::path& file, const nlohmann::json& j) { std::ofstream(file) << j.dump(2) << "\n"; }
+
+// --add-tokens: new tokens in the tokenizer files, roles in the configs, and
+// embedding rows (the mean of the existing rows) for every new id.
+void add_tokens(const fs::path& src, const fs::path& out, Staged& staged, const ConvertOptions& options) {
+  const ft::data::TokenAdditions additions = ft::data::read_token_additions(options.add_tokens);
+  const fs::path tokenizer_file = out / "tokenizer.json";
+  if (!fs::exists(tokenizer_file)) throw ft::Error(src.string() + ": has no tokenizer.json to add tokens to");
+  nlohmann::json tokenizer = ft::io::read_json_file(tokenizer_file);
+  const std::int64_t size = ft::data::add_tokens(tokenizer, additions, tokenizer_file.string());
+  write_json(tokenizer_file, tokenizer);
+  const ft::data::Tokenizer updated = ft::data::Tokenizer::from_json(tokenizer, tokenizer_file.string());
+
+  nlohmann::json config = ft::io::read_json_file(out / "config.json");
+  const ft::models::ModelSpec spec = ft::models::read_model_spec(src);
+  if (size > spec.config.vocab_size) {
+    for (const auto& w : spec.weights) {
+      if (w.param != "embed.weight" && w.param != "lm_head.weight") continue;
+      auto it = std::find(staged.names.begin(), staged.names.end(), w.hf_name);
+      if (it == staged.names.end() && !w.alias.empty()) it = std::find(staged.names.begin(), staged.names.end(), w.alias);
+      if (it == staged.names.end()) continue;
+      const std::size_t i = std::size_t(it - staged.names.begin());
+      std::vector<float> rows = decode(staged.bytes[i], staged.dtypes[i]);
+      const std::int64_t old_rows = staged.shapes[i][0], width = staged.shapes[i][1];
+      std::vector<double> mean(std::size_t(width), 0.0);
+      for (std::int64_t r = 0; r < old_rows; ++r)
+        for (std::int64_t c = 0; c < width; ++c) mean[std::size_t(c)] += rows[std::size_t(r * width + c)];
+      for (std::int64_t r = old_rows; r < size; ++r)
+        for (std::int64_t c = 0; c < width; ++c) rows.push_back(float(mean[std::size_t(c)] / double(old_rows)));
+      staged.bytes[i] = encode(rows, staged.dtypes[i]);
+      staged.shapes[i][0] = size;
+    }
+    config["vocab_size"] = size;
+  }
+  nlohmann::json tokenizer_config = read_or_empty(out / "tokenizer_config.json");
+  for (const auto& [role, token] : additions.roles) {
+    tokenizer_config[role] = token;
+    config[role.substr(0, role.size() - 6) + "_token_id"] = *updated.token_to_id(token);  // "eos_token" -> "eos_token_id"
+  }
+  for (const auto& [id, token] : updated.added_tokens())
+    tokenizer_config["added_tokens_decoder"][std::to_string(id)] = {
+        {"content", token.content}, {"lstrip", token.lstrip},         {"normalized", token.normalized},
+        {"rstrip", token.rstrip},   {"single_word", token.single_word}, {"special", token.special}};
+  write_json(out / "tokenizer_config.json", tokenizer_config);
+  write_json(out / "config.json", config);
+}
+
+// --chat-template: the template must parse; it replaces the model's own.
+void set_chat_template(const fs::path& out, const std::string& file) {
+  std::ifstream in(file);
+  if (!in) throw ft::Error(file + ": cannot be opened");
+  std::string text{std::istreambuf_iterator<char>(in), {}};
+  ft::data::ChatTemplate::parse(text, file);
+  nlohmann::json tokenizer_config = read_or_empty(out / "tokenizer_config.json");
+  tokenizer_config["chat_template"] = text;
+  write_json(out / "tokenizer_config.json", tokenizer_config);
+  if (fs::exists(out / "chat_template.jinja")) std::ofstream(out / "chat_template.jinja") << text;  // preferred by transformers
+}
+
 void convert_model(const fs::path& src, const fs::path& out, const ConvertOptions& options) {
   Staged staged = stage_model(src, options);
   // Everything that is not weights comes along (tokenizer, chat template, generation config).
@@ -144,6 +229,8 @@ void convert_model(const fs::path& src, const fs::path& out, const ConvertOption
     config[config.contains("torch_dtype") ? "torch_dtype" : "dtype"] = name;
     std::ofstream(out / "config.json") << config.dump(2) << "\n";
   }
+  if (!options.add_tokens.empty()) add_tokens(src, out, staged, options);
+  if (!options.chat_template.empty()) set_chat_template(out, options.chat_template);
   Progress progress("convert", 100);
   ft::io::write_model_safetensors(out, staged.to_write(), parse_size(options.max_shard_size), {{"format", "pt"}},
                                   [&](std::uint64_t done, std::uint64_t total) {
@@ -152,7 +239,8 @@ void convert_model(const fs::path& src, const fs::path& out, const ConvertOption
 }
 
 void convert_adapter(const fs::path& src, const fs::path& out, const ConvertOptions& options) {
-  if (!options.merge_lora.empty()) throw ft::Error("--merge-lora merges into a model directory, and " + src.string() + " is an adapter");
+  if (!options.merge_lora.empty() || !options.add_tokens.empty() || !options.chat_template.empty())
+    throw ft::Error(src.string() + ": is a PEFT adapter; --merge-lora, --add-tokens and --chat-template apply to models");
   ft::io::PeftAdapter adapter = ft::io::PeftAdapter::open(src);
   std::vector<std::vector<std::byte>> bytes;
   std::vector<ft::io::TensorToWrite> tensors;
@@ -172,6 +260,21 @@ void convert_adapter(const fs::path& src, const fs::path& out, const ConvertOpti
   ft::io::write_safetensors(out / "adapter_model.safetensors", tensors, adapter.file().metadata());
 }
 
+void convert_gguf(const fs::path& src, const fs::path& out, const ConvertOptions& options) {
+  if (!options.merge_lora.empty() || !options.add_tokens.empty())
+    throw ft::Error(src.string() + ": --merge-lora and --add-tokens apply to HF model directories; convert the GGUF first");
+  Progress progress("convert", 100);
+  ft::io::GgufToHfOptions gguf_options;
+  if (!options.dtype.empty()) gguf_options.dtype = options.dtype;
+  gguf_options.max_shard_bytes = parse_size(options.max_shard_size);
+  gguf_options.progress = [&](std::uint64_t done, std::uint64_t total) {
+    progress.update(long(100 * done / std::max<std::uint64_t>(total, 1)));
+  };
+  ft::io::convert_gguf_to_hf(src, out, gguf_options);
+  progress.finish();
+  if (!options.chat_template.empty()) set_chat_template(out, options.chat_template);
+}
+
 }  // namespace
 
 int run_convert(const ConvertOptions& options) {
@@ -183,10 +286,12 @@ int run_convert(const ConvertOptions& options) {
       throw ft::Error(dst.string() + ": already exists (choose another destination or pass --force to replace it)");
     fs::remove_all(staging);
     fs::create_directories(staging);
-    if (fs::is_directory(src) && fs::exists(src / "adapter_config.json")) convert_adapter(src, staging, options);
+    if (fs::is_regular_file(src) && src.extension() == ".gguf") convert_gguf(src, staging, options);
+    else if (fs::is_directory(src) && fs::exists(src / "adapter_config.json")) convert_adapter(src, staging, options);
     else if (fs::is_directory(src) && fs::exists(src / "config.json")) convert_model(src, staging, options);
     else
-      throw ft::Error(src.string() + ": not an HF model directory (config.json) or a PEFT adapter (adapter_config.json)");
+      throw ft::Error(src.string() +
+                      ": not an HF model directory (config.json), a PEFT adapter (adapter_config.json) or a .gguf file");
     if (fs::exists(dst)) {  // --force: the old one goes only once the new one is complete
       const fs::path old = dst.string() + ".old-" + std::to_string(::getpid());
       fs::rename(dst, old);

@@ -39,8 +39,8 @@ int main(int argc, char** argv) {
                    "Write each row's next-token logits to this safetensors file ([rows, vocab] float32)");
 
   ftrun::ConvertOptions convert_options;
-  auto* convert = app.add_subcommand("convert", "Convert HF model directories and PEFT adapters (dtype, shards, LoRA merge)");
-  convert->add_option("source", convert_options.source, "HF model directory or PEFT adapter directory")->required();
+  auto* convert = app.add_subcommand("convert", "Convert HF model directories, GGUF files and PEFT adapters (dtype, shards, LoRA merge, tokens)");
+  convert->add_option("source", convert_options.source, "HF model directory, .gguf file or PEFT adapter directory")->required();
   convert->add_option("destination", convert_options.destination, "Directory to write (must not exist unless --force)")
       ->required();
   convert->add_option("--dtype", convert_options.dtype, "Store floating-point weights as float32, bfloat16 or float16")
@@ -48,6 +48,9 @@ int main(int argc, char** argv) {
   convert->add_option("--max-shard-size", convert_options.max_shard_size, "Largest weight file, e.g. 5GB, 500MB, 2GiB")
       ->capture_default_str();
   convert->add_option("--merge-lora", convert_options.merge_lora, "Merge this PEFT LoRA adapter into the weights");
+  convert->add_option("--add-tokens", convert_options.add_tokens,
+                      "TOML file of tokens to add: special = [...], regular = [...], eos_token = ..., pad_token = ...");
+  convert->add_option("-t,--chat-template", convert_options.chat_template, "Jinja file to use as the chat template");
   convert->add_flag("--force", convert_options.force, "Replace the destination if it exists");
 
   try {

@@ -10,6 +10,8 @@
 #include <filesystem>
 #include <fstream>
 
+#include <nlohmann/json.hpp>
+
 #include <ft/io/model_weights.hpp>
 
 namespace fs = std::filesystem;
@@ -114,4 +116,61 @@ TEST_CASE("ftrun convert refuses bad input in one line and leaves no destination
   // Nothing temporary is left beside the destination either.
   for (const auto& entry : fs::directory_iterator(scratch))
     CHECK(entry.path().filename().string().find(".tmp-") == std::string::npos);
+}
+
+TEST_CASE("ftrun convert reads a GGUF file into an HF directory that ft then evaluates") {
+  fs::remove_all(scratch);
+  const fs::path out = scratch / "from-gguf";
+  REQUIRE(ftrun("convert " + fixtures + "/gguf/tiny_llama.gguf " + out.string()).code == 0);
+  for (const char* file : {"config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json",
+                           "generation_config.json"})
+    CHECK(fs::exists(out / file));
+  std::ofstream(scratch / "rows.jsonl") << "{\"input_ids\": [1, 17, 42, 300, 7]}\n";
+  CHECK(ftrun("eval --model " + out.string() + " --data " + (scratch / "rows.jsonl").string()).code == 0);
+  // Another architecture's GGUF, or options that only make sense for HF directories, are refused.
+  Run r = ftrun("convert " + fixtures + "/gguf/tiny_llama.gguf " + (scratch / "x").string() + " --merge-lora " +
+                fixtures + "/peft/llama_gqa_lora");
+  CHECK(r.code == 2);
+  CHECK(r.err.find("convert the GGUF first") != std::string::npos);
+}
+
+TEST_CASE("ftrun convert --add-tokens grows tokenizer and embeddings; --chat-template replaces the template") {
+  fs::remove_all(scratch);
+  const fs::path base = scratch / "base", out = scratch / "chat";
+  REQUIRE(ftrun("convert " + fixtures + "/gguf/tiny_llama.gguf " + base.string()).code == 0);
+  std::ofstream(scratch / "tokens.toml") << "special = [\"<|im_start|>\", \"<|user|>\"]\n"  // the first exists already
+                                            "regular = [\"<think>\"]\n"
+                                            "pad_token = \"<|pad|>\"\n";
+  std::ofstream(scratch / "chatml.jinja")
+      << "{% for m in messages %}<|user|>{{ m['content'] }}\n{% endfor %}";
+  REQUIRE(ftrun("convert " + base.string() + " " + out.string() + " --add-tokens " + (scratch / "tokens.toml").string() +
+                " --chat-template " + (scratch / "chatml.jinja").string())
+              .code == 0);
+  auto read = [](const fs::path& p) { return nlohmann::json::parse(std::ifstream(p)); };
+  auto config = read(out / "config.json"), tokenizer = read(out / "tokenizer.json");
+  auto tokenizer_config = read(out / "tokenizer_config.json");
+  CHECK(config["vocab_size"] == 404);  // 401 + <|user|>, <think>, <|pad|>
+  CHECK(config["pad_token_id"] == 403);
+  CHECK(tokenizer_config["pad_token"] == "<|pad|>");
+  CHECK(tokenizer_config["chat_template"].get<std::string>().find("<|user|>") != std::string::npos);
+  CHECK(tokenizer["added_tokens"].size() == 7);
+
+  auto weights = ft::io::ModelWeights::open(out), before = ft::io::ModelWeights::open(base);
+  const auto& grown = weights.at("model.embed_tokens.weight");
+  CHECK(grown.shape == std::vector<std::int64_t>{404, 64});
+  std::vector<float> rows(std::size_t(grown.numel())), old(std::size_t(401 * 64));
+  ft::io::copy_elements(weights.file_of("model.embed_tokens.weight"), grown, rows.data(), grown.numel());
+  ft::io::copy_elements(before.file_of("model.embed_tokens.weight"), before.at("model.embed_tokens.weight"), old.data(),
+                        401 * 64);
+  CHECK(std::equal(old.begin(), old.end(), rows.begin()));  // existing rows untouched
+  double mean = 0;
+  for (int r = 0; r < 401; ++r) mean += old[std::size_t(r * 64)];
+  CHECK(rows[std::size_t(403 * 64)] == doctest::Approx(mean / 401).epsilon(1e-5));  // new rows: the mean row
+
+  std::ofstream(scratch / "bad.jinja") << "{% for m in messages %}{{ m.content }";
+  Run bad = ftrun("convert " + base.string() + " " + (scratch / "y").string() + " --chat-template " +
+                  (scratch / "bad.jinja").string());
+  CHECK(bad.code == 2);
+  CHECK(bad.err.find("bad.jinja:1:") != std::string::npos);
+  CHECK(!fs::exists(scratch / "y"));
 }

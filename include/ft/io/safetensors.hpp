@@ -111,16 +111,6 @@ inline std::string range_string(std::uint64_t begin, std::uint64_t end) {
   return "[" + std::to_string(begin) + ", " + std::to_string(end) + ")";
 }
 
-struct Mapping {
-  void* address = nullptr;
-  std::size_t size = 0;
-  Mapping(void* a, std::size_t s) : address(a), size(s) {}
-  Mapping(const Mapping&) = delete;
-  Mapping& operator=(const Mapping&) = delete;
-  ~Mapping() { ::munmap(address, size); }
-  const std::byte* data() const { return static_cast<const std::byte*>(address); }
-};
-
 struct Fd {
   int fd = -1;
   explicit Fd(int f) : fd(f) {}
