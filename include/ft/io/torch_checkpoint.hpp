@@ -281,14 +281,13 @@ private:
     for (std::size_t i = n; i-- > 0;) items[i] = pop();
     return items;
   }
-  void memo(std::uint64_t index) {
-    if (index > 10'000'000) fail("pickle memo index out of range");
-    if (memo_.size() <= index) memo_.resize(index + 1);
-    memo_[index] = top();
-  }
+  // The memo is sparse: a pickle may name any 32-bit index, and a dense
+  // table would let a few bytes of input allocate gigabytes.
+  void memo(std::uint64_t index) { memo_[index] = top(); }
   Value recall(std::uint64_t index) {
-    if (index >= memo_.size()) fail("pickle reads memo " + std::to_string(index) + " before writing it");
-    return memo_[index];
+    auto it = memo_.find(index);
+    if (it == memo_.end()) fail("pickle reads memo " + std::to_string(index) + " before writing it");
+    return it->second;
   }
   template <class T>
   T& as(Value& v) {
@@ -344,7 +343,8 @@ private:
   std::span<const std::byte> b_;
   std::string where_;
   std::uint64_t at_ = 0;
-  List stack_, memo_;
+  List stack_;
+  std::map<std::uint64_t, Value> memo_;
 };
 
 }  // namespace torch_detail
