@@ -19,13 +19,7 @@ struct GptNeox : Policy {
   static constexpr std::array<std::string_view, 1> default_lora_targets{"query_key_value"};
 
   static ModelSpec describe(const ConfigReader& json) {
-    TransformerConfig c;
-    c.architecture = json.architecture();
-    c.vocab_size = json.required_int("vocab_size");
-    c.hidden_size = json.required_int("hidden_size");
-    c.intermediate_size = json.required_int("intermediate_size");
-    c.num_layers = json.required_int("num_hidden_layers");
-    c.num_heads = json.required_int("num_attention_heads");
+    TransformerConfig c = read_common_shape(json);
     c.num_kv_heads = c.num_heads;
     if (c.hidden_size % c.num_heads != 0)
       json.fail("hidden_size (" + std::to_string(c.hidden_size) + ") must be a multiple of num_attention_heads (" +

@@ -22,13 +22,7 @@ struct Llama : Policy {
   static constexpr std::array<std::string_view, 2> default_lora_targets{"q_proj", "v_proj"};
 
   static ModelSpec describe(const ConfigReader& json) {
-    TransformerConfig c;
-    c.architecture = json.architecture();
-    c.vocab_size = json.required_int("vocab_size");
-    c.hidden_size = json.required_int("hidden_size");
-    c.intermediate_size = json.required_int("intermediate_size");
-    c.num_layers = json.required_int("num_hidden_layers");
-    c.num_heads = json.required_int("num_attention_heads");
+    TransformerConfig c = read_common_shape(json);
     c.num_kv_heads = json.optional_int("num_key_value_heads", c.num_heads);
     c.head_dim = json.optional_int("head_dim", c.hidden_size / c.num_heads);
     if (c.num_heads % c.num_kv_heads != 0)

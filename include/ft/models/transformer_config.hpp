@@ -101,6 +101,18 @@ private:
   std::filesystem::path file_;
 };
 
+// The fields every HF decoder config names the same way.
+inline TransformerConfig read_common_shape(const ConfigReader& json) {
+  TransformerConfig c;
+  c.architecture = json.architecture();
+  c.vocab_size = json.required_int("vocab_size");
+  c.hidden_size = json.required_int("hidden_size");
+  c.intermediate_size = json.required_int("intermediate_size");
+  c.num_layers = json.required_int("num_hidden_layers");
+  c.num_heads = json.required_int("num_attention_heads");
+  return c;
+}
+
 // Rotary settings as transformers 5 writes them (`rope_parameters`) or as
 // older configs do (`rope_theta` with `rope_scaling`; GPT-NeoX's
 // `rotary_emb_base` and `rotary_pct`). Scaling types other than Llama 3's are
