@@ -63,7 +63,8 @@ std::vector<std::string> lines_of(const std::string& s) {
 const ft::data::Tokenizer& tokenizer(const std::string& kind) {
   static std::map<std::string, ft::data::Tokenizer> loaded;
   auto it = loaded.find(kind);
-  if (it == loaded.end()) it = loaded.emplace(kind, ft::data::Tokenizer::from_file(fixtures / kind / "tokenizer.json")).first;
+  if (it == loaded.end())
+    it = loaded.emplace(kind, ft::data::Tokenizer::from_file(fixtures / kind / "tokenizer.json")).first;
   return it->second;
 }
 
@@ -93,7 +94,8 @@ void encode_lines(benchmark::State& state, const std::string& kind, bool jargon,
 }
 
 const bool registered = [] {
-  for (const char* kind : {"gpt2", "gpt_neox", "llama3", "qwen2", "smollm2", "llama2", "mistral", "sp_metaspace", "misc"}) {
+  for (const char* kind :
+       {"gpt2", "gpt_neox", "llama3", "qwen2", "smollm2", "llama2", "mistral", "sp_metaspace", "misc"}) {
     const std::string k = kind;
     for (bool jargon : {true, false}) {
       const std::string text_name = jargon ? "jargon" : "multilingual";

@@ -80,7 +80,8 @@ template <class F> std::string error_of(F&& f) {
 
 void check_one_line(const std::string& message, std::initializer_list<const char*> parts) {
   CHECK_MESSAGE(message.find('\n') == std::string::npos, message);
-  for (const std::string p : parts) CHECK_MESSAGE(message.find(p) != std::string::npos, "\"" << p << "\" not in: " << message);
+  for (const std::string p : parts)
+    CHECK_MESSAGE(message.find(p) != std::string::npos, "\"" << p << "\" not in: " << message);
 }
 
 // A fresh file per test, removed afterwards.
@@ -205,8 +206,9 @@ TEST_CASE("tokenizer: byte-level kinds decode what they encode, byte for byte") 
     // NFC kinds normalise: compare with what HF decodes (no added ids: ByteLevel post-processors).
     const json expected = read_json(fixtures / kind / "expected.json");
     const bool nfc = kind == "gpt_neox" || kind == "qwen2";
-    CHECK(tok.decode(tok.encode(corpus, false)) == (nfc ? expected["whole"]["decoded"].get<std::string>() : corpus));
-    for (const std::string text : {"plain ascii", "tabs\t\tand\n\nnewlines", "emoji 👩‍💻🇫🇷", "中文 한국어 עברית"})
+    const std::string hf_decoded = expected["whole"]["decoded"];
+    CHECK(tok.decode(tok.encode(corpus, false)) == (nfc ? hf_decoded : corpus));
+    for (const std::string text : {"plain", "tabs\t\tand\n\nnewlines", "emoji 👩‍💻🇫🇷", "中文 한국어 עברית"})
       CHECK(tok.decode(tok.encode(text, false)) == text);
   }
 }
@@ -254,8 +256,10 @@ TEST_CASE("tokenizer: ids outside the vocabulary and invalid UTF-8 are errors") 
   check_one_line(error_of([&] { tok.encode("ok \xC3\x28 bad"); }), {"not valid UTF-8", "byte 3"});
   CHECK(!tok.token_to_id("no such token"));
   Tokenizer copy = tok;
-  const std::vector<std::string> bad_tokens{"ok", "\xFF"};
+  const std::vector<std::string> bad_tokens{"brandnewthing", "\xFF"};
   check_one_line(error_of([&] { copy.add_tokens(bad_tokens, false); }), {"added token", "not valid UTF-8"});
+  CHECK(!copy.token_to_id("brandnewthing"));  // all or nothing
+  CHECK(copy.vocab_size() == tok.vocab_size());
   const std::vector<std::string> empty_token{""};
   check_one_line(error_of([&] { copy.add_tokens(empty_token, true); }), {"cannot be empty"});
   CHECK(tok.id_to_token(*tok.token_to_id("<|endoftext|>")) == "<|endoftext|>");
@@ -265,9 +269,14 @@ TEST_CASE("tokenizer: unreadable files are one-line errors naming the file") {
   check_one_line(error_of([] { Tokenizer::from_file("/nonexistent/tokenizer.json"); }),
                  {"/nonexistent/tokenizer.json", "cannot be opened"});
   TempFile broken("{\"model\": ");
-  check_one_line(error_of([&] { Tokenizer::from_file(broken.path); }), {broken.path.string().c_str(), "not valid JSON"});
+  check_one_line(error_of([&] { Tokenizer::from_file(broken.path); }),
+                 {broken.path.string().c_str(), "not valid JSON"});
+  TempFile huge_number("{\"model\": 2222e1111111}");  // fuzzer finding: nlohmann throws out_of_range, not parse_error
+  check_one_line(error_of([&] { Tokenizer::from_file(huge_number.path); }),
+                 {huge_number.path.string().c_str(), "not valid JSON", "number overflow"});
   TempFile list("[1, 2]");
-  check_one_line(error_of([&] { Tokenizer::from_file(list.path); }), {list.path.string().c_str(), "expected an object"});
+  check_one_line(error_of([&] { Tokenizer::from_file(list.path); }),
+                 {list.path.string().c_str(), "expected an object"});
   CHECK_NOTHROW(Tokenizer::from_json(tiny(), "tiny"));
 }
 
@@ -307,8 +316,10 @@ TEST_CASE("tokenizer: malformed structure is refused with the file and the path"
     j[key] = value;
     return j;
   };
-  check_refused("/pre_tokenizer", with("pattern", {{"Regex", "(unclosed"}}), {"pre_tokenizer.pattern: ", "does not compile"});
-  check_refused("/pre_tokenizer", with("pattern", {{"Regex", "[\\W]"}}), {"pre_tokenizer.pattern: ", "inside a character class"});
+  check_refused("/pre_tokenizer", with("pattern", {{"Regex", "(unclosed"}}),
+                {"pre_tokenizer.pattern: ", "does not compile"});
+  check_refused("/pre_tokenizer", with("pattern", {{"Regex", "[\\W]"}}),
+                {"pre_tokenizer.pattern: ", "inside a character class"});
   check_refused("/pre_tokenizer", with("pattern", {{"Glob", "*"}}), {"pre_tokenizer.pattern: ", "\"String\""});
   check_refused("/pre_tokenizer", with("behavior", "Sideways"), {"pre_tokenizer.behavior: ", "\"Sideways\""});
   check_refused("/pre_tokenizer", {{"type", "Metaspace"}, {"replacement", "ab"}},
@@ -317,16 +328,17 @@ TEST_CASE("tokenizer: malformed structure is refused with the file and the path"
                 {"pre_tokenizer.prepend_scheme: ", "\"sometimes\""});
   const json special_s = {{"SpecialToken", {{"id", "<s>"}}}};
   const json sequence_b = {{"Sequence", {{"id", "B"}}}};
-  check_refused("/post_processor",
-                {{"type", "TemplateProcessing"}, {"single", json::array({special_s})}, {"special_tokens", json::object()}},
+  auto template_of = [](const json& piece) {
+    return json{{"type", "TemplateProcessing"}, {"single", json::array({piece})}, {"special_tokens", json::object()}};
+  };
+  check_refused("/post_processor", template_of(special_s),
                 {"post_processor.single[0].SpecialToken: ", "\"<s>\"", "not in special_tokens"});
-  check_refused("/post_processor",
-                {{"type", "TemplateProcessing"}, {"single", json::array({sequence_b})}, {"special_tokens", json::object()}},
-                {"post_processor.single[0].Sequence: ", "sequence A"});
-  check_refused("/post_processor",
-                {{"type", "RobertaProcessing"}, {"cls", json::array({"<cls>", 77})}, {"sep", json::array({"<sep>", 5})}},
-                {"post_processor: ", "id 77", "not in the vocabulary"});
-  check_refused("/decoder", {{"type", "Strip"}, {"content", " "}, {"start", -1}, {"stop", 0}}, {"decoder.start: ", "integer"});
+  check_refused("/post_processor", template_of(sequence_b), {"post_processor.single[0].Sequence: ", "sequence A"});
+  const json roberta = {{"type", "RobertaProcessing"}, {"cls", json::array({"<cls>", 77})},
+                        {"sep", json::array({"<sep>", 5})}};
+  check_refused("/post_processor", roberta, {"post_processor: ", "id 77", "not in the vocabulary"});
+  check_refused("/decoder", {{"type", "Strip"}, {"content", " "}, {"start", -1}, {"stop", 0}},
+                {"decoder.start: ", "integer"});
   json nested = {{"type", "NFC"}};
   for (int i = 0; i < 100; ++i) nested = {{"type", "Sequence"}, {"normalizers", json::array({nested})}};
   check_refused("/normalizer", nested, {"normalizer.normalizers[0]", "nested more than 64 levels deep"});

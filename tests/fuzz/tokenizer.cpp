@@ -29,7 +29,7 @@ constexpr Kind kinds[] = {{"gpt2", Kind::exact},         {"llama3", Kind::exact}
 
 const std::vector<ft::data::Tokenizer>& fixture_tokenizers() {
   static const std::vector<ft::data::Tokenizer> all = [] {
-    const std::filesystem::path dir = std::filesystem::path(__FILE__).parent_path().parent_path() / "fixtures/tokenizers";
+    const auto dir = std::filesystem::path(__FILE__).parent_path().parent_path() / "fixtures/tokenizers";
     std::vector<ft::data::Tokenizer> v;
     for (const Kind& k : kinds) v.push_back(ft::data::Tokenizer::from_file(dir / k.name / "tokenizer.json"));
     return v;
@@ -44,7 +44,8 @@ void fuzz_text(std::uint8_t selector, std::string_view text) {
   try {
     ids = tok.encode(text, selector & 0x80);
   } catch (const ft::Error&) {
-    if (ft::data::tokenization::utf8_invalid_at(text) == std::string_view::npos) std::abort();  // valid text must encode
+    // Only invalid UTF-8 may be refused.
+    if (ft::data::tokenization::utf8_invalid_at(text) == std::string_view::npos) std::abort();
     return;
   }
   const std::string decoded = tok.decode(ids, false);

@@ -139,8 +139,27 @@ public:
     return parse(by_name.at(chosen), file.string() + "[chat_template " + chosen + "]");
   }
 
-  // Renders with `context` as the template's variables (an object).
+  // Renders with `context` (an object) as the template's variables.
+  // nlohmann::json keeps object keys sorted, so a template that prints or
+  // iterates a dict sees them sorted; ordered_json keeps the written order,
+  // as Python's dicts do.
   jinja::Rendered render_tracked(const nlohmann::ordered_json& context, const jinja::Limits& limits = {}) const {
+    return render_json(context, limits);
+  }
+  std::string render(const nlohmann::ordered_json& context, const jinja::Limits& limits = {}) const {
+    return render_json(context, limits).text;
+  }
+  std::string render(const nlohmann::json& context, const jinja::Limits& limits = {}) const {
+    return render_json(context, limits).text;
+  }
+
+  const std::string& origin() const { return template_->origin; }
+
+private:
+  ChatTemplate() = default;
+
+  template <class Json>
+  jinja::Rendered render_json(const Json& context, const jinja::Limits& limits) const {
     if (!context.is_object()) throw Error(origin() + ": the template context must be a JSON object");
     jinja::Value variables;
     try {
@@ -150,18 +169,7 @@ public:
     }
     return jinja::Renderer(*template_, limits).render(variables);
   }
-  std::string render(const nlohmann::ordered_json& context, const jinja::Limits& limits = {}) const {
-    return render_tracked(context, limits).text;
-  }
-  // nlohmann::json keeps object keys sorted, so a template that prints or
-  // iterates a dict sees them sorted; ordered_json keeps the written order.
-  std::string render(const nlohmann::json& context, const jinja::Limits& limits = {}) const {
-    return render(nlohmann::ordered_json::parse(context.dump()), limits);
-  }
 
-  const std::string& origin() const { return template_->origin; }
-
-private:
   static std::string read_text(const std::filesystem::path& file) {
     std::ifstream in(file, std::ios::binary);
     if (!in) throw Error(file.string() + ": cannot be opened");

@@ -63,6 +63,8 @@ public:
       j = nlohmann::json::parse(in);
     } catch (const nlohmann::json::parse_error& e) {
       throw Error(origin + ": not valid JSON (byte " + std::to_string(e.byte) + ")");
+    } catch (const nlohmann::json::exception& e) {  // e.g. a number too large for a double
+      throw Error(origin + ": not valid JSON (" + e.what() + ")");
     }
     return from_json(j, origin);
   }
@@ -83,7 +85,8 @@ public:
     for (const auto* ids : {&t.post_processor_.prefix(), &t.post_processor_.suffix()})
       for (std::int32_t id : *ids)
         if (!t.has_id(id))
-          throw Error(origin + ": post_processor: special token id " + std::to_string(id) + " is not in the vocabulary");
+          throw Error(origin + ": post_processor: special token id " + std::to_string(id) +
+                      " is not in the vocabulary");
     return t;
   }
 
@@ -154,10 +157,13 @@ public:
   // Adds tokens the way HF's add_tokens does (ids as described in
   // added_vocabulary.hpp); returns how many got a new id, i.e. how many rows the
   // embedding must grow by. A content already added keeps its id and flags.
+  // On an error nothing is added.
   int add_tokens(std::span<const AddedToken> tokens) {
+    tokenization::AddedVocabulary updated = added_;
     int fresh = 0;
-    for (const AddedToken& t : tokens) fresh += added_.add(t, model_).second ? 1 : 0;
-    added_.rebuild(normalizer_);
+    for (const AddedToken& t : tokens) fresh += updated.add(t, model_).second ? 1 : 0;
+    updated.rebuild(normalizer_);
+    added_ = std::move(updated);
     return fresh;
   }
   int add_tokens(std::span<const std::string> contents, bool special) {

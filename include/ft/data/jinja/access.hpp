@@ -69,7 +69,7 @@ inline std::optional<Value> python_attribute(const Value& obj, std::string_view 
 inline std::optional<Value> indexed_item(const Value& obj, std::int64_t index) {
   if (obj.is_string()) {
     const std::string& s = obj.as_string();
-    charge(s.size());
+    charge_bytes(s.size());
     const std::vector<std::size_t> at = unicode::offsets(s);
     const std::int64_t n = std::int64_t(at.size()) - 1;
     if (index < 0) index += n;
@@ -160,7 +160,7 @@ inline Value get_slice(const Value& obj, const Value& start, const Value& stop, 
   }
   if (obj.is_string()) {
     const std::string& s = obj.as_string();
-    charge(s.size());
+    charge_bytes(s.size());
     const std::vector<std::size_t> at = unicode::offsets(s);
     const SliceBounds b = slice_bounds(std::int64_t(at.size()) - 1, parts[0], parts[1], parts[2]);
     if (b.step == 1) return Value::string(b.start < b.stop ? s.substr(at[b.start], at[b.stop] - at[b.start]) : "");

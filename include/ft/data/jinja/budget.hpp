@@ -6,8 +6,8 @@
 // real chat template needs (they render in microseconds to milliseconds).
 //
 // Work is counted in steps: one per expression, statement and loop
-// iteration, and one per 16 bytes or items that an operation builds, copies,
-// scans or compares. Most of that work happens deep in value handling
+// iteration, one per item and one per 16 bytes of text that an operation
+// builds, copies, scans or compares. Most of that work happens deep in value handling
 // (comparing two lists, printing a dict, iterating a string), far from the
 // renderer, so the budget of the rendering in progress is reachable from
 // there through ActiveBudget, per thread, rather than passed through every
@@ -23,8 +23,8 @@ namespace ft::data::jinja {
 struct Limits {
   // The rendered text, and every string or list built along the way.
   std::size_t max_output_bytes = std::size_t(64) << 20;
-  // Steps of work (see above): about a second of rendering.
-  std::uint64_t max_steps = 50'000'000;
+  // Steps of work (see above): a second or two of rendering at most.
+  std::uint64_t max_steps = 20'000'000;
   // Macro calls in progress at once (recursion).
   std::size_t max_call_depth = 100;
 };
@@ -77,15 +77,25 @@ private:
   Budget* previous_;
 };
 
-// Charges the active budget for work on `size` bytes or items (a no-op
-// outside a rendering).
-inline void charge(std::size_t size) {
-  if (Budget* b = ActiveBudget::get()) b->step(1 + size / 16);
+// Charges the active budget (if a rendering is in progress) for work on
+// `n` bytes of text, or on `n` items of a list or dict, which cost more.
+inline void charge_bytes(std::size_t n) {
+  if (Budget* b = ActiveBudget::get()) b->step(1 + n / 16);
+}
+inline void charge_items(std::size_t n) {
+  if (Budget* b = ActiveBudget::get()) b->step(1 + n);
 }
 
-// Checks and charges a value of `size` bytes or items about to be built.
-inline void charge_value(std::size_t size) {
-  if (Budget* b = ActiveBudget::get()) b->allocate(size);
+// Checks and charges a string of `n` bytes, or a list of `n` items, about to
+// be built.
+inline void new_string(std::size_t n) {
+  if (Budget* b = ActiveBudget::get()) b->allocate(n);
+}
+inline void new_items(std::size_t n) {
+  if (Budget* b = ActiveBudget::get()) {
+    b->check_size(n);
+    b->step(1 + n);
+  }
 }
 
 // The largest string or list a rendering may build (1 MiB outside one, where

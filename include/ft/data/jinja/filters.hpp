@@ -57,7 +57,9 @@ inline Value get_path(Value item, const std::optional<Value>& attribute, Runtime
     const std::string_view part = path.substr(0, dot);
     const bool digits = !part.empty() && std::all_of(part.begin(), part.end(), [](char c) { return c >= '0' && c <= '9'; });
     std::int64_t index = 0;
-    if (digits) std::from_chars(part.data(), part.data() + part.size(), index);
+    // An index too large for 64 bits is out of range, as it is in Python.
+    if (digits && std::from_chars(part.data(), part.data() + part.size(), index).ec != std::errc())
+      index = INT64_MAX;
     item = get_item(item, digits ? Value::integer(index) : Value::string(std::string(part)), rt);
     if (fallback && item.is_undefined()) item = *fallback;
     if (dot == std::string_view::npos) return item;

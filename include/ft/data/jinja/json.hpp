@@ -187,7 +187,7 @@ inline std::string dump_json(const Value& v, const JsonStyle& style) {
   std::string out;
   dump_json(out, v, style, 0);
   check_json_size(out, style);
-  charge(out.size());
+  charge_bytes(out.size());
   return out;
 }
 

@@ -259,7 +259,7 @@ inline Value arithmetic(std::string_view op, const Value& a, const Value& b, Bud
 
 // Python's `needle in haystack`.
 inline bool contains(const Value& haystack, const Value& needle) {
-  charge(work_size(haystack));
+  charge_work(haystack);
   switch (haystack.kind()) {
     case Value::Kind::undefined: return false;
     case Value::Kind::string:

@@ -13,9 +13,10 @@
 // sequence (list, tuple, the dict views, a one-shot generator), a dict, and
 // an Object (namespace, loop, macro, function): what has identity or state.
 //
-// Lists and dicts are immutable and shared, as the sandbox transformers uses
-// forbids mutating them; so they cannot form cycles, and their nesting depth
-// is bounded (kMaxNesting) so every recursive walk stays shallow. Objects are
+// Strings, lists and dicts are immutable and shared (the sandbox
+// transformers uses forbids mutating them), so copying a value costs nothing
+// and they cannot form cycles; their nesting depth is bounded (kMaxNesting)
+// so every recursive walk stays shallow. Objects are
 // owned by the Arena of one rendering and referenced by plain pointers, so a
 // namespace that holds itself is no leak.
 #include <algorithm>
@@ -102,7 +103,7 @@ public:
   static Value integer(std::int64_t i) { return Value(Storage(i)); }
   static Value number(double d) { return Value(Storage(d)); }
   static Value string(std::string s) {
-    charge_value(s.size());
+    new_string(s.size());
     return Value(Storage(std::make_shared<const std::string>(std::move(s))));
   }
   static Value list(std::vector<Value> items, SequenceKind kind = SequenceKind::list);
@@ -190,7 +191,7 @@ inline std::size_t child_depth(std::size_t deepest_child) {
 }
 
 inline Value Value::list(std::vector<Value> items, SequenceKind kind) {
-  charge_value(items.size());
+  new_items(items.size());
   std::size_t deepest = 0;
   for (const auto& v : items) deepest = std::max(deepest, v.depth());
   auto seq = std::make_shared<Sequence>();
@@ -202,7 +203,7 @@ inline Value Value::list(std::vector<Value> items, SequenceKind kind) {
 
 inline Value Value::generator(std::vector<Value> items, const char* label, std::string deferred_error,
                                SequenceKind kind) {
-  charge_value(items.size());
+  new_items(items.size());
   std::size_t deepest = 0;
   for (const auto& v : items) deepest = std::max(deepest, v.depth());
   auto seq = std::make_shared<Sequence>();
@@ -215,7 +216,7 @@ inline Value Value::generator(std::vector<Value> items, const char* label, std::
 }
 
 inline Value Value::dict(std::vector<std::pair<Value, Value>> entries) {
-  charge_value(entries.size());
+  new_items(entries.size());
   std::size_t deepest = 0;
   for (const auto& [k, v] : entries) deepest = std::max({deepest, k.depth(), v.depth()});
   auto d = std::make_shared<Dict>();
@@ -362,9 +363,9 @@ inline void repr_string(std::string& out, std::string_view s) {
 
 inline void repr(std::string& out, const Value& v, ReprState& state);
 
-inline void repr_items(std::string& out, const std::vector<Value>& items, std::size_t from, ReprState& state) {
-  for (std::size_t i = from; i < items.size(); ++i) {
-    if (i > from) out += ", ";
+inline void repr_items(std::string& out, const std::vector<Value>& items, ReprState& state) {
+  for (std::size_t i = 0; i < items.size(); ++i) {
+    if (i > 0) out += ", ";
     repr(out, items[i], state);
   }
 }
@@ -398,19 +399,19 @@ inline void repr(std::string& out, const Value& v, ReprState& state) {
       switch (s.kind) {
         case SequenceKind::list:
           out += '[';
-          repr_items(out, s.items, 0, state);
+          repr_items(out, s.items, state);
           out += ']';
           break;
         case SequenceKind::tuple:
           out += '(';
-          repr_items(out, s.items, 0, state);
+          repr_items(out, s.items, state);
           out += s.items.size() == 1 ? ",)" : ")";
           break;
         case SequenceKind::dict_items:
         case SequenceKind::dict_keys:
         case SequenceKind::dict_values:
           out += type_name(v) + "([";
-          repr_items(out, s.items, 0, state);
+          repr_items(out, s.items, state);
           out += "])";
           break;
         case SequenceKind::generator: out += std::string("<generator object ") + s.label + ">"; break;
@@ -428,7 +429,7 @@ inline std::string repr(const Value& v) {
   std::string out;
   ReprState state;
   repr(out, v, state);
-  charge(out.size());
+  charge_bytes(out.size());
   return out;
 }
 
@@ -436,7 +437,7 @@ inline std::string repr(const Value& v) {
 inline std::string to_str(const Value& v) {
   switch (v.kind()) {
     case Value::Kind::undefined: return {};
-    case Value::Kind::string: charge(v.as_string().size()); return v.as_string();
+    case Value::Kind::string: charge_bytes(v.as_string().size()); return v.as_string();
     default: return repr(v);
   }
 }
@@ -470,18 +471,17 @@ inline int compare_numbers(const Value& a, const Value& b) {
   return x == y ? 0 : 2;  // 2: unordered (NaN)
 }
 
-// How much there is to scan or copy in a value: bytes or items.
-inline std::size_t work_size(const Value& v) {
-  if (v.is_string()) return v.as_string().size();
-  if (v.is_sequence()) return v.as_sequence().items.size();
-  if (v.is_dict()) return v.as_dict().entries.size();
-  return 1;
+// Charges for scanning or copying a value: its bytes or its items.
+inline void charge_work(const Value& v) {
+  if (v.is_string()) charge_bytes(v.as_string().size());
+  if (v.is_sequence()) charge_items(v.as_sequence().items.size());
+  if (v.is_dict()) charge_items(v.as_dict().entries.size());
 }
 
 inline bool equals(const Value& a, const Value& b) {
   if (a.is_number() && b.is_number()) return compare_numbers(a, b) == 0;
   if (a.kind() != b.kind()) return false;
-  charge(std::min(work_size(a), work_size(b)));
+  charge_work(a);
   switch (a.kind()) {
     case Value::Kind::undefined:
     case Value::Kind::none: return true;
@@ -531,7 +531,7 @@ inline bool less(const Value& a, const Value& b, std::string_view op = "<") {
   require_defined(a);
   require_defined(b);
   if (a.is_number() && b.is_number()) return compare_numbers(a, b) == -1;
-  charge(std::min(work_size(a), work_size(b)));
+  charge_work(a);
   if (a.is_string() && b.is_string()) return a.as_string() < b.as_string();
   if (a.is_sequence() && b.is_sequence() && a.as_sequence().kind == b.as_sequence().kind &&
       (a.as_sequence().kind == SequenceKind::list || a.as_sequence().kind == SequenceKind::tuple)) {
@@ -579,7 +579,7 @@ inline std::vector<Value> string_chars(std::string_view s) {
 // Python's iter(): a string yields its characters, a dict its keys, an
 // Undefined nothing; a generator gives what is left of it, once.
 inline std::vector<Value> iterate(const Value& v) {
-  charge(work_size(v));
+  charge_work(v);
   switch (v.kind()) {
     case Value::Kind::undefined: return {};
     case Value::Kind::string: return string_chars(v.as_string());
@@ -621,7 +621,7 @@ inline bool is_one_shot(const Value& v) {
 inline std::size_t length(const Value& v) {
   switch (v.kind()) {
     case Value::Kind::undefined: return 0;
-    case Value::Kind::string: charge(v.as_string().size()); return unicode::length(v.as_string());
+    case Value::Kind::string: charge_bytes(v.as_string().size()); return unicode::length(v.as_string());
     case Value::Kind::dict: return v.as_dict().entries.size();
     case Value::Kind::sequence:
       if (!is_one_shot(v)) return v.as_sequence().items.size();

@@ -68,7 +68,8 @@ public:
     std::size_t node = 0;
     for (char c : content) {
       auto& children = nodes_[node].children;
-      auto it = std::lower_bound(children.begin(), children.end(), c, [](const auto& e, char v) { return e.first < v; });
+      auto it = std::lower_bound(children.begin(), children.end(), c,
+                                 [](const auto& e, char v) { return e.first < v; });
       if (it == children.end() || it->first != c) {
         const auto child = std::int32_t(nodes_.size());
         it = children.insert(it, {c, child});
@@ -135,7 +136,8 @@ public:
         throw Error("added token " + quote(token.content) + " would get id " + std::to_string(id) + ", which " +
                     quote(*model.id_to_token(id)) + " already has (the vocabulary has gaps)");
     }
-    if (by_id_.contains(id)) throw Error("added token " + quote(token.content) + " would share id " + std::to_string(id));
+    if (by_id_.contains(id))
+      throw Error("added token " + quote(token.content) + " would share id " + std::to_string(id));
     by_content_.emplace(token.content, entries_.size());
     by_id_.emplace(id, entries_.size());
     Entry entry;  // member by member: GCC 12 mishandles a throwing aggregate initialiser

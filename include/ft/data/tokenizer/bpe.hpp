@@ -4,7 +4,8 @@
 // rank first and leftmost first among equals, until no pair has a merge. A
 // binary heap over (rank, position) with lazy deletion makes this O(n log n),
 // which matters for SentencePiece-style files that have no pre-tokenizer and
-// hand whole lines to the model. Words repeat, so short words are cached.
+// hand whole lines to the model. Words repeat, so short words are cached
+// (word_cache.hpp).
 // The details follow HF exactly: how unknown characters are fused, that byte
 // fallback needs every byte of a character, that `ignore_merges` looks the
 // whole word up first, that a repeated merge takes the later rank.
@@ -22,11 +23,9 @@
 #include <bit>
 #include <cstddef>
 #include <cstdint>
-#include <cstring>
 #include <functional>
 #include <limits>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <span>
 #include <string>
@@ -36,6 +35,7 @@
 
 #include "ft/data/tokenizer/json_node.hpp"
 #include "ft/data/tokenizer/utf8.hpp"
+#include "ft/data/tokenizer/word_cache.hpp"
 
 namespace ft::data::tokenization {
 
@@ -85,55 +85,6 @@ private:
   int shift_ = 60;
 };
 
-// Word -> ids for words seen before: a direct-mapped table of 64-byte entries
-// that hold short words and their ids inline (a miss costs one cache line, a
-// new word simply replaces the one in its slot), locked in shards so that
-// threads encoding at once rarely wait for each other.
-class WordCache {
-public:
-  static constexpr std::size_t max_word_bytes = 22, max_ids = 8;
-
-  bool find(std::string_view word, std::vector<std::int32_t>& out) const {
-    const std::uint64_t h = hash(word);
-    const std::size_t i = h & (slot_count - 1);
-    std::lock_guard lock(locks_[i % lock_count].mutex);
-    const Slot& s = slots_[i];
-    if (s.hash != h || s.key_size != word.size() || std::memcmp(s.key, word.data(), word.size()) != 0) return false;
-    out.insert(out.end(), s.ids, s.ids + s.id_count);
-    return true;
-  }
-  void insert(std::string_view word, std::span<const std::int32_t> ids) const {
-    if (word.size() > max_word_bytes || ids.size() > max_ids) return;
-    const std::uint64_t h = hash(word);
-    const std::size_t i = h & (slot_count - 1);
-    std::lock_guard lock(locks_[i % lock_count].mutex);
-    Slot& s = slots_[i];
-    s.hash = h;
-    s.key_size = std::uint8_t(word.size());
-    s.id_count = std::uint8_t(ids.size());
-    std::memcpy(s.key, word.data(), word.size());
-    std::copy(ids.begin(), ids.end(), s.ids);
-  }
-
-private:
-  static constexpr std::size_t slot_count = 1 << 15, lock_count = 64;
-  struct Slot {
-    std::uint64_t hash = 0;
-    std::uint8_t key_size = 0xFF;  // matches no word: empty
-    std::uint8_t id_count = 0;
-    char key[max_word_bytes];
-    std::int32_t ids[max_ids];
-  };
-  static_assert(sizeof(Slot) == 64);
-  struct alignas(64) Lock {
-    std::mutex mutex;
-  };
-  static std::uint64_t hash(std::string_view s) { return std::hash<std::string_view>{}(s); }
-
-  mutable std::vector<Slot> slots_ = std::vector<Slot>(slot_count);
-  mutable std::array<Lock, lock_count> locks_;
-};
-
 class Bpe {
 public:
   static Bpe from_json(const JsonNode& model) {
@@ -164,11 +115,10 @@ public:
     if (ignore_merges_) {
       if (auto it = vocab_.find(word); it != vocab_.end()) return out.push_back(it->second);
     }
-    const bool cacheable = word.size() <= WordCache::max_word_bytes;
-    if (cacheable && cache_->find(word, out)) return;
+    if (cache_->find(word, out)) return;
     const std::size_t first = out.size();
     merge_word(word, out);
-    if (cacheable) cache_->insert(word, std::span(out).subspan(first));
+    cache_->insert(word, std::span(out).subspan(first));
   }
 
   std::optional<std::int32_t> token_to_id(std::string_view token) const {
@@ -189,9 +139,12 @@ private:
     std::int32_t id, prev, next;
     bool alive;
   };
+  // A pair that may merge; ordered by (rank, position) packed into one integer.
   struct Candidate {
-    std::int32_t rank, pos, id;
-    bool operator>(const Candidate& o) const { return rank != o.rank ? rank > o.rank : pos > o.pos; }
+    std::uint64_t order;  // rank << 32 | position
+    std::int32_t id;
+    std::int32_t pos() const { return std::int32_t(order & 0xFFFFFFFFu); }
+    bool operator>(const Candidate& o) const { return order > o.order; }
   };
 
   void read_vocab(const JsonNode& node) {
@@ -205,7 +158,7 @@ private:
       max_id = std::max(max_id, id);
     }
     // Ids index a table, so they must be reasonably dense (HF allows gaps; real files have none).
-    if (std::size_t(max_id) >= 2 * vocab_.size() + 1024)
+    if (max_id >= 0 && std::size_t(max_id) >= 2 * vocab_.size() + 1024)
       node.fail("ids are too sparse: largest id " + std::to_string(max_id) + " for " + std::to_string(vocab_.size()) +
                 " tokens");
     tokens_.assign(std::size_t(max_id + 1), std::nullopt);
@@ -244,8 +197,10 @@ private:
         m.fail("expected a merge \"left right\" or [\"left\", \"right\"], got " + dump(m.value()));
       }
       // The merged token drops the right part's continuing-subword prefix, as HF does.
-      if (b.size() < prefix_.size() || (b.size() > prefix_.size() && (static_cast<unsigned char>(b[prefix_.size()]) & 0xC0) == 0x80))
-        m.fail("merge right part " + quote(b) + " is shorter than continuing_subword_prefix");
+      const bool cuts_a_character =
+          b.size() > prefix_.size() && (static_cast<unsigned char>(b[prefix_.size()]) & 0xC0) == 0x80;
+      if (b.size() < prefix_.size() || cuts_a_character)
+        m.fail("cannot drop continuing_subword_prefix " + quote(prefix_) + " from the merge's right part " + quote(b));
       const std::string merged = a + b.substr(prefix_.size());
       const std::int32_t left = merge_part(m, a), right = merge_part(m, b), id = merge_part(m, merged);
       merges_.insert(left, right, {std::int32_t(rank), id});
@@ -313,20 +268,28 @@ private:
     if (symbols.empty()) return;
     symbols.back().next = -1;
 
-    auto push_pair = [&](std::int32_t pos) {
+    auto candidate = [&](std::int32_t pos, Candidate& c) {
       const Symbol& s = symbols[std::size_t(pos)];
-      if (s.next < 0) return;
-      if (const MergeTable::Merge* m = merges_.find(s.id, symbols[std::size_t(s.next)].id)) {
-        heap.push_back({m->rank, pos, m->id});
+      if (s.next < 0) return false;
+      const MergeTable::Merge* m = merges_.find(s.id, symbols[std::size_t(s.next)].id);
+      if (m) c = {(std::uint64_t(std::uint32_t(m->rank)) << 32) | std::uint32_t(pos), m->id};
+      return m != nullptr;
+    };
+    auto push_pair = [&](std::int32_t pos) {
+      if (Candidate c; candidate(pos, c)) {
+        heap.push_back(c);
         std::push_heap(heap.begin(), heap.end(), std::greater<>{});
       }
     };
-    for (std::int32_t pos = 0; pos + 1 < std::int32_t(symbols.size()); ++pos) push_pair(pos);
+    for (std::int32_t pos = 0; pos + 1 < std::int32_t(symbols.size()); ++pos)
+      if (Candidate c; candidate(pos, c)) heap.push_back(c);
+    std::make_heap(heap.begin(), heap.end(), std::greater<>{});
     while (!heap.empty()) {
       std::pop_heap(heap.begin(), heap.end(), std::greater<>{});
       const Candidate top = heap.back();
       heap.pop_back();
-      Symbol& left = symbols[std::size_t(top.pos)];
+      const std::int32_t pos = top.pos();
+      Symbol& left = symbols[std::size_t(pos)];
       if (!left.alive || left.next < 0) continue;
       Symbol& right = symbols[std::size_t(left.next)];
       const MergeTable::Merge* m = merges_.find(left.id, right.id);
@@ -334,9 +297,9 @@ private:
       left.id = top.id;
       right.alive = false;
       left.next = right.next;
-      if (left.next >= 0) symbols[std::size_t(left.next)].prev = top.pos;
+      if (left.next >= 0) symbols[std::size_t(left.next)].prev = pos;
       if (left.prev >= 0) push_pair(left.prev);
-      push_pair(top.pos);
+      push_pair(pos);
     }
     for (const Symbol& s : symbols)
       if (s.alive) out.push_back(s.id);

@@ -88,7 +88,8 @@ private:
         auto entry = specials.find(name);
         if (!entry) special->fail("special token " + quote(name) + " is not in special_tokens");
         const JsonNode ids = entry->at("ids");
-        for (std::size_t k = 0, m = ids.array_size(); k < m; ++k) (seen_sequence ? after : before).push_back(id_of(ids[k]));
+        for (std::size_t k = 0, m = ids.array_size(); k < m; ++k)
+          (seen_sequence ? after : before).push_back(id_of(ids[k]));
       } else {
         piece.fail("expected {\"Sequence\": ...} or {\"SpecialToken\": ...}, got " + dump(piece.value()));
       }

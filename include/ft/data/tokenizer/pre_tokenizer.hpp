@@ -132,7 +132,8 @@ private:
     void apply(std::string_view text, bool at_origin, PieceSink next) const {
       std::string s;
       s.reserve(text.size() + config.replacement.size());
-      const bool prepend = config.scheme == PrependScheme::always || (config.scheme == PrependScheme::first && at_origin);
+      const bool prepend =
+          config.scheme == PrependScheme::always || (config.scheme == PrependScheme::first && at_origin);
       for (char c : text) {
         if (c == ' ') s += config.replacement;
         else s += c;

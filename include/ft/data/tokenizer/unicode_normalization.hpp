@@ -2,8 +2,8 @@
 // NFC, the normaliser of GPT-NeoX and Qwen2 tokenizers. The textbook algorithm
 // (full canonical decomposition, canonical ordering of marks, canonical
 // composition) over tables generated to match HF's normaliser
-// (unicode_tables.hpp). Most text is already NFC, so a string is first checked
-// for any character that could change; only strings that have one are rebuilt.
+// (unicode_tables.hpp). Most text is already NFC, so only the stretches around
+// characters that could change are rebuilt.
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
@@ -72,21 +72,8 @@ inline bool nfc_may_change(char32_t c) {
   return it != std::begin(t) && c <= std::prev(it)->last;
 }
 
-// Whether `s` (UTF-8) is certainly already in NFC.
-inline bool is_quick_nfc(std::string_view s) {
-  for (std::size_t i = 0; i < s.size();) {
-    if (static_cast<unsigned char>(s[i]) < 0xCC) {  // below U+0300 (lead bytes up to 0xCB)
-      i += std::max<std::size_t>(1, utf8_sequence_length(static_cast<unsigned char>(s[i])));
-      continue;
-    }
-    if (nfc_may_change(utf8_next(s, i))) return false;
-  }
-  return true;
-}
-
-// NFC of valid UTF-8 `s`, in place.
-inline void to_nfc(std::string& s) {
-  if (is_quick_nfc(s)) return;
+// NFC of one stretch of valid UTF-8, appended to `out`.
+inline void append_nfc(std::string_view s, std::string& out) {
   std::u32string chars;
   for (std::size_t i = 0; i < s.size();) decompose(utf8_next(s, i), chars);
   // Canonical ordering: a stable sort of each run of marks by class.
@@ -118,8 +105,34 @@ inline void to_nfc(std::string& s) {
     last_class = cc;
     composed += c;
   }
-  s.clear();
-  for (char32_t c : composed) utf8_append(s, c);
+  for (char32_t c : composed) utf8_append(out, c);
+}
+
+// NFC of valid UTF-8 `s`, in place. A character outside nfc_unstable is a
+// starter that nothing before it can join, so text is cut before each such
+// character, and only the stretches that contain an unstable character (from
+// the stable starter before it to the next stable character) are rebuilt.
+inline void to_nfc(std::string& s) {
+  std::string out;
+  std::size_t emitted = 0;                        // s[0, emitted) is in `out` already
+  std::size_t last_stable = std::string::npos;  // start of the last stable character seen
+  for (std::size_t i = 0; i < s.size();) {
+    const std::size_t here = i;
+    if (!nfc_may_change(utf8_next(s, i))) {
+      last_stable = here;
+      continue;
+    }
+    const std::size_t begin = last_stable != std::string::npos && last_stable >= emitted ? last_stable : emitted;
+    std::size_t end = i;
+    for (std::size_t j = end; j < s.size() && nfc_may_change(utf8_next(s, j));) end = j;
+    out.append(s, emitted, begin - emitted);
+    append_nfc(std::string_view(s).substr(begin, end - begin), out);
+    emitted = i = end;
+    last_stable = std::string::npos;
+  }
+  if (emitted == 0) return;  // nothing was unstable
+  out.append(s, emitted);
+  s = std::move(out);
 }
 
 }  // namespace ft::data::tokenization
