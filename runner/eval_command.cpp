@@ -12,6 +12,7 @@
 #include <iomanip>
 #include <iostream>
 #include <sstream>
+#include <utility>
 
 #include <nlohmann/json.hpp>
 
@@ -35,7 +36,8 @@ std::vector<std::int32_t> read_ids(const nlohmann::json& row, const char* key, c
   std::vector<std::int32_t> ids;
   ids.reserve(v.size());
   for (const auto& x : v) {
-    if (!x.is_number_integer()) throw ft::Error(where + ": \"" + key + "\" must hold integers only");
+    if (!x.is_number_integer() || !std::in_range<std::int32_t>(x.get<std::int64_t>()))
+      throw ft::Error(where + ": \"" + key + "\" must hold 32-bit integers only");
     ids.push_back(x.get<std::int32_t>());
   }
   return ids;
@@ -52,7 +54,7 @@ std::vector<Row> read_rows(const std::string& file, std::int64_t vocab) {
     nlohmann::json row;
     try {
       row = nlohmann::json::parse(line);
-    } catch (const nlohmann::json::parse_error&) {
+    } catch (const nlohmann::json::exception&) {
       throw ft::Error(where + ": not valid JSON");
     }
     if (!row.is_object() || !row.contains("input_ids"))

@@ -116,6 +116,8 @@ public:
       config = nlohmann::ordered_json::parse(read_text(file));
     } catch (const nlohmann::json::parse_error& e) {
       throw Error(file.string() + ": not valid JSON (byte " + std::to_string(e.byte) + ")");
+    } catch (const nlohmann::json::exception& e) {  // e.g. a number too large for a double
+      throw Error(file.string() + ": not usable JSON (" + e.what() + ")");
     }
     const auto it = config.find("chat_template");
     if (it == config.end() || it->is_null()) throw Error(file.string() + ": has no \"chat_template\"");

@@ -19,6 +19,8 @@ inline nlohmann::json read_json_file(const std::filesystem::path& file) {
     return nlohmann::json::parse(in);
   } catch (const nlohmann::json::parse_error& e) {
     throw Error(file.string() + ": not valid JSON (byte " + std::to_string(e.byte) + ")");
+  } catch (const nlohmann::json::exception& e) {  // e.g. a number too large for a double
+    throw Error(file.string() + ": not usable JSON (" + e.what() + ")");
   }
 }
 
