@@ -21,6 +21,8 @@
 #include <string_view>
 #include <vector>
 
+#include "ft/core/utf8.hpp"
+
 namespace ft::data::jinja::unicode {
 
 inline constexpr char32_t kEscapedByteBase = 0xDC80;
@@ -60,23 +62,10 @@ inline char32_t decode(std::string_view s, std::size_t& pos) {
 }
 
 inline void append(std::string& out, char32_t cp) {
-  if (cp >= kEscapedByteBase && cp < kEscapedByteBase + 0x80) {
-    out += static_cast<char>(cp - kEscapedByteBase + 0x80);
-  } else if (cp < 0x80) {
-    out += static_cast<char>(cp);
-  } else if (cp < 0x800) {
-    out += static_cast<char>(0xC0 | (cp >> 6));
-    out += static_cast<char>(0x80 | (cp & 0x3F));
-  } else if (cp < 0x10000) {
-    out += static_cast<char>(0xE0 | (cp >> 12));
-    out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-    out += static_cast<char>(0x80 | (cp & 0x3F));
-  } else {
-    out += static_cast<char>(0xF0 | (cp >> 18));
-    out += static_cast<char>(0x80 | ((cp >> 12) & 0x3F));
-    out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-    out += static_cast<char>(0x80 | (cp & 0x3F));
-  }
+  if (cp >= kEscapedByteBase && cp < kEscapedByteBase + 0x80)
+    out += static_cast<char>(cp - kEscapedByteBase + 0x80);  // a raw byte carried through
+  else
+    utf8_append(out, cp);
 }
 
 inline std::u32string decode_all(std::string_view s) {

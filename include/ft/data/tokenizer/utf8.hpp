@@ -9,6 +9,8 @@
 #include <string>
 #include <string_view>
 
+#include "ft/core/utf8.hpp"
+
 namespace ft::data::tokenization {
 
 // Length of the sequence a lead byte starts; 0 for a continuation or invalid byte.
@@ -81,23 +83,7 @@ constexpr std::size_t utf8_previous(std::string_view s, std::size_t i) {
   return i;
 }
 
-inline void utf8_append(std::string& out, char32_t cp) {
-  if (cp < 0x80) {
-    out += static_cast<char>(cp);
-  } else if (cp < 0x800) {
-    out += static_cast<char>(0xC0 | (cp >> 6));
-    out += static_cast<char>(0x80 | (cp & 0x3F));
-  } else if (cp < 0x10000) {
-    out += static_cast<char>(0xE0 | (cp >> 12));
-    out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-    out += static_cast<char>(0x80 | (cp & 0x3F));
-  } else {
-    out += static_cast<char>(0xF0 | (cp >> 18));
-    out += static_cast<char>(0x80 | ((cp >> 12) & 0x3F));
-    out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-    out += static_cast<char>(0x80 | (cp & 0x3F));
-  }
-}
+using ft::utf8_append;
 
 inline std::string utf8_encode(char32_t cp) {
   std::string s;
