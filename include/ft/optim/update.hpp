@@ -1,0 +1,112 @@
+#pragma once
+// The element-wise updates of the optimizers that keep per-element state,
+// written once as host/device functors over flat buffers: a parameter shard
+// (storage type T), its gradient (G) and f32 state. Definitions follow the
+// references users compare against:
+//
+//   SGD    torch.optim.SGD:   g += wd p; b = mu b + (1 - dampening) g (b = g on
+//          the first step); g = nesterov ? g + mu b : b; p -= lr g
+//   AdamW  torch.optim.AdamW: p *= 1 - lr wd; m = b1 m + (1 - b1) g;
+//          v = b2 v + (1 - b2) g^2; p -= lr / (1 - b1^t) * m / (sqrt(v / (1 - b2^t)) + eps)
+//   Lion   Chen et al. 2023:  p *= 1 - lr wd; p -= lr sign(b1 m + (1 - b1) g);
+//          m = b2 m + (1 - b2) g
+//
+// The step count t starts at 1. Arithmetic is in f32 (double when T is
+// double, for tests).
+#include <cmath>
+#include <cstdint>
+
+#include "ft/core/host_device.hpp"
+#include "ft/core/numeric.hpp"
+#include "ft/kernels/cpu/launch.hpp"
+#include "ft/tensor/shape.hpp"
+
+namespace ft::optim {
+
+struct Hyperparameters {
+  double lr = 1e-3;
+  double weight_decay = 0.0;
+  double beta1 = 0.9, beta2 = 0.999, eps = 1e-8;  // AdamW; Lion uses beta1 0.9, beta2 0.99
+  double momentum = 0.0, dampening = 0.0;         // SGD
+  bool nesterov = false;
+};
+
+template <class T, class G>
+struct SgdUpdate {
+  using A = acc_t<T>;
+  T* p;
+  const G* g;
+  A* buffer;  // momentum buffer; unused when momentum is 0
+  A lr, weight_decay, momentum, dampening;
+  bool nesterov, first;
+
+  FT_HOST_DEVICE void operator()(index_t i) const {
+    A grad = A(g[i]) + weight_decay * A(p[i]);
+    if (momentum != A(0)) {
+      A b = first ? grad : momentum * buffer[i] + (A(1) - dampening) * grad;
+      buffer[i] = b;
+      grad = nesterov ? grad + momentum * b : b;
+    }
+    p[i] = T(A(p[i]) - lr * grad);
+  }
+};
+
+template <class T, class G>
+struct AdamWUpdate {
+  using A = acc_t<T>;
+  T* p;
+  const G* g;
+  A *m, *v;
+  A lr, weight_decay, beta1, beta2, eps, bias1, bias2_sqrt;  // bias1 = 1 - b1^t, bias2_sqrt = sqrt(1 - b2^t)
+
+  FT_HOST_DEVICE void operator()(index_t i) const {
+    A grad = A(g[i]);
+    A param = A(p[i]) * (A(1) - lr * weight_decay);
+    m[i] = beta1 * m[i] + (A(1) - beta1) * grad;
+    v[i] = beta2 * v[i] + (A(1) - beta2) * grad * grad;
+    A denom = std::sqrt(v[i]) / bias2_sqrt + eps;
+    p[i] = T(param - lr / bias1 * m[i] / denom);
+  }
+};
+
+template <class T, class G>
+struct LionUpdate {
+  using A = acc_t<T>;
+  T* p;
+  const G* g;
+  A* m;
+  A lr, weight_decay, beta1, beta2;
+
+  FT_HOST_DEVICE void operator()(index_t i) const {
+    A grad = A(g[i]);
+    A param = A(p[i]) * (A(1) - lr * weight_decay);
+    A c = beta1 * m[i] + (A(1) - beta1) * grad;
+    A sign = c > A(0) ? A(1) : c < A(0) ? A(-1) : A(0);
+    p[i] = T(param - lr * sign);
+    m[i] = beta2 * m[i] + (A(1) - beta2) * grad;
+  }
+};
+
+// One step over a flat shard; `step` counts from 1.
+template <class T, class G>
+void sgd_step(T* p, const G* g, acc_t<T>* buffer, index_t n, const Hyperparameters& h, std::int64_t step) {
+  using A = acc_t<T>;
+  cpu::parallel_for(n, SgdUpdate<T, G>{p, g, buffer, A(h.lr), A(h.weight_decay), A(h.momentum), A(h.dampening),
+                                       h.nesterov, step == 1});
+}
+
+template <class T, class G>
+void adamw_step(T* p, const G* g, acc_t<T>* m, acc_t<T>* v, index_t n, const Hyperparameters& h, std::int64_t step) {
+  using A = acc_t<T>;
+  A bias1 = A(1) - std::pow(A(h.beta1), A(step)), bias2 = A(1) - std::pow(A(h.beta2), A(step));
+  cpu::parallel_for(n, AdamWUpdate<T, G>{p, g, m, v, A(h.lr), A(h.weight_decay), A(h.beta1), A(h.beta2), A(h.eps),
+                                         bias1, std::sqrt(bias2)});
+}
+
+template <class T, class G>
+void lion_step(T* p, const G* g, acc_t<T>* m, index_t n, const Hyperparameters& h) {
+  using A = acc_t<T>;
+  cpu::parallel_for(n, LionUpdate<T, G>{p, g, m, A(h.lr), A(h.weight_decay), A(h.beta1), A(h.beta2)});
+}
+
+}  // namespace ft::optim
