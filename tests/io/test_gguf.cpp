@@ -4,6 +4,8 @@
 // refused with one line naming the file. Fixtures: tools/make_gguf_fixtures.py.
 #include <doctest/doctest.h>
 
+#include "support/files.hpp"
+
 #include <unistd.h>
 
 #include <atomic>
@@ -25,47 +27,21 @@
 namespace fs = std::filesystem;
 using namespace ft::io;
 
+using ft::testing::error_of;
+using ft::testing::read_bytes;
+using ft::testing::write_bytes;
+
+struct TempDir : ft::testing::TempDir {
+  TempDir() : ft::testing::TempDir("ft_gguf") {}
+};
+
 namespace {
 
 const fs::path fixtures = fs::path(FT_SOURCE_DIR) / "tests/fixtures/gguf";
 
-struct TempDir {
-  fs::path path;
-  TempDir() {
-    static std::atomic<int> counter = 0;
-    path = fs::temp_directory_path() / ("ft_gguf_" + std::to_string(::getpid()) + "_" + std::to_string(counter++));
-    fs::remove_all(path);
-    fs::create_directories(path);
-  }
-  TempDir(const TempDir&) = delete;
-  TempDir& operator=(const TempDir&) = delete;
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path, ec);
-  }
-  fs::path operator/(const std::string& name) const { return path / name; }
-};
 
-template <class F> std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (const ft::Error& e) {
-    std::string msg = e.what();
-    CHECK(msg.find('\n') == std::string::npos);
-    return msg;
-  }
-  return "<no error>";
-}
 
-std::string read_bytes(const fs::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  return {std::istreambuf_iterator<char>(in), {}};
-}
 
-void write_bytes(const fs::path& p, const std::string& bytes) {
-  std::ofstream out(p, std::ios::binary | std::ios::trunc);
-  out.write(bytes.data(), std::streamsize(bytes.size()));
-}
 
 // GGUF bytes built piece by piece, for files no converter would write.
 struct Bytes {

@@ -3,6 +3,8 @@
 // shards, and every malformed file is refused with one line naming the file.
 #include <doctest/doctest.h>
 
+#include "support/files.hpp"
+
 #include <unistd.h>
 
 #include <algorithm>
@@ -25,28 +27,19 @@ using ft::bf16;
 using ft::f16;
 using namespace ft::io;
 
+using ft::testing::error_of;
+using ft::testing::read_bytes;
+using ft::testing::write_bytes;
+
+struct TempDir : ft::testing::TempDir {
+  TempDir() : ft::testing::TempDir("ft_safetensors") {}
+};
+
 namespace {
 
 const fs::path llama_dir = fs::path(FT_SOURCE_DIR) / "tests/fixtures/parity/llama_gqa";
 
 // A fresh directory per test, removed with everything in it.
-struct TempDir {
-  fs::path path;
-  TempDir() {
-    static std::atomic<int> counter = 0;
-    path = fs::temp_directory_path() /
-           ("ft_safetensors_" + std::to_string(::getpid()) + "_" + std::to_string(counter++));
-    fs::remove_all(path);
-    fs::create_directories(path);
-  }
-  TempDir(const TempDir&) = delete;
-  TempDir& operator=(const TempDir&) = delete;
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path, ec);
-  }
-  fs::path operator/(const std::string& name) const { return path / name; }
-};
 
 template <class T> std::span<const std::byte> bytes_of(const std::vector<T>& v) {
   return std::as_bytes(std::span<const T>(v));
@@ -64,31 +57,12 @@ TensorToWrite tensor(std::string name, std::string dtype, std::vector<std::int64
   return t;
 }
 
-// The message of the ft::Error that f throws; anything else fails the test.
-template <class F> std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (const ft::Error& e) {
-    std::string msg = e.what();
-    CHECK(msg.find('\n') == std::string::npos);
-    return msg;
-  }
-  return "<no error>";
-}
 
 std::string open_error(const fs::path& p) {
   return error_of([&] { SafetensorsFile::open(p); });
 }
 
-void write_bytes(const fs::path& p, const std::string& bytes) {
-  std::ofstream out(p, std::ios::binary);
-  out.write(bytes.data(), std::streamsize(bytes.size()));
-}
 
-std::string read_bytes(const fs::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  return std::string(std::istreambuf_iterator<char>(in), {});
-}
 
 std::string u64_le(std::uint64_t n) {
   std::string s(8, '\0');
