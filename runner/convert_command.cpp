@@ -59,33 +59,6 @@ bool is_weight_file(const fs::path& p) {
          name.rfind("pytorch_model", 0) == 0;
 }
 
-// A float tensor's bytes (F32, BF16 or F16) as float values.
-std::vector<float> decode(const std::vector<std::byte>& bytes, const std::string& dtype) {
-  const std::size_t width = dtype == "F32" ? 4 : 2, n = bytes.size() / width;
-  std::vector<float> out(n);
-  for (std::size_t i = 0; i < n; ++i) {
-    if (dtype == "F32") {
-      std::memcpy(&out[i], bytes.data() + 4 * i, 4);
-    } else {
-      std::uint16_t bits;
-      std::memcpy(&bits, bytes.data() + 2 * i, 2);
-      out[i] = dtype == "BF16" ? float(ft::bf16::from_bits(bits)) : float(ft::f16::from_bits(bits));
-    }
-  }
-  return out;
-}
-
-// Float values stored as a safetensors dtype (F32, BF16 or F16).
-std::vector<std::byte> encode(const std::vector<float>& values, const std::string& dtype) {
-  auto as_bytes = [](const auto& v) {
-    auto span = std::as_bytes(std::span(v));
-    return std::vector<std::byte>(span.begin(), span.end());
-  };
-  if (dtype == "F32") return as_bytes(values);
-  if (dtype == "BF16") return as_bytes(std::vector<ft::bf16>(values.begin(), values.end()));
-  return as_bytes(std::vector<ft::f16>(values.begin(), values.end()));
-}
-
 // The HF model: every weight, possibly merged with an adapter and converted.
 struct Staged {
   std::vector<std::string> names, dtypes;
@@ -141,7 +114,7 @@ Staged stage_model(const fs::path& src, const ConvertOptions& options) {
       std::vector<float> merged(std::size_t(t.numel()));
       ft::io::copy_elements(*file, *source, merged.data(), t.numel());
       ft::io::merge_lora_module(*adapter, *m->second, merged.data(), t.shape[0], t.shape[1]);
-      bytes = encode(merged, dtype);
+      bytes = ft::io::encode_floats(merged, dtype);
     } else {
       bytes = ft::io::convert_tensor(*file, *source, dtype);
     }
@@ -178,14 +151,14 @@ void add_tokens(const fs::path& src, const fs::path& out, Staged& staged, const 
       if (it == staged.names.end() && !w.alias.empty()) it = std::find(staged.names.begin(), staged.names.end(), w.alias);
       if (it == staged.names.end()) continue;
       const std::size_t i = std::size_t(it - staged.names.begin());
-      std::vector<float> rows = decode(staged.bytes[i], staged.dtypes[i]);
+      std::vector<float> rows = ft::io::decode_floats(staged.bytes[i], staged.dtypes[i]);
       const std::int64_t old_rows = staged.shapes[i][0], width = staged.shapes[i][1];
       std::vector<double> mean(std::size_t(width), 0.0);
       for (std::int64_t r = 0; r < old_rows; ++r)
         for (std::int64_t c = 0; c < width; ++c) mean[std::size_t(c)] += rows[std::size_t(r * width + c)];
       for (std::int64_t r = old_rows; r < size; ++r)
         for (std::int64_t c = 0; c < width; ++c) rows.push_back(float(mean[std::size_t(c)] / double(old_rows)));
-      staged.bytes[i] = encode(rows, staged.dtypes[i]);
+      staged.bytes[i] = ft::io::encode_floats(rows, staged.dtypes[i]);
       staged.shapes[i][0] = size;
     }
     config["vocab_size"] = size;
@@ -223,9 +196,8 @@ void convert_model(const fs::path& src, const fs::path& out, const ConvertOption
       fs::copy_file(entry.path(), out / entry.path().filename());
   if (!options.dtype.empty()) {  // config.json records the dtype the weights are stored in
     nlohmann::json config = ft::io::read_json_file(out / "config.json");
-    const std::string name = ft::io::safetensors_dtype(options.dtype, "--dtype") == "F32" ? "float32"
-                             : ft::io::safetensors_dtype(options.dtype, "--dtype") == "BF16" ? "bfloat16"
-                                                                                             : "float16";
+    const std::string stored = ft::io::safetensors_dtype(options.dtype, "--dtype");
+    const std::string name = stored == "F32" ? "float32" : stored == "BF16" ? "bfloat16" : "float16";
     config[config.contains("torch_dtype") ? "torch_dtype" : "dtype"] = name;
     std::ofstream(out / "config.json") << config.dump(2) << "\n";
   }
@@ -242,17 +214,13 @@ void convert_adapter(const fs::path& src, const fs::path& out, const ConvertOpti
   if (!options.merge_lora.empty() || !options.add_tokens.empty() || !options.chat_template.empty())
     throw ft::Error(src.string() + ": is a PEFT adapter; --merge-lora, --add-tokens and --chat-template apply to models");
   ft::io::PeftAdapter adapter = ft::io::PeftAdapter::open(src);
+  // Moving a byte vector keeps its buffer, so the spans below stay valid as `bytes` grows.
   std::vector<std::vector<std::byte>> bytes;
   std::vector<ft::io::TensorToWrite> tensors;
-  std::vector<std::string> dtypes;
-  for (const auto& t : adapter.file().tensors())
-    dtypes.push_back(options.dtype.empty() ? t.dtype : ft::io::safetensors_dtype(options.dtype, "--dtype"));
-  std::size_t i = 0;
-  for (const auto& t : adapter.file().tensors()) bytes.push_back(ft::io::convert_tensor(adapter.file(), t, dtypes[i++]));
-  i = 0;
   for (const auto& t : adapter.file().tensors()) {
-    tensors.push_back({t.name, dtypes[i], t.shape, bytes[i]});
-    ++i;
+    const std::string dtype = options.dtype.empty() ? t.dtype : ft::io::safetensors_dtype(options.dtype, "--dtype");
+    bytes.push_back(ft::io::convert_tensor(adapter.file(), t, dtype));
+    tensors.push_back({t.name, dtype, t.shape, bytes.back()});
   }
   for (const auto& entry : fs::directory_iterator(src))
     if (entry.is_regular_file() && entry.path().extension() != ".safetensors")

@@ -19,6 +19,17 @@
 
 namespace ft::io {
 
+// Closes a file descriptor when it goes out of scope.
+struct FileDescriptor {
+  int fd = -1;
+  explicit FileDescriptor(int f) : fd(f) {}
+  FileDescriptor(const FileDescriptor&) = delete;
+  FileDescriptor& operator=(const FileDescriptor&) = delete;
+  ~FileDescriptor() {
+    if (fd >= 0) ::close(fd);
+  }
+};
+
 class MappedFile {
 public:
   MappedFile(void* address, std::size_t size) : address_(address), size_(size) {}
@@ -40,12 +51,7 @@ private:
 inline std::shared_ptr<const MappedFile> map_file_readonly(const std::filesystem::path& file, const std::string& kind,
                                                   std::size_t min_size, const std::string& short_of) {
   auto fail = [&](const std::string& what) -> void { throw Error(file.string() + ": " + what); };
-  struct Descriptor {
-    int fd;
-    ~Descriptor() {
-      if (fd >= 0) ::close(fd);
-    }
-  } d{::open(file.c_str(), O_RDONLY | O_CLOEXEC)};
+  FileDescriptor d(::open(file.c_str(), O_RDONLY | O_CLOEXEC));
   if (d.fd < 0) fail(std::string("cannot be opened (") + std::strerror(errno) + ")");
   struct stat st {};
   if (::fstat(d.fd, &st) != 0) fail(std::string("cannot be read (") + std::strerror(errno) + ")");

@@ -10,6 +10,7 @@
 // and renames it). A whole directory is made atomic by its caller: ftrun
 // convert writes into a temporary directory and renames that.
 #include <cstdio>
+#include <cstring>
 #include <functional>
 #include <map>
 #include <string>
@@ -77,30 +78,42 @@ inline std::string safetensors_dtype(std::string_view name, const std::string& w
   throw Error(where + ": dtype \"" + std::string(name) + "\" is not supported; allowed: float32, bfloat16, float16");
 }
 
+// Float values as the bytes of a safetensors float dtype (F32, BF16 or F16),
+// rounding once, and back.
+inline std::vector<std::byte> encode_floats(const std::vector<float>& values, const std::string& dtype) {
+  auto as_bytes = [](const auto& v) {
+    auto span = std::as_bytes(std::span(v));
+    return std::vector<std::byte>(span.begin(), span.end());
+  };
+  if (dtype == "F32") return as_bytes(values);
+  if (dtype == "BF16") return as_bytes(std::vector<bf16>(values.begin(), values.end()));
+  return as_bytes(std::vector<f16>(values.begin(), values.end()));
+}
+
+inline std::vector<float> decode_floats(std::span<const std::byte> bytes, const std::string& dtype) {
+  const std::size_t width = dtype == "F32" ? 4 : 2, n = bytes.size() / width;
+  std::vector<float> out(n);
+  for (std::size_t i = 0; i < n; ++i) {
+    if (dtype == "F32") {
+      std::memcpy(&out[i], bytes.data() + 4 * i, 4);
+    } else {
+      std::uint16_t bits;
+      std::memcpy(&bits, bytes.data() + 2 * i, 2);
+      out[i] = dtype == "BF16" ? float(bf16::from_bits(bits)) : float(f16::from_bits(bits));
+    }
+  }
+  return out;
+}
+
 // A floating-point tensor's bytes in another floating-point dtype (a copy
 // when the dtype is the same: bit-exact). Integer tensors keep their dtype.
 inline std::vector<std::byte> convert_tensor(const SafetensorsFile& file, const TensorView& t,
                                              const std::string& dtype) {
-  auto as_bytes = [](const auto& values) {
-    auto span = std::as_bytes(std::span(values));
-    return std::vector<std::byte>(span.begin(), span.end());
-  };
   bool floating = t.dtype == "F32" || t.dtype == "BF16" || t.dtype == "F16" || t.dtype == "F64";
   if (!floating || t.dtype == dtype) return std::vector<std::byte>(t.bytes.begin(), t.bytes.end());
-  const std::size_t n = std::size_t(t.numel());
-  if (dtype == "F32") {
-    std::vector<float> v(n);
-    copy_elements(file, t, v.data(), t.numel());
-    return as_bytes(v);
-  }
-  if (dtype == "BF16") {
-    std::vector<bf16> v(n);
-    copy_elements(file, t, v.data(), t.numel());
-    return as_bytes(v);
-  }
-  std::vector<f16> v(n);
-  copy_elements(file, t, v.data(), t.numel());
-  return as_bytes(v);
+  std::vector<float> values(std::size_t(t.numel()));
+  copy_elements(file, t, values.data(), t.numel());
+  return encode_floats(values, dtype);
 }
 
 }  // namespace ft::io

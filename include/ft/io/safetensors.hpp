@@ -111,16 +111,6 @@ inline std::string range_string(std::uint64_t begin, std::uint64_t end) {
   return "[" + std::to_string(begin) + ", " + std::to_string(end) + ")";
 }
 
-struct Fd {
-  int fd = -1;
-  explicit Fd(int f) : fd(f) {}
-  Fd(const Fd&) = delete;
-  Fd& operator=(const Fd&) = delete;
-  ~Fd() {
-    if (fd >= 0) ::close(fd);
-  }
-};
-
 // Product of the dimensions times the element size, or false if it overflows.
 inline bool byte_size(const std::vector<std::int64_t>& shape, std::size_t element_size, std::uint64_t& out) {
   std::uint64_t n = element_size;
@@ -438,7 +428,7 @@ inline void write_safetensors(const std::filesystem::path& file, const std::vect
     ::unlink(tmp.c_str());
     throw Error(where + "cannot be written (" + why + ")");
   };
-  detail::Fd fd(::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
+  FileDescriptor fd(::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
   if (fd.fd < 0) fail("creating " + tmp.filename().string());
   auto put = [&](const void* data, std::size_t size) {
     const char* p = static_cast<const char*>(data);

@@ -87,7 +87,7 @@ public:
     input_ = x;
     nn::norm_forward(c_.norm, normed_.data(), mean_.data(), rstd_.data(), x, params_.value("final_norm.weight"),
                      params_.value("final_norm.bias"), N, C, A(c_.norm_eps));
-    std::fill_n(d_normed_.data(), N * C, T(0.0f));
+    if (options.backward) std::fill_n(d_normed_.data(), N * C, T(0.0f));  // evaluation writes no gradient
     nn::CrossEntropyOptions ce{.chunk_rows = options.chunk_rows, .token_count = options.token_count,
                                .backward = options.backward};
     return nn::lm_head_cross_entropy(d_normed_.data(), lm_grad(), normed_.data(), lm_weight(),
