@@ -15,24 +15,12 @@
 #include <ft/kernels/gemm.hpp>
 #include <ft/models/llama.hpp>
 #include <ft/models/transformer.hpp>
+#include <ft/train/flops.hpp>
 
 namespace {
 
 double seconds_since(std::chrono::steady_clock::time_point start) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-}
-
-double measure_gemm_peak() {
-  const ft::index_t n = 2048;
-  std::vector<float> a(std::size_t(n * n), 0.5f), b(a), c(a);
-  ft::gemm<float>(ft::Op::none, ft::Op::none, n, n, n, 1, a.data(), n, b.data(), n, 0, c.data(), n);
-  double best = 0;
-  for (int i = 0; i < 5; ++i) {
-    auto start = std::chrono::steady_clock::now();
-    ft::gemm<float>(ft::Op::none, ft::Op::none, n, n, n, 1, a.data(), n, b.data(), n, 0, c.data(), n);
-    best = std::max(best, 2.0 * double(n) * double(n) * double(n) / seconds_since(start));
-  }
-  return best;
 }
 
 }  // namespace
@@ -65,12 +53,8 @@ int main(int argc, char** argv) {
   ft::models::Batch batch = ft::models::causal_lm_batch(B, T, ids);
   const double tokens = double(B * T);
 
-  const double matmul_params = double(c.num_layers) * double(c.hidden_size) *
-                                   double(c.qkv_width() + c.num_heads * c.head_dim + 3 * c.intermediate_size) +
-                               double(c.vocab_size) * double(c.hidden_size);
-  const double flops_per_token = 6 * matmul_params + 6.0 * double(c.num_layers) * double(T) * double(c.hidden_size);
-
-  double peak = measure_gemm_peak();
+  const double flops_per_token = ft::train::flops_per_token(c, T, true);
+  double peak = ft::train::measure_gemm_peak();
   auto& memory = ft::memory::Host::stats();
   std::printf("model: %.1fM parameters, %lld layers, batch %lld x %lld\n", double(model.parameter_count()) / 1e6,
               (long long)c.num_layers, (long long)B, (long long)T);

@@ -30,7 +30,8 @@
 
 #include "commands.hpp"
 #include "exit_code.hpp"
-#include "progress.hpp"
+#include <ft/core/progress.hpp>
+#include <ft/io/staged_directory.hpp>
 
 namespace ftrun {
 namespace {
@@ -203,7 +204,7 @@ void convert_model(const fs::path& src, const fs::path& out, const ConvertOption
   }
   if (!options.add_tokens.empty()) add_tokens(src, out, staged, options);
   if (!options.chat_template.empty()) set_chat_template(out, options.chat_template);
-  Progress progress("convert", 100);
+  ft::Progress progress("convert", 100);
   ft::io::write_model_safetensors(out, staged.to_write(), parse_size(options.max_shard_size), {{"format", "pt"}},
                                   [&](std::uint64_t done, std::uint64_t total) {
                                     progress.update(long(100 * done / std::max<std::uint64_t>(total, 1)));
@@ -231,7 +232,7 @@ void convert_adapter(const fs::path& src, const fs::path& out, const ConvertOpti
 void convert_gguf(const fs::path& src, const fs::path& out, const ConvertOptions& options) {
   if (!options.merge_lora.empty() || !options.add_tokens.empty())
     throw ft::Error(src.string() + ": --merge-lora and --add-tokens apply to HF model directories; convert the GGUF first");
-  Progress progress("convert", 100);
+  ft::Progress progress("convert", 100);
   ft::io::GgufToHfOptions gguf_options;
   if (!options.dtype.empty()) gguf_options.dtype = options.dtype;
   gguf_options.max_shard_bytes = parse_size(options.max_shard_size);
@@ -247,35 +248,28 @@ void convert_gguf(const fs::path& src, const fs::path& out, const ConvertOptions
 
 int run_convert(const ConvertOptions& options) {
   const fs::path src = options.source, dst = options.destination;
-  const fs::path staging = dst.string() + ".tmp-" + std::to_string(::getpid());
   try {
     if (!fs::exists(src)) throw ft::Error(src.string() + ": does not exist");
     if (fs::exists(dst) && !options.force)
       throw ft::Error(dst.string() + ": already exists (choose another destination or pass --force to replace it)");
-    fs::remove_all(staging);
-    fs::create_directories(staging);
-    if (fs::is_regular_file(src) && src.extension() == ".gguf") convert_gguf(src, staging, options);
-    else if (fs::is_directory(src) && fs::exists(src / "adapter_config.json")) convert_adapter(src, staging, options);
-    else if (fs::is_directory(src) && fs::exists(src / "config.json")) convert_model(src, staging, options);
-    else
-      throw ft::Error(src.string() +
-                      ": not an HF model directory (config.json), a PEFT adapter (adapter_config.json) or a .gguf file");
-    if (fs::exists(dst)) {  // --force: the old one goes only once the new one is complete
-      const fs::path old = dst.string() + ".old-" + std::to_string(::getpid());
-      fs::rename(dst, old);
-      fs::rename(staging, dst);
-      fs::remove_all(old);
-    } else {
-      fs::rename(staging, dst);
-    }
+    // --force: the old destination goes only once the new one is complete.
+    ft::io::write_directory_atomically(
+        dst,
+        [&](const fs::path& staging) {
+          if (fs::is_regular_file(src) && src.extension() == ".gguf") convert_gguf(src, staging, options);
+          else if (fs::is_directory(src) && fs::exists(src / "adapter_config.json")) convert_adapter(src, staging, options);
+          else if (fs::is_directory(src) && fs::exists(src / "config.json")) convert_model(src, staging, options);
+          else
+            throw ft::Error(src.string() +
+                            ": not an HF model directory (config.json), a PEFT adapter (adapter_config.json) or a .gguf file");
+        },
+        options.force);
     std::cout << "wrote " << dst.string() << "\n";
     return ok;
   } catch (const ft::Error& e) {
-    fs::remove_all(staging);
     std::cerr << "ftrun convert: " << e.what() << "\n";
     return bad_input;
   } catch (const fs::filesystem_error& e) {
-    fs::remove_all(staging);
     std::cerr << "ftrun convert: " << e.what() << "\n";
     return failed;
   }

@@ -21,7 +21,7 @@
 
 #include "commands.hpp"
 #include "exit_code.hpp"
-#include "progress.hpp"
+#include <ft/core/progress.hpp>
 
 namespace ftrun {
 namespace {
@@ -89,7 +89,7 @@ int evaluate(const EvalOptions& options) {
   std::vector<float> next_logits;  // [rows, V]: logits at each row's last token, for --logits-out
   double loss_sum = 0;
   long tokens = 0;
-  Progress progress("eval", long(rows.size()));
+  ft::Progress progress("eval", long(rows.size()));
   std::size_t next = 0;
   while (next < rows.size()) {
     // Pack whole rows up to the token budget (a longer row goes alone).

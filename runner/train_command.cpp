@@ -143,13 +143,14 @@ int run_train(const TrainOptions& options) {
   for (const std::string& refusal : search.refusals) std::cerr << "ftrun: warning: " << refusal << "\n";
 
   std::string resolved, plan;
+  const ft::plugin::Factory* factory = nullptr;
   try {
     ft::recipe::Recipe& recipe = loaded.recipe;
     recipe.model.family = resolve_family(loaded, search.registry);
     TrainerKey key{recipe.model.family, recipe.strategy.precision, recipe.strategy.parallelism,
                    recipe.strategy.optimizer, recipe.strategy.adapter};
     check_names_offered(loaded, key, search.registry);
-    const ft::plugin::Factory* factory = search.registry.find(key);
+    factory = search.registry.find(key);
     if (!factory) throw ft::Error(missing_combination(key, search.registry));
     resolved = ft::recipe::emit(recipe);
     plan = "plugin       " + factory->plugin->name() + " " + factory->plugin->version() + " (" +
@@ -160,9 +161,9 @@ int run_train(const TrainOptions& options) {
   }
 
   if (!options.dry_run) {
-    std::cerr << "ftrun: this build resolves and checks a recipe but cannot run training yet; "
-                 "use --dry-run to see the plan\n";
-    return failed;
+    const auto [status, reason] = ft::plugin::train(*factory, resolved);
+    if (status != 0) std::cerr << "ftrun: " << reason << "\n";
+    return status == 0 ? ok : status == 2 ? bad_input : failed;
   }
   std::cout << "# Resolved recipe (" << options.recipe << " with defaults and overrides applied).\n"
             << "# Plan:\n" << as_comment(plan) << "# Launch:\n#   " << launch_command(options, loaded.recipe)

@@ -18,7 +18,7 @@ packages=(
   # tokenizers' split patterns need a regex engine with Unicode classes
   libpcre2-dev pkg-config
   # the default dataset's source text (public domain) and the script that builds it
-  jargon-text python3
+  jargon-text python3 python3-venv
 )
 
 missing=()
@@ -40,4 +40,11 @@ echo "ft setup: all dependencies present"
 cd "$(dirname "$0")/.."
 if [ ! -s data/jargon/train.jsonl ]; then
   python3 tools/make_jargon_dataset.py --out data/jargon
+fi
+
+# The tests read TensorBoard files back with tensorboard's own reader (a small
+# wheel from PyPI, in an ignored venv; never used at run time).
+if ! tools/.venv/bin/python -c "import tensorboard" 2>/dev/null; then
+  [ -x tools/.venv/bin/python ] || python3 -m venv tools/.venv
+  tools/.venv/bin/pip install --quiet --disable-pip-version-check tensorboard
 fi

@@ -1,16 +1,45 @@
 // A third-party plugin: it brings a policy ft does not have (an optimizer
-// named "sgd-nesterov") and offers Trainers built with it. Recipes select it
-// by name, `strategy.optimizer = "sgd-nesterov"`, once ftrun loads this library.
+// named "sgd-nesterov": SGD with Nesterov momentum 0.9 unless the recipe sets
+// train.momentum) and offers Trainers built with it. Recipes select it by
+// name, `strategy.optimizer = "sgd-nesterov"`, once ftrun loads this library.
 #include <ft/models/gpt_neox.hpp>
 #include <ft/models/llama.hpp>
 #include <ft/plugin/define.hpp>
 
 namespace my {
 
+// The run-time half of the policy: one momentum buffer per flat parameter buffer.
+template <class M>
+class NesterovStep final : public ft::train::ParameterOptimizer<M> {
+public:
+  NesterovStep(ft::index_t n, ft::optim::Hyperparameters h) : h_(h), momentum_(std::size_t(n), 0.0f) {}
+  void step(M* values, const M* grads, double lr, std::int64_t step) override {
+    ft::optim::Hyperparameters h = h_;
+    h.lr = lr;
+    ft::optim::sgd_step(values, grads, momentum_.data(), ft::index_t(momentum_.size()), h, step);
+  }
+  std::vector<ft::train::StateArray> state() override {
+    return {{"momentum_buffer", "F32", momentum_.data(), momentum_.size() * sizeof(float)}};
+  }
+
+private:
+  ft::optim::Hyperparameters h_;
+  std::vector<float> momentum_;
+};
+
 struct NesterovSGD : ft::optim::Policy {
   static constexpr std::string_view name = "sgd-nesterov";
   static constexpr std::string_view type_name = "my::NesterovSGD";
   static constexpr double state_bytes = 4;  // one momentum buffer
+
+  template <class M>
+  static std::unique_ptr<ft::train::ParameterOptimizer<M>> make(const std::vector<ft::models::ParameterEntry>&,
+                                                                ft::index_t size, const ft::recipe::TrainSection& t) {
+    ft::optim::Hyperparameters h = ft::train::hyperparameters(t);
+    h.momentum = t.momentum > 0 ? t.momentum : 0.9;
+    h.nesterov = true;
+    return std::make_unique<NesterovStep<M>>(size, h);
+  }
 };
 static_assert(ft::optimizer_policy<NesterovSGD>);
 

@@ -12,6 +12,7 @@
 #include <filesystem>
 #include <string>
 
+#include "support/compare.hpp"
 #include <ft/io/model_weights.hpp>
 #include <ft/models/load.hpp>
 
@@ -25,23 +26,10 @@ const char* const cases[] = {"llama_gqa",       "smollm2_tied",  "llama3_rope_sc
 
 fs::path fixture(const std::string& name) { return fs::path(FT_SOURCE_DIR) / "tests/fixtures/parity" / name; }
 
+using ft::testing::relative_error;
 template <class T>
 std::vector<T> read(const io::SafetensorsFile& file, const std::string& name) {
-  const io::TensorView& t = file.at(name);
-  std::vector<T> out(std::size_t(t.numel()));
-  io::copy_elements(file, t, out.data(), t.numel());
-  return out;
-}
-
-template <class A, class B>
-double relative_error(const std::vector<A>& got, const std::vector<B>& want) {
-  REQUIRE(got.size() == want.size());
-  double diff = 0, scale = 0;
-  for (std::size_t i = 0; i < got.size(); ++i) {
-    diff = std::max(diff, std::abs(double(got[i]) - double(want[i])));
-    scale = std::max(scale, std::abs(double(want[i])));
-  }
-  return diff / std::max(scale, 1e-30);
+  return ft::testing::read_tensor<T>(file, name);
 }
 
 struct Tolerance {

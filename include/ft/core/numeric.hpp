@@ -24,4 +24,12 @@ template <> constexpr DType dtype_of<double>() { return DType::f64; }
 template <> constexpr DType dtype_of<bf16>() { return DType::bf16; }
 template <> constexpr DType dtype_of<f16>() { return DType::f16; }
 
+// The element type of a DType (the inverse of dtype_of).
+template <DType D> struct element_of;
+template <> struct element_of<DType::f32> { using type = float; };
+template <> struct element_of<DType::f64> { using type = double; };
+template <> struct element_of<DType::bf16> { using type = bf16; };
+template <> struct element_of<DType::f16> { using type = f16; };
+template <DType D> using element_t = typename element_of<D>::type;
+
 }  // namespace ft

@@ -13,6 +13,7 @@
 
 #include "ft/core/numeric.hpp"
 #include "ft/kernels/cpu/launch.hpp"
+#include "ft/tensor/memory.hpp"
 #include "ft/tensor/shape.hpp"
 
 namespace ft {
@@ -24,8 +25,8 @@ inline CBLAS_TRANSPOSE cblas_op(Op op) { return op == Op::none ? CblasNoTrans : 
 
 // Rows x cols of a row-major matrix with leading dimension ld, widened to f32.
 template <class T>
-std::vector<float> widen(const T* x, index_t rows, index_t cols, index_t ld) {
-  std::vector<float> out(std::size_t(rows * cols));
+memory::HostVector<float> widen(const T* x, index_t rows, index_t cols, index_t ld) {
+  memory::HostVector<float> out(std::size_t(rows * cols));
   cpu::parallel_for(rows, [&](index_t r) {
     for (index_t c = 0; c < cols; ++c) out[std::size_t(r * cols + c)] = float(x[r * ld + c]);
   });
@@ -46,9 +47,10 @@ void gemm(Op op_a, Op op_b, index_t M, index_t N, index_t K, acc_t<T> alpha, con
   } else {
     index_t a_rows = op_a == Op::none ? M : K, a_cols = op_a == Op::none ? K : M;
     index_t b_rows = op_b == Op::none ? K : N, b_cols = op_b == Op::none ? N : K;
-    std::vector<float> a = detail::widen(A, a_rows, a_cols, lda);
-    std::vector<float> b = detail::widen(B, b_rows, b_cols, ldb);
-    std::vector<float> c = beta == 0.0f ? std::vector<float>(std::size_t(M * N)) : detail::widen(C, M, N, ldc);
+    memory::HostVector<float> a = detail::widen(A, a_rows, a_cols, lda);
+    memory::HostVector<float> b = detail::widen(B, b_rows, b_cols, ldb);
+    memory::HostVector<float> c =
+        beta == 0.0f ? memory::HostVector<float>(std::size_t(M * N)) : detail::widen(C, M, N, ldc);
     cblas_sgemm(CblasRowMajor, detail::cblas_op(op_a), detail::cblas_op(op_b), int(M), int(N), int(K), alpha,
                 a.data(), int(a_cols), b.data(), int(b_cols), beta, c.data(), int(N));
     cpu::parallel_for(M, [&](index_t r) {

@@ -16,6 +16,7 @@
 #include <string>
 
 #include "ft/models/batch.hpp"
+#include "ft/models/linear_adapter.hpp"
 #include "ft/models/parameters.hpp"
 #include "ft/models/transformer_config.hpp"
 #include "ft/nn/attention.hpp"
@@ -47,7 +48,9 @@ class Block {
 public:
   using A = acc_t<T>;
 
-  Block(const TransformerConfig& config, index_t layer) : c_(config), layer_(layer) {
+  // A frozen block (trainable = false) keeps no parameter gradients and skips
+  // computing them; its input gradient still flows.
+  Block(const TransformerConfig& config, index_t layer, bool trainable = true) : c_(config), layer_(layer) {
     index_t C = c_.hidden_size, HD = c_.num_heads * c_.head_dim;
     bool layer_norm = c_.norm == nn::NormKind::layer;
     params_.declare("attn_norm.weight", {C});
@@ -62,9 +65,13 @@ public:
     if (c_.mlp_bias) params_.declare("mlp_in.bias", {c_.mlp_in_width()});
     params_.declare("mlp_out.weight", {C, c_.intermediate_size});
     if (c_.mlp_bias) params_.declare("mlp_out.bias", {C});
-    params_.allocate();
+    params_.allocate(trainable);
     inv_freq_ = nn::rope_inverse_frequencies(c_.rope);
   }
+
+  // Adds an adapter to this block's linear layers (null removes it). Not owned.
+  void set_adapter(LinearAdapter<T>* adapter) { adapter_ = adapter; }
+  index_t layer() const { return layer_; }
 
   ParameterBuffer<T>& parameters() { return params_; }
   const ParameterBuffer<T>& parameters() const { return params_; }
@@ -81,25 +88,30 @@ public:
     nn::norm_forward(c_.norm, n1_.data(), n1_mean_.data(), n1_rstd_.data(), x, p("attn_norm.weight"),
                      p("attn_norm.bias"), N, C, A(c_.norm_eps));
     nn::linear_forward(qkv_.data(), n1_.data(), p("qkv.weight"), p("qkv.bias"), N, C, c_.qkv_width());
+    adapt(LinearSlot::qkv, qkv_.data(), n1_.data(), N);
     nn::rope_forward(qkv_.data(), batch.positions.data(), inv_freq_, N, c_.num_heads, c_.num_kv_heads, c_.head_dim);
     nn::attention_forward(attention_.data(), lse_.data(), qkv_.data(), documents, attention_shape(batch));
     // Sequential: mid = x + O(att). Parallel: the attention branch goes to y, mid is only scratch.
     T* attention_out = c_.parallel_residual ? y : mid_.data();
     nn::linear_forward(attention_out, attention_.data(), p("o.weight"), p("o.bias"), N, HD, C);
+    adapt(LinearSlot::o, attention_out, attention_.data(), N);
     if (!c_.parallel_residual) add_into(mid_.data(), x, N * C);
 
     const T* mlp_input = c_.parallel_residual ? x : mid_.data();
     nn::norm_forward(c_.norm, n2_.data(), n2_mean_.data(), n2_rstd_.data(), mlp_input, p("mlp_norm.weight"),
                      p("mlp_norm.bias"), N, C, A(c_.norm_eps));
     nn::linear_forward(mlp_in_.data(), n2_.data(), p("mlp_in.weight"), p("mlp_in.bias"), N, C, c_.mlp_in_width());
+    adapt(LinearSlot::mlp_in, mlp_in_.data(), n2_.data(), N);
     nn::mlp_forward(hidden_.data(), mlp_in_.data(), N, c_.intermediate_size, c_.gated_mlp, c_.activation);
     if (c_.parallel_residual) {
       nn::linear_forward(mid_.data(), hidden_.data(), p("mlp_out.weight"), p("mlp_out.bias"), N,
                          c_.intermediate_size, C);
+      adapt(LinearSlot::mlp_out, mid_.data(), hidden_.data(), N);
       add_into(y, mid_.data(), N * C);
       add_into(y, x, N * C);
     } else {
       nn::linear_forward(y, hidden_.data(), p("mlp_out.weight"), p("mlp_out.bias"), N, c_.intermediate_size, C);
+      adapt(LinearSlot::mlp_out, y, hidden_.data(), N);
       add_into(y, mid_.data(), N * C);
     }
   }
@@ -117,11 +129,13 @@ public:
     zero(s.d_hidden);
     nn::linear_backward(s.d_hidden.data(), g("mlp_out.weight"), g("mlp_out.bias"), dres, hidden_.data(),
                         p("mlp_out.weight"), N, F, C);
+    adapt_backward(LinearSlot::mlp_out, s.d_hidden.data(), dres, hidden_.data(), N);
     zero(s.d_mlp_in);
     nn::mlp_backward(s.d_mlp_in.data(), s.d_hidden.data(), mlp_in_.data(), N, F, c_.gated_mlp, c_.activation);
     zero(s.d_norm_a);
     nn::linear_backward(s.d_norm_a.data(), g("mlp_in.weight"), g("mlp_in.bias"), s.d_mlp_in.data(), n2_.data(),
                         p("mlp_in.weight"), N, C, c_.mlp_in_width());
+    adapt_backward(LinearSlot::mlp_in, s.d_norm_a.data(), s.d_mlp_in.data(), n2_.data(), N);
     // Sequential: the MLP's input is mid, so dres becomes d mid before the attention branch reads it.
     if (!c_.parallel_residual)
       nn::norm_backward(c_.norm, dres, g("mlp_norm.weight"), g("mlp_norm.bias"), s.d_norm_a.data(), mlp_input,
@@ -131,6 +145,7 @@ public:
     zero(s.d_attention);
     nn::linear_backward(s.d_attention.data(), g("o.weight"), g("o.bias"), dres, attention_.data(), p("o.weight"),
                         N, HD, C);
+    adapt_backward(LinearSlot::o, s.d_attention.data(), dres, attention_.data(), N);
     zero(s.d_qkv);
     nn::attention_backward(s.d_qkv.data(), s.d_attention.data(), attention_.data(), lse_.data(), qkv_.data(),
                            documents, attention_shape(batch));
@@ -139,6 +154,7 @@ public:
     zero(s.d_norm_b);
     nn::linear_backward(s.d_norm_b.data(), g("qkv.weight"), g("qkv.bias"), s.d_qkv.data(), n1_.data(),
                         p("qkv.weight"), N, C, c_.qkv_width());
+    adapt_backward(LinearSlot::qkv, s.d_norm_b.data(), s.d_qkv.data(), n1_.data(), N);
 
     if (c_.parallel_residual)
       nn::norm_backward(c_.norm, dres, g("mlp_norm.weight"), g("mlp_norm.bias"), s.d_norm_a.data(), mlp_input,
@@ -169,6 +185,13 @@ private:
     hidden_ = Tensor<T>(Shape{N, c_.intermediate_size});
   }
 
+  void adapt(LinearSlot slot, T* y, const T* x, index_t N) {
+    if (adapter_) adapter_->forward(slot, y, x, N);
+  }
+  void adapt_backward(LinearSlot slot, T* dx, const T* dy, const T* x, index_t N) {
+    if (adapter_) adapter_->backward(slot, dx, dy, x, N);
+  }
+
   static void add_into(T* y, const T* x, index_t count) {
     cpu::parallel_for(count, [&](index_t i) { y[i] = T(A(y[i]) + A(x[i])); });
   }
@@ -178,6 +201,7 @@ private:
   index_t layer_;
   ParameterBuffer<T> params_;
   std::vector<float> inv_freq_;
+  LinearAdapter<T>* adapter_ = nullptr;
   const T* input_ = nullptr;
   // Saved for backward.
   Tensor<T> n1_, qkv_, attention_, mid_, n2_, mlp_in_, hidden_;

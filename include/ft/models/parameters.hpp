@@ -12,14 +12,17 @@
 
 namespace ft::models {
 
+// One named tensor inside a flat buffer.
+struct ParameterEntry {
+  std::string name;
+  Shape shape;
+  index_t offset = 0;
+};
+
 template <element T>
 class ParameterBuffer {
 public:
-  struct Entry {
-    std::string name;
-    Shape shape;
-    index_t offset = 0;
-  };
+  using Entry = ParameterEntry;
 
   // Declares a parameter; call before allocate().
   void declare(std::string name, Shape shape) {
@@ -27,16 +30,22 @@ public:
     size_ += shape.numel();
   }
 
-  void allocate() {
+  // A frozen buffer (trainable = false) has no gradient: grad() gives null,
+  // which every backward kernel reads as "this gradient is not wanted".
+  void allocate(bool trainable = true) {
     values_ = Tensor<T>(Shape{size_});
-    grads_ = Tensor<T>(Shape{size_});
+    if (trainable) grads_ = Tensor<T>(Shape{size_});
+    trainable_ = trainable;
   }
+  bool trainable() const { return trainable_; }
 
   const std::vector<Entry>& entries() const { return entries_; }
   index_t size() const { return size_; }
   Tensor<T>& values() { return values_; }
   Tensor<T>& grads() { return grads_; }
-  void zero_grads() { std::fill_n(grads_.data(), size_, T(0.0f)); }
+  void zero_grads() {
+    if (trainable_) std::fill_n(grads_.data(), size_, T(0.0f));
+  }
 
   const Entry* find(std::string_view name) const {
     for (const Entry& e : entries_)
@@ -51,11 +60,12 @@ public:
 private:
   T* pointer(const Tensor<T>& buffer, std::string_view name) const {
     const Entry* e = find(name);
-    return e ? buffer.data() + e->offset : nullptr;
+    return e && buffer.data() ? buffer.data() + e->offset : nullptr;
   }
 
   std::vector<Entry> entries_;
   index_t size_ = 0;
+  bool trainable_ = true;
   Tensor<T> values_, grads_;
 };
 

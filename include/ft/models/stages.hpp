@@ -21,9 +21,9 @@ namespace ft::models {
 template <element T>
 class EmbeddingStage {
 public:
-  explicit EmbeddingStage(const TransformerConfig& c) : C_(c.hidden_size), V_(c.vocab_size) {
+  explicit EmbeddingStage(const TransformerConfig& c, bool trainable = true) : C_(c.hidden_size), V_(c.vocab_size) {
     params_.declare("weight", {c.vocab_size, c.hidden_size});
-    params_.allocate();
+    params_.allocate(trainable);
   }
   ParameterBuffer<T>& parameters() { return params_; }
   const ParameterBuffer<T>& parameters() const { return params_; }
@@ -36,6 +36,7 @@ public:
     nn::embedding_forward(y, batch.input_ids.data(), params_.value("weight"), batch.rows(), C_);
   }
   void backward(const T* dres, const Batch& batch) {
+    if (!params_.trainable()) return;
     nn::embedding_backward(params_.grad("weight"), batch.input_ids.data(), dres, batch.rows(), C_);
   }
 
@@ -55,11 +56,11 @@ class HeadStage {
 public:
   using A = acc_t<T>;
 
-  explicit HeadStage(const TransformerConfig& c) : c_(c) {
+  explicit HeadStage(const TransformerConfig& c, bool trainable = true) : c_(c) {
     params_.declare("final_norm.weight", {c.hidden_size});
     if (c.norm == nn::NormKind::layer) params_.declare("final_norm.bias", {c.hidden_size});
     if (!c.tie_embeddings) params_.declare("lm_head.weight", {c.vocab_size, c.hidden_size});
-    params_.allocate();
+    params_.allocate(trainable);
   }
   ParameterBuffer<T>& parameters() { return params_; }
   const ParameterBuffer<T>& parameters() const { return params_; }

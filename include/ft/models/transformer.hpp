@@ -21,9 +21,12 @@ namespace ft::models {
 template <element T>
 class Transformer {
 public:
-  explicit Transformer(ModelSpec spec) : spec_(std::move(spec)), embedding_(spec_.config), head_(spec_.config) {
+  // A frozen model (trainable = false) keeps no parameter gradients: adapters
+  // train beside it, and backward only carries gradients through it.
+  explicit Transformer(ModelSpec spec, bool trainable = true)
+      : spec_(std::move(spec)), embedding_(spec_.config, trainable), head_(spec_.config, trainable) {
     blocks_.reserve(std::size_t(spec_.config.num_layers));
-    for (index_t i = 0; i < spec_.config.num_layers; ++i) blocks_.emplace_back(spec_.config, i);
+    for (index_t i = 0; i < spec_.config.num_layers; ++i) blocks_.emplace_back(spec_.config, i, trainable);
     if (spec_.config.tie_embeddings) head_.tie_to(embedding_);
   }
   Transformer(const Transformer&) = delete;  // stages point into each other

@@ -36,7 +36,7 @@ double lm_head_cross_entropy(T* dh, T* dweight, const T* h, const T* weight, con
                              T* logits_out = nullptr) {
   using A = acc_t<T>;
   const index_t chunk = std::max<index_t>(1, options.chunk_rows);
-  std::vector<T> logits(std::size_t(std::min(chunk, N) * V));
+  memory::HostVector<T> logits(std::size_t(std::min(chunk, N) * V));
   std::vector<double> row_loss(std::size_t(std::min(chunk, N)));
   const A scale = A(1.0 / options.token_count);
   double total = 0;

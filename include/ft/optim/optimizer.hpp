@@ -45,11 +45,11 @@ struct Adafactor : Policy {
 };
 
 // AdamW with both moments quantised block-wise to 8 bits (plus one f32 scale
-// per 2048-element block per moment).
+// per 256-element block per moment; see adamw8bit.hpp).
 struct AdamW8bit : Policy {
   static constexpr std::string_view name = "adamw8bit";
   static constexpr std::string_view type_name = "ft::optim::AdamW8bit";
-  static constexpr double state_bytes = 2 + 2 * 4.0 / 2048;
+  static constexpr double state_bytes = 2 + 2 * 4.0 / 256;
 };
 
 // Lion keeps one momentum buffer and updates by its sign.

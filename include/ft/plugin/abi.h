@@ -17,7 +17,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define FT_PLUGIN_ABI_VERSION 1u
+#define FT_PLUGIN_ABI_VERSION 2u
 #define FT_PLUGIN_ENTRY "ft_plugin_v"
 
 #ifdef __cplusplus
@@ -40,6 +40,11 @@ typedef struct ft_trainer_factory {
   /* Checks a resolved recipe (TOML text) for this combination and writes the
    * plan. Returns 0 on success; otherwise writes one line saying why not. */
   int (*plan)(const char* recipe_toml, ft_write_fn write, void* context);
+  /* Runs the resolved recipe to the end; progress and metrics go to stdout,
+   * stderr and the run's output_dir. Returns 0 when done, 1 when training
+   * stopped (e.g. the loss diverged), 2 for bad input; on non-zero, writes one
+   * line saying why. */
+  int (*train)(const char* recipe_toml, ft_write_fn write, void* context);
 } ft_trainer_factory;
 
 typedef struct ft_plugin_descriptor {

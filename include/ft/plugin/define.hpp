@@ -110,6 +110,26 @@ struct entry_points {
     }
     return 1;
   }
+
+  static int train(const char* recipe_toml, ft_write_fn write, void* context) noexcept {
+    try {
+      auto table = recipe::parse_toml(recipe_toml, "<resolved recipe>");
+      T trainer(recipe::from_table<recipe::Recipe>(table, "<resolved recipe>"));
+      trainer.train();
+      return 0;
+    } catch (const ft::train::TrainingStopped& e) {
+      write(context, e.what());
+      return 1;
+    } catch (const ft::Error& e) {  // bad input: recipe, model, data
+      write(context, e.what());
+      return 2;
+    } catch (const std::exception& e) {
+      write(context, e.what());
+    } catch (...) {
+      write(context, "unknown error in plugin");
+    }
+    return 1;
+  }
 };
 
 template <class T>
@@ -123,7 +143,8 @@ constexpr ft_trainer_factory factory_for() {
           nullptr,  // type_name: filled in at first call, see descriptor_of
           architectures<M>::c_strings.data(),
           architectures<M>::c_strings.size(),
-          &entry_points<T>::plan};
+          &entry_points<T>::plan,
+          &entry_points<T>::train};
 }
 
 template <class List>

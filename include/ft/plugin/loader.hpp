@@ -195,4 +195,13 @@ inline std::string plan(const Factory& factory, const std::string& recipe_toml) 
   return text;
 }
 
+// Calls a factory's train entry point: the exit status (0 done, 1 stopped or
+// failed, 2 bad input) and, when not 0, the plugin's one-line reason.
+inline std::pair<int, std::string> train(const Factory& factory, const std::string& recipe_toml) {
+  std::string text;
+  auto write = [](void* context, const char* s) { *static_cast<std::string*>(context) += s; };
+  const int status = factory.entry->train(recipe_toml.c_str(), write, &text);
+  return {status, text};
+}
+
 }  // namespace ft::plugin

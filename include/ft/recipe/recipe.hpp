@@ -55,6 +55,7 @@ struct LoraSection {
   double alpha = 16;
   double dropout = 0.0;
   std::vector<std::string> target_modules;
+  bool save_merged = false;
 
   template <class V>
   void fields(V& v) {
@@ -63,6 +64,8 @@ struct LoraSection {
     v.field("dropout", dropout, between(0.0, 0.99), "dropout on the adapter's input");
     v.field("target_modules", target_modules, Check<std::vector<std::string>>{},
             "projections to adapt, as PEFT names them, or \"all-linear\"; [] for the family's default");
+    v.field("save_merged", save_merged, Check<bool>{},
+            "also save the base model with the adapter merged in (HF layout) in <output_dir>/merged");
   }
 };
 
@@ -113,6 +116,9 @@ struct TrainSection {
   double adam_beta1 = 0.9;
   double adam_beta2 = 0.999;
   double adam_epsilon = 1e-8;
+  double momentum = 0.0;
+  bool nesterov = false;
+  double adafactor_beta1 = 0.0;
   std::string lr_scheduler_type = "linear";
   double warmup_ratio = 0.0;
   Int warmup_steps = 0;
@@ -138,6 +144,10 @@ struct TrainSection {
     v.field("adam_beta1", adam_beta1, between(0.0, 0.999999), "first-moment decay (also Lion's beta1)");
     v.field("adam_beta2", adam_beta2, between(0.0, 0.999999), "second-moment decay (also Lion's beta2)");
     v.field("adam_epsilon", adam_epsilon, greater_than(0.0), "added to the second moment's root");
+    v.field("momentum", momentum, between(0.0, 0.999999), "SGD momentum; 0 keeps no state");
+    v.field("nesterov", nesterov, Check<bool>{}, "SGD with Nesterov momentum");
+    v.field("adafactor_beta1", adafactor_beta1, between(0.0, 0.999999),
+            "Adafactor's first-moment decay; 0 keeps no first moment (the momentum-free, low-memory mode)");
     v.field("lr_scheduler_type", lr_scheduler_type, one_of({"constant", "linear", "cosine"}),
             "learning-rate schedule after warmup");
     v.field("warmup_ratio", warmup_ratio, between(0.0, 1.0), "warmup as a fraction of all steps");
@@ -186,6 +196,18 @@ struct CheckpointSection {
   }
 };
 
+// A prompt answered greedily before and after training, to see what changed.
+struct PreviewSection {
+  std::string prompt;
+  Int max_new_tokens = 48;
+
+  template <class V>
+  void fields(V& v) {
+    v.field("prompt", prompt, Check<std::string>{}, "the user's message; \"\" shows nothing");
+    v.field("max_new_tokens", max_new_tokens, at_least<Int>(1), "longest answer, in tokens");
+  }
+};
+
 struct LaunchSection {
   Int nproc = 1;
 
@@ -205,6 +227,7 @@ struct Recipe {
   DataSection data;
   TrainSection train;
   CheckpointSection checkpoint;
+  PreviewSection preview;
   LaunchSection launch;
 
   template <class V>
@@ -219,6 +242,7 @@ struct Recipe {
     v.section("data", data);
     v.section("train", train);
     v.section("checkpoint", checkpoint);
+    v.section("preview", preview);
     v.section("launch", launch);
   }
 };

@@ -11,6 +11,7 @@
 #include <cstdlib>
 #include <new>
 #include <string_view>
+#include <vector>
 
 namespace ft::memory {
 
@@ -65,5 +66,28 @@ concept memory_space = requires(void* p, std::size_t n) {
   { S::stats() } -> std::same_as<Stats&>;
 };
 static_assert(memory_space<Host>);
+
+// A standard allocator over a memory space, for scratch vectors that BLAS
+// reads or writes. Alignment is not only speed: OpenBLAS picks kernels by the
+// alignment of its operands, and two kernels may round differently, so the
+// same GEMM on a differently aligned malloc buffer could give different bits
+// — which would break bit-exact resume (a resumed process allocates in
+// another order).
+template <class T, memory_space S = Host>
+struct Allocator {
+  using value_type = T;
+  Allocator() = default;
+  template <class U>
+  Allocator(const Allocator<U, S>&) noexcept {}
+  T* allocate(std::size_t n) { return static_cast<T*>(S::allocate(n * sizeof(T))); }
+  void deallocate(T* p, std::size_t n) noexcept { S::deallocate(p, n * sizeof(T)); }
+  template <class U>
+  bool operator==(const Allocator<U, S>&) const noexcept {
+    return true;
+  }
+};
+
+template <class T>
+using HostVector = std::vector<T, Allocator<T, Host>>;
 
 }  // namespace ft::memory

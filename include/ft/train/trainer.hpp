@@ -21,6 +21,7 @@
 #include "ft/parallel/parallelism.hpp"
 #include "ft/precision/precision.hpp"
 #include "ft/recipe/recipe.hpp"
+#include "ft/train/engine.hpp"
 
 namespace ft {
 
@@ -85,7 +86,28 @@ public:
     return os.str();
   }
 
+  // Runs the recipe to the end: trains, evaluates, checkpoints, saves the
+  // result. Throws ft::Error for bad input, train::TrainingStopped when the
+  // loss diverges.
+  void train() const {
+    using Storage = element_t<Precision::storage>;  // what forward and backward use
+    using Master = element_t<Precision::master>;    // what the optimizer updates
+    recipe::Recipe r = recipe_;
+    if constexpr (std::is_same_v<Adapter, adapters::LoRA>) r.lora.target_modules = lora_targets();
+    train::EngineSetup setup{type_name(), adapter_kind(), Precision::loss_scaling};
+    train::Engine<Storage, Master> engine(r, setup, [train = r.train](const auto& entries, index_t size) {
+      return train::make_parameter_optimizer<Optimizer, Master>(entries, size, train);
+    });
+    engine.run();
+  }
+
 private:
+  static constexpr train::AdapterKind adapter_kind() {
+    if constexpr (std::is_same_v<Adapter, adapters::LoRA>) return train::AdapterKind::lora;
+    else if constexpr (std::is_same_v<Adapter, adapters::Prompt>) return train::AdapterKind::prompt;
+    else return train::AdapterKind::full;
+  }
+
   void validate() const {
     const auto& r = recipe_;
     if (!Parallelism::multi_rank && r.launch.nproc > 1)
@@ -99,6 +121,16 @@ private:
       throw Error("train.fuse_optimizer_with_backward needs whole gradients, but parallelism " +
                   std::string(Parallelism::name) + " shards them; use zero1 or ddp");
     if constexpr (std::is_same_v<Adapter, adapters::LoRA>) check_lora_targets();
+    if (Precision::loss_scaling && r.train.fuse_optimizer_with_backward)
+      throw Error("strategy.precision = \"" + std::string(Precision::name) +
+                  "\" scales the loss and may have to skip a step after an overflow, which an optimizer fused "
+                  "into backward has already applied; use bf16-mixed, or set train.fuse_optimizer_with_backward = false");
+    if (r.train.fuse_optimizer_with_backward && r.train.max_grad_norm > 0)
+      throw Error("train.fuse_optimizer_with_backward steps each block before the global gradient norm is known, "
+                  "so it cannot clip; set train.max_grad_norm = 0");
+    if (std::is_same_v<Adapter, adapters::Prompt> && r.data.packing)
+      throw Error("strategy.adapter = \"prompt\" puts virtual tokens before every row, and data.packing puts "
+                  "several documents in one row; set data.packing = false");
   }
 
   // Every target must name one of the family's linear projections, so that a

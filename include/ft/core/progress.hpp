@@ -8,7 +8,7 @@
 #include <cstdio>
 #include <string>
 
-namespace ftrun {
+namespace ft {
 
 class Progress {
 public:
@@ -40,4 +40,4 @@ private:
   std::chrono::steady_clock::time_point start_;
 };
 
-}  // namespace ftrun
+}  // namespace ft

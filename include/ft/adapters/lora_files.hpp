@@ -1,0 +1,119 @@
+#pragma once
+// ft's LoRA adapters in PEFT's files (layout in ft/io/peft.hpp), so that
+// `PeftModel.from_pretrained(base, dir)` loads what ft trained, and ft resumes
+// from what it saved. B's rows are written in HF's row order (GPT-NeoX's
+// query_key_value interleaves heads; ft does not).
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "ft/adapters/lora.hpp"
+#include "ft/io/model_files.hpp"
+#include "ft/io/peft.hpp"
+#include "ft/version.hpp"
+
+namespace ft::adapters {
+
+namespace detail {
+// ft row order <-> HF row order for one module's B [rows, r].
+template <class T>
+void permute_rows(const LoraTarget& t, index_t heads, index_t r, const T* from, T* to, bool to_hf) {
+  for (index_t row = 0; row < t.rows; ++row) {
+    const index_t hf = models::hf_row(t.order, row, t.rows, heads);
+    const index_t src = to_hf ? row : hf, dst = to_hf ? hf : row;
+    std::copy_n(from + src * r, r, to + dst * r);
+  }
+}
+}  // namespace detail
+
+// Writes adapter_config.json and adapter_model.safetensors (dtype "F32", "BF16" or "F16") into dir.
+template <element T>
+void save_peft_adapter(LoraModel<T>& lora, const models::TransformerConfig& config, const std::string& base_model,
+                       const std::filesystem::path& dir, const std::string& dtype) {
+  const LoraOptions& o = lora.options();
+  std::vector<std::vector<std::byte>> bytes;
+  std::vector<io::TensorToWrite> tensors;
+  std::vector<std::string> leaves;
+  for (auto& block : lora.blocks())
+    for (std::size_t k = 0; k < block->targets().size(); ++k) {
+      const LoraTarget& t = block->targets()[k];
+      const std::string prefix = "base_model.model." + t.module;
+      std::vector<float> a(block->a_of(k), block->a_of(k) + o.r * t.in);
+      std::vector<T> b_hf(std::size_t(t.rows * o.r));
+      detail::permute_rows(t, config.num_heads, o.r, block->b_of(k), b_hf.data(), true);
+      std::vector<float> b(b_hf.begin(), b_hf.end());
+      bytes.push_back(io::encode_floats(a, dtype));
+      tensors.push_back({prefix + ".lora_A.weight", dtype, {o.r, t.in}, {}});
+      bytes.push_back(io::encode_floats(b, dtype));
+      tensors.push_back({prefix + ".lora_B.weight", dtype, {t.rows, o.r}, {}});
+      const std::string leaf = t.module.substr(t.module.rfind('.') + 1);
+      if (std::ranges::find(leaves, leaf) == leaves.end()) leaves.push_back(leaf);
+    }
+  for (std::size_t i = 0; i < tensors.size(); ++i) tensors[i].bytes = bytes[i];
+  io::write_safetensors(dir / "adapter_model.safetensors", tensors, {{"format", "pt"}});
+
+  nlohmann::ordered_json c;
+  c["peft_type"] = "LORA";
+  c["task_type"] = "CAUSAL_LM";
+  c["base_model_name_or_path"] = base_model;
+  c["r"] = o.r;
+  c["lora_alpha"] = o.alpha;
+  c["lora_dropout"] = o.dropout;
+  c["target_modules"] = leaves;
+  c["bias"] = "none";
+  c["fan_in_fan_out"] = false;
+  c["use_rslora"] = false;
+  c["use_dora"] = false;
+  c["init_lora_weights"] = true;
+  c["inference_mode"] = true;
+  c["modules_to_save"] = nullptr;
+  c["rank_pattern"] = nlohmann::ordered_json::object();
+  c["alpha_pattern"] = nlohmann::ordered_json::object();
+  c["revision"] = nullptr;
+  c["auto_mapping"] = nullptr;
+  c["peft_version"] = std::string("ft-") + FT_VERSION_STRING;
+  std::ofstream out(dir / "adapter_config.json");
+  out << c.dump(2) << "\n";
+  if (!out) throw Error((dir / "adapter_config.json").string() + ": cannot be written");
+}
+
+// Loads A and B of every module from a PEFT adapter directory into `lora`;
+// the adapter must have exactly this LoRA's modules, rank and scale.
+template <element T>
+void load_peft_adapter(LoraModel<T>& lora, const models::TransformerConfig& config, const std::filesystem::path& dir) {
+  const io::PeftAdapter adapter = io::PeftAdapter::open(dir);
+  const std::string where = (dir / "adapter_model.safetensors").string() + ": ";
+  const index_t r = lora.options().r;
+  const double scale = lora.options().scale();
+  std::size_t expected = 0;
+  for (auto& block : lora.blocks())
+    for (std::size_t k = 0; k < block->targets().size(); ++k, ++expected) {
+      const LoraTarget& t = block->targets()[k];
+      const std::string prefix = "base_model.model." + t.module;
+      const io::TensorView* a = adapter.file().find(prefix + ".lora_A.weight");
+      const io::TensorView* b = adapter.file().find(prefix + ".lora_B.weight");
+      if (!a || !b) throw Error(where + "has no LoRA weights for module \"" + t.module + "\"");
+      if (a->shape != std::vector<std::int64_t>{r, t.in} || b->shape != std::vector<std::int64_t>{t.rows, r})
+        throw Error(where + "module \"" + t.module + "\" has shapes that do not match rank " + std::to_string(r));
+      // The same A and B under another lora_alpha (or rsLoRA) would be another model.
+      const auto m = std::ranges::find(adapter.modules(), t.module + ".weight", &io::LoraModule::weight);
+      if (m != adapter.modules().end() && std::abs(m->scale - scale) > 1e-12 * scale)
+        throw Error((dir / "adapter_config.json").string() + ": module \"" + t.module + "\" has scale " +
+                    nlohmann::json(m->scale).dump() + ", this run's LoRA has scale " + nlohmann::json(scale).dump() +
+                    " (alpha " + nlohmann::json(lora.options().alpha).dump() + " / r " + std::to_string(r) + ")");
+      io::copy_elements(adapter.file(), *a, block->a_of(k), a->numel());
+      std::vector<T> b_hf(std::size_t(b->numel()));
+      io::copy_elements(adapter.file(), *b, b_hf.data(), b->numel());
+      detail::permute_rows(t, config.num_heads, r, b_hf.data(), block->b_of(k), false);
+    }
+  if (adapter.modules().size() != expected)
+    throw Error(where + "has " + std::to_string(adapter.modules().size()) + " LoRA modules, this run adapts " +
+                std::to_string(expected));
+}
+
+}  // namespace ft::adapters

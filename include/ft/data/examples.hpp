@@ -1,0 +1,460 @@
+#pragma once
+// Dataset rows to tokenised training examples: input_ids, and labels that are
+// -100 wherever nothing is scored (the prompt) and the token itself elsewhere.
+// Labels are unshifted, as HF's: models::causal_lm_batch applies the shift.
+//
+// File format: JSON Lines (one object per line; blank lines ignored), or one
+// JSON array of objects when the first character that is not white space is
+// '['. A row's line is the line it starts on. Row formats (ExampleOptions::format):
+//   alpaca  {"instruction": non-empty string, "input": string (optional),
+//            "output": non-empty string}; other keys are ignored.
+//   text    {"text": non-empty string}: every token is scored.
+//   tokens  {"input_ids": [ids], "labels": [ids or -100] (optional, same length)}.
+//
+// Alpaca with a chat template: the user message is the instruction, plus
+// "\n\n" and the input when there is one; the assistant message is the output.
+// The prompt is the template on the user message with add_generation_prompt;
+// everything the conversation renders after it is scored. A template whose
+// prompt is not a prefix of the conversation (one that drops a thinking block
+// from history, say) must mark the assistant's text with {% generation %};
+// those spans are then what is scored. Alpaca without a template: Stanford
+// Alpaca's prompt, and the output followed by the EOS token as the response.
+//
+// Special tokens follow transformers: text rendered by a chat template is
+// tokenised as apply_chat_template(tokenize=True) does, without the
+// post-processor's tokens (the template writes its own BOS; tokenizer(text)
+// would add a second one); other text as tokenizer(text) does, with them. The
+// EOS token is ChatOptions::eos_token (tokenizer_config.json's), which must be
+// a token of the vocabulary.
+//
+// The pieces are separate so that a streaming reader can reuse them:
+// json_records() splits a file into rows, ExampleBuilder turns one parsed row
+// into an Example, read_examples() does both for a whole file and applies the
+// bad-row policy.
+#include <algorithm>
+#include <cstdint>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "ft/core/error.hpp"
+#include "ft/data/chat_template.hpp"
+#include "ft/data/tokenizer.hpp"
+#include "ft/data/tokenizer/utf8.hpp"
+
+namespace ft::data {
+
+inline constexpr std::int32_t ignore_label = -100;
+
+struct Example {
+  std::vector<std::int32_t> input_ids, labels;  // same length; labels: ignore_label = not scored
+  std::int64_t line = 0;                        // where the row starts in its file (1-based)
+};
+
+struct ExampleOptions {
+  std::string format = "alpaca";      // alpaca | text | tokens
+  std::int64_t max_seq_length = 512;  // longer examples are truncated
+  std::string on_bad_row = "fail";    // fail: the first bad row is an error; skip: count and go on
+};
+
+struct Examples {
+  std::vector<Example> rows;
+  std::int64_t skipped = 0;
+  std::vector<std::string> first_skips;  // the messages of the first few skipped rows
+};
+
+// A row that on_bad_row = "skip" may skip. Its message has no location;
+// read_examples() prefixes "<file>:<line>: ".
+class BadRow : public Error {
+public:
+  using Error::Error;
+};
+
+// ---------------------------------------------------------------------------
+// Rows of a file
+
+struct JsonRecord {
+  std::int64_t line = 0;
+  std::string_view text;  // one JSON value (not yet parsed)
+};
+
+namespace detail {
+
+inline bool json_space(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r'; }
+
+// The elements of the array that starts at content[open] ('['), found by
+// tracking strings and nesting, so that each can be parsed, and skipped, on its
+// own. An array that is not closed is an error for the whole file.
+inline std::vector<JsonRecord> json_array_records(std::string_view content, std::size_t open, std::int64_t line,
+                                                  const std::string& origin) {
+  std::vector<JsonRecord> records;
+  std::size_t i = open + 1;
+  auto skip_space = [&] {
+    for (; i < content.size() && json_space(content[i]); ++i) line += content[i] == '\n';
+  };
+  skip_space();
+  if (i < content.size() && content[i] == ']') {
+    ++i;
+  } else {
+    for (;;) {
+      skip_space();
+      const std::size_t begin = i;
+      const std::int64_t begin_line = line;
+      int depth = 0;
+      bool in_string = false;
+      for (; i < content.size(); ++i) {
+        const char c = content[i];
+        line += c == '\n';
+        if (in_string) {
+          if (c == '\\') {
+            ++i;  // an escaped character is never '"' or '\n' that counts
+          } else if (c == '"') {
+            in_string = false;
+          }
+        } else if (c == '"') {
+          in_string = true;
+        } else if (c == '[' || c == '{') {
+          ++depth;
+        } else if (c == ']' || c == '}') {
+          if (depth == 0) break;
+          --depth;
+        } else if (c == ',' && depth == 0) {
+          break;
+        }
+      }
+      if (i >= content.size())
+        throw Error(origin + ": the JSON array opened on line " + std::to_string(begin_line) +
+                    " is not closed, allowed: one JSON array of objects, or one JSON object per line");
+      std::size_t end = i;
+      while (end > begin && json_space(content[end - 1])) --end;
+      records.push_back({begin_line, content.substr(begin, end - begin)});
+      const char stop = content[i++];
+      if (stop == ']') break;
+      if (stop != ',')
+        throw Error(origin + ":" + std::to_string(line) + ": unexpected '" + std::string(1, stop) +
+                    "' in the JSON array, allowed: one JSON array of objects");
+    }
+  }
+  skip_space();
+  if (i < content.size())
+    throw Error(origin + ":" + std::to_string(line) +
+                ": text after the JSON array's closing ']', allowed: one JSON array of objects");
+  return records;
+}
+
+}  // namespace detail
+
+// The rows of a dataset file's contents: the non-blank lines of JSON Lines, or
+// the elements of a JSON array (see the top of this file). `origin` names the
+// file in errors. The records point into `content`.
+inline std::vector<JsonRecord> json_records(std::string_view content, const std::string& origin) {
+  if (content.substr(0, 3) == "\xEF\xBB\xBF") content.remove_prefix(3);  // a UTF-8 byte order mark
+  std::size_t first = 0;
+  std::int64_t line = 1;
+  for (; first < content.size() && detail::json_space(content[first]); ++first) line += content[first] == '\n';
+  if (first < content.size() && content[first] == '[') return detail::json_array_records(content, first, line, origin);
+  std::vector<JsonRecord> records;
+  line = 1;
+  for (std::size_t begin = 0; begin < content.size(); ++line) {
+    std::size_t end = content.find('\n', begin);
+    if (end == std::string_view::npos) end = content.size();
+    std::string_view text = content.substr(begin, end - begin);
+    begin = end + 1;
+    while (!text.empty() && detail::json_space(text.back())) text.remove_suffix(1);
+    while (!text.empty() && detail::json_space(text.front())) text.remove_prefix(1);
+    if (!text.empty()) records.push_back({line, text});
+  }
+  return records;
+}
+
+// ---------------------------------------------------------------------------
+// One row to one example
+
+// Stanford Alpaca's prompt (its train.py): the response follows "### Response:"
+// directly.
+inline std::string alpaca_prompt(std::string_view instruction, std::string_view input) {
+  std::string p;
+  if (input.empty()) {
+    p = "Below is an instruction that describes a task. Write a response that appropriately completes the request.\n\n";
+  } else {
+    p = "Below is an instruction that describes a task, paired with an input that provides further context. Write a "
+        "response that appropriately completes the request.\n\n";
+  }
+  p.append("### Instruction:\n").append(instruction).append("\n\n");
+  if (!input.empty()) p.append("### Input:\n").append(input).append("\n\n");
+  p.append("### Response:");
+  return p;
+}
+
+class ExampleBuilder {
+public:
+  // Checks the options and the special tokens once; the tokenizer and the
+  // template must outlive the builder. `chat` may be null (no template).
+  ExampleBuilder(const Tokenizer& tokenizer, const ChatTemplate* chat, const ChatOptions& special,
+                 const ExampleOptions& options)
+      : tokenizer_(tokenizer), chat_(chat), special_(special), options_(options) {
+    if (options.format != "alpaca" && options.format != "text" && options.format != "tokens")
+      throw Error("dataset format '" + options.format + "' is not known, allowed: alpaca, text, tokens");
+    if (options.on_bad_row != "fail" && options.on_bad_row != "skip")
+      throw Error("on_bad_row '" + options.on_bad_row + "' is not known, allowed: fail, skip");
+    if (options.max_seq_length < 2)
+      throw Error("max_seq_length " + std::to_string(options.max_seq_length) +
+                  " is too small, allowed: 2 or more (one token and the one it predicts)");
+    if (special.eos_token) {
+      eos_id_ = tokenizer.token_to_id(*special.eos_token);
+      if (!eos_id_)
+        throw Error("eos_token '" + *special.eos_token +
+                    "' is not a token of the tokenizer, allowed: a token of tokenizer.json's vocabulary");
+    }
+    if (options.format == "alpaca" && !chat && !eos_id_)
+      throw Error(
+          "alpaca rows without a chat template end each response with the EOS token, and none is known, "
+          "allowed: ChatOptions::eos_token set (tokenizer_config.json's eos_token)");
+  }
+
+  // The example of one parsed row; a BadRow when the row is unusable (see
+  // the top of this file), an Error when the chat template cannot be used.
+  Example build(const nlohmann::json& row) const {
+    if (!row.is_object()) bad("the row is " + a_type(row) + ", not an object");
+    Example e;
+    if (options_.format == "alpaca") {
+      e = alpaca(row);
+    } else if (options_.format == "text") {
+      e = text(row);
+    } else {
+      e = tokens(row);
+    }
+    const std::size_t prompt =
+        std::size_t(std::find_if(e.labels.begin(), e.labels.end(), [](std::int32_t l) { return l != ignore_label; }) -
+                    e.labels.begin());
+    const auto n = std::min<std::size_t>(e.input_ids.size(), std::size_t(options_.max_seq_length));
+    e.input_ids.resize(n);
+    e.labels.resize(n);
+    // labels[0] is never a target after the shift, so a row must score a later token.
+    if (std::all_of(e.labels.begin() + std::ptrdiff_t(std::min<std::size_t>(n, 1)), e.labels.end(),
+                    [](std::int32_t l) { return l == ignore_label; })) {
+      if (options_.format == "alpaca")
+        bad("the prompt takes " + std::to_string(prompt) + " tokens and leaves no room for a response within " +
+            "max_seq_length " + std::to_string(options_.max_seq_length));
+      bad("no token after the first is scored within max_seq_length " + std::to_string(options_.max_seq_length));
+    }
+    return e;
+  }
+
+  const ExampleOptions& options() const { return options_; }
+
+  // What a row of the format must look like, for messages.
+  std::string allowed() const {
+    if (options_.format == "alpaca")
+      return R"({"instruction": non-empty string, "input": string (optional), "output": non-empty string})";
+    if (options_.format == "text") return R"({"text": non-empty string})";
+    return R"({"input_ids": [token ids], "labels": [token ids or -100, one per input id] (optional)})";
+  }
+
+private:
+  [[noreturn]] void bad(const std::string& what) const { throw BadRow(what + ", allowed: " + allowed()); }
+
+  // "a string", "an array", ...: a JSON value's type for messages.
+  static std::string a_type(const nlohmann::json& v) {
+    const std::string name = v.type_name();
+    return (name == "array" || name == "object" ? "an " : name == "null" ? "" : "a ") + name;
+  }
+
+  std::string string_field(const nlohmann::json& row, const char* key, bool required) const {
+    const auto it = row.find(key);
+    if (it == row.end() || it->is_null()) {
+      if (required) bad(std::string("\"") + key + "\" is missing");
+      return {};
+    }
+    if (!it->is_string()) bad(std::string("\"") + key + "\" is " + a_type(*it) + ", not a string");
+    std::string s = it->get<std::string>();
+    if (required && s.empty()) bad(std::string("\"") + key + "\" is empty");
+    return s;
+  }
+
+  static std::size_t common_prefix(const std::vector<std::int32_t>& a, const std::vector<std::int32_t>& b) {
+    return std::size_t(
+        std::mismatch(a.begin(), a.begin() + std::ptrdiff_t(std::min(a.size(), b.size())), b.begin()).first -
+        a.begin());
+  }
+
+  // input_ids = full; labels = -100 over the prompt. The prompt's tokens are
+  // normally a prefix of the full text's, but a tokenizer may merge the
+  // prompt's last characters with the response's first (a prompt ending
+  // mid-word), and a post-processor may append tokens (an EOS) to every
+  // sequence; so the split is at the longest common prefix, and a token that
+  // straddles the boundary is scored.
+  static Example split_at_prompt(const std::vector<std::int32_t>& prompt, std::vector<std::int32_t> full) {
+    const std::size_t n = common_prefix(prompt, full);
+    Example e;
+    e.labels = full;
+    std::fill(e.labels.begin(), e.labels.begin() + std::ptrdiff_t(n), ignore_label);
+    e.input_ids = std::move(full);
+    return e;
+  }
+
+  Example alpaca(const nlohmann::json& row) const {
+    const std::string instruction = string_field(row, "instruction", true);
+    const std::string input = string_field(row, "input", false);
+    const std::string output = string_field(row, "output", true);
+    if (!chat_) {
+      const std::string prompt = alpaca_prompt(instruction, input);
+      return split_at_prompt(tokenizer_.encode(prompt, true),
+                             tokenizer_.encode(prompt + output + *special_.eos_token, true));
+    }
+    nlohmann::ordered_json messages = nlohmann::ordered_json::array();
+    messages.push_back({{"role", "user"}, {"content", input.empty() ? instruction : instruction + "\n\n" + input}});
+    messages.push_back({{"role", "assistant"}, {"content", output}});
+    ChatOptions opts = special_;
+    opts.add_generation_prompt = true;
+    const std::string prompt = render_chat(*chat_, nlohmann::ordered_json::array({messages[0]}), opts).text;
+    opts.add_generation_prompt = false;
+    const jinja::Rendered full = render_chat(*chat_, messages, opts);
+    std::vector<std::int32_t> full_ids = tokenizer_.encode(full.text, false);
+    if (full.text.compare(0, prompt.size(), prompt) == 0)
+      return split_at_prompt(tokenizer_.encode(prompt, false), std::move(full_ids));
+    if (full.generation_spans.empty())
+      throw Error("chat template " + chat_->origin() +
+                  ": the prompt it renders with add_generation_prompt is not the start of the conversation it "
+                  "renders, and it marks no {% generation %} blocks, so the response cannot be located, allowed: "
+                  "a template whose generation prompt is a prefix of the conversation, or that marks the "
+                  "assistant's text with {% generation %}");
+    return scored_spans(full.text, full.generation_spans, std::move(full_ids));
+  }
+
+  // Scores the tokens of the {% generation %} spans, as transformers'
+  // assistant mask does: every token that holds a character of a span. A
+  // span's first token is found as the longest common prefix of the text
+  // before the span's tokens with the full text's tokens; its end likewise,
+  // plus the token that straddles it, if any.
+  Example scored_spans(const std::string& text, const std::vector<std::pair<std::size_t, std::size_t>>& spans,
+                       std::vector<std::int32_t> full) const {
+    Example e;
+    e.labels.assign(full.size(), ignore_label);
+    for (const auto& [begin, end] : spans) {
+      if (begin >= end) continue;
+      const std::size_t first = common_prefix(tokenizer_.encode(std::string_view(text).substr(0, begin), false), full);
+      const auto before_end = tokenizer_.encode(std::string_view(text).substr(0, end), false);
+      std::size_t last = common_prefix(before_end, full);
+      if (last < before_end.size()) last = std::min(last + 1, full.size());
+      for (std::size_t i = first; i < last; ++i) e.labels[i] = full[i];
+    }
+    e.input_ids = std::move(full);
+    return e;
+  }
+
+  Example text(const nlohmann::json& row) const {
+    Example e;
+    e.input_ids = tokenizer_.encode(string_field(row, "text", true), true);
+    if (eos_id_ && (e.input_ids.empty() || e.input_ids.back() != *eos_id_)) e.input_ids.push_back(*eos_id_);
+    e.labels = e.input_ids;
+    return e;
+  }
+
+  std::vector<std::int32_t> id_list(const nlohmann::json& row, const char* key, bool labels) const {
+    const auto& list = row.at(key);
+    if (!list.is_array()) bad(std::string("\"") + key + "\" is " + a_type(list) + ", not a list");
+    const std::int64_t vocab = tokenizer_.vocab_size();
+    std::vector<std::int32_t> ids;
+    ids.reserve(list.size());
+    for (std::size_t i = 0; i < list.size(); ++i) {
+      const auto& v = list[i];
+      const std::string where = std::string("\"") + key + "\"[" + std::to_string(i) + "]";
+      if (!v.is_number_integer()) bad(where + " is " + a_type(v) + ", not an integer");
+      const auto id = v.get<std::int64_t>();
+      if ((id < 0 || id >= vocab) && !(labels && id == ignore_label))
+        bad(where + " = " + std::to_string(id) + " is outside the vocabulary [0, " + std::to_string(vocab) + ")");
+      ids.push_back(std::int32_t(id));
+    }
+    return ids;
+  }
+
+  Example tokens(const nlohmann::json& row) const {
+    if (!row.contains("input_ids")) bad("\"input_ids\" is missing");
+    Example e;
+    e.input_ids = id_list(row, "input_ids", false);
+    if (e.input_ids.empty()) bad("\"input_ids\" is empty");
+    if (row.contains("labels") && !row["labels"].is_null()) {
+      e.labels = id_list(row, "labels", true);
+      if (e.labels.size() != e.input_ids.size())
+        bad("\"labels\" has " + std::to_string(e.labels.size()) + " entries and \"input_ids\" " +
+            std::to_string(e.input_ids.size()));
+    } else {
+      e.labels = e.input_ids;
+    }
+    return e;
+  }
+
+  const Tokenizer& tokenizer_;
+  const ChatTemplate* chat_;
+  ChatOptions special_;
+  ExampleOptions options_;
+  std::optional<std::int32_t> eos_id_;
+};
+
+// ---------------------------------------------------------------------------
+// A whole file
+
+// The examples of a dataset file (see the top of this file). With on_bad_row
+// "fail" the first bad row is an ft::Error "<file>:<line>: ..."; with "skip"
+// bad rows are counted and the first few messages kept. A file that cannot be
+// read, is not well-formed as a whole, or yields no example is an error.
+inline Examples read_examples(const std::filesystem::path& file, const Tokenizer& tokenizer, const ChatTemplate* chat,
+                              const ChatOptions& special, const ExampleOptions& options) {
+  constexpr std::size_t kept_messages = 5;
+  const std::string origin = file.string();
+  const ExampleBuilder builder(tokenizer, chat, special, options);
+  std::error_code ec;
+  if (!std::filesystem::exists(file, ec))
+    throw Error(origin + ": the dataset file does not exist, allowed: a JSON Lines or JSON file of " +
+                builder.options().format + " rows");
+  if (std::filesystem::is_directory(file, ec))
+    throw Error(origin + ": is a directory, allowed: a JSON Lines or JSON file of " + builder.options().format +
+                " rows");
+  std::ifstream in(file, std::ios::binary);
+  if (!in) throw Error(origin + ": cannot be opened");
+  const std::string content(std::istreambuf_iterator<char>(in), {});
+
+  Examples out;
+  const std::vector<JsonRecord> records = json_records(content, origin);
+  for (const JsonRecord& record : records) {
+    const std::string where = origin + ":" + std::to_string(record.line) + ": ";
+    try {
+      if (const auto bad = tokenization::utf8_invalid_at(record.text); bad != std::string_view::npos)
+        throw BadRow("the row is not valid UTF-8 (byte " + std::to_string(bad + 1) + "), allowed: UTF-8 text");
+      nlohmann::json row;
+      try {
+        row = nlohmann::json::parse(record.text);
+      } catch (const nlohmann::json::parse_error& e) {
+        throw BadRow("the row is not valid JSON (byte " + std::to_string(e.byte) + "), allowed: " + builder.allowed());
+      } catch (const nlohmann::json::exception& e) {  // e.g. a number too large for a double
+        throw BadRow(std::string("the row is not usable JSON (") + e.what() + "), allowed: " + builder.allowed());
+      }
+      Example example = builder.build(row);
+      example.line = record.line;
+      out.rows.push_back(std::move(example));
+    } catch (const BadRow& e) {
+      if (options.on_bad_row == "fail") throw Error(where + e.what());
+      ++out.skipped;
+      if (out.first_skips.size() < kept_messages) out.first_skips.push_back(where + e.what());
+    } catch (const Error& e) {
+      throw Error(where + e.what());
+    }
+  }
+  if (out.rows.empty()) {
+    if (out.skipped == 0)
+      throw Error(origin + ": has no rows, allowed: a JSON Lines or JSON file of " + options.format + " rows");
+    throw Error(origin + ": has no usable rows (all " + std::to_string(out.skipped) +
+                " skipped; the first: " + out.first_skips.front() + ")");
+  }
+  return out;
+}
+
+}  // namespace ft::data

@@ -1,0 +1,32 @@
+#pragma once
+// What a block lets an adapter do: add to the output of each of its four
+// linear layers, and add to their input gradients in backward. LoRA is one
+// such adapter (ft/adapters/lora.hpp); the block knows nothing else about it.
+//
+// A block calls forward(slot, y, x) right after the slot's base GEMM wrote y
+// (before rotary embedding touches q and k), and backward(slot, dx, dy, x)
+// next to the base linear's backward, with the same dy and the input x the
+// forward saw. Parameter gradients the adapter keeps are its own business.
+#include "ft/core/numeric.hpp"
+#include "ft/tensor/shape.hpp"
+
+namespace ft::models {
+
+// The fused linear layers of a block, in HF's terms:
+//   qkv      q_proj, k_proj, v_proj (GPT-NeoX: query_key_value)
+//   o        o_proj (dense)
+//   mlp_in   gate_proj and up_proj (dense_h_to_4h)
+//   mlp_out  down_proj (dense_4h_to_h)
+enum class LinearSlot { qkv, o, mlp_in, mlp_out };
+
+template <element T>
+class LinearAdapter {
+public:
+  virtual ~LinearAdapter() = default;
+  // y[N, out] += adapter(x[N, in]).
+  virtual void forward(LinearSlot slot, T* y, const T* x, index_t N) = 0;
+  // dx[N, in] += d adapter / d x applied to dy[N, out]; adds the adapter's parameter gradients.
+  virtual void backward(LinearSlot slot, T* dx, const T* dy, const T* x, index_t N) = 0;
+};
+
+}  // namespace ft::models

@@ -1,0 +1,531 @@
+#pragma once
+// The training loop behind Trainer<...>::train(). The Trainer's five policies
+// arrive here already resolved: the storage dtype T and the optimizer's dtype
+// M come from the precision policy, the optimizer as a factory of per-buffer
+// optimizers, the adapter and loss scaling as plain values. One loop, written
+// once, therefore serves every combination, and a plugin instantiates it once
+// per (T, M) pair rather than once per combination.
+//
+// One optimizer step:
+//   1. take the step's gradient_accumulation_steps micro-batches (their
+//      position is a function of the step: epoch = k / batches_per_epoch)
+//   2. count the scored tokens of all of them; every micro-batch's loss
+//      gradient is divided by that total, so the step's gradient is the mean
+//      over the whole accumulated batch, however its tokens fall into
+//      micro-batches (dividing per micro-batch overweights short ones)
+//   3. forward + backward each micro-batch, moving its gradient into the
+//      step's (trainable.hpp)
+//   4. under fp16, undo the loss scale; a non-finite gradient skips the step
+//      and halves the scale, 2000 good steps in a row double it (torch's
+//      GradScaler defaults)
+//   5. clip the global norm, step the optimizer at the schedule's rate
+#include <sys/resource.h>
+
+#include <chrono>
+#include <cmath>
+#include <csignal>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "ft/adapters/lora.hpp"
+#include "ft/adapters/lora_files.hpp"
+#include "ft/core/random.hpp"
+#include "ft/data/batches.hpp"
+#include "ft/data/chat_template.hpp"
+#include "ft/data/examples.hpp"
+#include "ft/data/tokenizer.hpp"
+#include "ft/io/hf_config.hpp"
+#include "ft/io/model_weights.hpp"
+#include "ft/io/staged_directory.hpp"
+#include "ft/models/load.hpp"
+#include "ft/models/save.hpp"
+#include "ft/optim/schedule.hpp"
+#include "ft/recipe/recipe.hpp"
+#include "ft/tensor/memory.hpp"
+#include "ft/train/checkpoint.hpp"
+#include "ft/train/flops.hpp"
+#include "ft/train/generate.hpp"
+#include "ft/train/metrics.hpp"
+#include "ft/train/trainable.hpp"
+
+namespace ft::train {
+
+enum class AdapterKind { full, lora, prompt };
+
+// What the policies decided, as values.
+struct EngineSetup {
+  std::string trainer;  // the Trainer's C++ type, for logs and checkpoints
+  AdapterKind adapter = AdapterKind::full;
+  bool loss_scaling = false;
+};
+
+// A run that cannot go on (NaN loss): the message names the step and the last good checkpoint.
+struct TrainingStopped : Error {
+  using Error::Error;
+};
+
+namespace detail {
+
+inline std::uint64_t fnv1a(std::string_view bytes, std::uint64_t h = 0xcbf29ce484222325ull) {
+  for (unsigned char c : bytes) h = (h ^ c) * 0x100000001b3ull;
+  return h;
+}
+
+inline std::string file_text(const std::filesystem::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  return {std::istreambuf_iterator<char>(in), {}};
+}
+
+inline std::string hex(std::uint64_t x) {
+  char buffer[17];
+  std::snprintf(buffer, sizeof buffer, "%016llx", (unsigned long long)x);
+  return buffer;
+}
+
+template <class T>
+std::string safetensors_dtype_of() {
+  if constexpr (std::is_same_v<T, bf16>) return "BF16";
+  else if constexpr (std::is_same_v<T, f16>) return "F16";
+  else return "F32";
+}
+
+inline double seconds_since(std::chrono::steady_clock::time_point t) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
+}
+
+// 134.5M, 2.44M, 58.2K: parameter counts as people say them.
+inline std::string count_text(double n) {
+  char buffer[32];
+  if (n >= 1e9) std::snprintf(buffer, sizeof buffer, "%.2fB", n / 1e9);
+  else if (n >= 1e6) std::snprintf(buffer, sizeof buffer, "%.2fM", n / 1e6);
+  else std::snprintf(buffer, sizeof buffer, "%.1fK", n / 1e3);
+  return buffer;
+}
+
+inline std::size_t max_rss_bytes() {
+  rusage usage{};
+  ::getrusage(RUSAGE_SELF, &usage);
+  return std::size_t(usage.ru_maxrss) * 1024;  // Linux reports KiB
+}
+
+}  // namespace detail
+
+template <element T, class M>
+class Engine {
+public:
+  Engine(recipe::Recipe recipe, EngineSetup setup, OptimizerFactory<M> factory)
+      : r_(std::move(recipe)), setup_(std::move(setup)), trainables_(std::move(factory)),
+        loss_scale_(setup_.loss_scaling ? 65536.0 : 1.0) {}  // torch GradScaler's initial scale
+
+  // Runs the recipe to the end; throws ft::Error for bad input, TrainingStopped when the loss diverges.
+  void run() {
+    namespace fs = std::filesystem;
+    out_ = r_.output_dir;
+    fs::create_directories(out_);
+    remove_stale_staging(out_);
+    const fs::path resume_from = resolve_resume(out_, r_.checkpoint.resume);
+
+    load_text();
+    load_data();
+    build_model();
+    total_steps_ = total_steps();
+    const optim::Schedule schedule{optim::schedule_from_name(r_.train.lr_scheduler_type), r_.train.learning_rate,
+                                   optim::warmup_steps(r_.train.warmup_steps, r_.train.warmup_ratio, total_steps_),
+                                   total_steps_};
+    std::int64_t step = 0;
+    if (!resume_from.empty()) step = resume(resume_from);
+    describe_run(step);
+
+    MetricsLog log(out_, long(total_steps_), long(step));
+    log_ = &log;
+    if (!r_.preview.prompt.empty() && step == 0) log.say("before training: " + preview());
+    peak_flops_ = measure_gemm_peak();
+
+    Window window;
+    while (step < total_steps_) {
+      const double lr = schedule.rate(step);
+      const StepResult s = train_step(step, lr);
+      ++step;
+      window.add(s);
+      if (!std::isfinite(s.loss))
+        throw TrainingStopped("step " + std::to_string(step) + ": the loss is " + (std::isnan(s.loss) ? "nan" : "inf") +
+                              "; stopping. Last good checkpoint: " + last_checkpoint_ +
+                              " (lower learning_rate or check the data, then resume from it)");
+      log.progress(long(step), "loss " + format(s.loss) + "  lr " + format(lr));
+      if (step % r_.train.logging_steps == 0 || step == total_steps_) log.log("train", window.record(step, *this, lr));
+      if (r_.train.eval_steps > 0 && step % r_.train.eval_steps == 0 && step != total_steps_) evaluate(step);
+      if (r_.checkpoint.save_steps > 0 && step % r_.checkpoint.save_steps == 0 && step != total_steps_)
+        save_checkpoint(step);
+    }
+    log.finish();
+    evaluate(step);
+    save_checkpoint(step);
+    if (!r_.preview.prompt.empty()) log.say("after training: " + preview());
+    save_final();
+  }
+
+private:
+  struct StepResult {
+    double loss = 0, grad_norm = 0, seconds = 0;
+    std::int64_t tokens = 0, dataset_tokens = 0, scored = 0;
+    bool skipped = false;
+  };
+
+  // Averages over the steps since the last log, as HF's Trainer logs.
+  struct Window {
+    double loss = 0, grad_norm = 0, seconds = 0;
+    std::int64_t steps = 0, tokens = 0, dataset_tokens = 0, skipped = 0;
+    void add(const StepResult& s) {
+      loss += s.loss;
+      grad_norm += s.grad_norm;
+      seconds += s.seconds;
+      tokens += s.tokens;
+      dataset_tokens += s.dataset_tokens;
+      skipped += s.skipped;
+      ++steps;
+    }
+    nlohmann::ordered_json record(std::int64_t step, const Engine& e, double lr) {
+      nlohmann::ordered_json j;
+      j["step"] = step;
+      j["epoch"] = double(step * e.r_.train.gradient_accumulation_steps) / double(e.batches_per_epoch_);
+      j["loss"] = loss / double(steps);
+      j["learning_rate"] = lr;
+      j["grad_norm"] = grad_norm / double(steps);
+      j["train_tokens_per_second"] = double(tokens) / seconds;
+      j["dataset_tokens_per_second"] = double(dataset_tokens) / seconds;
+      j["mfu"] = e.flops_per_token_ * double(tokens) / seconds / e.peak_flops_;
+      j["peak_memory_bytes"] = memory::Host::stats().peak();
+      j["max_rss_bytes"] = detail::max_rss_bytes();
+      j["seconds_per_step"] = seconds / double(steps);
+      if (e.setup_.loss_scaling) {
+        j["loss_scale"] = e.loss_scale_;
+        j["skipped_steps"] = skipped;
+      }
+      *this = Window{};
+      return j;
+    }
+  };
+
+  static std::string format(double x) {
+    char buffer[32];
+    std::snprintf(buffer, sizeof buffer, "%.4g", x);
+    return buffer;
+  }
+
+  // --- set-up -------------------------------------------------------------
+
+  void load_text() {
+    const std::filesystem::path dir = r_.model.path;
+    if (!std::filesystem::exists(dir / "tokenizer.json"))
+      throw Error(dir.string() + ": has no tokenizer.json (ft needs the model's HF tokenizer to read the data)");
+    tokenizer_ = std::make_unique<data::Tokenizer>(data::Tokenizer::from_file(dir / "tokenizer.json"));
+    const auto config_file = dir / "tokenizer_config.json";
+    nlohmann::ordered_json config = nlohmann::ordered_json::object();
+    if (std::filesystem::exists(config_file)) config = nlohmann::ordered_json::parse(detail::file_text(config_file));
+    special_ = data::ChatOptions::from_tokenizer_config(config);
+    const bool has_template = std::filesystem::exists(dir / "chat_template.jinja") ||
+                              (config.contains("chat_template") && !config["chat_template"].is_null());
+    if (has_template) chat_ = std::make_unique<data::ChatTemplate>(data::ChatTemplate::load(dir));
+    eos_id_ = -1;
+    if (special_.eos_token)
+      if (auto id = tokenizer_->token_to_id(*special_.eos_token)) eos_id_ = std::int32_t(*id);
+    pad_id_ = eos_id_ >= 0 ? eos_id_ : 0;
+    if (config.contains("pad_token") && config["pad_token"].is_string())
+      if (auto id = tokenizer_->token_to_id(config["pad_token"].get<std::string>())) pad_id_ = std::int32_t(*id);
+  }
+
+  void load_data() {
+    data::ExampleOptions options;
+    options.format = r_.data.format;
+    options.max_seq_length = r_.data.max_seq_length;
+    options.on_bad_row = r_.data.on_bad_row;
+    data::Examples train = data::read_examples(r_.data.train, *tokenizer_, chat_.get(), special_, options);
+    data::Examples validation;
+    if (!r_.data.validation.empty()) {
+      validation = data::read_examples(r_.data.validation, *tokenizer_, chat_.get(), special_, options);
+    } else if (r_.data.validation_split > 0) {
+      // Every k-th row goes to validation, so the split does not depend on the file's order of topics.
+      const std::size_t every = std::size_t(std::max(2.0, std::round(1.0 / r_.data.validation_split)));
+      std::vector<data::Example> kept;
+      for (std::size_t i = 0; i < train.rows.size(); ++i)
+        (i % every == every - 1 ? validation.rows : kept).push_back(std::move(train.rows[i]));
+      train.rows = std::move(kept);
+    }
+    skipped_rows_ = train.skipped + validation.skipped;
+    train_rows_ = std::int64_t(train.rows.size());
+    train_plan_ = std::make_unique<data::BatchPlan>(std::move(train.rows), r_.train.per_device_train_batch_size,
+                                                    r_.data.max_seq_length, r_.data.packing, pad_id_,
+                                                    std::uint64_t(r_.seed));
+    batches_per_epoch_ = train_plan_->batches_per_epoch();
+    if (!validation.rows.empty()) {
+      const std::int64_t rows = r_.train.per_device_eval_batch_size > 0 ? r_.train.per_device_eval_batch_size
+                                                                        : r_.train.per_device_train_batch_size;
+      eval_plan_ = std::make_unique<data::BatchPlan>(std::move(validation.rows), rows, r_.data.max_seq_length,
+                                                     r_.data.packing, pad_id_, std::uint64_t(r_.seed), true);
+    }
+  }
+
+  void build_model() {
+    const bool full = setup_.adapter == AdapterKind::full;
+    if (setup_.adapter == AdapterKind::prompt)
+      throw Error("strategy.adapter = \"prompt\": prompt tuning is not implemented yet; use \"lora\" or \"full\"");
+    if (r_.train.gradient_checkpointing != "none" || r_.train.activation_offloading ||
+        r_.train.fuse_optimizer_with_backward)
+      throw Error("train.gradient_checkpointing, activation_offloading and fuse_optimizer_with_backward are not "
+                  "implemented yet; leave them at none / false");
+    model_ = std::make_unique<models::Transformer<T>>(models::read_model_spec(r_.model.path), full);
+    model_->load(io::ModelWeights::open(r_.model.path));
+    if (full) {
+      trainables_.add("embed", model_->embedding().parameters());
+      for (auto& b : model_->blocks()) trainables_.add("layers." + std::to_string(b.layer()), b.parameters());
+      if (model_->head().parameters().size() > 0) trainables_.add("head", model_->head().parameters());
+    } else {
+      adapters::LoraOptions o;
+      o.r = r_.lora.r;
+      o.alpha = r_.lora.alpha;
+      o.dropout = r_.lora.dropout;
+      o.target_modules = r_.lora.target_modules;
+      o.seed = std::uint64_t(r_.seed);
+      if (o.target_modules.empty()) throw Error("internal: the Trainer resolves lora.target_modules before training");
+      lora_ = std::make_unique<adapters::LoraModel<T>>(*model_, o);
+      for (auto& b : lora_->blocks())
+        trainables_.add("lora.layers." + std::to_string(b->targets()[0].layer), b->parameters());
+    }
+    trainables_.sync_master_from_storage();
+    double lora_matmul = full ? 0.0 : double(trainables_.parameter_count());
+    flops_per_token_ = flops_per_token(model_->config(), r_.data.max_seq_length, full, lora_matmul);
+    fingerprint_ = {{"config", detail::hex(detail::fnv1a(io::read_json_file(std::filesystem::path(r_.model.path) /
+                                                                            "config.json")
+                                                             .dump()))},
+                    {"tokenizer", detail::hex(detail::fnv1a(detail::file_text(
+                                      std::filesystem::path(r_.model.path) / "tokenizer.json")))}};
+  }
+
+  std::int64_t total_steps() const {
+    if (r_.train.max_steps > 0) return r_.train.max_steps;
+    const double micro = r_.train.num_train_epochs * double(batches_per_epoch_);
+    return std::max<std::int64_t>(1, std::int64_t(std::ceil(micro / double(r_.train.gradient_accumulation_steps))));
+  }
+
+  void describe_run(std::int64_t step) const {
+    std::printf("ft train: %s\n", setup_.trainer.c_str());
+    std::printf("  model       %s: %s parameters, %s trainable (%.3f%%)\n", r_.model.path.c_str(),
+                detail::count_text(double(model_->parameter_count())).c_str(),
+                detail::count_text(double(trainables_.parameter_count())).c_str(),
+                100.0 * double(trainables_.parameter_count()) / double(model_->parameter_count()));
+    std::printf("  data        %s: %lld rows (%lld skipped), %lld micro-batches of %lld x %lld per epoch%s\n",
+                r_.data.train.c_str(), (long long)train_rows_, (long long)skipped_rows_,
+                (long long)batches_per_epoch_, (long long)r_.train.per_device_train_batch_size,
+                (long long)r_.data.max_seq_length, r_.data.packing ? " (packed)" : "");
+    std::printf("  steps       %lld (x %lld micro-batches)%s\n", (long long)total_steps_,
+                (long long)r_.train.gradient_accumulation_steps,
+                step > 0 ? (", resuming after step " + std::to_string(step)).c_str() : "");
+    std::printf("  output      %s\n", out_.c_str());
+    std::fflush(stdout);
+  }
+
+  // --- one step -------------------------------------------------------------
+
+  StepResult train_step(std::int64_t step, double lr) {
+    const auto start = std::chrono::steady_clock::now();
+    memory::Host::stats().reset_peak();
+    const std::int64_t accumulation = r_.train.gradient_accumulation_steps;
+    std::vector<models::Batch> batches;
+    StepResult s;
+    for (std::int64_t k = 0; k < accumulation; ++k) {
+      const std::int64_t g = step * accumulation + k;
+      batches.push_back(train_plan_->batch(g / batches_per_epoch_, g % batches_per_epoch_));
+      s.dataset_tokens += train_plan_->dataset_tokens(g / batches_per_epoch_, g % batches_per_epoch_);
+      s.tokens += batches.back().rows();
+      s.scored += batches.back().scored_tokens();
+    }
+    const double divisor = double(std::max<std::int64_t>(1, s.scored));
+    trainables_.begin_step();
+    double loss_sum = 0;
+    for (std::int64_t k = 0; k < accumulation; ++k) {
+      if (lora_) lora_->set_dropout(true, derive_key(std::uint64_t(r_.seed), std::uint64_t(step * accumulation + k)));
+      loss_sum += model_->forward_backward(batches[std::size_t(k)], {.token_count = divisor / loss_scale_});
+      trainables_.end_micro_batch();
+    }
+    s.loss = loss_sum / divisor;
+    if (setup_.loss_scaling) trainables_.scale_grads(1.0 / loss_scale_);
+    s.grad_norm = trainables_.clip(r_.train.max_grad_norm);
+    if (setup_.loss_scaling && !std::isfinite(s.grad_norm)) {
+      s.skipped = true;  // overflow in f16: this step's update is dropped, the scale lowered
+      loss_scale_ /= 2;
+      good_steps_ = 0;
+    } else {
+      trainables_.step(lr, ++optimizer_step_);
+      if (setup_.loss_scaling && ++good_steps_ == 2000) {
+        loss_scale_ *= 2;
+        good_steps_ = 0;
+      }
+    }
+    s.seconds = detail::seconds_since(start);
+    return s;
+  }
+
+  void evaluate(std::int64_t step) {
+    if (!eval_plan_) return;
+    if (lora_) lora_->set_dropout(false, 0);
+    double loss = 0;
+    std::int64_t scored = 0;
+    for (std::int64_t i = 0; i < eval_plan_->batches_per_epoch(); ++i) {
+      const models::Batch batch = eval_plan_->batch(0, i);
+      loss += model_->forward_backward(batch, {.backward = false});
+      scored += batch.scored_tokens();
+    }
+    nlohmann::ordered_json j;
+    j["step"] = step;
+    j["loss"] = loss / double(std::max<std::int64_t>(1, scored));
+    j["perplexity"] = std::exp(j["loss"].get<double>());
+    j["tokens"] = scored;
+    log_->log("eval", j);
+  }
+
+  // --- checkpoints ----------------------------------------------------------
+
+  std::vector<StateArray> state_arrays() {
+    std::vector<StateArray> arrays;
+    for (auto& b : trainables_.buffers()) {
+      for (StateArray a : b.optimizer->state()) {
+        a.name = b.name + "/" + a.name;
+        arrays.push_back(std::move(a));
+      }
+      if constexpr (TrainableSet<T, M>::has_master)
+        arrays.push_back({b.name + "/master", detail::safetensors_dtype_of<M>(), b.master.data(),
+                          b.master.size() * sizeof(M)});
+    }
+    return arrays;
+  }
+
+  nlohmann::ordered_json trainer_state(std::int64_t step) const {
+    nlohmann::ordered_json j;
+    j["global_step"] = step;
+    j["optimizer_step"] = optimizer_step_;
+    j["loss_scale"] = loss_scale_;
+    j["good_steps"] = good_steps_;
+    j["micro_batches_done"] = step * r_.train.gradient_accumulation_steps;
+    j["trainer"] = setup_.trainer;
+    j["seed"] = r_.seed;
+    j["model"] = fingerprint_;
+    j["data"] = {{"train", r_.data.train},
+                 {"rows", train_rows_},
+                 {"per_device_train_batch_size", r_.train.per_device_train_batch_size},
+                 {"gradient_accumulation_steps", r_.train.gradient_accumulation_steps},
+                 {"max_seq_length", r_.data.max_seq_length},
+                 {"packing", r_.data.packing}};
+    return j;
+  }
+
+  void write_trainables(const std::filesystem::path& dir) {
+    if (lora_) adapters::save_peft_adapter(*lora_, model_->config(), r_.model.path, dir, "F32");
+    else models::save_pretrained(*model_, r_.model.path, dir, detail::safetensors_dtype_of<T>());
+  }
+
+  void save_checkpoint(std::int64_t step) {
+    const std::string name = checkpoint_name(step);
+    io::write_directory_atomically(
+        out_ / name,
+        [&](const std::filesystem::path& dir) {
+          write_trainables(dir);
+          write_state(dir / "optimizer.safetensors", state_arrays());
+          write_json(dir / "trainer_state.json", trainer_state(step));
+        },
+        true);
+    update_latest(out_, name);
+    prune_checkpoints(out_, r_.checkpoint.save_total_limit);
+    last_checkpoint_ = (out_ / name).string();
+    if (log_) log_->say("saved " + last_checkpoint_);
+  }
+
+  // Restores everything a step depends on; returns the step to continue after.
+  std::int64_t resume(const std::filesystem::path& dir) {
+    const nlohmann::json state = io::read_json_file(dir / "trainer_state.json");
+    const std::string where = (dir / "trainer_state.json").string() + ": ";
+    if (state.value("model", nlohmann::json()) != nlohmann::json(fingerprint_)) {
+      const bool tokenizer = state["model"].value("tokenizer", "") != fingerprint_["tokenizer"].get<std::string>();
+      throw Error(where + "was written for another " + (tokenizer ? "tokenizer" : "model configuration") +
+                  " than " + r_.model.path + " has; resuming would continue a different run");
+    }
+    if (state.value("trainer", "") != setup_.trainer)
+      throw Error(where + "was written by " + state.value("trainer", "?") + ", this recipe builds " + setup_.trainer);
+    if (lora_) adapters::load_peft_adapter(*lora_, model_->config(), dir);
+    else model_->load(io::ModelWeights::open(dir));
+    trainables_.sync_master_from_storage();
+    read_state(dir / "optimizer.safetensors", state_arrays());
+    optimizer_step_ = state.at("optimizer_step").get<std::int64_t>();
+    loss_scale_ = state.at("loss_scale").get<double>();
+    good_steps_ = state.at("good_steps").get<std::int64_t>();
+    last_checkpoint_ = dir.string();
+    return state.at("global_step").get<std::int64_t>();
+  }
+
+  void save_final() {
+    if (lora_) {
+      const auto adapter = out_ / "adapter";
+      io::write_directory_atomically(adapter, [&](const auto& dir) { write_trainables(dir); }, true);
+      std::printf("adapter (PEFT) in %s\n", adapter.c_str());
+      if (r_.lora.save_merged) {
+        lora_->merge_into_model();
+        const auto merged = out_ / "merged";
+        io::write_directory_atomically(
+            merged,
+            [&](const auto& dir) { models::save_pretrained(*model_, r_.model.path, dir, detail::safetensors_dtype_of<T>()); },
+            true);
+        std::printf("merged model (HF) in %s\n", merged.c_str());
+      }
+    } else {
+      const auto model = out_ / "model";
+      io::write_directory_atomically(model, [&](const auto& dir) { write_trainables(dir); }, true);
+      std::printf("model (HF) in %s\n", model.c_str());
+    }
+    std::fflush(stdout);
+  }
+
+  // --- preview --------------------------------------------------------------
+
+  std::string preview() {
+    if (lora_) lora_->set_dropout(false, 0);
+    std::string prompt = r_.preview.prompt;
+    if (chat_) {
+      data::ChatOptions options = special_;
+      options.add_generation_prompt = true;
+      prompt = data::apply_chat_template(*chat_, nlohmann::ordered_json::array({{{"role", "user"}, {"content", prompt}}}),
+                                         options);
+    } else {
+      prompt = data::alpaca_prompt(prompt, "");
+    }
+    const auto ids = tokenizer_->encode(prompt, !chat_);  // a rendered template already has its special tokens
+    std::vector<std::int32_t> tokens(ids.begin(), ids.end());
+    const auto answer = generate_greedy(*model_, tokens, r_.preview.max_new_tokens, eos_id_);
+    return "\"" + r_.preview.prompt + "\" -> \"" + tokenizer_->decode(answer) + "\"";
+  }
+
+  recipe::Recipe r_;
+  EngineSetup setup_;
+  TrainableSet<T, M> trainables_;
+  std::filesystem::path out_;
+  std::unique_ptr<data::Tokenizer> tokenizer_;
+  std::unique_ptr<data::ChatTemplate> chat_;
+  data::ChatOptions special_;
+  std::int32_t eos_id_ = -1, pad_id_ = 0;
+  std::unique_ptr<data::BatchPlan> train_plan_, eval_plan_;
+  std::int64_t batches_per_epoch_ = 1, train_rows_ = 0, skipped_rows_ = 0, total_steps_ = 0;
+  std::unique_ptr<models::Transformer<T>> model_;
+  std::unique_ptr<adapters::LoraModel<T>> lora_;
+  nlohmann::ordered_json fingerprint_;
+  double flops_per_token_ = 0, peak_flops_ = 1;
+  double loss_scale_ = 1;
+  std::int64_t optimizer_step_ = 0, good_steps_ = 0;
+  std::string last_checkpoint_ = "none";
+  MetricsLog* log_ = nullptr;
+};
+
+}  // namespace ft::train

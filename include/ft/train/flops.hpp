@@ -1,0 +1,49 @@
+#pragma once
+// FLOPs a training step needs, and what this machine can do, for MFU.
+//
+// A token costs 2 FLOPs per matmul weight forward, 2 more for the input
+// gradient, and 2 more for the weight gradient when the weight trains (the
+// usual 6N of full fine-tuning; 4N under LoRA or prompt tuning, whose frozen
+// weights need no weight gradient). Attention adds 4 T C per layer forward
+// (scores and weighted sum, causal half of T^2 counted as T^2 / 2 twice) and
+// twice that backward. The peak is measured, not taken from a data sheet: the
+// best of a few large f32 GEMMs on this machine's BLAS.
+#include <algorithm>
+#include <chrono>
+#include <vector>
+
+#include "ft/kernels/gemm.hpp"
+#include "ft/models/transformer_config.hpp"
+
+namespace ft::train {
+
+inline double matmul_parameters(const models::TransformerConfig& c) {
+  return double(c.num_layers) * double(c.hidden_size) *
+             double(c.qkv_width() + c.num_heads * c.head_dim + c.mlp_in_width() + c.intermediate_size) +
+         double(c.vocab_size) * double(c.hidden_size);
+}
+
+// FLOPs per token of one forward + backward over rows of T tokens; extra_matmul
+// counts trainable parameters beside the frozen ones (LoRA matrices).
+inline double flops_per_token(const models::TransformerConfig& c, index_t T, bool trains_base_weights,
+                              double extra_matmul = 0) {
+  const double base = matmul_parameters(c) * (trains_base_weights ? 6.0 : 4.0);
+  const double attention = 6.0 * double(c.num_layers) * double(T) * double(c.num_heads * c.head_dim);
+  return base + 6.0 * extra_matmul + attention;
+}
+
+// FLOP/s of the best of a few n^3 f32 GEMMs.
+inline double measure_gemm_peak(index_t n = 2048, int repeats = 5) {
+  std::vector<float> a(std::size_t(n * n), 0.5f), b(a), c(a);
+  gemm<float>(Op::none, Op::none, n, n, n, 1, a.data(), n, b.data(), n, 0, c.data(), n);  // warm up
+  double best = 0;
+  for (int i = 0; i < repeats; ++i) {
+    const auto start = std::chrono::steady_clock::now();
+    gemm<float>(Op::none, Op::none, n, n, n, 1, a.data(), n, b.data(), n, 0, c.data(), n);
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    best = std::max(best, 2.0 * double(n) * double(n) * double(n) / s);
+  }
+  return best;
+}
+
+}  // namespace ft::train

@@ -1,0 +1,36 @@
+#pragma once
+// Greedy decoding, to show what a model answers before and after training.
+// Each new token re-runs the whole sequence (no key/value cache): for the
+// few dozen tokens of a preview on a small model this costs seconds, and it
+// reuses the training forward exactly.
+#include <algorithm>
+#include <cstdint>
+#include <vector>
+
+#include "ft/models/batch.hpp"
+#include "ft/models/transformer.hpp"
+
+namespace ft::train {
+
+template <element T>
+std::vector<std::int32_t> generate_greedy(models::Transformer<T>& model, std::vector<std::int32_t> tokens,
+                                          index_t max_new_tokens, std::int32_t eos_id) {
+  const index_t V = model.config().vocab_size;
+  const std::size_t prompt = tokens.size();
+  std::vector<T> logits;
+  for (index_t i = 0; i < max_new_tokens; ++i) {
+    const index_t n = index_t(tokens.size());
+    models::Batch batch = models::causal_lm_batch(1, n, tokens);
+    logits.resize(std::size_t(n * V));
+    model.forward_backward(batch, {.backward = false}, logits.data());
+    const T* last = logits.data() + (n - 1) * V;
+    const std::int32_t next = std::int32_t(std::max_element(last, last + V, [](T a, T b) {
+                                              return float(a) < float(b);
+                                            }) - last);
+    if (next == eos_id) break;
+    tokens.push_back(next);
+  }
+  return {tokens.begin() + std::ptrdiff_t(prompt), tokens.end()};
+}
+
+}  // namespace ft::train

@@ -1,0 +1,78 @@
+#pragma once
+// Where a run's numbers go: one JSON object per logged step in
+// <output_dir>/metrics.jsonl, the same numbers as TensorBoard scalars under
+// <output_dir>/runs/ ("train/loss", "eval/loss", ...), a plain line on stdout
+// per logged step, and a progress bar on stderr when it is a terminal.
+//
+// The throughput figures follow seed 003's definitions:
+//   train_tokens_per_second    tokens processed per second, padding included
+//   dataset_tokens_per_second  tokens of the dataset per second, padding excluded
+// and mfu is model FLOPs per second over this machine's measured GEMM peak.
+#include <unistd.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "ft/core/error.hpp"
+#include "ft/core/progress.hpp"
+#include "ft/train/tensorboard.hpp"
+
+namespace ft::train {
+
+class MetricsLog {
+public:
+  MetricsLog(const std::filesystem::path& output_dir, long total_steps, long first_step)
+      : jsonl_(output_dir / "metrics.jsonl", std::ios::app), tensorboard_(output_dir / "runs"),
+        progress_("train", total_steps), terminal_(::isatty(STDERR_FILENO) != 0) {
+    if (!jsonl_) throw Error((output_dir / "metrics.jsonl").string() + ": cannot be written");
+    progress_.update(first_step);
+  }
+
+  // One record: every numeric field also becomes the scalar "<group>/<field>".
+  void log(const std::string& group, nlohmann::ordered_json record) {
+    const std::int64_t step = record.at("step").get<std::int64_t>();
+    record["split"] = group;
+    jsonl_ << record.dump() << "\n";
+    jsonl_.flush();
+    for (auto it = record.begin(); it != record.end(); ++it)
+      if (it->is_number() && it.key() != "step") tensorboard_.add_scalar(group + "/" + it.key(), it->get<double>(), step);
+    tensorboard_.flush();
+    line(group, record);
+  }
+
+  void progress(long step, const std::string& status) { progress_.update(step, status); }
+
+  // A message on stdout that does not tear the progress bar.
+  void say(const std::string& text) {
+    if (terminal_) std::fputs("\r\033[K", stderr);
+    std::fputs((text + "\n").c_str(), stdout);
+    std::fflush(stdout);
+  }
+
+  void finish() { progress_.finish(); }
+
+private:
+  void line(const std::string& group, const nlohmann::ordered_json& record) {
+    std::string text = group;
+    char buffer[64];
+    for (auto it = record.begin(); it != record.end(); ++it) {
+      if (it.key() == "split") continue;
+      if (it->is_number_integer()) std::snprintf(buffer, sizeof buffer, "%lld", (long long)it->get<std::int64_t>());
+      else if (it->is_number()) std::snprintf(buffer, sizeof buffer, "%.4g", it->get<double>());
+      else continue;
+      text += "  " + it.key() + " " + buffer;
+    }
+    say(text);
+  }
+
+  std::ofstream jsonl_;
+  TensorBoardWriter tensorboard_;
+  Progress progress_;
+  bool terminal_;
+};
+
+}  // namespace ft::train

@@ -1,0 +1,242 @@
+#pragma once
+// The optimizer policy at run time: one ParameterOptimizer per trainable flat
+// buffer, owning that buffer's state and stepping it with the policy's
+// element-wise update (optim/update.hpp and friends). The policy is chosen at
+// compile time (make_parameter_optimizer<Policy, M>); the trainer holds a
+// list of buffers and calls step() on each, so the loop is written once for
+// every optimizer. Nothing per element is virtual.
+//
+// M is the dtype the optimizer updates: the master copy (f32) under mixed
+// precision, the weights themselves otherwise; state is f32, or M when M is
+// bf16 (precision::BF16True keeps everything in bf16).
+//
+// state() names every state array, so checkpoints save and restore it byte
+// for byte.
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "ft/core/error.hpp"
+#include "ft/core/half.hpp"
+#include "ft/models/parameters.hpp"
+#include "ft/optim/adafactor.hpp"
+#include "ft/optim/adamw8bit.hpp"
+#include "ft/optim/optimizer.hpp"
+#include "ft/optim/update.hpp"
+#include "ft/recipe/recipe.hpp"
+
+namespace ft::train {
+
+// One array of optimizer state, as bytes with a safetensors dtype.
+struct StateArray {
+  std::string name;
+  std::string dtype;  // "F32", "BF16", "U8"
+  void* data;
+  std::size_t bytes;
+};
+
+template <class M>
+class ParameterOptimizer {
+public:
+  virtual ~ParameterOptimizer() = default;
+  // One update of values[n] with grads[n] at learning rate lr; step counts from 1.
+  virtual void step(M* values, const M* grads, double lr, std::int64_t step) = 0;
+  virtual std::vector<StateArray> state() = 0;
+};
+
+// The hyperparameters the recipe gives every optimizer.
+inline optim::Hyperparameters hyperparameters(const recipe::TrainSection& t) {
+  optim::Hyperparameters h;
+  h.lr = t.learning_rate;
+  h.weight_decay = t.weight_decay;
+  h.beta1 = t.adam_beta1;
+  h.beta2 = t.adam_beta2;
+  h.eps = t.adam_epsilon;
+  h.momentum = t.momentum;
+  h.nesterov = t.nesterov;
+  return h;
+}
+
+namespace detail {
+
+template <class M>
+using state_t = std::conditional_t<std::is_same_v<M, bf16>, bf16, acc_t<M>>;
+
+template <class S>
+std::string state_dtype() {
+  if constexpr (std::is_same_v<S, bf16>) return "BF16";
+  else if constexpr (std::is_same_v<S, double>) return "F64";
+  else return "F32";
+}
+
+template <class S>
+StateArray array(const std::string& name, std::vector<S>& v) {
+  if constexpr (std::is_same_v<S, std::uint8_t>) return {name, "U8", v.data(), v.size()};
+  else return {name, state_dtype<S>(), v.data(), v.size() * sizeof(S)};
+}
+
+// State arrays that exist (an optimizer keeps only what a tensor's shape needs).
+template <class S>
+void add_nonempty(std::vector<StateArray>& out, const std::string& name, std::vector<S>& v) {
+  if (!v.empty()) out.push_back(array(name, v));
+}
+
+template <class M>
+class Sgd final : public ParameterOptimizer<M> {
+public:
+  Sgd(index_t n, const optim::Hyperparameters& h) : h_(h), n_(n) {
+    if (h.momentum != 0) buffer_.assign(std::size_t(n), state_t<M>(0.0f));  // plain SGD keeps nothing
+  }
+  void step(M* p, const M* g, double lr, std::int64_t step) override {
+    optim::Hyperparameters h = h_;
+    h.lr = lr;
+    optim::sgd_step(p, g, buffer_.data(), n_, h, step);
+  }
+  std::vector<StateArray> state() override {
+    if (buffer_.empty()) return {};
+    return {array("momentum_buffer", buffer_)};
+  }
+
+private:
+  optim::Hyperparameters h_;
+  index_t n_;
+  std::vector<state_t<M>> buffer_;
+};
+
+template <class M>
+class AdamW final : public ParameterOptimizer<M> {
+public:
+  AdamW(index_t n, const optim::Hyperparameters& h)
+      : h_(h), m_(std::size_t(n), state_t<M>(0.0f)), v_(std::size_t(n), state_t<M>(0.0f)) {}
+  void step(M* p, const M* g, double lr, std::int64_t step) override {
+    optim::Hyperparameters h = h_;
+    h.lr = lr;
+    optim::adamw_step(p, g, m_.data(), v_.data(), index_t(m_.size()), h, step);
+  }
+  std::vector<StateArray> state() override { return {array("exp_avg", m_), array("exp_avg_sq", v_)}; }
+
+private:
+  optim::Hyperparameters h_;
+  std::vector<state_t<M>> m_, v_;
+};
+
+template <class M>
+class Lion final : public ParameterOptimizer<M> {
+public:
+  Lion(index_t n, const optim::Hyperparameters& h) : h_(h), m_(std::size_t(n), state_t<M>(0.0f)) {}
+  void step(M* p, const M* g, double lr, std::int64_t) override {
+    optim::Hyperparameters h = h_;
+    h.lr = lr;
+    optim::lion_step(p, g, m_.data(), index_t(m_.size()), h);
+  }
+  std::vector<StateArray> state() override { return {array("exp_avg", m_)}; }
+
+private:
+  optim::Hyperparameters h_;
+  std::vector<state_t<M>> m_;
+};
+
+// Adafactor keeps per-tensor state (factored for matrices), so it steps the
+// buffer entry by entry. The external rate is the schedule's (as HF's
+// Trainer runs it: relative_step and scale_parameter off).
+template <class M>
+class Adafactor final : public ParameterOptimizer<M> {
+public:
+  Adafactor(const std::vector<models::ParameterEntry>& entries, const recipe::TrainSection& t) : entries_(entries) {
+    options_.lr = t.learning_rate;
+    options_.relative_step = false;
+    options_.scale_parameter = false;
+    options_.warmup_init = false;
+    options_.weight_decay = t.weight_decay;
+    if (t.adafactor_beta1 > 0) options_.beta1 = t.adafactor_beta1;
+    for (const auto& e : entries_) states_.push_back(optim::adafactor_state<state_t<M>>(e.shape, options_));
+  }
+  void step(M* p, const M* g, double lr, std::int64_t step) override {
+    options_.lr = lr;
+    for (std::size_t i = 0; i < entries_.size(); ++i)
+      optim::adafactor_step(p + entries_[i].offset, g + entries_[i].offset, entries_[i].shape, states_[i], options_, step);
+  }
+  std::vector<StateArray> state() override {
+    std::vector<StateArray> out;
+    for (std::size_t i = 0; i < entries_.size(); ++i) {
+      const std::string& n = entries_[i].name;
+      add_nonempty(out, n + "/exp_avg_sq_row", states_[i].row);
+      add_nonempty(out, n + "/exp_avg_sq_col", states_[i].col);
+      add_nonempty(out, n + "/exp_avg_sq", states_[i].full);
+      add_nonempty(out, n + "/exp_avg", states_[i].momentum);
+    }
+    return out;
+  }
+
+private:
+  std::vector<models::ParameterEntry> entries_;
+  optim::AdafactorOptions options_;
+  std::vector<optim::AdafactorState<state_t<M>>> states_;
+};
+
+// 8-bit AdamW quantises per tensor (small tensors keep plain moments).
+template <class M>
+class AdamW8bit final : public ParameterOptimizer<M> {
+public:
+  AdamW8bit(const std::vector<models::ParameterEntry>& entries, const optim::Hyperparameters& h)
+      : entries_(entries), h_(h) {
+    for (const auto& e : entries_) states_.push_back(optim::adamw8bit_state<state_t<M>>(e.shape.numel()));
+  }
+  void step(M* p, const M* g, double lr, std::int64_t step) override {
+    optim::Hyperparameters h = h_;
+    h.lr = lr;
+    for (std::size_t i = 0; i < entries_.size(); ++i)
+      optim::adamw8bit_step(p + entries_[i].offset, g + entries_[i].offset, entries_[i].shape.numel(), states_[i], h,
+                            step);
+  }
+  std::vector<StateArray> state() override {
+    std::vector<StateArray> out;
+    for (std::size_t i = 0; i < entries_.size(); ++i) {
+      const std::string& n = entries_[i].name;
+      add_nonempty(out, n + "/exp_avg_codes", states_[i].m_q);
+      add_nonempty(out, n + "/exp_avg_sq_codes", states_[i].v_q);
+      add_nonempty(out, n + "/exp_avg_absmax", states_[i].m_absmax);
+      add_nonempty(out, n + "/exp_avg_sq_absmax", states_[i].v_absmax);
+      add_nonempty(out, n + "/exp_avg", states_[i].m);
+      add_nonempty(out, n + "/exp_avg_sq", states_[i].v);
+    }
+    return out;
+  }
+
+private:
+  std::vector<models::ParameterEntry> entries_;
+  optim::Hyperparameters h_;
+  std::vector<optim::AdamW8bitState<state_t<M>>> states_;
+};
+
+}  // namespace detail
+
+// The policy's optimizer for one flat buffer with these entries (shapes
+// matter to optimizers that factor matrices). A policy from outside ft brings
+// its own by defining
+//   template <class M> static std::unique_ptr<ft::train::ParameterOptimizer<M>>
+//   make(const std::vector<ft::models::ParameterEntry>&, ft::index_t size, const ft::recipe::TrainSection&);
+// (examples/third_party_plugin does).
+template <class Policy, class M>
+std::unique_ptr<ParameterOptimizer<M>> make_parameter_optimizer(
+    const std::vector<models::ParameterEntry>& entries, index_t size,
+    const recipe::TrainSection& train) {
+  const optim::Hyperparameters h = hyperparameters(train);
+  if constexpr (requires { Policy::template make<M>(entries, size, train); }) {
+    return Policy::template make<M>(entries, size, train);
+  } else if constexpr (std::is_same_v<Policy, optim::SGD>) {
+    return std::make_unique<detail::Sgd<M>>(size, h);
+  } else if constexpr (std::is_same_v<Policy, optim::AdamW>) {
+    return std::make_unique<detail::AdamW<M>>(size, h);
+  } else if constexpr (std::is_same_v<Policy, optim::Lion>) {
+    return std::make_unique<detail::Lion<M>>(size, h);
+  } else if constexpr (std::is_same_v<Policy, optim::Adafactor>) {
+    return std::make_unique<detail::Adafactor<M>>(entries, train);
+  } else {
+    static_assert(std::is_same_v<Policy, optim::AdamW8bit>,
+                  "this optimizer policy has no run-time optimizer: give it a static make<M>(entries, size, train)");
+    return std::make_unique<detail::AdamW8bit<M>>(entries, h);
+  }
+}
+
+}  // namespace ft::train

@@ -1,0 +1,583 @@
+// Dataset rows to examples, and examples to micro-batches.
+//
+// Examples: for alpaca rows with chat templates (a prefix template, Llama 2's
+// that writes its own BOS, one that marks {% generation %} and is not a
+// prefix, one that makes the tokenizer merge across the prompt boundary),
+// alpaca rows without a template and text rows, ft's input_ids and labels are
+// those transformers gives (tools/make_example_fixtures.py); tokens rows,
+// truncation, JSON arrays, and every kind of bad row in fail and skip mode.
+// Batches: padding, an epoch is a permutation of the rows, orders are those of
+// a Python rewrite of the documented generator, packing keeps every token once
+// in its own document, matches a plain best-fit-decreasing reference, and
+// wastes less than padding.
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <numeric>
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include <ft/data/batches.hpp>
+#include <ft/data/examples.hpp>
+
+#include "support/files.hpp"
+
+namespace fs = std::filesystem;
+using ft::data::BatchPlan;
+using ft::data::ChatOptions;
+using ft::data::ChatTemplate;
+using ft::data::Example;
+using ft::data::ExampleOptions;
+using ft::data::Examples;
+using ft::data::Tokenizer;
+using ft::testing::error_of;
+using ft::testing::TempDir;
+using ft::testing::write_bytes;
+using nlohmann::json;
+
+namespace {
+
+const fs::path root = fs::path(FT_SOURCE_DIR);
+const fs::path data_fixtures = root / "tests/fixtures/data";
+
+json read_json(const fs::path& file) {
+  std::ifstream in(file);
+  REQUIRE_MESSAGE(in, "cannot open " << file);
+  return json::parse(in);
+}
+
+const Tokenizer& tokenizer(const std::string& kind) {
+  static std::map<std::string, Tokenizer> cache;
+  auto it = cache.find(kind);
+  if (it == cache.end())
+    it = cache.emplace(kind, Tokenizer::from_file(root / "tests/fixtures/tokenizers" / kind / "tokenizer.json")).first;
+  return it->second;
+}
+
+ChatTemplate chat_template(const std::string& relative) {
+  return ChatTemplate::parse(ft::testing::read_bytes(root / relative), relative);
+}
+
+ChatOptions specials(std::optional<std::string> bos, std::optional<std::string> eos) {
+  ChatOptions o;
+  o.bos_token = std::move(bos);
+  o.eos_token = std::move(eos);
+  return o;
+}
+
+const ChatOptions smollm2_chat = specials("<|im_start|>", "<|im_end|>");
+const ChatOptions smollm2_base = specials(std::nullopt, "<|endoftext|>");
+
+ExampleOptions options(std::string format, std::int64_t max_seq_length = 4096, std::string on_bad_row = "fail") {
+  ExampleOptions o;
+  o.format = std::move(format);
+  o.max_seq_length = max_seq_length;
+  o.on_bad_row = std::move(on_bad_row);
+  return o;
+}
+
+std::vector<std::int32_t> ids_of(const json& j) { return j.get<std::vector<std::int32_t>>(); }
+
+}  // namespace
+
+TEST_CASE("examples: ids and labels equal transformers' for every fixture case") {
+  const json cases = read_json(data_fixtures / "examples_expected.json");
+  REQUIRE(cases.size() >= 8);
+  int merged = 0;
+  for (auto it = cases.begin(); it != cases.end(); ++it) {
+    const std::string name = it.key();
+    const json& c = it.value();
+    CAPTURE(name);
+    std::optional<ChatTemplate> chat;
+    if (!c["template"].is_null()) chat = chat_template(c["template"].get<std::string>());
+    ChatOptions special;
+    if (c.contains("bos_token")) special.bos_token = c["bos_token"].get<std::string>();
+    special.eos_token = c["eos_token"].get<std::string>();
+    const Examples got =
+        ft::data::read_examples(data_fixtures / c["rows"].get<std::string>(), tokenizer(c["tokenizer"]),
+                                chat ? &*chat : nullptr, special, options(c["format"]));
+    const json& expected = c["expected"];
+    REQUIRE(got.rows.size() == expected.size());
+    CHECK(got.skipped == 0);
+    for (std::size_t i = 0; i < expected.size(); ++i) {
+      CAPTURE(i);
+      const Example& e = got.rows[i];
+      CHECK(e.line == std::int64_t(i + 1));
+      CHECK(e.input_ids == ids_of(expected[i]["input_ids"]));
+      CHECK(e.labels == ids_of(expected[i]["labels"]));
+      // The prompt is the leading run of -100.
+      const auto prompt = expected[i]["prompt_tokens"].get<std::size_t>();
+      REQUIRE(prompt < e.labels.size());
+      for (std::size_t t = 0; t < prompt; ++t) CHECK(e.labels[t] == -100);
+      CHECK(e.labels[prompt] == e.input_ids[prompt]);
+      merged += expected[i]["merged"].get<bool>();
+    }
+  }
+  CHECK(merged >= 2);  // the longest-common-prefix split is exercised
+}
+
+TEST_CASE("examples: a JSON array file gives the same examples, with each element's line") {
+  const Tokenizer& tok = tokenizer("smollm2");
+  const ChatTemplate chat = chat_template("tests/fixtures/chat_templates/smollm2.jinja");
+  const Examples lines =
+      ft::data::read_examples(data_fixtures / "alpaca_rows.jsonl", tok, &chat, smollm2_chat, options("alpaca"));
+  json array = json::array();
+  std::ifstream in(data_fixtures / "alpaca_rows.jsonl");
+  for (std::string line; std::getline(in, line);) array.push_back(json::parse(line));
+  TempDir dir("ft_examples");
+  // dump(1): "[", then each object over 5 lines (brace, three keys, brace).
+  write_bytes(dir / "rows.json", "\n" + array.dump(1) + "\n");
+  const Examples got = ft::data::read_examples(dir / "rows.json", tok, &chat, smollm2_chat, options("alpaca"));
+  REQUIRE(got.rows.size() == lines.rows.size());
+  for (std::size_t i = 0; i < got.rows.size(); ++i) {
+    CHECK(got.rows[i].input_ids == lines.rows[i].input_ids);
+    CHECK(got.rows[i].labels == lines.rows[i].labels);
+    CHECK(got.rows[i].line == std::int64_t(3 + 5 * i));
+  }
+  write_bytes(dir / "empty.json", " [ ] ");
+  CHECK(error_of([&] {
+          ft::data::read_examples(dir / "empty.json", tok, &chat, smollm2_chat, options("alpaca"));
+        }).find("has no rows") != std::string::npos);
+  write_bytes(dir / "open.json", "[{\"instruction\": \"a\", \"output\": \"b\"},\n{\"instruction\": \"[\"");
+  CHECK(error_of([&] {
+          ft::data::read_examples(dir / "open.json", tok, &chat, smollm2_chat, options("alpaca"));
+        }).find("open.json: the JSON array opened on line 2 is not closed") != std::string::npos);
+  write_bytes(dir / "after.json", "[{\"instruction\": \"a\", \"output\": \"b\"}]\n{}");
+  CHECK(error_of([&] {
+          ft::data::read_examples(dir / "after.json", tok, &chat, smollm2_chat, options("alpaca"));
+        }).find("after.json:2: text after the JSON array") != std::string::npos);
+}
+
+TEST_CASE("examples: truncation keeps HF's leading tokens; a prompt without room is a bad row") {
+  const json c = read_json(data_fixtures / "examples_expected.json")["smollm2_chat"];
+  const json& row = c["expected"][1];
+  const auto full = ids_of(row["input_ids"]);
+  const auto labels = ids_of(row["labels"]);
+  const auto prompt = row["prompt_tokens"].get<std::int64_t>();
+  const Tokenizer& tok = tokenizer("smollm2");
+  const ChatTemplate chat = chat_template("tests/fixtures/chat_templates/smollm2.jinja");
+  TempDir dir("ft_examples");
+  std::ifstream in(data_fixtures / "alpaca_rows.jsonl");
+  std::string first, second;
+  std::getline(in, first);
+  std::getline(in, second);
+  write_bytes(dir / "one.jsonl", second + "\n");
+
+  const std::int64_t keep = prompt + 3;
+  REQUIRE(keep < std::int64_t(full.size()));
+  const Examples got = ft::data::read_examples(dir / "one.jsonl", tok, &chat, smollm2_chat, options("alpaca", keep));
+  REQUIRE(got.rows.size() == 1);
+  CHECK(got.rows[0].input_ids == std::vector<std::int32_t>(full.begin(), full.begin() + keep));
+  CHECK(got.rows[0].labels == std::vector<std::int32_t>(labels.begin(), labels.begin() + keep));
+
+  // max_seq_length = prompt + 1: the one response token is labels[prompt], still scored.
+  CHECK(ft::data::read_examples(dir / "one.jsonl", tok, &chat, smollm2_chat, options("alpaca", prompt + 1))
+            .rows[0]
+            .labels.back() == full[std::size_t(prompt)]);
+  const std::string msg = error_of(
+      [&] { ft::data::read_examples(dir / "one.jsonl", tok, &chat, smollm2_chat, options("alpaca", prompt)); });
+  CHECK(msg.rfind((dir / "one.jsonl").string() + ":1: the prompt takes " + std::to_string(prompt) +
+                      " tokens and leaves no room for a response within max_seq_length " + std::to_string(prompt),
+                  0) == 0);
+  CHECK(msg.find("allowed:") != std::string::npos);
+
+  // Skipped: the short row survives, the long one is counted.
+  write_bytes(dir / "two.jsonl", second + "\n" + first + "\n");
+  const std::int64_t first_prompt =
+      read_json(data_fixtures / "examples_expected.json")["smollm2_chat"]["expected"][0]["prompt_tokens"];
+  REQUIRE(first_prompt < prompt);
+  const Examples skipped =
+      ft::data::read_examples(dir / "two.jsonl", tok, &chat, smollm2_chat, options("alpaca", prompt, "skip"));
+  CHECK(skipped.skipped == 1);
+  REQUIRE(skipped.rows.size() == 1);
+  CHECK(skipped.rows[0].line == 2);
+}
+
+TEST_CASE("examples: tokens rows") {
+  const Tokenizer& tok = tokenizer("smollm2");
+  TempDir dir("ft_examples");
+  write_bytes(dir / "t.jsonl",
+              "{\"input_ids\": [5, 6, 7, 8], \"labels\": [-100, -100, 7, 8]}\n"
+              "{\"input_ids\": [9, 10, 11]}\n"
+              "{\"input_ids\": [1, 2, 3, 4, 5, 6, 7, 8, 9], \"labels\": null}\n");
+  const Examples got = ft::data::read_examples(dir / "t.jsonl", tok, nullptr, {}, options("tokens", 6));
+  REQUIRE(got.rows.size() == 3);
+  CHECK(got.rows[0].input_ids == std::vector<std::int32_t>{5, 6, 7, 8});
+  CHECK(got.rows[0].labels == std::vector<std::int32_t>{-100, -100, 7, 8});
+  CHECK(got.rows[1].labels == std::vector<std::int32_t>{9, 10, 11});
+  CHECK(got.rows[2].input_ids == std::vector<std::int32_t>{1, 2, 3, 4, 5, 6});
+  CHECK(got.rows[2].labels == got.rows[2].input_ids);
+  CHECK(got.rows[2].line == 3);
+}
+
+TEST_CASE("examples: text rows without a known EOS get none appended") {
+  const Tokenizer& tok = tokenizer("smollm2");
+  TempDir dir("ft_examples");
+  write_bytes(dir / "t.jsonl", "{\"text\": \"hack the planet\"}\n");
+  const auto got = ft::data::read_examples(dir / "t.jsonl", tok, nullptr, {}, options("text"));
+  REQUIRE(got.rows.size() == 1);
+  CHECK(got.rows[0].input_ids == tok.encode("hack the planet", true));
+  CHECK(got.rows[0].labels == got.rows[0].input_ids);
+}
+
+TEST_CASE("examples: every kind of bad row, in fail mode and in skip mode") {
+  const Tokenizer& tok = tokenizer("smollm2");
+  const ChatTemplate chat = chat_template("tests/fixtures/chat_templates/smollm2.jinja");
+  const std::string good = R"({"instruction": "Name a colour.", "input": "", "output": "Red."})";
+  struct Bad {
+    std::string format, row, says;
+  };
+  const std::vector<Bad> bad = {
+      {"alpaca", R"({"instruction": "x", "output": )", "not valid JSON"},
+      {"alpaca", R"(["instruction", "output"])", "the row is an array, not an object"},
+      {"alpaca", R"(42)", "the row is a number, not an object"},
+      {"alpaca", R"({"input": "x", "output": "y"})", "\"instruction\" is missing"},
+      {"alpaca", R"({"instruction": "x"})", "\"output\" is missing"},
+      {"alpaca", R"({"instruction": 3, "output": "y"})", "\"instruction\" is a number, not a string"},
+      {"alpaca", R"({"instruction": "x", "input": ["a"], "output": "y"})", "\"input\" is an array, not a string"},
+      {"alpaca", R"({"instruction": "x", "output": ""})", "\"output\" is empty"},
+      {"alpaca", R"({"instruction": "", "output": "y"})", "\"instruction\" is empty"},
+      {"alpaca", "{\"instruction\": \"caf\xE9\", \"output\": \"y\"}", "not valid UTF-8 (byte 21)"},
+      {"alpaca", R"({"instruction": "\ud800", "output": "y"})", "not valid JSON"},
+      {"alpaca", R"({"instruction": ")" + std::string(3000, 'z') + R"(", "output": "y"})",
+       "leaves no room for a response within max_seq_length 64"},
+      {"text", R"({"txt": "x"})", "\"text\" is missing"},
+      {"text", R"({"text": ""})", "\"text\" is empty"},
+      {"text", R"({"text": null})", "\"text\" is missing"},
+      {"tokens", R"({"labels": [1]})", "\"input_ids\" is missing"},
+      {"tokens", R"({"input_ids": "1 2"})", "\"input_ids\" is a string, not a list"},
+      {"tokens", R"({"input_ids": []})", "\"input_ids\" is empty"},
+      {"tokens", R"({"input_ids": [1, 2.5]})", "\"input_ids\"[1] is a number, not an integer"},
+      {"tokens", R"({"input_ids": [1, 100000]})", "\"input_ids\"[1] = 100000 is outside the vocabulary [0, "},
+      {"tokens", R"({"input_ids": [1, -100]})", "\"input_ids\"[1] = -100 is outside the vocabulary"},
+      {"tokens", R"({"input_ids": [1, 2], "labels": [1]})", "\"labels\" has 1 entries and \"input_ids\" 2"},
+      {"tokens", R"({"input_ids": [1, 2], "labels": [1, -5]})", "\"labels\"[1] = -5 is outside the vocabulary"},
+      {"tokens", R"({"input_ids": [1, 2], "labels": [1, -100]})", "no token after the first is scored"},
+      {"tokens", R"({"input_ids": [1]})", "no token after the first is scored"},
+  };
+  TempDir dir("ft_examples");
+  const std::string good_for[] = {good, R"({"text": "fine"})", R"({"input_ids": [1, 2]})"};
+  auto good_row = [&](const std::string& format) {
+    return format == "alpaca" ? good_for[0] : format == "text" ? good_for[1] : good_for[2];
+  };
+  for (const Bad& b : bad) {
+    CAPTURE(b.row.substr(0, 80));
+    const fs::path file = dir / "bad.jsonl";
+    // Line 2 is blank: ignored, but counted.
+    write_bytes(file, good_row(b.format) + "\n  \n" + b.row + "\n" + good_row(b.format) + "\n");
+    const std::string msg =
+        error_of([&] { ft::data::read_examples(file, tok, &chat, smollm2_base, options(b.format, 64)); });
+    CHECK(msg.rfind(file.string() + ":3: ", 0) == 0);
+    CHECK(msg.find(b.says) != std::string::npos);
+    CHECK(msg.find(", allowed: ") != std::string::npos);
+    const Examples skipped = ft::data::read_examples(file, tok, &chat, smollm2_base, options(b.format, 64, "skip"));
+    CHECK(skipped.skipped == 1);
+    REQUIRE(skipped.rows.size() == 2);
+    CHECK(skipped.rows[0].line == 1);
+    CHECK(skipped.rows[1].line == 4);
+    REQUIRE(skipped.first_skips.size() == 1);
+    CHECK(skipped.first_skips[0] == msg);
+  }
+
+  // Many bad rows: counted, the first five kept in order; all bad: an error.
+  std::string many = good + "\n";
+  for (int i = 0; i < 8; ++i)
+    many += R"({"instruction": "x"})"
+            "\n";
+  write_bytes(dir / "many.jsonl", many);
+  const Examples got =
+      ft::data::read_examples(dir / "many.jsonl", tok, &chat, smollm2_chat, options("alpaca", 64, "skip"));
+  CHECK(got.rows.size() == 1);
+  CHECK(got.skipped == 8);
+  REQUIRE(got.first_skips.size() == 5);
+  CHECK(got.first_skips[4].rfind((dir / "many.jsonl").string() + ":6: ", 0) == 0);
+  write_bytes(dir / "none.jsonl", "{}\n[]\n");
+  const std::string none = error_of(
+      [&] { ft::data::read_examples(dir / "none.jsonl", tok, &chat, smollm2_chat, options("alpaca", 64, "skip")); });
+  CHECK(none.find("none.jsonl: has no usable rows (all 2 skipped; the first: ") != std::string::npos);
+}
+
+TEST_CASE("examples: files, options and templates that cannot be used") {
+  const Tokenizer& tok = tokenizer("smollm2");
+  const ChatTemplate chat = chat_template("tests/fixtures/chat_templates/smollm2.jinja");
+  const fs::path rows = data_fixtures / "alpaca_rows.jsonl";
+  TempDir dir("ft_examples");
+  CHECK(error_of([&] {
+          ft::data::read_examples(dir / "missing.jsonl", tok, &chat, smollm2_chat, options("alpaca"));
+        }).find("missing.jsonl: the dataset file does not exist") != std::string::npos);
+  CHECK(error_of([&] {
+          ft::data::read_examples(dir.path, tok, &chat, smollm2_chat, options("alpaca"));
+        }).find("is a directory") != std::string::npos);
+  write_bytes(dir / "blank.jsonl", "\n  \n\r\n");
+  CHECK(error_of([&] {
+          ft::data::read_examples(dir / "blank.jsonl", tok, &chat, smollm2_chat, options("alpaca"));
+        }).find("blank.jsonl: has no rows") != std::string::npos);
+  CHECK(error_of([&] {
+          ft::data::read_examples(rows, tok, &chat, smollm2_chat, options("csv"));
+        }).find("dataset format 'csv' is not known, allowed: alpaca, text, tokens") != std::string::npos);
+  CHECK(error_of([&] {
+          ft::data::read_examples(rows, tok, &chat, smollm2_chat, options("alpaca", 4096, "ignore"));
+        }).find("on_bad_row 'ignore' is not known, allowed: fail, skip") != std::string::npos);
+  CHECK(error_of([&] {
+          ft::data::read_examples(rows, tok, &chat, smollm2_chat, options("alpaca", 1));
+        }).find("max_seq_length 1 is too small") != std::string::npos);
+  CHECK(error_of([&] { ft::data::read_examples(rows, tok, nullptr, {}, options("alpaca")); }).find("none is known") !=
+        std::string::npos);
+  CHECK(error_of([&] {
+          ft::data::read_examples(rows, tok, nullptr, specials(std::nullopt, "</s>"), options("alpaca"));
+        }).find("eos_token '</s>' is not a token of the tokenizer") != std::string::npos);
+
+  // A generation prompt that is not a prefix, without {% generation %} marks.
+  const ChatTemplate unmarked = ChatTemplate::parse(
+      "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
+      "{% if add_generation_prompt %}<|im_start|>assistant\n<think>\n\n</think>\n\n{% endif %}",
+      "unmarked.jinja");
+  for (const char* mode : {"fail", "skip"}) {
+    const std::string msg =
+        error_of([&] { ft::data::read_examples(rows, tok, &unmarked, smollm2_chat, options("alpaca", 4096, mode)); });
+    CHECK(msg.rfind(rows.string() + ":1: chat template unmarked.jinja: the prompt it renders", 0) == 0);
+    CHECK(msg.find("{% generation %}") != std::string::npos);
+  }
+}
+
+TEST_CASE("examples: the Stanford Alpaca prompt") {
+  CHECK(ft::data::alpaca_prompt("Do X.", "") ==
+        "Below is an instruction that describes a task. Write a response that appropriately completes the "
+        "request.\n\n### Instruction:\nDo X.\n\n### Response:");
+  CHECK(ft::data::alpaca_prompt("Do X.", "with Y") ==
+        "Below is an instruction that describes a task, paired with an input that provides further context. Write a "
+        "response that appropriately completes the request.\n\n### Instruction:\nDo X.\n\n### Input:\nwith Y\n\n### "
+        "Response:");
+}
+
+// ---------------------------------------------------------------------------
+// Batches
+
+namespace {
+
+// Example i has tokens 1000 * (i + 1) + t (so every token says whose it is) and
+// labels -100 over its first third.
+std::vector<Example> synthetic(const std::vector<std::int64_t>& lengths) {
+  std::vector<Example> out;
+  for (std::size_t i = 0; i < lengths.size(); ++i) {
+    Example e;
+    e.line = std::int64_t(i + 1);
+    for (std::int64_t t = 0; t < lengths[i]; ++t) {
+      e.input_ids.push_back(std::int32_t(1000 * (i + 1) + std::size_t(t)));
+      e.labels.push_back(t < lengths[i] / 3 ? -100 : e.input_ids.back());
+    }
+    out.push_back(std::move(e));
+  }
+  return out;
+}
+
+// Lengths from 1 to max, skewed short, from a small LCG (fixed here, so the test
+// data never changes).
+std::vector<std::int64_t> mixed_lengths(std::size_t n, std::int64_t max) {
+  std::vector<std::int64_t> out;
+  std::uint32_t x = 12345;
+  for (std::size_t i = 0; i < n; ++i) {
+    x = x * 1664525u + 1013904223u;
+    const double u = double(x >> 8) / double(1u << 24);
+    out.push_back(1 + std::int64_t(u * u * double(max - 1)));
+  }
+  return out;
+}
+
+std::int64_t owner(std::int32_t token) { return token / 1000 - 1; }
+
+constexpr std::int32_t pad = 7;
+
+}  // namespace
+
+TEST_CASE("batches: ft::Rng and epoch orders equal the reference") {
+  const json ref = read_json(data_fixtures / "shuffle_expected.json");
+  // Also splitmix64.c's published first outputs for seed 1234567.
+  ft::Rng rng(ref["splitmix64"]["seed"].get<std::uint64_t>());
+  for (const auto& v : ref["splitmix64"]["outputs"]) CHECK(rng.next() == std::stoull(v.get<std::string>()));
+  for (const auto& o : ref["orders"])
+    CHECK(ft::data::epoch_order(o["n"], o["seed"].get<std::uint64_t>(), o["epoch"]) ==
+          o["order"].get<std::vector<std::int64_t>>());
+}
+
+TEST_CASE("batches: padding, targets and an epoch as a permutation") {
+  const auto lengths = mixed_lengths(40, 60);
+  const auto examples = synthetic(lengths);
+  const std::int64_t R = 4, max_T = 60;
+  const BatchPlan plan(examples, R, max_T, false, pad, 99);
+  REQUIRE(plan.batches_per_epoch() == 10);
+  std::vector<std::int64_t> seen0, seen1;
+  for (std::int64_t epoch : {0, 1}) {
+    for (std::int64_t i = 0; i < plan.batches_per_epoch(); ++i) {
+      const auto batch = plan.batch(epoch, i);
+      CHECK(batch.B == R);
+      CHECK(batch.documents.empty());
+      std::int64_t longest = 0, tokens = 0;
+      for (std::int64_t b = 0; b < R; ++b) {
+        const std::int64_t e = owner(batch.input_ids[std::size_t(b * batch.T)]);
+        (epoch == 0 ? seen0 : seen1).push_back(e);
+        longest = std::max(longest, lengths[std::size_t(e)]);
+        tokens += lengths[std::size_t(e)];
+      }
+      CHECK(batch.T == std::min<std::int64_t>(max_T, (longest + 7) / 8 * 8));
+      CHECK(plan.dataset_tokens(epoch, i) == tokens);
+      for (std::int64_t b = 0; b < R; ++b) {
+        const std::int64_t e = owner(batch.input_ids[std::size_t(b * batch.T)]);
+        const Example& ex = examples[std::size_t(e)];
+        const auto n = std::int64_t(ex.input_ids.size());
+        for (std::int64_t t = 0; t < batch.T; ++t) {
+          const auto k = std::size_t(b * batch.T + t);
+          CHECK(batch.input_ids[k] == (t < n ? ex.input_ids[std::size_t(t)] : pad));
+          CHECK(batch.targets[k] == (t + 1 < n ? ex.labels[std::size_t(t + 1)] : -100));
+          CHECK(batch.positions[k] == t);
+        }
+      }
+    }
+  }
+  auto sorted0 = seen0, sorted1 = seen1;
+  std::sort(sorted0.begin(), sorted0.end());
+  std::sort(sorted1.begin(), sorted1.end());
+  std::vector<std::int64_t> all(40);
+  std::iota(all.begin(), all.end(), std::int64_t(0));
+  CHECK(sorted0 == all);
+  CHECK(sorted1 == all);
+  CHECK(seen0 != seen1);
+
+  // The same seed gives the same batches; another seed another order.
+  const BatchPlan same(examples, R, max_T, false, pad, 99), other(examples, R, max_T, false, pad, 100);
+  CHECK(same.batch(1, 3).input_ids == plan.batch(1, 3).input_ids);
+  CHECK(same.order(0) == plan.order(0));
+  CHECK(other.order(0) != plan.order(0));
+
+  // 42 rows: two left over and dropped; a cap below the rounded length.
+  const BatchPlan odd(synthetic(mixed_lengths(42, 61)), R, 61, false, pad, 1);
+  CHECK(odd.batches_per_epoch() == 10);
+  bool capped = false;
+  for (std::int64_t i = 0; i < odd.batches_per_epoch(); ++i) {
+    const auto T = odd.batch(0, i).T;
+    CHECK((T % 8 == 0 || T == 61));
+    capped |= T == 61;
+  }
+  CHECK(capped);
+  CHECK(error_of([&] { odd.batch(0, 10); }).find("batch 10 is outside the epoch") != std::string::npos);
+}
+
+TEST_CASE("batches: refusals") {
+  const auto examples = synthetic({5, 6, 7});
+  CHECK(error_of([&] {
+          BatchPlan(examples, 4, 16, false, pad, 0);
+        }).find("the dataset makes 3 rows, fewer than one batch of rows_per_batch 4") != std::string::npos);
+  CHECK(error_of([&] {
+          BatchPlan(examples, 1, 6, false, pad, 0);
+        }).find("the example of line 3 has 7 tokens, allowed: 1 to max_seq_length (6)") != std::string::npos);
+  CHECK(error_of([&] {
+          BatchPlan(examples, 2, 18, true, pad, 0);
+        }).find("the dataset makes 1 packed rows, fewer than one batch") != std::string::npos);
+  CHECK(error_of([&] { BatchPlan({}, 1, 16, false, pad, 0); }).find("no examples") != std::string::npos);
+  auto broken = examples;
+  broken[1].labels.pop_back();
+  CHECK(error_of([&] { BatchPlan(broken, 1, 16, false, pad, 0); }).find("has 5 labels for 6 tokens") !=
+        std::string::npos);
+}
+
+namespace {
+
+// Best-fit decreasing the plain way: a linear scan over the bins for each item.
+std::vector<std::vector<std::int64_t>> plain_best_fit(const std::vector<std::int64_t>& lengths, std::int64_t cap) {
+  std::vector<std::int64_t> items(lengths.size());
+  std::iota(items.begin(), items.end(), std::int64_t(0));
+  std::stable_sort(items.begin(), items.end(),
+                   [&](std::int64_t a, std::int64_t b) { return lengths[std::size_t(a)] > lengths[std::size_t(b)]; });
+  std::vector<std::vector<std::int64_t>> bins;
+  std::vector<std::int64_t> room;
+  for (std::int64_t item : items) {
+    std::int64_t best = -1;
+    for (std::size_t b = 0; b < bins.size(); ++b)
+      if (room[b] >= lengths[std::size_t(item)] && (best < 0 || room[b] < room[std::size_t(best)]))
+        best = std::int64_t(b);
+    if (best < 0) {
+      best = std::int64_t(bins.size());
+      bins.emplace_back();
+      room.push_back(cap);
+    }
+    bins[std::size_t(best)].push_back(item);
+    room[std::size_t(best)] -= lengths[std::size_t(item)];
+  }
+  return bins;
+}
+
+}  // namespace
+
+TEST_CASE("batches: packing keeps every token once, in its own document, and beats padding") {
+  const std::int64_t max_T = 64;
+  const auto lengths = mixed_lengths(300, max_T);
+  const auto examples = synthetic(lengths);
+  const BatchPlan packed(examples, 1, max_T, true, pad, 5);
+  CHECK(ft::data::pack_best_fit(lengths, max_T) == plain_best_fit(lengths, max_T));
+  const std::int64_t total = std::accumulate(lengths.begin(), lengths.end(), std::int64_t(0));
+  CHECK(packed.rows() >= (total + max_T - 1) / max_T);
+  CHECK(packed.batches_per_epoch() == packed.rows());
+
+  std::vector<int> count(examples.size(), 0);
+  std::int64_t packed_tokens = 0, packed_slots = 0;
+  for (std::int64_t i = 0; i < packed.batches_per_epoch(); ++i) {
+    const auto batch = packed.batch(2, i);
+    REQUIRE(batch.T == max_T);
+    REQUIRE(batch.documents.size() == std::size_t(max_T));
+    packed_tokens += packed.dataset_tokens(2, i);
+    packed_slots += batch.rows();
+    std::set<std::int32_t> documents_seen;
+    std::int64_t t = 0;
+    while (t < max_T && batch.input_ids[std::size_t(t)] != pad) {
+      const std::int64_t e = owner(batch.input_ids[std::size_t(t)]);
+      const Example& ex = examples[std::size_t(e)];
+      const auto n = std::int64_t(ex.input_ids.size());
+      REQUIRE(t + n <= max_T);
+      ++count[std::size_t(e)];
+      const std::int32_t document = batch.documents[std::size_t(t)];
+      CHECK(documents_seen.insert(document).second);  // a new id for every example of the row
+      for (std::int64_t k = 0; k < n; ++k) {
+        const auto at = std::size_t(t + k);
+        CHECK(batch.input_ids[at] == ex.input_ids[std::size_t(k)]);
+        CHECK(batch.documents[at] == document);
+        CHECK(batch.positions[at] == k);
+        CHECK(batch.targets[at] == (k + 1 < n ? ex.labels[std::size_t(k + 1)] : -100));
+      }
+      t += n;
+    }
+    // The tail: padding, one document of its own, never scored.
+    if (t < max_T) CHECK(documents_seen.insert(batch.documents[std::size_t(t)]).second);
+    for (; t < max_T; ++t) {
+      CHECK(batch.input_ids[std::size_t(t)] == pad);
+      CHECK(batch.targets[std::size_t(t)] == -100);
+      CHECK(batch.documents[std::size_t(t)] == *documents_seen.rbegin());
+    }
+  }
+  CHECK(std::all_of(count.begin(), count.end(), [](int c) { return c == 1; }));
+  CHECK(packed_tokens == total);
+
+  // With rows_per_batch 4, the same packed rows, shuffled per epoch.
+  const BatchPlan packed4(examples, 4, max_T, true, pad, 5);
+  CHECK(packed4.rows() == packed.rows());
+  CHECK(packed4.order(0) != packed4.order(1));
+  CHECK(packed4.batch(0, 0).B == 4);
+
+  const BatchPlan padded(examples, 4, max_T, false, pad, 5);
+  std::int64_t padded_tokens = 0, padded_slots = 0;
+  for (std::int64_t i = 0; i < padded.batches_per_epoch(); ++i) {
+    padded_tokens += padded.dataset_tokens(0, i);
+    padded_slots += padded.batch(0, i).rows();
+  }
+  const double packed_efficiency = double(packed_tokens) / double(packed_slots);
+  const double padded_efficiency = double(padded_tokens) / double(padded_slots);
+  MESSAGE("packing " << packed_efficiency << ", padding " << padded_efficiency);
+  CHECK(packed_efficiency > padded_efficiency);
+  CHECK(packed_efficiency > 0.9);
+}
