@@ -322,3 +322,24 @@ TEST_CASE("options that cannot work together are refused before anything is allo
     CHECK_FALSE(fs::exists(dir.path / "run/metrics.jsonl"));
   }
 }
+
+TEST_CASE("activation checkpointing and offloading change memory, not results") {
+  // Full fine-tuning, so every weight gradient passes through the recomputed activations.
+  ft::testing::TempDir dir("ft_train_memory");
+  const std::string extra = "[strategy]\nadapter = \"full\"\n[train]\nmax_steps = 3\nper_device_train_batch_size = 2\n";
+  std::vector<std::string> runs;
+  for (const std::string memory : {"", "gradient_checkpointing = \"every_block\"\n",
+                                   "gradient_checkpointing = \"every_2\"\nactivation_offloading = true\n",
+                                   "activation_offloading = true\n"}) {
+    CAPTURE(memory);
+    const fs::path run_dir = dir.path / std::to_string(runs.size());
+    const Run r = ftrun_train(write_recipe(run_dir, extra + memory));
+    INFO(r.err);
+    REQUIRE(r.code == 0);
+    runs.push_back(file_bytes(run_dir / "run/model/model.safetensors"));
+    const auto m = metrics(run_dir / "run");
+    REQUIRE(m.size() == 3);
+    CHECK(m[2]["loss"].get<double>() == metrics(dir.path / "0/run")[2]["loss"].get<double>());
+  }
+  for (std::size_t i = 1; i < runs.size(); ++i) CHECK(runs[i] == runs[0]);
+}

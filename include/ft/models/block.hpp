@@ -43,6 +43,34 @@ struct BlockScratch {
   }
 };
 
+// What a block's forward keeps for its backward. A block owns one set, or
+// shares one set with every other checkpointed block: a checkpointed block's
+// forward writes into the shared set and backward recomputes it first, so
+// only the block's input has to survive from forward to backward.
+template <element T>
+struct BlockActivations {
+  using A = acc_t<T>;
+  Tensor<T> n1, qkv, attention, mid, n2, mlp_in, hidden;
+  Tensor<A> n1_mean, n1_rstd, lse, n2_mean, n2_rstd;
+
+  void resize(const TransformerConfig& c, const Batch& batch) {
+    const index_t N = batch.rows(), C = c.hidden_size;
+    if (n1.size(0) == N && lse.numel() == batch.B * c.num_heads * batch.T) return;
+    n1 = Tensor<T>(Shape{N, C});
+    n1_mean = Tensor<A>(Shape{N});
+    n1_rstd = Tensor<A>(Shape{N});
+    qkv = Tensor<T>(Shape{N, c.qkv_width()});
+    attention = Tensor<T>(Shape{N, c.num_heads * c.head_dim});
+    lse = Tensor<A>(Shape{batch.B * c.num_heads * batch.T});
+    mid = Tensor<T>(Shape{N, C});
+    n2 = Tensor<T>(Shape{N, C});
+    n2_mean = Tensor<A>(Shape{N});
+    n2_rstd = Tensor<A>(Shape{N});
+    mlp_in = Tensor<T>(Shape{N, c.mlp_in_width()});
+    hidden = Tensor<T>(Shape{N, c.intermediate_size});
+  }
+};
+
 template <element T>
 class Block {
 public:
@@ -71,6 +99,15 @@ public:
 
   // Adds an adapter to this block's linear layers (null removes it). Not owned.
   void set_adapter(LinearAdapter<T>* adapter) { adapter_ = adapter; }
+  // Checkpointing: keep activations in `shared` (not owned) instead of this
+  // block's own set, which is freed; null goes back to an own set.
+  void share_activations(BlockActivations<T>* shared) {
+    shared_ = shared;
+    own_ = BlockActivations<T>{};
+  }
+  bool checkpointed() const { return shared_ != nullptr; }
+  // The input backward reads, when it no longer lives where forward saw it (offloading).
+  void set_input(const T* x) { input_ = x; }
   index_t layer() const { return layer_; }
 
   ParameterBuffer<T>& parameters() { return params_; }
@@ -80,39 +117,40 @@ public:
   // y = block(x); x must stay alive and unchanged until backward.
   void forward(T* y, const T* x, const Batch& batch) {
     const index_t N = batch.rows(), C = c_.hidden_size, HD = c_.num_heads * c_.head_dim;
-    resize(batch);
+    BlockActivations<T>& a = activations();
+    a.resize(c_, batch);
     input_ = x;
     auto p = [&](const char* name) { return params_.value(name); };
     const std::int32_t* documents = batch.documents.empty() ? nullptr : batch.documents.data();
 
-    nn::norm_forward(c_.norm, n1_.data(), n1_mean_.data(), n1_rstd_.data(), x, p("attn_norm.weight"),
+    nn::norm_forward(c_.norm, a.n1.data(), a.n1_mean.data(), a.n1_rstd.data(), x, p("attn_norm.weight"),
                      p("attn_norm.bias"), N, C, A(c_.norm_eps));
-    nn::linear_forward(qkv_.data(), n1_.data(), p("qkv.weight"), p("qkv.bias"), N, C, c_.qkv_width());
-    adapt(LinearSlot::qkv, qkv_.data(), n1_.data(), N);
-    nn::rope_forward(qkv_.data(), batch.positions.data(), inv_freq_, N, c_.num_heads, c_.num_kv_heads, c_.head_dim);
-    nn::attention_forward(attention_.data(), lse_.data(), qkv_.data(), documents, attention_shape(batch));
+    nn::linear_forward(a.qkv.data(), a.n1.data(), p("qkv.weight"), p("qkv.bias"), N, C, c_.qkv_width());
+    adapt(LinearSlot::qkv, a.qkv.data(), a.n1.data(), N);
+    nn::rope_forward(a.qkv.data(), batch.positions.data(), inv_freq_, N, c_.num_heads, c_.num_kv_heads, c_.head_dim);
+    nn::attention_forward(a.attention.data(), a.lse.data(), a.qkv.data(), documents, attention_shape(batch));
     // Sequential: mid = x + O(att). Parallel: the attention branch goes to y, mid is only scratch.
-    T* attention_out = c_.parallel_residual ? y : mid_.data();
-    nn::linear_forward(attention_out, attention_.data(), p("o.weight"), p("o.bias"), N, HD, C);
-    adapt(LinearSlot::o, attention_out, attention_.data(), N);
-    if (!c_.parallel_residual) add_into(mid_.data(), x, N * C);
+    T* attention_out = c_.parallel_residual ? y : a.mid.data();
+    nn::linear_forward(attention_out, a.attention.data(), p("o.weight"), p("o.bias"), N, HD, C);
+    adapt(LinearSlot::o, attention_out, a.attention.data(), N);
+    if (!c_.parallel_residual) add_into(a.mid.data(), x, N * C);
 
-    const T* mlp_input = c_.parallel_residual ? x : mid_.data();
-    nn::norm_forward(c_.norm, n2_.data(), n2_mean_.data(), n2_rstd_.data(), mlp_input, p("mlp_norm.weight"),
+    const T* mlp_input = c_.parallel_residual ? x : a.mid.data();
+    nn::norm_forward(c_.norm, a.n2.data(), a.n2_mean.data(), a.n2_rstd.data(), mlp_input, p("mlp_norm.weight"),
                      p("mlp_norm.bias"), N, C, A(c_.norm_eps));
-    nn::linear_forward(mlp_in_.data(), n2_.data(), p("mlp_in.weight"), p("mlp_in.bias"), N, C, c_.mlp_in_width());
-    adapt(LinearSlot::mlp_in, mlp_in_.data(), n2_.data(), N);
-    nn::mlp_forward(hidden_.data(), mlp_in_.data(), N, c_.intermediate_size, c_.gated_mlp, c_.activation);
+    nn::linear_forward(a.mlp_in.data(), a.n2.data(), p("mlp_in.weight"), p("mlp_in.bias"), N, C, c_.mlp_in_width());
+    adapt(LinearSlot::mlp_in, a.mlp_in.data(), a.n2.data(), N);
+    nn::mlp_forward(a.hidden.data(), a.mlp_in.data(), N, c_.intermediate_size, c_.gated_mlp, c_.activation);
     if (c_.parallel_residual) {
-      nn::linear_forward(mid_.data(), hidden_.data(), p("mlp_out.weight"), p("mlp_out.bias"), N,
+      nn::linear_forward(a.mid.data(), a.hidden.data(), p("mlp_out.weight"), p("mlp_out.bias"), N,
                          c_.intermediate_size, C);
-      adapt(LinearSlot::mlp_out, mid_.data(), hidden_.data(), N);
-      add_into(y, mid_.data(), N * C);
+      adapt(LinearSlot::mlp_out, a.mid.data(), a.hidden.data(), N);
+      add_into(y, a.mid.data(), N * C);
       add_into(y, x, N * C);
     } else {
-      nn::linear_forward(y, hidden_.data(), p("mlp_out.weight"), p("mlp_out.bias"), N, c_.intermediate_size, C);
-      adapt(LinearSlot::mlp_out, y, hidden_.data(), N);
-      add_into(y, mid_.data(), N * C);
+      nn::linear_forward(y, a.hidden.data(), p("mlp_out.weight"), p("mlp_out.bias"), N, c_.intermediate_size, C);
+      adapt(LinearSlot::mlp_out, y, a.hidden.data(), N);
+      add_into(y, a.mid.data(), N * C);
     }
   }
 
@@ -120,47 +158,48 @@ public:
   void backward(T* dres, const Batch& batch, BlockScratch<T>& s) {
     const index_t N = batch.rows(), C = c_.hidden_size, HD = c_.num_heads * c_.head_dim, F = c_.intermediate_size;
     s.resize(c_, N);
+    BlockActivations<T>& a = activations();
     auto p = [&](const char* name) { return params_.value(name); };
     auto g = [&](const char* name) { return params_.grad(name); };
     const std::int32_t* documents = batch.documents.empty() ? nullptr : batch.documents.data();
-    const T* mlp_input = c_.parallel_residual ? input_ : mid_.data();
+    const T* mlp_input = c_.parallel_residual ? input_ : a.mid.data();
 
     // MLP branch: d n2 into d_norm_a.
     zero(s.d_hidden);
-    nn::linear_backward(s.d_hidden.data(), g("mlp_out.weight"), g("mlp_out.bias"), dres, hidden_.data(),
+    nn::linear_backward(s.d_hidden.data(), g("mlp_out.weight"), g("mlp_out.bias"), dres, a.hidden.data(),
                         p("mlp_out.weight"), N, F, C);
-    adapt_backward(LinearSlot::mlp_out, s.d_hidden.data(), dres, hidden_.data(), N);
+    adapt_backward(LinearSlot::mlp_out, s.d_hidden.data(), dres, a.hidden.data(), N);
     zero(s.d_mlp_in);
-    nn::mlp_backward(s.d_mlp_in.data(), s.d_hidden.data(), mlp_in_.data(), N, F, c_.gated_mlp, c_.activation);
+    nn::mlp_backward(s.d_mlp_in.data(), s.d_hidden.data(), a.mlp_in.data(), N, F, c_.gated_mlp, c_.activation);
     zero(s.d_norm_a);
-    nn::linear_backward(s.d_norm_a.data(), g("mlp_in.weight"), g("mlp_in.bias"), s.d_mlp_in.data(), n2_.data(),
+    nn::linear_backward(s.d_norm_a.data(), g("mlp_in.weight"), g("mlp_in.bias"), s.d_mlp_in.data(), a.n2.data(),
                         p("mlp_in.weight"), N, C, c_.mlp_in_width());
-    adapt_backward(LinearSlot::mlp_in, s.d_norm_a.data(), s.d_mlp_in.data(), n2_.data(), N);
+    adapt_backward(LinearSlot::mlp_in, s.d_norm_a.data(), s.d_mlp_in.data(), a.n2.data(), N);
     // Sequential: the MLP's input is mid, so dres becomes d mid before the attention branch reads it.
     if (!c_.parallel_residual)
       nn::norm_backward(c_.norm, dres, g("mlp_norm.weight"), g("mlp_norm.bias"), s.d_norm_a.data(), mlp_input,
-                        p("mlp_norm.weight"), n2_mean_.data(), n2_rstd_.data(), N, C);
+                        p("mlp_norm.weight"), a.n2_mean.data(), a.n2_rstd.data(), N, C);
 
     // Attention branch: d n1 into d_norm_b.
     zero(s.d_attention);
-    nn::linear_backward(s.d_attention.data(), g("o.weight"), g("o.bias"), dres, attention_.data(), p("o.weight"),
+    nn::linear_backward(s.d_attention.data(), g("o.weight"), g("o.bias"), dres, a.attention.data(), p("o.weight"),
                         N, HD, C);
-    adapt_backward(LinearSlot::o, s.d_attention.data(), dres, attention_.data(), N);
+    adapt_backward(LinearSlot::o, s.d_attention.data(), dres, a.attention.data(), N);
     zero(s.d_qkv);
-    nn::attention_backward(s.d_qkv.data(), s.d_attention.data(), attention_.data(), lse_.data(), qkv_.data(),
+    nn::attention_backward(s.d_qkv.data(), s.d_attention.data(), a.attention.data(), a.lse.data(), a.qkv.data(),
                            documents, attention_shape(batch));
     nn::rope_backward(s.d_qkv.data(), batch.positions.data(), inv_freq_, N, c_.num_heads, c_.num_kv_heads,
                       c_.head_dim);
     zero(s.d_norm_b);
-    nn::linear_backward(s.d_norm_b.data(), g("qkv.weight"), g("qkv.bias"), s.d_qkv.data(), n1_.data(),
+    nn::linear_backward(s.d_norm_b.data(), g("qkv.weight"), g("qkv.bias"), s.d_qkv.data(), a.n1.data(),
                         p("qkv.weight"), N, C, c_.qkv_width());
-    adapt_backward(LinearSlot::qkv, s.d_norm_b.data(), s.d_qkv.data(), n1_.data(), N);
+    adapt_backward(LinearSlot::qkv, s.d_norm_b.data(), s.d_qkv.data(), a.n1.data(), N);
 
     if (c_.parallel_residual)
       nn::norm_backward(c_.norm, dres, g("mlp_norm.weight"), g("mlp_norm.bias"), s.d_norm_a.data(), mlp_input,
-                        p("mlp_norm.weight"), n2_mean_.data(), n2_rstd_.data(), N, C);
+                        p("mlp_norm.weight"), a.n2_mean.data(), a.n2_rstd.data(), N, C);
     nn::norm_backward(c_.norm, dres, g("attn_norm.weight"), g("attn_norm.bias"), s.d_norm_b.data(), input_,
-                      p("attn_norm.weight"), n1_mean_.data(), n1_rstd_.data(), N, C);
+                      p("attn_norm.weight"), a.n1_mean.data(), a.n1_rstd.data(), N, C);
   }
 
 private:
@@ -168,22 +207,7 @@ private:
     return {batch.B, batch.T, c_.num_heads, c_.num_kv_heads, c_.head_dim, c_.sliding_window[std::size_t(layer_)]};
   }
 
-  void resize(const Batch& batch) {
-    const index_t N = batch.rows(), C = c_.hidden_size;
-    if (n1_.size(0) == N && lse_.numel() == batch.B * c_.num_heads * batch.T) return;
-    n1_ = Tensor<T>(Shape{N, C});
-    n1_mean_ = Tensor<A>(Shape{N});
-    n1_rstd_ = Tensor<A>(Shape{N});
-    qkv_ = Tensor<T>(Shape{N, c_.qkv_width()});
-    attention_ = Tensor<T>(Shape{N, c_.num_heads * c_.head_dim});
-    lse_ = Tensor<A>(Shape{batch.B * c_.num_heads * batch.T});
-    mid_ = Tensor<T>(Shape{N, C});
-    n2_ = Tensor<T>(Shape{N, C});
-    n2_mean_ = Tensor<A>(Shape{N});
-    n2_rstd_ = Tensor<A>(Shape{N});
-    mlp_in_ = Tensor<T>(Shape{N, c_.mlp_in_width()});
-    hidden_ = Tensor<T>(Shape{N, c_.intermediate_size});
-  }
+  BlockActivations<T>& activations() { return shared_ ? *shared_ : own_; }
 
   void adapt(LinearSlot slot, T* y, const T* x, index_t N) {
     if (adapter_) adapter_->forward(slot, y, x, N);
@@ -203,9 +227,8 @@ private:
   std::vector<float> inv_freq_;
   LinearAdapter<T>* adapter_ = nullptr;
   const T* input_ = nullptr;
-  // Saved for backward.
-  Tensor<T> n1_, qkv_, attention_, mid_, n2_, mlp_in_, hidden_;
-  Tensor<A> n1_mean_, n1_rstd_, lse_, n2_mean_, n2_rstd_;
+  BlockActivations<T> own_;
+  BlockActivations<T>* shared_ = nullptr;
 };
 
 }  // namespace ft::models

@@ -18,6 +18,20 @@
 
 namespace ft::models {
 
+// Trading compute or copies for memory; all of it leaves results bit-equal.
+//   checkpoint_every  0: every block keeps its activations; K >= 1: blocks
+//                     0, K, 2K, ... keep only their input and recompute the
+//                     rest in backward (1 is every block)
+//   offload_inputs    each block's input goes to a host buffer after forward
+//                     and comes back for its backward, so the device keeps two
+//                     residual buffers instead of one per block. On the CPU
+//                     both sides are host memory and this only costs copies;
+//                     it exists for accelerators and composes with checkpointing.
+struct MemoryOptions {
+  index_t checkpoint_every = 0;
+  bool offload_inputs = false;
+};
+
 template <element T>
 class Transformer {
 public:
@@ -32,6 +46,15 @@ public:
   Transformer(const Transformer&) = delete;  // stages point into each other
   Transformer& operator=(const Transformer&) = delete;
 
+  void set_memory_options(const MemoryOptions& options) {
+    memory_ = options;
+    for (auto& b : blocks_) {
+      const bool checkpoint = options.checkpoint_every > 0 && b.layer() % options.checkpoint_every == 0;
+      b.share_activations(checkpoint ? &shared_activations_ : nullptr);
+    }
+    residual_.clear();
+  }
+
   const TransformerConfig& config() const { return spec_.config; }
   const ModelSpec& spec() const { return spec_; }
   EmbeddingStage<T>& embedding() { return embedding_; }
@@ -43,19 +66,39 @@ public:
     const index_t N = batch.rows(), C = spec_.config.hidden_size, L = spec_.config.num_layers;
     if (batch.positions.size() != std::size_t(N) || batch.targets.size() != std::size_t(N))
       throw Error("a batch needs positions and targets for each of its " + std::to_string(N) + " tokens");
-    if (residual_.empty() || residual_[0].size(0) != N) {
+    // Residual stream: one buffer per stage boundary, or two in turn when inputs are offloaded.
+    const index_t buffers = memory_.offload_inputs ? 2 : L + 1;
+    if (index_t(residual_.size()) != buffers || residual_[0].size(0) != N) {
       residual_.clear();
-      for (index_t l = 0; l <= L; ++l) residual_.emplace_back(Shape{N, C});
+      for (index_t l = 0; l < buffers; ++l) residual_.emplace_back(Shape{N, C});
       d_residual_ = Tensor<T>(Shape{N, C});
+      if (memory_.offload_inputs) {
+        offloaded_.assign(std::size_t(L), memory::HostVector<T>(std::size_t(N * C)));
+        restored_ = Tensor<T>(Shape{N, C});
+      }
     }
-    embedding_.forward(residual_[0].data(), batch);
-    for (index_t l = 0; l < L; ++l)
-      blocks_[std::size_t(l)].forward(residual_[std::size_t(l + 1)].data(), residual_[std::size_t(l)].data(), batch);
-    double loss = head_.forward(residual_[std::size_t(L)].data(), batch, options, logits);
+    auto stream = [&](index_t l) -> T* { return residual_[std::size_t(l % buffers)].data(); };
+    embedding_.forward(stream(0), batch);
+    for (index_t l = 0; l < L; ++l) {
+      blocks_[std::size_t(l)].forward(stream(l + 1), stream(l), batch);
+      if (memory_.offload_inputs) std::copy_n(stream(l), N * C, offloaded_[std::size_t(l)].data());
+    }
+    double loss = head_.forward(stream(L), batch, options, logits);
     if (!options.backward) return loss;
 
     head_.backward(d_residual_.data(), batch);
-    for (index_t l = L - 1; l >= 0; --l) blocks_[std::size_t(l)].backward(d_residual_.data(), batch, scratch_);
+    for (index_t l = L - 1; l >= 0; --l) {
+      Block<T>& block = blocks_[std::size_t(l)];
+      const T* input = stream(l);
+      if (memory_.offload_inputs) {
+        std::copy_n(offloaded_[std::size_t(l)].data(), N * C, restored_.data());
+        input = restored_.data();
+        block.set_input(input);
+      }
+      // The output buffer is free by now: the blocks after this one and the head are done.
+      if (block.checkpointed()) block.forward(stream(l + 1), input, batch);
+      block.backward(d_residual_.data(), batch, scratch_);
+    }
     embedding_.backward(d_residual_.data(), batch);
     return loss;
   }
@@ -150,8 +193,11 @@ private:
   EmbeddingStage<T> embedding_;
   std::vector<Block<T>> blocks_;
   HeadStage<T> head_;
+  MemoryOptions memory_;
   std::vector<Tensor<T>> residual_;
-  Tensor<T> d_residual_;
+  Tensor<T> d_residual_, restored_;
+  std::vector<memory::HostVector<T>> offloaded_;
+  BlockActivations<T> shared_activations_;
   BlockScratch<T> scratch_;
 };
 

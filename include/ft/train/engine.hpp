@@ -275,12 +275,11 @@ private:
     const bool full = setup_.adapter == AdapterKind::full;
     if (setup_.adapter == AdapterKind::prompt)
       throw Error("strategy.adapter = \"prompt\": prompt tuning is not implemented yet; use \"lora\" or \"full\"");
-    if (r_.train.gradient_checkpointing != "none" || r_.train.activation_offloading ||
-        r_.train.fuse_optimizer_with_backward)
-      throw Error("train.gradient_checkpointing, activation_offloading and fuse_optimizer_with_backward are not "
-                  "implemented yet; leave them at none / false");
+    if (r_.train.fuse_optimizer_with_backward)
+      throw Error("train.fuse_optimizer_with_backward is not implemented yet; set it to false");
     model_ = std::make_unique<models::Transformer<T>>(models::read_model_spec(r_.model.path), full);
     model_->load(io::ModelWeights::open(r_.model.path));
+    model_->set_memory_options({checkpoint_every(r_.train.gradient_checkpointing), r_.train.activation_offloading});
     if (full) {
       trainables_.add("embed", model_->embedding().parameters());
       for (auto& b : model_->blocks()) trainables_.add("layers." + std::to_string(b.layer()), b.parameters());
@@ -305,6 +304,13 @@ private:
                                                              .dump()))},
                     {"tokenizer", detail::hex(detail::fnv1a(detail::file_text(
                                       std::filesystem::path(r_.model.path) / "tokenizer.json")))}};
+  }
+
+  // "none" -> 0, "every_block" -> 1, "every_K" -> K (the recipe has checked the spelling).
+  static index_t checkpoint_every(const std::string& choice) {
+    if (choice == "none") return 0;
+    if (choice == "every_block") return 1;
+    return std::stoll(choice.substr(std::string("every_").size()));
   }
 
   std::int64_t total_steps() const {
