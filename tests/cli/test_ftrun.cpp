@@ -195,8 +195,17 @@ TEST_CASE("every stock recipe names its launch command and resolves") {
     ++count;
     std::string relative = fs::relative(entry.path(), root).string();
     CAPTURE(relative);
-    CHECK(slurp(entry.path()).find("#   ftrun train " + relative) != std::string::npos);
-    Run r = ftrun("train " + relative + " --dry-run", "cd " + root.string() + " &&");
+    const std::string text = slurp(entry.path());
+    CHECK(text.find("#   ftrun train " + relative) != std::string::npos);
+    // A model that a script fetches (tools/main_job.sh) is not in a fresh clone: resolve the
+    // recipe against a fixture of the same family instead, so every other key is still checked.
+    std::string sets;
+    const auto model = text.find("\n[model]\npath = \"");
+    REQUIRE(model != std::string::npos);
+    const auto start = model + std::string("\n[model]\npath = \"").size();
+    const std::string path = text.substr(start, text.find('"', start) - start);
+    if (!fs::exists(root / path)) sets = " --set model.path=" + fixtures + "/train/tiny_llama";
+    Run r = ftrun("train " + relative + " --dry-run" + sets, "cd " + root.string() + " &&");
     CHECK(r.code == 0);
     CHECK(r.err.empty());
   }
