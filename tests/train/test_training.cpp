@@ -343,3 +343,24 @@ TEST_CASE("activation checkpointing and offloading change memory, not results") 
   }
   for (std::size_t i = 1; i < runs.size(); ++i) CHECK(runs[i] == runs[0]);
 }
+
+TEST_CASE("the optimizer fused into backward gives the same weights and holds one block's gradient") {
+  ft::testing::TempDir dir("ft_train_fused");
+  for (const std::string precision : {"fp32", "bf16-mixed"}) {
+    CAPTURE(precision);
+    const std::string extra = "[strategy]\nadapter = \"full\"\noptimizer = \"adamw\"\nprecision = \"" + precision +
+                              "\"\n[train]\nmax_steps = 4\nmax_grad_norm = 0\nper_device_train_batch_size = 2\n";
+    const fs::path plain = dir.path / (precision + "-plain"), fused = dir.path / (precision + "-fused");
+    REQUIRE(ftrun_train(write_recipe(plain, extra)).code == 0);
+    const Run r = ftrun_train(write_recipe(fused, extra + "fuse_optimizer_with_backward = true\n"));
+    INFO(r.err);
+    REQUIRE(r.code == 0);
+    CHECK(file_bytes(plain / "run/model/model.safetensors") == file_bytes(fused / "run/model/model.safetensors"));
+    const auto a = metrics(plain / "run"), b = metrics(fused / "run");
+    REQUIRE(a.size() == 4);
+    REQUIRE(b.size() == 4);
+    CHECK(b[3]["loss"].get<double>() == a[3]["loss"].get<double>());
+    CHECK(b[3]["grad_norm"].get<double>() == doctest::Approx(a[3]["grad_norm"].get<double>()).epsilon(1e-9));
+    CHECK(b[3]["peak_memory_bytes"].get<double>() < a[3]["peak_memory_bytes"].get<double>());
+  }
+}

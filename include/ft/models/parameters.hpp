@@ -38,6 +38,13 @@ public:
     trainable_ = trainable;
   }
   bool trainable() const { return trainable_; }
+  // Gradients in `storage` (same size), shared with other buffers of the same
+  // layout: when an optimizer steps each buffer as soon as its gradient is
+  // complete (fused into backward), one gradient's memory serves them all.
+  void share_gradients(const Tensor<T>& storage) {
+    if (!trainable_ || storage.numel() != size_) throw Error("internal: shared gradient storage of the wrong size");
+    grads_ = storage;
+  }
 
   const std::vector<Entry>& entries() const { return entries_; }
   index_t size() const { return size_; }

@@ -8,6 +8,7 @@
 // asked, adds every parameter's gradient into its stage's buffer, scaled by
 // 1 / token_count.
 #include <filesystem>
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -61,8 +62,14 @@ public:
   std::vector<Block<T>>& blocks() { return blocks_; }
   HeadStage<T>& head() { return head_; }
 
+  // Called in backward as soon as a stage's parameter gradients are complete:
+  // the head (stage L), each block (L-1 down to 0), the embedding (-1, last:
+  // with tied embeddings the head adds to its gradient too).
+  using StageDone = std::function<void(index_t stage)>;
+
   // Summed loss over the batch's scored targets. logits [N, V] are written when not null.
-  double forward_backward(const Batch& batch, const HeadOptions& options, T* logits = nullptr) {
+  double forward_backward(const Batch& batch, const HeadOptions& options, T* logits = nullptr,
+                          const StageDone& stage_done = {}) {
     const index_t N = batch.rows(), C = spec_.config.hidden_size, L = spec_.config.num_layers;
     if (batch.positions.size() != std::size_t(N) || batch.targets.size() != std::size_t(N))
       throw Error("a batch needs positions and targets for each of its " + std::to_string(N) + " tokens");
@@ -87,6 +94,7 @@ public:
     if (!options.backward) return loss;
 
     head_.backward(d_residual_.data(), batch);
+    if (stage_done) stage_done(L);
     for (index_t l = L - 1; l >= 0; --l) {
       Block<T>& block = blocks_[std::size_t(l)];
       const T* input = stream(l);
@@ -98,8 +106,10 @@ public:
       // The output buffer is free by now: the blocks after this one and the head are done.
       if (block.checkpointed()) block.forward(stream(l + 1), input, batch);
       block.backward(d_residual_.data(), batch, scratch_);
+      if (stage_done) stage_done(l);
     }
     embedding_.backward(d_residual_.data(), batch);
+    if (stage_done) stage_done(-1);
     return loss;
   }
 

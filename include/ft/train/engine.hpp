@@ -275,15 +275,17 @@ private:
     const bool full = setup_.adapter == AdapterKind::full;
     if (setup_.adapter == AdapterKind::prompt)
       throw Error("strategy.adapter = \"prompt\": prompt tuning is not implemented yet; use \"lora\" or \"full\"");
-    if (r_.train.fuse_optimizer_with_backward)
-      throw Error("train.fuse_optimizer_with_backward is not implemented yet; set it to false");
     model_ = std::make_unique<models::Transformer<T>>(models::read_model_spec(r_.model.path), full);
     model_->load(io::ModelWeights::open(r_.model.path));
     model_->set_memory_options({checkpoint_every(r_.train.gradient_checkpointing), r_.train.activation_offloading});
+    const bool fused = r_.train.fuse_optimizer_with_backward;
+    const index_t L = model_->config().num_layers;
     if (full) {
-      trainables_.add("embed", model_->embedding().parameters());
-      for (auto& b : model_->blocks()) trainables_.add("layers." + std::to_string(b.layer()), b.parameters());
-      if (model_->head().parameters().size() > 0) trainables_.add("head", model_->head().parameters());
+      trainables_.add("embed", -1, model_->embedding().parameters(), fused);
+      for (auto& b : model_->blocks())
+        trainables_.add("layers." + std::to_string(b.layer()), b.layer(), b.parameters(), fused);
+      if (model_->head().parameters().size() > 0) trainables_.add("head", L, model_->head().parameters(), fused);
+      if (fused) share_block_gradients();
     } else {
       adapters::LoraOptions o;
       o.r = r_.lora.r;
@@ -294,7 +296,8 @@ private:
       if (o.target_modules.empty()) throw Error("internal: the Trainer resolves lora.target_modules before training");
       lora_ = std::make_unique<adapters::LoraModel<T>>(*model_, o);
       for (auto& b : lora_->blocks())
-        trainables_.add("lora.layers." + std::to_string(b->targets()[0].layer), b->parameters());
+        trainables_.add("lora.layers." + std::to_string(b->targets()[0].layer), b->targets()[0].layer,
+                        b->parameters(), fused);
     }
     trainables_.sync_master_from_storage();
     double lora_matmul = full ? 0.0 : double(trainables_.parameter_count());
@@ -304,6 +307,17 @@ private:
                                                              .dump()))},
                     {"tokenizer", detail::hex(detail::fnv1a(detail::file_text(
                                       std::filesystem::path(r_.model.path) / "tokenizer.json")))}};
+  }
+
+  // Fused into backward, a block's gradient is applied and cleared before the
+  // next block's backward starts, so all blocks can write into one buffer.
+  void share_block_gradients() {
+    auto& blocks = model_->blocks();
+    const index_t size = blocks.front().parameters().size();
+    for (auto& b : blocks)
+      if (b.parameters().size() != size) return;  // blocks of different shapes keep their own
+    block_gradients_ = Tensor<T>(Shape{size});
+    for (auto& b : blocks) b.parameters().share_gradients(block_gradients_);
   }
 
   // "none" -> 0, "every_block" -> 1, "every_K" -> K (the recipe has checked the spelling).
@@ -353,6 +367,17 @@ private:
     }
     const double divisor = double(std::max<std::int64_t>(1, s.scored));
     trainables_.begin_step();
+    if (r_.train.fuse_optimizer_with_backward) {  // one micro-batch, no clipping, no loss scale (Trainer checks)
+      if (lora_) lora_->set_dropout(true, derive_key(std::uint64_t(r_.seed), std::uint64_t(step)));
+      double squares = 0;
+      ++optimizer_step_;
+      s.loss = model_->forward_backward(batches[0], {.token_count = divisor}, nullptr, [&](index_t stage) {
+        squares += trainables_.step_stage(stage, lr, optimizer_step_);
+      }) / divisor;
+      s.grad_norm = std::sqrt(squares);
+      s.seconds = detail::seconds_since(start);
+      return s;
+    }
     double loss_sum = 0;
     for (std::int64_t k = 0; k < accumulation; ++k) {
       if (lora_) lora_->set_dropout(true, derive_key(std::uint64_t(r_.seed), std::uint64_t(step * accumulation + k)));
@@ -526,6 +551,7 @@ private:
   std::int64_t batches_per_epoch_ = 1, train_rows_ = 0, skipped_rows_ = 0, total_steps_ = 0;
   std::unique_ptr<models::Transformer<T>> model_;
   std::unique_ptr<adapters::LoraModel<T>> lora_;
+  Tensor<T> block_gradients_;  // shared by every block when the optimizer is fused into backward
   nlohmann::ordered_json fingerprint_;
   double flops_per_token_ = 0, peak_flops_ = 1;
   double loss_scale_ = 1;

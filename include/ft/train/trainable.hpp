@@ -35,6 +35,7 @@ public:
 
   struct Buffer {
     std::string name;
+    index_t stage;  // the model stage whose backward completes its gradient (see Transformer::StageDone)
     models::ParameterBuffer<T>* params;
     std::vector<M> master, grads;  // empty without a master copy
     std::unique_ptr<ParameterOptimizer<M>> optimizer;
@@ -52,13 +53,16 @@ public:
 
   explicit TrainableSet(OptimizerFactory<M> factory) : factory_(std::move(factory)) {}
 
-  void add(std::string name, models::ParameterBuffer<T>& params) {
+  // With fused = true every buffer is stepped on its own inside backward
+  // (step_stage), so no step gradient in M is kept per buffer: one scratch
+  // serves them in turn.
+  void add(std::string name, index_t stage, models::ParameterBuffer<T>& params, bool fused = false) {
     if (!params.trainable()) throw Error("internal: buffer \"" + name + "\" is frozen and cannot train");
-    Buffer b{std::move(name), &params, {}, {}, factory_(params.entries(), params.size())};
+    Buffer b{std::move(name), stage, &params, {}, {}, factory_(params.entries(), params.size())};
     if constexpr (has_master) {
       const T* v = params.values().data();
       b.master.assign(v, v + params.size());
-      b.grads.assign(std::size_t(params.size()), M(0.0f));
+      if (!fused) b.grads.assign(std::size_t(params.size()), M(0.0f));
     }
     buffers_.push_back(std::move(b));
   }
@@ -75,6 +79,30 @@ public:
       b.params->zero_grads();
       if constexpr (has_master) std::fill(b.grads.begin(), b.grads.end(), M(0.0f));
     }
+  }
+
+  // Fused into backward: steps every buffer of `stage` with its fresh
+  // gradient and clears that gradient for the next buffer sharing its
+  // memory. Returns the sum of squares of the gradients stepped (for the
+  // logged norm; clipping needs them all at once and is refused with fusing).
+  double step_stage(index_t stage, double lr, std::int64_t optimizer_step) {
+    double squares = 0;
+    for (Buffer& b : buffers_) {
+      if (b.stage != stage) continue;
+      const T* g = b.params->grads().data();
+      squares += optim::sum_of_squares(g, b.size());
+      if constexpr (has_master) {
+        scratch_.resize(std::size_t(b.size()));
+        M* s = scratch_.data();
+        cpu::parallel_for(b.size(), [=](index_t i) { s[i] = M(float(g[i])); });
+        b.optimizer->step(b.master.data(), s, lr, optimizer_step);
+        copy_master_to_storage(b);
+      } else {
+        b.optimizer->step(b.params->values().data(), g, lr, optimizer_step);
+      }
+      b.params->zero_grads();
+    }
+    return squares;
   }
 
   // After each micro-batch's backward: move its gradient into the step's.
@@ -129,6 +157,7 @@ public:
 private:
   OptimizerFactory<M> factory_;
   std::vector<Buffer> buffers_;
+  std::vector<M> scratch_;  // the step gradient in M of the buffer being stepped, when fused
 };
 
 }  // namespace ft::train
