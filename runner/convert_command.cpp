@@ -54,12 +54,6 @@ std::uint64_t parse_size(const std::string& text) {
   return std::uint64_t(value);
 }
 
-bool is_weight_file(const fs::path& p) {
-  const std::string name = p.filename().string();
-  return p.extension() == ".safetensors" || name == "model.safetensors.index.json" ||
-         name.rfind("pytorch_model", 0) == 0;
-}
-
 // The HF model: every weight, possibly merged with an adapter and converted.
 struct Staged {
   std::vector<std::string> names, dtypes;
@@ -193,7 +187,7 @@ void convert_model(const fs::path& src, const fs::path& out, const ConvertOption
   Staged staged = stage_model(src, options);
   // Everything that is not weights comes along (tokenizer, chat template, generation config).
   for (const auto& entry : fs::directory_iterator(src))
-    if (entry.is_regular_file() && !is_weight_file(entry.path()))
+    if (entry.is_regular_file() && !ft::io::is_weight_file(entry.path()))
       fs::copy_file(entry.path(), out / entry.path().filename());
   if (!options.dtype.empty()) {  // config.json records the dtype the weights are stored in
     nlohmann::json config = ft::io::read_json_file(out / "config.json");

@@ -102,10 +102,7 @@ inline std::vector<LoraTarget> lora_targets(const models::ModelSpec& spec, const
     t.slot = slot->slot;
     t.row_offset = w.row_offset;
     std::tie(t.in, t.out) = detail::slot_widths(spec.config, t.slot);
-    index_t end = t.out;  // rows run to the next binding into the same parameter
-    for (const models::WeightBinding& other : spec.weights)
-      if (other.param == w.param && other.row_offset > w.row_offset) end = std::min(end, other.row_offset);
-    t.rows = end - w.row_offset;
+    t.rows = models::binding_rows(spec, w, t.out);
     t.order = w.order;
     out.push_back(std::move(t));
   }

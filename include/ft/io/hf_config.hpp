@@ -12,11 +12,12 @@
 
 namespace ft::io {
 
-inline nlohmann::json read_json_file(const std::filesystem::path& file) {
+template <class Json = nlohmann::json>  // nlohmann::ordered_json keeps the file's key order
+Json read_json_file(const std::filesystem::path& file) {
   std::ifstream in(file);
   if (!in) throw Error(file.string() + ": cannot be opened");
   try {
-    return nlohmann::json::parse(in);
+    return Json::parse(in);
   } catch (const nlohmann::json::parse_error& e) {
     throw Error(file.string() + ": not valid JSON (byte " + std::to_string(e.byte) + ")");
   } catch (const nlohmann::json::exception& e) {  // e.g. a number too large for a double

@@ -23,6 +23,25 @@
 
 namespace ft::io {
 
+// Files that hold an HF model's weights (everything else in a model directory
+// is configuration, tokenizer or templates, and travels with converted or saved models).
+inline bool is_weight_file(const std::filesystem::path& p) {
+  const std::string name = p.filename().string();
+  return p.extension() == ".safetensors" || name == "model.safetensors.index.json" ||
+         name.rfind("pytorch_model", 0) == 0;
+}
+
+// The safetensors dtype name of an element type.
+template <class T>
+std::string safetensors_dtype_of() {
+  if constexpr (std::is_same_v<T, float>) return "F32";
+  else if constexpr (std::is_same_v<T, double>) return "F64";
+  else if constexpr (std::is_same_v<T, bf16>) return "BF16";
+  else if constexpr (std::is_same_v<T, f16>) return "F16";
+  else if constexpr (std::is_same_v<T, std::uint8_t>) return "U8";
+  else static_assert(sizeof(T) == 0, "no safetensors dtype for this type");
+}
+
 // Progress of long work: bytes or items done out of a total.
 using ProgressCallback = std::function<void(std::uint64_t done, std::uint64_t total)>;
 

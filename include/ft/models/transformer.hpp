@@ -150,7 +150,7 @@ public:
       if (!t) throw Error(weights.source().string() + ": missing tensor \"" + w.hf_name + "\"");
       auto [buffer, entry] = find_parameter(w.param);
       index_t cols = entry->shape.rank == 2 ? entry->shape[1] : 1;
-      index_t rows = rows_of(w, *entry);
+      index_t rows = binding_rows(spec_, w, entry->shape[0]);
       std::vector<std::int64_t> expected{rows};
       if (entry->shape.rank == 2) expected.push_back(cols);
       if (t->shape != expected)
@@ -166,33 +166,33 @@ public:
     }
   }
 
+  // An HF tensor of the model (its values, or its gradient), as float in HF's
+  // layout; `shape` receives its HF shape. Saving a model and the parity tests read through this.
+  std::vector<float> hf_tensor(const WeightBinding& w, std::vector<std::int64_t>& shape, bool gradient = false) {
+    auto [buffer, entry] = find_parameter(w.param);
+    const index_t cols = entry->shape.rank == 2 ? entry->shape[1] : 1;
+    const index_t rows = binding_rows(spec_, w, entry->shape[0]);
+    const T* src = (gradient ? buffer->grads() : buffer->values()).data() + entry->offset + w.row_offset * cols;
+    std::vector<float> out(std::size_t(rows * cols));
+    for (index_t r = 0; r < rows; ++r) {
+      const index_t dst = hf_row(w.order, r, rows, spec_.config.num_heads);
+      for (index_t c = 0; c < cols; ++c) out[std::size_t(dst * cols + c)] = float(src[r * cols + c]);
+    }
+    shape = entry->shape.rank == 2 ? std::vector<std::int64_t>{rows, cols} : std::vector<std::int64_t>{rows};
+    return out;
+  }
+
   // A parameter's gradient in HF's layout, as float (tests and tools).
   std::vector<float> hf_gradient(const std::string& hf_name) {
-    std::vector<float> out;
     for (const WeightBinding& w : spec_.weights) {
       if (w.hf_name != hf_name && w.alias != hf_name) continue;
-      auto [buffer, entry] = find_parameter(w.param);
-      index_t cols = entry->shape.rank == 2 ? entry->shape[1] : 1;
-      index_t rows = rows_of(w, *entry);
-      const T* src = buffer->grads().data() + entry->offset + w.row_offset * cols;
-      out.resize(std::size_t(rows * cols));
-      for (index_t r = 0; r < rows; ++r) {
-        index_t dst = hf_row(w.order, r, rows, spec_.config.num_heads);
-        for (index_t c = 0; c < cols; ++c) out[std::size_t(dst * cols + c)] = float(src[r * cols + c]);
-      }
-      return out;
+      std::vector<std::int64_t> shape;
+      return hf_tensor(w, shape, true);
     }
     throw Error("no HF tensor named \"" + hf_name + "\" in this model's weight map");
   }
 
 private:
-  // Rows an HF tensor fills: the parameter's rows up to the next binding into it.
-  index_t rows_of(const WeightBinding& w, const typename ParameterBuffer<T>::Entry& entry) const {
-    index_t end = entry.shape[0];
-    for (const WeightBinding& other : spec_.weights)
-      if (other.param == w.param && other.row_offset > w.row_offset) end = std::min(end, other.row_offset);
-    return end - w.row_offset;
-  }
   static std::string shape_string(const std::vector<std::int64_t>& shape) {
     std::string s = "[";
     for (std::size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);

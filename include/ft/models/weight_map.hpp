@@ -3,6 +3,7 @@
 // can do at once: q, k and v projections are rows of one `qkv` weight; gate
 // and up projections are rows of one `mlp_in` weight. A binding says which
 // rows of which ft parameter an HF tensor fills, and in what row order.
+#include <algorithm>
 #include <string>
 #include <vector>
 
@@ -30,6 +31,15 @@ struct ModelSpec {
   TransformerConfig config;
   std::vector<WeightBinding> weights;
 };
+
+// Rows of an ft parameter (of param_rows rows in all) that binding w fills:
+// from its row_offset up to the next binding into the same parameter.
+inline index_t binding_rows(const ModelSpec& spec, const WeightBinding& w, index_t param_rows) {
+  index_t end = param_rows;
+  for (const WeightBinding& other : spec.weights)
+    if (other.param == w.param && other.row_offset > w.row_offset) end = std::min(end, other.row_offset);
+  return end - w.row_offset;
+}
 
 // Row r of ft's layout -> row of the HF tensor, for a tensor of `rows` rows.
 inline index_t hf_row(RowOrder order, index_t r, index_t rows, index_t heads) {

@@ -88,13 +88,6 @@ inline std::string hex(std::uint64_t x) {
   return buffer;
 }
 
-template <class T>
-std::string safetensors_dtype_of() {
-  if constexpr (std::is_same_v<T, bf16>) return "BF16";
-  else if constexpr (std::is_same_v<T, f16>) return "F16";
-  else return "F32";
-}
-
 inline double seconds_since(std::chrono::steady_clock::time_point t) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
 }
@@ -158,7 +151,7 @@ public:
                               "; stopping. Last good checkpoint: " + last_checkpoint_ +
                               " (lower learning_rate or check the data, then resume from it)");
       log.progress(long(step), "loss " + format(s.loss) + "  lr " + format(lr));
-      if (step % r_.train.logging_steps == 0 || step == total_steps_) log.log("train", window.record(step, *this, lr));
+      if (step % r_.train.logging_steps == 0 || step == total_steps_) log.log("train", window.take(step, *this, lr));
       if (r_.train.eval_steps > 0 && step % r_.train.eval_steps == 0 && step != total_steps_) evaluate(step);
       if (r_.checkpoint.save_steps > 0 && step % r_.checkpoint.save_steps == 0 && step != total_steps_)
         save_checkpoint(step);
@@ -190,7 +183,8 @@ private:
       skipped += s.skipped;
       ++steps;
     }
-    nlohmann::ordered_json record(std::int64_t step, const Engine& e, double lr) {
+    // The averages as a metrics record; the window starts again empty.
+    nlohmann::ordered_json take(std::int64_t step, const Engine& e, double lr) {
       nlohmann::ordered_json j;
       j["step"] = step;
       j["epoch"] = double(step * e.r_.train.gradient_accumulation_steps) / double(e.batches_per_epoch_);
@@ -227,7 +221,7 @@ private:
     tokenizer_ = std::make_unique<data::Tokenizer>(data::Tokenizer::from_file(dir / "tokenizer.json"));
     const auto config_file = dir / "tokenizer_config.json";
     nlohmann::ordered_json config = nlohmann::ordered_json::object();
-    if (std::filesystem::exists(config_file)) config = nlohmann::ordered_json::parse(detail::file_text(config_file));
+    if (std::filesystem::exists(config_file)) config = io::read_json_file<nlohmann::ordered_json>(config_file);
     special_ = data::ChatOptions::from_tokenizer_config(config);
     const bool has_template = std::filesystem::exists(dir / "chat_template.jinja") ||
                               (config.contains("chat_template") && !config["chat_template"].is_null());
@@ -430,7 +424,7 @@ private:
         arrays.push_back(std::move(a));
       }
       if constexpr (TrainableSet<T, M>::has_master)
-        arrays.push_back({b.name + "/master", detail::safetensors_dtype_of<M>(), b.master.data(),
+        arrays.push_back({b.name + "/master", io::safetensors_dtype_of<M>(), b.master.data(),
                           b.master.size() * sizeof(M)});
     }
     return arrays;
@@ -457,7 +451,7 @@ private:
 
   void write_trainables(const std::filesystem::path& dir) {
     if (lora_) adapters::save_peft_adapter(*lora_, model_->config(), r_.model.path, dir, "F32");
-    else models::save_pretrained(*model_, r_.model.path, dir, detail::safetensors_dtype_of<T>());
+    else models::save_pretrained(*model_, r_.model.path, dir, io::safetensors_dtype_of<T>());
   }
 
   void save_checkpoint(std::int64_t step) {
@@ -508,7 +502,7 @@ private:
         const auto merged = out_ / "merged";
         io::write_directory_atomically(
             merged,
-            [&](const auto& dir) { models::save_pretrained(*model_, r_.model.path, dir, detail::safetensors_dtype_of<T>()); },
+            [&](const auto& dir) { models::save_pretrained(*model_, r_.model.path, dir, io::safetensors_dtype_of<T>()); },
             true);
         std::printf("merged model (HF) in %s\n", merged.c_str());
       }

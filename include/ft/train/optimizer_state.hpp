@@ -18,6 +18,7 @@
 
 #include "ft/core/error.hpp"
 #include "ft/core/half.hpp"
+#include "ft/io/model_files.hpp"
 #include "ft/models/parameters.hpp"
 #include "ft/optim/adafactor.hpp"
 #include "ft/optim/adamw8bit.hpp"
@@ -63,16 +64,8 @@ template <class M>
 using state_t = std::conditional_t<std::is_same_v<M, bf16>, bf16, acc_t<M>>;
 
 template <class S>
-std::string state_dtype() {
-  if constexpr (std::is_same_v<S, bf16>) return "BF16";
-  else if constexpr (std::is_same_v<S, double>) return "F64";
-  else return "F32";
-}
-
-template <class S>
 StateArray array(const std::string& name, std::vector<S>& v) {
-  if constexpr (std::is_same_v<S, std::uint8_t>) return {name, "U8", v.data(), v.size()};
-  else return {name, state_dtype<S>(), v.data(), v.size() * sizeof(S)};
+  return {name, io::safetensors_dtype_of<S>(), v.data(), v.size() * sizeof(S)};
 }
 
 // State arrays that exist (an optimizer keeps only what a tensor's shape needs).
