@@ -25,6 +25,12 @@ Outputs, in tests/fixtures/train/:
       loss (mean over scored tokens, HF's shift), logits [2, 12, V] and
       grad.<PEFT tensor name> for every lora_A / lora_B weight, computed by
       PEFT in float64 from the float32 weights and stored as float32.
+  <model>_prompt/adapter/        a PEFT prompt-tuning adapter: 6 virtual tokens, initialised
+                                 from PROMPT_TEXT, then moved by noise (std 0.1)
+  <model>_prompt/expected.safetensors
+      init (the virtual tokens as PEFT initialises them from the text), and on the
+      LoRA case's batch: loss, logits [2, 6 + 12, V] and grad.prompt_embeddings,
+      from PEFT in float64.
 
 Deterministic (fixed seeds, one CPU thread; a run is compared against a
 second tokenizer training) and idempotent. Run from the repository root:
@@ -37,7 +43,7 @@ import pathlib
 import shutil
 
 import torch
-from peft import LoraConfig, PeftModel, get_peft_model
+from peft import LoraConfig, PeftModel, PromptTuningConfig, get_peft_model
 from safetensors import safe_open
 from safetensors.torch import save_file
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
@@ -61,6 +67,8 @@ SPECIAL = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]  # ids 0, 1, 2, as in 
 SMALL_ROWS, VALIDATION_ROWS, MAX_CHARS = 48, 8, 400
 BATCH, SEQ = 2, 12
 LIMIT = 400 * 1024  # bytes per directory
+
+PROMPT_TOKENS, PROMPT_TEXT = 6, "Explain the jargon term"
 
 LORA = {
     "tiny_llama": ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"],
@@ -289,6 +297,55 @@ def lora_case(name, directory, ids, seed):
     print(f"  [{case.name}] loss {loss64.item():.6f}, {len(grads64)} LoRA gradients, adapter moves logits by "
           f"{effect:.3f}; HF fp32 vs fp64: logits {(logits32 - logits64).abs().max().item():.1e}, "
           f"worst grad {worst:.1e}")
+    return case, input_ids, labels
+
+
+def prompt_case(name, directory, input_ids, labels, seed):
+    case = OUT / f"{name}_prompt"
+    shutil.rmtree(case, ignore_errors=True)
+    (case / "adapter").mkdir(parents=True)
+    gen = torch.Generator().manual_seed(seed)
+
+    base = AutoModelForCausalLM.from_pretrained(directory, dtype=torch.float32, attn_implementation="eager")
+    config = PromptTuningConfig(task_type="CAUSAL_LM", num_virtual_tokens=PROMPT_TOKENS, prompt_tuning_init="TEXT",
+                                prompt_tuning_init_text=PROMPT_TEXT, tokenizer_name_or_path=str(directory))
+    peft32 = get_peft_model(base, config)
+    table = peft32.prompt_encoder.default.embedding.weight
+    init = table.detach().clone()
+    with torch.no_grad():  # away from the text's embeddings, so loading is not initialising
+        table.add_(0.1 * torch.randn(table.shape, generator=gen, dtype=torch.float64).float())
+    peft32.save_pretrained(case / "adapter")
+    (case / "adapter" / "README.md").unlink(missing_ok=True)
+    config_file = case / "adapter" / "adapter_config.json"
+    adapter_config = json.loads(config_file.read_text())
+    adapter_config["base_model_name_or_path"] = f"tests/fixtures/train/{name}"
+    adapter_config["tokenizer_name_or_path"] = f"tests/fixtures/train/{name}"
+    config_file.write_text(json.dumps(adapter_config, indent=2, sort_keys=True) + "\n")
+
+    peft64 = copy.deepcopy(peft32).double()
+    peft64.train()
+    out = peft64(input_ids=input_ids, labels=labels)
+    out.loss.backward()
+    grads = {n: p.grad for n, p in peft64.named_parameters() if p.requires_grad}
+    assert list(grads) == ["prompt_encoder.default.embedding.weight"], list(grads)
+    grad = grads["prompt_encoder.default.embedding.weight"]
+    assert out.logits.shape[1] == PROMPT_TOKENS + input_ids.shape[1]
+    assert grad.abs().max() > 0
+
+    with safe_open(str(case / "adapter" / "adapter_model.safetensors"), "pt") as f:
+        assert set(f.keys()) == {"prompt_embeddings"}, set(f.keys())
+    expected = {"init": init.contiguous(), "logits": out.logits.detach().float().contiguous(),
+                "loss": out.loss.detach().float().reshape(()).contiguous(),
+                "grad.prompt_embeddings": grad.float().contiguous()}
+    save_file(expected, str(case / "expected.safetensors"),
+              metadata={"generator": "tools/make_train_fixtures.py (PEFT, float64)"})
+
+    reloaded = PeftModel.from_pretrained(
+        AutoModelForCausalLM.from_pretrained(directory, dtype=torch.float32, attn_implementation="eager"),
+        case / "adapter")
+    with torch.no_grad():
+        assert torch.equal(reloaded(input_ids=input_ids).logits, peft32(input_ids=input_ids).logits)
+    print(f"  [{case.name}] {PROMPT_TOKENS} virtual tokens from {PROMPT_TEXT!r}, loss {out.loss.item():.6f}")
     return case
 
 
@@ -320,8 +377,9 @@ def main():
         print(f"{name}:")
         directory = make_model(name, tok, seed)
         ids = check_model_dir(directory, small)
-        case = lora_case(name, directory, ids, seed + 100)
-        for d in (directory, case):
+        case, input_ids, labels = lora_case(name, directory, ids, seed + 100)
+        prompt = prompt_case(name, directory, input_ids, labels, seed + 200)
+        for d in (directory, case, prompt):
             size = dir_size(d)
             print(f"  {d.relative_to(ROOT)}: {size / 1024:.1f} KiB")
             assert size < LIMIT, f"{d} is {size} bytes"

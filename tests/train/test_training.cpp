@@ -41,13 +41,15 @@ std::string slurp(const fs::path& p) {
 }
 
 // A recipe on a tiny model and the small jargon set, plus `extra` TOML lines.
-fs::path write_recipe(const fs::path& dir, const std::string& extra, const std::string& model = "tiny_llama") {
+fs::path write_recipe(const fs::path& dir, const std::string& extra, const std::string& model = "tiny_llama",
+                      bool packing = true) {
   fs::create_directories(dir);
   const fs::path path = dir / "recipe.toml";
   std::ofstream(path) << "output_dir = \"" << (dir / "run").string() << "\"\nseed = 7\n"
                       << "[model]\npath = \"" << fixtures << "/" << model << "\"\n"
                       << "[data]\ntrain = \"" << fixtures << "/jargon_small.jsonl\"\nvalidation = \"" << fixtures
-                      << "/jargon_small_validation.jsonl\"\nmax_seq_length = 128\npacking = true\n"
+                      << "/jargon_small_validation.jsonl\"\nmax_seq_length = 128\npacking = " << (packing ? "true" : "false")
+                      << "\n"
                       << extra;
   return path;
 }
@@ -174,18 +176,20 @@ TEST_CASE("gradient accumulation normalises by the target tokens of the whole st
 
 TEST_CASE("a run killed with SIGKILL resumes from latest and ends bit for bit where an uninterrupted run ends") {
   for (const std::string strategy : {"adapter = \"lora\"\nprecision = \"bf16-mixed\"\n",
-                                     "adapter = \"full\"\noptimizer = \"adafactor\"\n"}) {
+                                     "adapter = \"full\"\noptimizer = \"adafactor\"\n",
+                                     "adapter = \"prompt\"\n"}) {
     CAPTURE(strategy);
+    const bool packing = strategy.find("prompt") == std::string::npos;  // virtual tokens precede whole rows
     ft::testing::TempDir dir("ft_train_resume");
     const std::string extra = "[strategy]\n" + strategy +
                               "[lora]\ndropout = 0.1\n[train]\nper_device_train_batch_size = 2\n"
                               "gradient_accumulation_steps = 2\nmax_steps = 14\nlearning_rate = 2e-3\n"
                               "warmup_steps = 3\n[checkpoint]\nsave_steps = 3\nsave_total_limit = 2\n";
-    const fs::path whole = write_recipe(dir.path / "whole", extra);
+    const fs::path whole = write_recipe(dir.path / "whole", extra, "tiny_llama", packing);
     REQUIRE(ftrun_train(whole).code == 0);
 
     // The same run, killed at a random step after its first checkpoint, then resumed.
-    const fs::path killed = write_recipe(dir.path / "killed", extra);
+    const fs::path killed = write_recipe(dir.path / "killed", extra, "tiny_llama", packing);
     std::mt19937 rng(std::random_device{}());
     const int kill_after = 4 + int(rng() % 8);
     CAPTURE(kill_after);
@@ -216,7 +220,7 @@ TEST_CASE("a run killed with SIGKILL resumes from latest and ends bit for bit wh
     }
     for (const char* file : {"checkpoint-14/optimizer.safetensors", "checkpoint-14/trainer_state.json"})
       CHECK_MESSAGE(file_bytes(dir.path / "whole/run" / file) == file_bytes(dir.path / "killed/run" / file), file);
-    const std::string weights = strategy.find("lora") != std::string::npos ? "checkpoint-14/adapter_model.safetensors"
+    const std::string weights = strategy.find("full") == std::string::npos ? "checkpoint-14/adapter_model.safetensors"
                                                                             : "checkpoint-14/model.safetensors";
     CHECK(file_bytes(dir.path / "whole/run" / weights) == file_bytes(dir.path / "killed/run" / weights));
   }
@@ -252,6 +256,91 @@ TEST_CASE("every optimizer and precision trains the tiny models") {
     const bool full = std::string(c.strategy).find("full") != std::string::npos;
     CHECK(fs::exists(dir.path / "run" / (full ? "model/model.safetensors" : "adapter/adapter_model.safetensors")));
   }
+}
+
+TEST_CASE("prompt tuning trains virtual tokens from a text and saves a PEFT prompt adapter") {
+  for (const char* model : {"tiny_llama", "tiny_neox"}) {
+    CAPTURE(model);
+    ft::testing::TempDir dir("ft_train_prompt");
+    const fs::path recipe = write_recipe(dir.path, R"(
+[strategy]
+adapter = "prompt"
+[prompt_tuning]
+num_virtual_tokens = 8
+init_text = "Define the term"
+[train]
+max_steps = 24
+per_device_train_batch_size = 4
+learning_rate = 0.1
+lr_scheduler_type = "constant"
+eval_steps = 6
+[preview]
+prompt = "What is a hack?"
+max_new_tokens = 4
+)", model, false);
+    const Run r = ftrun_train(recipe);
+    INFO(r.out, r.err);
+    REQUIRE(r.code == 0);
+    CHECK(r.out.find("8 virtual tokens") != std::string::npos);
+    CHECK(r.out.find("after training: \"What is a hack?\"") != std::string::npos);
+    REQUIRE(metrics(dir.path / "run").size() == 24);
+    // A few virtual tokens move a random 2-layer model's loss little, but the
+    // validation loss goes down at every evaluation.
+    const auto eval = metrics(dir.path / "run", "eval");
+    REQUIRE(eval.size() == 4);
+    for (std::size_t i = 1; i < eval.size(); ++i)
+      CHECK(eval[i]["loss"].get<double>() < eval[i - 1]["loss"].get<double>());
+
+    const fs::path adapter = dir.path / "run/adapter";
+    auto file = ft::io::SafetensorsFile::open(adapter / "adapter_model.safetensors");
+    REQUIRE(file.tensors().size() == 1);
+    CHECK(file.find("prompt_embeddings")->shape == std::vector<std::int64_t>{8, 32});
+    const auto config = nlohmann::json::parse(slurp(adapter / "adapter_config.json"));
+    CHECK(config["peft_type"] == "PROMPT_TUNING");
+    CHECK(config["prompt_tuning_init_text"] == "Define the term");
+    CHECK(!fs::exists(dir.path / "run/merged"));
+  }
+}
+
+TEST_CASE("under fp16 a step whose gradient overflows is skipped and the loss scale halved") {
+  // 2^20 is too large a scale for the tiny model's float16 gradients: the
+  // first steps overflow until the scale has come down far enough.
+  ft::testing::TempDir dir("ft_train_fp16_overflow");
+  const fs::path recipe = write_recipe(dir.path, R"(
+[strategy]
+adapter = "full"
+precision = "fp16-mixed"
+[train]
+max_steps = 8
+per_device_train_batch_size = 2
+learning_rate = 1e-3
+initial_scale_power = 20
+[checkpoint]
+save_steps = 1
+save_total_limit = 8
+)");
+  const Run r = ftrun_train(recipe);
+  INFO(r.err);
+  REQUIRE(r.code == 0);
+  const auto m = metrics(dir.path / "run");
+  REQUIRE(m.size() == 8);
+  int skipped = 0, first_applied = 0;
+  for (const auto& record : m) {
+    const int step = record["step"].get<int>();
+    CAPTURE(step);
+    skipped += record["skipped_steps"].get<int>();
+    if (record["skipped_steps"] == 0 && first_applied == 0) first_applied = step;
+    CHECK(record["loss_scale"].get<double>() == std::ldexp(1.0, 20 - skipped));
+  }
+  REQUIRE(m.front()["skipped_steps"] == 1);
+  REQUIRE(first_applied > 2);  // at least two skipped steps in a row, then one applied
+  // A skipped step changes neither the weights nor the optimizer's state; an applied one does.
+  auto files = [&](int step) {
+    const fs::path c = dir.path / "run" / ("checkpoint-" + std::to_string(step));
+    return file_bytes(c / "model.safetensors") + file_bytes(c / "optimizer.safetensors");
+  };
+  CHECK(files(1) == files(first_applied - 1));
+  CHECK(files(first_applied - 1) != files(first_applied));
 }
 
 TEST_CASE("a diverging run stops at the step with a NaN loss and names the last good checkpoint") {

@@ -18,6 +18,10 @@
 //                row is one more document, of padding.
 // Padding is never scored (label -100).
 //
+// For prompt tuning every row starts with virtual_tokens placeholder
+// positions (pad_id, label -100, Batch::virtual_tokens) that the prompt
+// adapter fills; they come on top of the row's max_seq_length tokens.
+//
 // The order is ft's own so that it is the same everywhere: ft::Rng
 // (ft/core/random.hpp: SplitMix64, unbiased bounded draws) keyed by (seed,
 // epoch), and Fisher-Yates. std::shuffle and the std distributions differ
@@ -87,9 +91,13 @@ public:
   // With keep_last (evaluation), the epoch's last batch may have fewer rows
   // instead of being dropped, so every row is seen.
   BatchPlan(std::vector<Example> examples, std::int64_t rows_per_batch, std::int64_t max_seq_length, bool packing,
-            std::int32_t pad_id, std::uint64_t seed, bool keep_last = false)
+            std::int32_t pad_id, std::uint64_t seed, bool keep_last = false, std::int64_t virtual_tokens = 0)
       : R_(rows_per_batch), max_T_(max_seq_length), packing_(packing), pad_id_(pad_id), seed_(seed),
-        keep_last_(keep_last) {
+        keep_last_(keep_last), virtual_(virtual_tokens) {
+    if (virtual_tokens < 0 || (virtual_tokens > 0 && packing))
+      throw Error("virtual_tokens " + std::to_string(virtual_tokens) +
+                  " is not allowed, allowed: 0 or more, and 0 when packing (a packed row holds several documents, "
+                  "virtual tokens precede one)");
     if (rows_per_batch < 1)
       throw Error("rows_per_batch " + std::to_string(rows_per_batch) + " is not allowed, allowed: 1 or more");
     if (max_seq_length < 1)
@@ -142,12 +150,13 @@ public:
       for (std::int64_t r : rows) longest = std::max(longest, row_tokens(r));
       T = std::min(max_T_, (longest + 7) / 8 * 8);
     }
+    T += virtual_;
     const auto B = std::int64_t(rows.size());
     const auto size = std::size_t(B * T);
     std::vector<std::int32_t> ids(size, pad_id_), labels(size, ignore_label), documents;
     if (packing_) documents.assign(size, 0);
     for (std::size_t b = 0; b < rows.size(); ++b) {
-      std::size_t at = b * std::size_t(T);
+      std::size_t at = b * std::size_t(T) + std::size_t(virtual_);
       std::int32_t document = 0;
       for (std::int64_t e : rows_[std::size_t(rows[b])]) {
         const Example& ex = examples_[std::size_t(e)];
@@ -160,7 +169,9 @@ public:
       if (packing_)
         std::fill(documents.begin() + std::ptrdiff_t(at), documents.begin() + std::ptrdiff_t(row_end), document);
     }
-    return models::causal_lm_batch(B, T, std::move(ids), labels, std::move(documents));
+    models::Batch batch = models::causal_lm_batch(B, T, std::move(ids), labels, std::move(documents));
+    batch.virtual_tokens = virtual_;
+    return batch;
   }
 
   // The tokens of batch(epoch, index) that are not padding.
@@ -203,6 +214,7 @@ private:
   std::int32_t pad_id_;
   std::uint64_t seed_;
   bool keep_last_;
+  std::int64_t virtual_;
   std::vector<Example> examples_;
   std::vector<std::vector<std::int64_t>> rows_;                         // example indices per row
   std::shared_ptr<OrderCache> cache_ = std::make_shared<OrderCache>();  // copies share it; it is locked

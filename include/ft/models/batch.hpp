@@ -3,7 +3,9 @@
 // N = B * T. targets[n] is the token row n must predict (-100: none), so the
 // HF shift (labels[t + 1] scored at position t) happens once, here, when a
 // batch is made. Packed rows carry a document id per token; positions then
-// restart at every document.
+// restart at every document. A batch for prompt tuning starts every row with
+// virtual_tokens placeholder positions: their ids only have to be valid, an
+// InputAdapter supplies their vectors, and nothing predicts them.
 #include <cstdint>
 #include <vector>
 
@@ -18,6 +20,7 @@ struct Batch {
   std::vector<std::int32_t> targets;    // [B * T], -100 = not scored
   std::vector<std::int32_t> positions;  // [B * T]
   std::vector<std::int32_t> documents;  // [B * T] or empty: one document per row
+  index_t virtual_tokens = 0;           // leading positions of every row that an InputAdapter fills
 
   index_t rows() const { return B * T; }
   index_t scored_tokens() const {

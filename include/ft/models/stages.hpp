@@ -10,6 +10,7 @@
 #include <string>
 
 #include "ft/models/batch.hpp"
+#include "ft/models/input_adapter.hpp"
 #include "ft/models/parameters.hpp"
 #include "ft/models/transformer_config.hpp"
 #include "ft/nn/cross_entropy.hpp"
@@ -28,14 +29,24 @@ public:
   ParameterBuffer<T>& parameters() { return params_; }
   const ParameterBuffer<T>& parameters() const { return params_; }
   static std::string prefix() { return "embed."; }
+  // The adapter that fills a batch's virtual tokens; null detaches it.
+  void set_adapter(InputAdapter<T>* adapter) { adapter_ = adapter; }
 
   void forward(T* y, const Batch& batch) const {
     for (std::int32_t id : batch.input_ids)
       if (id < 0 || id >= V_)
         throw Error("token id " + std::to_string(id) + " is outside the vocabulary [0, " + std::to_string(V_) + ")");
+    if (batch.virtual_tokens > 0 && !adapter_)
+      throw Error("the batch starts with " + std::to_string(batch.virtual_tokens) +
+                  " virtual tokens, but no prompt adapter is attached to fill them");
     nn::embedding_forward(y, batch.input_ids.data(), params_.value("weight"), batch.rows(), C_);
+    if (batch.virtual_tokens > 0) adapter_->forward(y, batch);
   }
+  // The virtual tokens' rows of dres reach the adapter; their placeholder ids
+  // also receive them in the table's gradient, which only a full fine-tune
+  // keeps, and a full fine-tune has no virtual tokens.
   void backward(const T* dres, const Batch& batch) {
+    if (batch.virtual_tokens > 0 && adapter_) adapter_->backward(dres, batch);
     if (!params_.trainable()) return;
     nn::embedding_backward(params_.grad("weight"), batch.input_ids.data(), dres, batch.rows(), C_);
   }
@@ -43,6 +54,7 @@ public:
 private:
   index_t C_, V_;
   ParameterBuffer<T> params_;
+  InputAdapter<T>* adapter_ = nullptr;
 };
 
 struct HeadOptions {

@@ -130,6 +130,7 @@ struct TrainSection {
   bool fuse_optimizer_with_backward = false;
   Int logging_steps = 1;
   Int eval_steps = 0;
+  Int initial_scale_power = 16;
 
   template <class V>
   void fields(V& v) {
@@ -163,6 +164,8 @@ struct TrainSection {
             "step each block's parameters as soon as its gradients exist, then free them");
     v.field("logging_steps", logging_steps, at_least<Int>(1), "log metrics every this many steps");
     v.field("eval_steps", eval_steps, at_least<Int>(0), "evaluate every this many steps; 0 only at the end");
+    v.field("initial_scale_power", initial_scale_power, between<Int>(0, 64),
+            "fp16 loss scaling starts at 2^this (DeepSpeed's name; torch's GradScaler starts at 2^16)");
   }
 
   // "none", "every_block", or "every_K" (every K-th block, K >= 2).

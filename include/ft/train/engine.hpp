@@ -35,6 +35,7 @@
 
 #include "ft/adapters/lora.hpp"
 #include "ft/adapters/lora_files.hpp"
+#include "ft/adapters/prompt_tuning.hpp"
 #include "ft/core/random.hpp"
 #include "ft/data/batches.hpp"
 #include "ft/data/chat_template.hpp"
@@ -61,6 +62,7 @@ enum class AdapterKind { full, lora, prompt };
 // What the policies decided, as values.
 struct EngineSetup {
   std::string trainer;  // the Trainer's C++ type, for logs and checkpoints
+  std::string adapter_description;  // "lora: r 16, alpha 32, ...", for the run's header
   AdapterKind adapter = AdapterKind::full;
   bool loss_scaling = false;
 };
@@ -114,7 +116,7 @@ class Engine {
 public:
   Engine(recipe::Recipe recipe, EngineSetup setup, OptimizerFactory<M> factory)
       : r_(std::move(recipe)), setup_(std::move(setup)), trainables_(std::move(factory)),
-        loss_scale_(setup_.loss_scaling ? 65536.0 : 1.0) {}  // torch GradScaler's initial scale
+        loss_scale_(setup_.loss_scaling ? std::ldexp(1.0, int(r_.train.initial_scale_power)) : 1.0) {}
 
   // Runs the recipe to the end; throws ft::Error for bad input, TrainingStopped when the loss diverges.
   void run() {
@@ -255,20 +257,24 @@ private:
     train_rows_ = std::int64_t(train.rows.size());
     train_plan_ = std::make_unique<data::BatchPlan>(std::move(train.rows), r_.train.per_device_train_batch_size,
                                                     r_.data.max_seq_length, r_.data.packing, pad_id_,
-                                                    std::uint64_t(r_.seed));
+                                                    std::uint64_t(r_.seed), false, virtual_tokens());
     batches_per_epoch_ = train_plan_->batches_per_epoch();
     if (!validation.rows.empty()) {
       const std::int64_t rows = r_.train.per_device_eval_batch_size > 0 ? r_.train.per_device_eval_batch_size
                                                                         : r_.train.per_device_train_batch_size;
       eval_plan_ = std::make_unique<data::BatchPlan>(std::move(validation.rows), rows, r_.data.max_seq_length,
-                                                     r_.data.packing, pad_id_, std::uint64_t(r_.seed), true);
+                                                     r_.data.packing, pad_id_, std::uint64_t(r_.seed), true,
+                                                     virtual_tokens());
     }
+  }
+
+  // The prompt's virtual tokens at the start of every row; none without prompt tuning.
+  std::int64_t virtual_tokens() const {
+    return setup_.adapter == AdapterKind::prompt ? r_.prompt_tuning.num_virtual_tokens : 0;
   }
 
   void build_model() {
     const bool full = setup_.adapter == AdapterKind::full;
-    if (setup_.adapter == AdapterKind::prompt)
-      throw Error("strategy.adapter = \"prompt\": prompt tuning is not implemented yet; use \"lora\" or \"full\"");
     model_ = std::make_unique<models::Transformer<T>>(models::read_model_spec(r_.model.path), full);
     model_->load(io::ModelWeights::open(r_.model.path));
     model_->set_memory_options({checkpoint_every(r_.train.gradient_checkpointing), r_.train.activation_offloading});
@@ -280,6 +286,13 @@ private:
         trainables_.add("layers." + std::to_string(b.layer()), b.layer(), b.parameters(), fused);
       if (model_->head().parameters().size() > 0) trainables_.add("head", L, model_->head().parameters(), fused);
       if (fused) share_block_gradients();
+    } else if (setup_.adapter == AdapterKind::prompt) {
+      prompt_ = std::make_unique<adapters::PromptTuning<T>>(*model_, virtual_tokens(), std::uint64_t(r_.seed));
+      if (!r_.prompt_tuning.init_text.empty()) {
+        prompt_->init_from_tokens(
+            adapters::prompt_init_ids(tokenizer_->encode(r_.prompt_tuning.init_text, true), virtual_tokens()));
+      }
+      trainables_.add("prompt", -1, prompt_->parameters(), fused);
     } else {
       adapters::LoraOptions o;
       o.r = r_.lora.r;
@@ -294,7 +307,7 @@ private:
                         b->parameters(), fused);
     }
     trainables_.sync_master_from_storage();
-    double lora_matmul = full ? 0.0 : double(trainables_.parameter_count());
+    const double lora_matmul = lora_ ? double(trainables_.parameter_count()) : 0.0;
     flops_per_token_ = flops_per_token(model_->config(), r_.data.max_seq_length, full, lora_matmul);
     fingerprint_ = {{"config", detail::hex(detail::fnv1a(io::read_json_file(std::filesystem::path(r_.model.path) /
                                                                             "config.json")
@@ -333,6 +346,7 @@ private:
                 detail::count_text(double(model_->parameter_count())).c_str(),
                 detail::count_text(double(trainables_.parameter_count())).c_str(),
                 100.0 * double(trainables_.parameter_count()) / double(model_->parameter_count()));
+    std::printf("  adapter     %s\n", setup_.adapter_description.c_str());
     std::printf("  data        %s: %lld rows (%lld skipped), %lld micro-batches of %lld x %lld per epoch%s\n",
                 r_.data.train.c_str(), (long long)train_rows_, (long long)skipped_rows_,
                 (long long)batches_per_epoch_, (long long)r_.train.per_device_train_batch_size,
@@ -451,6 +465,8 @@ private:
 
   void write_trainables(const std::filesystem::path& dir) {
     if (lora_) adapters::save_peft_adapter(*lora_, model_->config(), r_.model.path, dir, "F32");
+    else if (prompt_)
+      adapters::save_peft_prompt(*prompt_, model_->config(), {r_.model.path, r_.prompt_tuning.init_text}, dir);
     else models::save_pretrained(*model_, r_.model.path, dir, io::safetensors_dtype_of<T>());
   }
 
@@ -482,6 +498,7 @@ private:
     if (state.value("trainer", "") != setup_.trainer)
       throw Error(where + "was written by " + state.value("trainer", "?") + ", this recipe builds " + setup_.trainer);
     if (lora_) adapters::load_peft_adapter(*lora_, model_->config(), dir);
+    else if (prompt_) adapters::load_peft_prompt(*prompt_, model_->config(), dir);
     else model_->load(io::ModelWeights::open(dir));
     trainables_.sync_master_from_storage();
     read_state(dir / "optimizer.safetensors", state_arrays());
@@ -493,11 +510,11 @@ private:
   }
 
   void save_final() {
-    if (lora_) {
+    if (lora_ || prompt_) {
       const auto adapter = out_ / "adapter";
       io::write_directory_atomically(adapter, [&](const auto& dir) { write_trainables(dir); }, true);
       std::printf("adapter (PEFT) in %s\n", adapter.c_str());
-      if (r_.lora.save_merged) {
+      if (lora_ && r_.lora.save_merged) {
         lora_->merge_into_model();
         const auto merged = out_ / "merged";
         io::write_directory_atomically(
@@ -529,7 +546,7 @@ private:
     }
     const auto ids = tokenizer_->encode(prompt, !chat_);  // a rendered template already has its special tokens
     std::vector<std::int32_t> tokens(ids.begin(), ids.end());
-    const auto answer = generate_greedy(*model_, tokens, r_.preview.max_new_tokens, eos_id_);
+    const auto answer = generate_greedy(*model_, tokens, r_.preview.max_new_tokens, eos_id_, virtual_tokens());
     return "\"" + r_.preview.prompt + "\" -> \"" + tokenizer_->decode(answer) + "\"";
   }
 
@@ -545,6 +562,7 @@ private:
   std::int64_t batches_per_epoch_ = 1, train_rows_ = 0, skipped_rows_ = 0, total_steps_ = 0;
   std::unique_ptr<models::Transformer<T>> model_;
   std::unique_ptr<adapters::LoraModel<T>> lora_;
+  std::unique_ptr<adapters::PromptTuning<T>> prompt_;
   Tensor<T> block_gradients_;  // shared by every block when the optimizer is fused into backward
   nlohmann::ordered_json fingerprint_;
   double flops_per_token_ = 0, peak_flops_ = 1;

@@ -2,7 +2,8 @@
 // Greedy decoding, to show what a model answers before and after training.
 // Each new token re-runs the whole sequence (no key/value cache): for the
 // few dozen tokens of a preview on a small model this costs seconds, and it
-// reuses the training forward exactly.
+// reuses the training forward exactly. With prompt tuning the rows start
+// with the prompt's virtual tokens, as in training.
 #include <algorithm>
 #include <cstdint>
 #include <vector>
@@ -14,13 +15,17 @@ namespace ft::train {
 
 template <element T>
 std::vector<std::int32_t> generate_greedy(models::Transformer<T>& model, std::vector<std::int32_t> tokens,
-                                          index_t max_new_tokens, std::int32_t eos_id) {
+                                          index_t max_new_tokens, std::int32_t eos_id,
+                                          index_t virtual_tokens = 0) {
   const index_t V = model.config().vocab_size;
   const std::size_t prompt = tokens.size();
   std::vector<T> logits;
   for (index_t i = 0; i < max_new_tokens; ++i) {
-    const index_t n = index_t(tokens.size());
-    models::Batch batch = models::causal_lm_batch(1, n, tokens);
+    const index_t n = virtual_tokens + index_t(tokens.size());
+    std::vector<std::int32_t> row(std::size_t(virtual_tokens), 0);  // placeholders the prompt adapter fills
+    row.insert(row.end(), tokens.begin(), tokens.end());
+    models::Batch batch = models::causal_lm_batch(1, n, std::move(row));
+    batch.virtual_tokens = virtual_tokens;
     logits.resize(std::size_t(n * V));
     model.forward_backward(batch, {.backward = false}, logits.data());
     const T* last = logits.data() + (n - 1) * V;

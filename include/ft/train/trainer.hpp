@@ -94,7 +94,8 @@ public:
     using Master = element_t<Precision::master>;    // what the optimizer updates
     recipe::Recipe r = recipe_;
     if constexpr (std::is_same_v<Adapter, adapters::LoRA>) r.lora.target_modules = lora_targets();
-    train::EngineSetup setup{type_name(), adapter_kind(), Precision::loss_scaling};
+    train::EngineSetup setup{type_name(), std::string(Adapter::name) + adapter_detail(), adapter_kind(),
+                             Precision::loss_scaling};
     train::Engine<Storage, Master> engine(r, setup, [train = r.train](const auto& entries, index_t size) {
       return train::make_parameter_optimizer<Optimizer, Master>(entries, size, train);
     });
@@ -162,6 +163,7 @@ private:
       for (const auto& t : lora_targets()) os << ' ' << t;
     } else if constexpr (std::is_same_v<Adapter, adapters::Prompt>) {
       os << ": " << r.prompt_tuning.num_virtual_tokens << " virtual tokens";
+      if (!r.prompt_tuning.init_text.empty()) os << " from \"" << r.prompt_tuning.init_text << "\"";
     } else {
       os << ": every weight trains";
     }
