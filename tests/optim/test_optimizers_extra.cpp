@@ -36,8 +36,10 @@ std::vector<X> from_hex(const std::string& hex) {
   return out;
 }
 
-template <class X>
-bool same_bits(const std::vector<X>& a, const std::vector<X>& b) {
+template <class A, class B>
+bool same_bits(const A& a, const B& b) {
+  using X = typename A::value_type;
+  static_assert(std::is_same_v<X, typename B::value_type>);
   return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(X)) == 0;
 }
 

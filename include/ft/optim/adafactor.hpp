@@ -35,6 +35,7 @@
 #include "ft/core/error.hpp"
 #include "ft/core/numeric.hpp"
 #include "ft/kernels/cpu/launch.hpp"
+#include "ft/tensor/memory.hpp"
 #include "ft/tensor/shape.hpp"
 
 namespace ft::optim {
@@ -53,9 +54,9 @@ struct AdafactorOptions {
 
 template <class S = float>
 struct AdafactorState {
-  std::vector<S> row, col;  // factored: running means of q over each row / column, matrix after matrix
-  std::vector<S> full;      // not factored: running q per element
-  std::vector<S> momentum;  // with beta1
+  memory::HostVector<S> row, col;  // factored: running means of q over each row / column, matrix after matrix
+  memory::HostVector<S> full;      // not factored: running q per element
+  memory::HostVector<S> momentum;  // with beta1
 };
 
 // How a shape is seen: `batch` matrices of rows x cols when factored.
@@ -132,7 +133,7 @@ void adafactor_step(T* p, const G* g, const Shape& shape, AdafactorState<S>& s, 
   using A = acc_t<T>;
   const AdafactorLayout l(shape);
   const index_t n = l.size(), R = l.rows, C = l.cols;
-  const auto want = [](const std::vector<S>& v, index_t size) { return index_t(v.size()) == size; };
+  const auto want = [](const memory::HostVector<S>& v, index_t size) { return index_t(v.size()) == size; };
   if (!(l.factored ? want(s.row, l.batch * R) && want(s.col, l.batch * C) : want(s.full, n)) ||
       !want(s.momentum, o.beta1 ? n : 0))
     throw Error("adafactor: the state does not fit a parameter of shape " + shape.str() + " with these options");

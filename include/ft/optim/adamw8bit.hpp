@@ -55,6 +55,7 @@
 #include "ft/core/numeric.hpp"
 #include "ft/kernels/cpu/launch.hpp"
 #include "ft/optim/update.hpp"
+#include "ft/tensor/memory.hpp"
 #include "ft/tensor/shape.hpp"
 
 namespace ft::optim {
@@ -112,9 +113,9 @@ inline const DynamicMap& unsigned_dynamic_map() {
 // tensor of n >= 4096 elements has codes and absmax; a smaller one m and v.
 template <class S = float>
 struct AdamW8bitState {
-  std::vector<std::uint8_t> m_q, v_q;     // one code per element
-  std::vector<float> m_absmax, v_absmax;  // one scale per block of 256 elements
-  std::vector<S> m, v;                    // the moments of a small tensor
+  memory::HostVector<std::uint8_t> m_q, v_q;     // one code per element
+  memory::HostVector<float> m_absmax, v_absmax;  // one scale per block of 256 elements
+  memory::HostVector<S> m, v;                    // the moments of a small tensor
 
   bool quantized() const { return !m_q.empty(); }
 };

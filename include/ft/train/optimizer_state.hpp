@@ -63,14 +63,15 @@ namespace detail {
 template <class M>
 using state_t = std::conditional_t<std::is_same_v<M, bf16>, bf16, acc_t<M>>;
 
-template <class S>
-StateArray array(const std::string& name, std::vector<S>& v) {
+template <class V>
+StateArray array(const std::string& name, V& v) {
+  using S = typename V::value_type;
   return {name, io::safetensors_dtype_of<S>(), v.data(), v.size() * sizeof(S)};
 }
 
 // State arrays that exist (an optimizer keeps only what a tensor's shape needs).
-template <class S>
-void add_nonempty(std::vector<StateArray>& out, const std::string& name, std::vector<S>& v) {
+template <class V>
+void add_nonempty(std::vector<StateArray>& out, const std::string& name, V& v) {
   if (!v.empty()) out.push_back(array(name, v));
 }
 
@@ -93,7 +94,7 @@ public:
 private:
   optim::Hyperparameters h_;
   index_t n_;
-  std::vector<state_t<M>> buffer_;
+  memory::HostVector<state_t<M>> buffer_;
 };
 
 template <class M>
@@ -110,7 +111,7 @@ public:
 
 private:
   optim::Hyperparameters h_;
-  std::vector<state_t<M>> m_, v_;
+  memory::HostVector<state_t<M>> m_, v_;
 };
 
 template <class M>
@@ -126,7 +127,7 @@ public:
 
 private:
   optim::Hyperparameters h_;
-  std::vector<state_t<M>> m_;
+  memory::HostVector<state_t<M>> m_;
 };
 
 // Adafactor keeps per-tensor state (factored for matrices), so it steps the

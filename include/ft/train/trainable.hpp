@@ -37,7 +37,7 @@ public:
     std::string name;
     index_t stage;  // the model stage whose backward completes its gradient (see Transformer::StageDone)
     models::ParameterBuffer<T>* params;
-    std::vector<M> master, grads;  // empty without a master copy
+    memory::HostVector<M> master, grads;  // empty without a master copy
     std::unique_ptr<ParameterOptimizer<M>> optimizer;
 
     M* values() {
@@ -157,7 +157,7 @@ public:
 private:
   OptimizerFactory<M> factory_;
   std::vector<Buffer> buffers_;
-  std::vector<M> scratch_;  // the step gradient in M of the buffer being stepped, when fused
+  memory::HostVector<M> scratch_;  // the step gradient in M of the buffer being stepped, when fused
 };
 
 }  // namespace ft::train
