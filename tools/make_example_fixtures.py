@@ -15,6 +15,18 @@ the family's bos/eos tokens:
   without a template     the ids of tokenizer(text), as Stanford Alpaca's
                          train.py tokenises prompt and prompt + output + eos
   text rows              tokenizer(text) + eos (unless it already ends in eos)
+  chat rows              multi-turn messages through a chat template; each
+                         assistant turn is scored from the end of the prompt
+                         transformers renders for the turns before it
+                         (add_generation_prompt) to the end of the rendering
+                         through it, in token ids; with generation marks,
+                         transformers' assistant mask
+  response templates     text rows (guanaco's "### Human:" / "### Assistant:"
+                         turns, and seed 003's "\n### Response:" in an
+                         "output" field): the scored characters are found in
+                         Python, and a token is scored when its offsets
+                         (return_offsets_mapping) overlap them; an independent
+                         route to what ft does by token prefixes
   generation marks       a template whose generation prompt is not a prefix of
                          the rendered conversation; labels come from
                          transformers' own assistant mask
@@ -32,6 +44,10 @@ Written:
                          word under merge_boundary.jinja (a template with no
                          separator before the response)
   text_rows.jsonl        text rows
+  chat_rows.jsonl        multi-turn chat rows (system, user, assistant, ...)
+  guanaco_rows.jsonl     openassistant-guanaco style text rows
+  response_rows.jsonl    rows with the text in "output" and an Alpaca-style
+                         "\n### Response:" marker
   think_generation.jinja the template with generation marks
   merge_boundary.jinja   the template without a separator
   examples_expected.json per case: tokenizer, template, bos/eos, rows file and,
@@ -79,6 +95,36 @@ MERGE_ROWS = [
     {"instruction": "What does ASCII stand for?", "input": "", "output": "! American Standard Code (no merge here)."},
 ]
 
+CHAT_ROWS = [
+    {"messages": [{"role": "user", "content": "What is a hack?"},
+                  {"role": "assistant", "content": "A quick job that produces what is needed."},
+                  {"role": "user", "content": "And a kludge?"},
+                  {"role": "assistant", "content": "A clumsy but working fix: « bricolage »."}]},
+    {"messages": [{"role": "system", "content": "You explain hacker jargon briefly."},
+                  {"role": "user", "content": "Define foo."},
+                  {"role": "assistant", "content": "A placeholder name for anything."}]},
+    {"messages": [{"role": "user", "content": "Say nothing after this."},
+                  {"role": "assistant", "content": "Understood."},
+                  {"role": "user", "content": "Good."},
+                  {"role": "assistant", "content": " Leading space, and a newline\nhere."}]},
+]
+
+GUANACO_ROWS = [
+    {"text": "### Human: What is a hack?### Assistant: A quick job that produces what is needed."},
+    {"text": "### Human: Define foo.### Assistant: A placeholder name.### Human: And bar?"
+             "### Assistant: Its usual partner, as in foobar."},
+    {"text": "Preamble that is not a turn.\n### Human: Café?### Assistant: Ünïcödé answer: 中文 too."},
+]
+
+# Seed 003's artificial rows: --dataset_text_field output --response_template "\n### Response:".
+RESPONSE_TEMPLATE = "\n### Response:"
+RESPONSE_ROWS = [
+    {"output": "### Input:\nSummarise the news.\n### Response: Markets rose on Tuesday.", "id": 1},
+    {"output": "Some context first.\n\n### Response:\nA multi-line\nanswer.", "id": 2},
+    {"output": "### Response: at the very start does not count, only after a newline.\n### Response: this does.",
+     "id": 3},
+]
+
 TEXT_ROWS = [
     {"text": "The Jargon File is a glossary of hacker slang."},
     {"text": "Line one.\nLine two, with ünïcödé and 中文."},
@@ -122,6 +168,7 @@ SPECIALS = {
     "smollm2": {"bos_token": "<|im_start|>", "eos_token": "<|im_end|>"},
     "smollm2_base": {"eos_token": "<|endoftext|>"},
     "llama2": {"bos_token": "<s>", "eos_token": "</s>"},
+    "llama3": {"bos_token": "<|begin_of_text|>", "eos_token": "<|eot_id|>"},
 }
 
 
@@ -187,6 +234,79 @@ def generation_case(kind, specials_name):
                          "prompt_tokens": mask.index(1), "merged": False})
     return {"tokenizer": kind, "template": "tests/fixtures/data/think_generation.jinja", "format": "alpaca",
             "rows": "alpaca_rows.jsonl", **SPECIALS[specials_name], "expected": expected}
+
+
+def multi_turn_case(kind, specials_name, template_file, template_text=None, template_path=None):
+    template = template_text if template_text is not None else (TEMPLATES / template_file).read_text()
+    tok = hf_tokenizer(kind, SPECIALS[specials_name], template)
+    expected = []
+    for row in CHAT_ROWS:
+        messages = row["messages"]
+        if template_text is not None:  # generation marks: transformers' own mask
+            out = tok.apply_chat_template(messages, tokenize=True, return_dict=True, return_assistant_tokens_mask=True)
+            full, mask = ids(out), list(out["assistant_masks"])
+            labels = [t if m else -100 for t, m in zip(full, mask)]
+        else:
+            full = ids(tok.apply_chat_template(messages, tokenize=True))
+            labels = [-100] * len(full)
+            for k, m in enumerate(messages):
+                if m["role"] != "assistant":
+                    continue
+                prompt = ids(tok.apply_chat_template(messages[:k], tokenize=True, add_generation_prompt=True))
+                first, last = common_prefix(prompt, full), len(full)
+                if k + 1 < len(messages):
+                    done = ids(tok.apply_chat_template(messages[:k + 1], tokenize=True))
+                    last = common_prefix(done, full)
+                    last += last < len(done)
+                labels[first:last] = full[first:last]
+        first = next(i for i, l in enumerate(labels) if l != -100)
+        expected.append({"input_ids": full, "labels": labels, "prompt_tokens": first, "merged": False})
+    return {"tokenizer": kind, "template": template_path or str((TEMPLATES / template_file).relative_to(ROOT)),
+            "format": "chat", "rows": "chat_rows.jsonl", **SPECIALS[specials_name], "expected": expected}
+
+
+def response_spans(text, response, instruction):
+    """The scored character spans, as examples.hpp documents them."""
+    at = text.find(response)
+    assert at >= 0
+    spans = []
+    while at >= 0:
+        begin = at + len(response)
+        if not instruction:
+            return [(begin, len(text))]
+        end = text.find(instruction, begin)
+        end = len(text) if end < 0 else end
+        spans.append((begin, end))
+        at = -1 if end == len(text) else text.find(response, end)
+    return spans
+
+
+def template_case(kind, specials_name, rows, rows_file, field, response, instruction, fmt):
+    tok = hf_tokenizer(kind, SPECIALS[specials_name])
+    eos_id = tok.convert_tokens_to_ids(SPECIALS[specials_name]["eos_token"])
+    expected = []
+    for row in rows:
+        text = row[field]
+        enc = tok(text, return_offsets_mapping=True)
+        full, offsets = list(enc["input_ids"]), [tuple(o) for o in enc["offset_mapping"]]
+        if full[-1] != eos_id:
+            full.append(eos_id)
+            offsets.append((len(text), len(text)))
+        spans = response_spans(text, response, instruction)
+        labels = []
+        for t, (a, b) in zip(full, offsets):
+            if a == b:  # added tokens: scored only after a span that reaches the end of the text
+                scored = b == len(text) and any(e == len(text) for _, e in spans) and t == eos_id
+            else:
+                scored = any(a < e and b > s for s, e in spans)
+            labels.append(t if scored else -100)
+        first = next(i for i, l in enumerate(labels) if l != -100)
+        expected.append({"input_ids": full, "labels": labels, "prompt_tokens": first, "merged": False})
+    case = {"tokenizer": kind, "template": None, "format": fmt, "rows": rows_file, **SPECIALS[specials_name],
+            "expected": expected}
+    if fmt == "text":
+        case.update({"text_field": field, "response_template": response, "instruction_template": instruction})
+    return case
 
 
 def alpaca_case(kind, specials_name):
@@ -274,6 +394,9 @@ def main():
     write_jsonl(OUT / "alpaca_rows.jsonl", ALPACA_ROWS)
     write_jsonl(OUT / "merge_rows.jsonl", MERGE_ROWS)
     write_jsonl(OUT / "text_rows.jsonl", TEXT_ROWS)
+    write_jsonl(OUT / "chat_rows.jsonl", CHAT_ROWS)
+    write_jsonl(OUT / "guanaco_rows.jsonl", GUANACO_ROWS)
+    write_jsonl(OUT / "response_rows.jsonl", RESPONSE_ROWS)
     (OUT / "think_generation.jinja").write_text(THINK_GENERATION)
     (OUT / "merge_boundary.jinja").write_text(MERGE_TEMPLATE)
     cases = {
@@ -286,6 +409,18 @@ def main():
         "llama2_alpaca": alpaca_case("llama2", "llama2"),
         "smollm2_text": text_case("smollm2", "smollm2_base"),
         "llama2_text": text_case("llama2", "llama2"),
+        "smollm2_chat_multi_turn": multi_turn_case("smollm2", "smollm2", "smollm2.jinja"),
+        "llama3_chat_multi_turn": multi_turn_case("llama3", "llama3", "llama3.jinja"),
+        "smollm2_chat_generation_marks": multi_turn_case("smollm2", "smollm2", None, THINK_GENERATION,
+                                                         "tests/fixtures/data/think_generation.jinja"),
+        "smollm2_guanaco": template_case("smollm2", "smollm2_base", GUANACO_ROWS, "guanaco_rows.jsonl", "text",
+                                         "### Assistant:", "### Human:", "guanaco"),
+        "llama2_guanaco": template_case("llama2", "llama2", GUANACO_ROWS, "guanaco_rows.jsonl", "text",
+                                        "### Assistant:", "### Human:", "guanaco"),
+        "smollm2_response_template": template_case("smollm2", "smollm2_base", RESPONSE_ROWS, "response_rows.jsonl",
+                                                   "output", RESPONSE_TEMPLATE, "", "text"),
+        "llama2_response_template": template_case("llama2", "llama2", RESPONSE_ROWS, "response_rows.jsonl",
+                                                  "output", RESPONSE_TEMPLATE, "", "text"),
     }
     with open(OUT / "examples_expected.json", "w", encoding="utf-8") as f:
         json.dump(cases, f, ensure_ascii=False, indent=None, separators=(",", ":"))

@@ -89,7 +89,7 @@ std::vector<std::int32_t> ids_of(const json& j) { return j.get<std::vector<std::
 
 TEST_CASE("examples: ids and labels equal transformers' for every fixture case") {
   const json cases = read_json(data_fixtures / "examples_expected.json");
-  REQUIRE(cases.size() >= 8);
+  REQUIRE(cases.size() >= 15);
   int merged = 0;
   for (auto it = cases.begin(); it != cases.end(); ++it) {
     const std::string name = it.key();
@@ -100,9 +100,12 @@ TEST_CASE("examples: ids and labels equal transformers' for every fixture case")
     ChatOptions special;
     if (c.contains("bos_token")) special.bos_token = c["bos_token"].get<std::string>();
     special.eos_token = c["eos_token"].get<std::string>();
-    const Examples got =
-        ft::data::read_examples(data_fixtures / c["rows"].get<std::string>(), tokenizer(c["tokenizer"]),
-                                chat ? &*chat : nullptr, special, options(c["format"]));
+    ExampleOptions o = options(c["format"]);
+    o.fields.text = c.value("text_field", "text");
+    o.response_template = c.value("response_template", "");
+    o.instruction_template = c.value("instruction_template", "");
+    const Examples got = ft::data::read_examples(data_fixtures / c["rows"].get<std::string>(),
+                                                 tokenizer(c["tokenizer"]), chat ? &*chat : nullptr, special, o);
     const json& expected = c["expected"];
     REQUIRE(got.rows.size() == expected.size());
     CHECK(got.skipped == 0);
@@ -121,6 +124,49 @@ TEST_CASE("examples: ids and labels equal transformers' for every fixture case")
     }
   }
   CHECK(merged >= 2);  // the longest-common-prefix split is exercised
+}
+
+TEST_CASE("examples: renamed fields read the same rows") {
+  const Tokenizer& tok = tokenizer("smollm2");
+  const ChatTemplate chat = chat_template("tests/fixtures/chat_templates/smollm2.jinja");
+  TempDir dir("ft_examples_fields");
+  struct Case {
+    std::string format, standard, renamed;
+    ft::data::FieldNames fields;
+  };
+  ft::data::FieldNames alpaca, chat_fields, text, tokens;
+  alpaca.instruction = "question";
+  alpaca.input = "context";
+  alpaca.output = "answer";
+  chat_fields.messages = "conversation";
+  text.text = "body";
+  tokens.input_ids = "ids";
+  tokens.labels = "targets";
+  const std::vector<Case> cases = {
+      {"alpaca", R"({"instruction": "Name a colour.", "input": "Warm ones.", "output": "Red."})",
+       R"({"question": "Name a colour.", "context": "Warm ones.", "answer": "Red."})", alpaca},
+      {"chat", R"({"messages": [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Hello."}]})",
+       R"({"conversation": [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Hello."}]})",
+       chat_fields},
+      {"text", R"({"text": "Plain words."})", R"({"body": "Plain words."})", text},
+      {"tokens", R"({"input_ids": [5, 6, 7], "labels": [-100, 6, 7]})", R"({"ids": [5, 6, 7], "targets": [-100, 6, 7]})",
+       tokens},
+  };
+  for (const Case& c : cases) {
+    CAPTURE(c.format);
+    write_bytes(dir / "standard.jsonl", c.standard + "\n");
+    write_bytes(dir / "renamed.jsonl", c.renamed + "\n");
+    ExampleOptions o = options(c.format);
+    const Examples want = ft::data::read_examples(dir / "standard.jsonl", tok, &chat, smollm2_chat, o);
+    o.fields = c.fields;
+    const Examples got = ft::data::read_examples(dir / "renamed.jsonl", tok, &chat, smollm2_chat, o);
+    REQUIRE(got.rows.size() == 1);
+    CHECK(got.rows[0].input_ids == want.rows[0].input_ids);
+    CHECK(got.rows[0].labels == want.rows[0].labels);
+    // The standard names are no longer read.
+    const std::string msg = error_of([&] { ft::data::read_examples(dir / "standard.jsonl", tok, &chat, smollm2_chat, o); });
+    CHECK(msg.find("is missing") != std::string::npos);
+  }
 }
 
 TEST_CASE("examples: a JSON array file gives the same examples, with each element's line") {
@@ -261,12 +307,24 @@ TEST_CASE("examples: every kind of bad row, in fail mode and in skip mode") {
       {"tokens", R"({"input_ids": [1, 2], "labels": [1, -5]})", "\"labels\"[1] = -5 is outside the vocabulary"},
       {"tokens", R"({"input_ids": [1, 2], "labels": [1, -100]})", "no token after the first is scored"},
       {"tokens", R"({"input_ids": [1]})", "no token after the first is scored"},
+      {"chat", R"({"msgs": []})", "\"messages\" is missing"},
+      {"chat", R"({"messages": "hi"})", "\"messages\" is a string, not a list"},
+      {"chat", R"({"messages": [{"role": "user"}]})", "\"messages\"[0] has no string \"content\""},
+      {"chat", R"({"messages": [{"role": "user", "content": "x"}, 7]})", "\"messages\"[1] is a number, not an object"},
+      {"chat", R"({"messages": [{"role": "user", "content": "x"}]})", "has no assistant message with content"},
+      {"chat", R"({"messages": [{"role": "user", "content": "x"}, {"role": "assistant", "content": ""}]})",
+       "has no assistant message with content"},
+      {"guanaco", R"({"text": "### Human: no answer here"})", "does not contain the response template"},
+      {"guanaco", R"({"text": 5})", "\"text\" is a number, not a string"},
   };
   TempDir dir("ft_examples");
-  const std::string good_for[] = {good, R"({"text": "fine"})", R"({"input_ids": [1, 2]})"};
-  auto good_row = [&](const std::string& format) {
-    return format == "alpaca" ? good_for[0] : format == "text" ? good_for[1] : good_for[2];
-  };
+  const std::map<std::string, std::string> good_for = {
+      {"alpaca", good},
+      {"text", R"({"text": "fine"})"},
+      {"tokens", R"({"input_ids": [1, 2]})"},
+      {"chat", R"({"messages": [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Hello."}]})"},
+      {"guanaco", R"({"text": "### Human: Hi### Assistant: Hello."})"}};
+  auto good_row = [&](const std::string& format) { return good_for.at(format); };
   for (const Bad& b : bad) {
     CAPTURE(b.row.substr(0, 80));
     const fs::path file = dir / "bad.jsonl";
@@ -321,7 +379,19 @@ TEST_CASE("examples: files, options and templates that cannot be used") {
         }).find("blank.jsonl: has no rows") != std::string::npos);
   CHECK(error_of([&] {
           ft::data::read_examples(rows, tok, &chat, smollm2_chat, options("csv"));
-        }).find("dataset format 'csv' is not known, allowed: alpaca, text, tokens") != std::string::npos);
+        }).find("dataset format 'csv' is not known, allowed: alpaca, chat, text, guanaco, tokens") !=
+        std::string::npos);
+  ExampleOptions templated = options("alpaca");
+  templated.response_template = "### Response:";
+  CHECK(error_of([&] { ft::data::read_examples(rows, tok, &chat, smollm2_chat, templated); })
+            .find("response_template applies to text rows; format 'alpaca' marks its responses itself") !=
+        std::string::npos);
+  ExampleOptions instruction_only = options("text");
+  instruction_only.instruction_template = "### Human:";
+  CHECK(error_of([&] { ft::data::read_examples(rows, tok, &chat, smollm2_chat, instruction_only); })
+            .find("an instruction_template needs a response_template") != std::string::npos);
+  CHECK(error_of([&] { ft::data::read_examples(rows, tok, nullptr, smollm2_chat, options("chat")); })
+            .find("chat rows are rendered through the model's chat template, and it has none") != std::string::npos);
   CHECK(error_of([&] {
           ft::data::read_examples(rows, tok, &chat, smollm2_chat, options("alpaca", 4096, "ignore"));
         }).find("on_bad_row 'ignore' is not known, allowed: fail, skip") != std::string::npos);

@@ -5,20 +5,40 @@
 //
 // File format: JSON Lines (one object per line; blank lines ignored), or one
 // JSON array of objects when the first character that is not white space is
-// '['. A row's line is the line it starts on. Row formats (ExampleOptions::format):
-//   alpaca  {"instruction": non-empty string, "input": string (optional),
-//            "output": non-empty string}; other keys are ignored.
-//   text    {"text": non-empty string}: every token is scored.
-//   tokens  {"input_ids": [ids], "labels": [ids or -100] (optional, same length)}.
+// '['. A row's line is the line it starts on. Row formats (ExampleOptions::format;
+// every field name can be changed through ExampleOptions::fields):
+//   alpaca   {"instruction": non-empty string, "input": string (optional),
+//             "output": non-empty string}; other keys are ignored.
+//   chat     {"messages": [{"role": "system" | "user" | "assistant" | ...,
+//             "content": string}, ...]} with at least one assistant message of
+//             non-empty content; needs the model's chat template.
+//   text     {"text": non-empty string}: every token is scored, unless a
+//            response template is given (below).
+//   guanaco  text whose turns are marked "### Human:" and "### Assistant:"
+//            (openassistant-guanaco's rows): text with those two templates.
+//   tokens   {"input_ids": [ids], "labels": [ids or -100] (optional, same length)}.
 //
-// Alpaca with a chat template: the user message is the instruction, plus
-// "\n\n" and the input when there is one; the assistant message is the output.
-// The prompt is the template on the user message with add_generation_prompt;
-// everything the conversation renders after it is scored. A template whose
-// prompt is not a prefix of the conversation (one that drops a thinking block
-// from history, say) must mark the assistant's text with {% generation %};
-// those spans are then what is scored. Alpaca without a template: Stanford
-// Alpaca's prompt, and the output followed by the EOS token as the response.
+// Response-only loss on text, as fms-hf-tuning's response_template: the
+// scored part starts after the first occurrence of response_template and runs
+// to the end; with an instruction_template too (multi-turn), every occurrence
+// of the response template starts a scored part that ends where the next
+// instruction template begins. The templates themselves are never scored. A
+// row without the response template is a bad row. Matching is on characters,
+// not token ids, so a template that tokenises differently in context (TRL's
+// known pitfall with "\n### Response:") still matches.
+//
+// Chat (and alpaca with a chat template, as a user and an assistant message):
+// the scored part of assistant message k starts where the template's prompt
+// for messages[0..k) with add_generation_prompt ends, and ends where the
+// rendering of messages[0..k] ends (its end-of-turn tokens are scored, so the
+// model learns to stop). A template whose prompt is not a prefix of the
+// conversation (one that drops a thinking block from history, say) must mark
+// the assistant's text with {% generation %}; those spans are then what is
+// scored. Alpaca without a template: Stanford Alpaca's prompt, and the output
+// followed by the EOS token as the response.
+//
+// Scored characters become scored tokens as transformers' assistant mask
+// does: every token that holds a character of a scored part.
 //
 // Special tokens follow transformers: text rendered by a chat template is
 // tokenised as apply_chat_template(tokenize=True) does, without the
@@ -58,8 +78,19 @@ struct Example {
   std::int64_t line = 0;                        // where the row starts in its file (1-based)
 };
 
+// The row keys each format reads.
+struct FieldNames {
+  std::string instruction = "instruction", input = "input", output = "output";  // alpaca
+  std::string messages = "messages";                                            // chat (role, content inside)
+  std::string text = "text";                                                    // text, guanaco
+  std::string input_ids = "input_ids", labels = "labels";                       // tokens
+};
+
 struct ExampleOptions {
-  std::string format = "alpaca";      // alpaca | text | tokens
+  std::string format = "alpaca";      // alpaca | chat | text | guanaco | tokens
+  FieldNames fields;
+  std::string response_template;      // text: score only what follows it ("" scores everything)
+  std::string instruction_template;   // text, with response_template: where a scored part ends
   std::int64_t max_seq_length = 512;  // longer examples are truncated
   std::string on_bad_row = "fail";    // fail: the first bad row is an error; skip: count and go on
 };
@@ -200,8 +231,22 @@ public:
   ExampleBuilder(const Tokenizer& tokenizer, const ChatTemplate* chat, const ChatOptions& special,
                  const ExampleOptions& options)
       : tokenizer_(tokenizer), chat_(chat), special_(special), options_(options) {
-    if (options.format != "alpaca" && options.format != "text" && options.format != "tokens")
-      throw Error("dataset format '" + options.format + "' is not known, allowed: alpaca, text, tokens");
+    if (options.format != "alpaca" && options.format != "chat" && options.format != "text" &&
+        options.format != "guanaco" && options.format != "tokens")
+      throw Error("dataset format '" + options.format + "' is not known, allowed: alpaca, chat, text, guanaco, tokens");
+    if (options.format == "guanaco") {
+      if (options_.response_template.empty()) options_.response_template = "### Assistant:";
+      if (options_.instruction_template.empty()) options_.instruction_template = "### Human:";
+    }
+    if (!options_.instruction_template.empty() && options_.response_template.empty())
+      throw Error("an instruction_template needs a response_template (the instruction template only ends the "
+                  "scored parts that response templates start)");
+    if ((!options_.response_template.empty()) && options.format != "text" && options.format != "guanaco")
+      throw Error("response_template applies to text rows; format '" + options.format +
+                  "' marks its responses itself, allowed: format \"text\" or \"guanaco\" with a response_template");
+    if (options.format == "chat" && !chat)
+      throw Error("chat rows are rendered through the model's chat template, and it has none, allowed: a model "
+                  "whose tokenizer_config.json or chat_template.jinja has a chat template, or another format");
     if (options.on_bad_row != "fail" && options.on_bad_row != "skip")
       throw Error("on_bad_row '" + options.on_bad_row + "' is not known, allowed: fail, skip");
     if (options.max_seq_length < 2)
@@ -226,7 +271,9 @@ public:
     Example e;
     if (options_.format == "alpaca") {
       e = alpaca(row);
-    } else if (options_.format == "text") {
+    } else if (options_.format == "chat") {
+      e = chat_row(row);
+    } else if (options_.format == "text" || options_.format == "guanaco") {
       e = text(row);
     } else {
       e = tokens(row);
@@ -240,7 +287,7 @@ public:
     // labels[0] is never a target after the shift, so a row must score a later token.
     if (std::all_of(e.labels.begin() + std::ptrdiff_t(std::min<std::size_t>(n, 1)), e.labels.end(),
                     [](std::int32_t l) { return l == ignore_label; })) {
-      if (options_.format == "alpaca")
+      if (options_.format != "tokens" && prompt > 0)
         bad("the prompt takes " + std::to_string(prompt) + " tokens and leaves no room for a response within " +
             "max_seq_length " + std::to_string(options_.max_seq_length));
       bad("no token after the first is scored within max_seq_length " + std::to_string(options_.max_seq_length));
@@ -252,10 +299,22 @@ public:
 
   // What a row of the format must look like, for messages.
   std::string allowed() const {
+    const FieldNames& f = options_.fields;
+    auto key = [](const std::string& k) { return "\"" + k + "\""; };
     if (options_.format == "alpaca")
-      return R"({"instruction": non-empty string, "input": string (optional), "output": non-empty string})";
-    if (options_.format == "text") return R"({"text": non-empty string})";
-    return R"({"input_ids": [token ids], "labels": [token ids or -100, one per input id] (optional)})";
+      return "{" + key(f.instruction) + ": non-empty string, " + key(f.input) + ": string (optional), " +
+             key(f.output) + ": non-empty string}";
+    if (options_.format == "chat")
+      return "{" + key(f.messages) +
+             R"(: [{"role": string, "content": string}, ...] with a non-empty assistant message})";
+    if (options_.format == "text" || options_.format == "guanaco") {
+      std::string a = "{" + key(f.text) + ": non-empty string}";
+      if (!options_.response_template.empty())
+        a += " containing the response template " + nlohmann::json(options_.response_template).dump();
+      return a;
+    }
+    return "{" + key(f.input_ids) + ": [token ids], " + key(f.labels) +
+           ": [token ids or -100, one per input id] (optional)}";
   }
 
 private:
@@ -267,15 +326,15 @@ private:
     return (name == "array" || name == "object" ? "an " : name == "null" ? "" : "a ") + name;
   }
 
-  std::string string_field(const nlohmann::json& row, const char* key, bool required) const {
+  std::string string_field(const nlohmann::json& row, const std::string& key, bool required) const {
     const auto it = row.find(key);
     if (it == row.end() || it->is_null()) {
-      if (required) bad(std::string("\"") + key + "\" is missing");
+      if (required) bad("\"" + key + "\" is missing");
       return {};
     }
-    if (!it->is_string()) bad(std::string("\"") + key + "\" is " + a_type(*it) + ", not a string");
+    if (!it->is_string()) bad("\"" + key + "\" is " + a_type(*it) + ", not a string");
     std::string s = it->get<std::string>();
-    if (required && s.empty()) bad(std::string("\"") + key + "\" is empty");
+    if (required && s.empty()) bad("\"" + key + "\" is empty");
     return s;
   }
 
@@ -301,9 +360,10 @@ private:
   }
 
   Example alpaca(const nlohmann::json& row) const {
-    const std::string instruction = string_field(row, "instruction", true);
-    const std::string input = string_field(row, "input", false);
-    const std::string output = string_field(row, "output", true);
+    const FieldNames& f = options_.fields;
+    const std::string instruction = string_field(row, f.instruction, true);
+    const std::string input = string_field(row, f.input, false);
+    const std::string output = string_field(row, f.output, true);
     if (!chat_) {
       const std::string prompt = alpaca_prompt(instruction, input);
       return split_at_prompt(tokenizer_.encode(prompt, true),
@@ -312,61 +372,122 @@ private:
     nlohmann::ordered_json messages = nlohmann::ordered_json::array();
     messages.push_back({{"role", "user"}, {"content", input.empty() ? instruction : instruction + "\n\n" + input}});
     messages.push_back({{"role", "assistant"}, {"content", output}});
+    return conversation(messages);
+  }
+
+  Example chat_row(const nlohmann::json& row) const {
+    const std::string& key = options_.fields.messages;
+    const auto it = row.find(key);
+    if (it == row.end() || it->is_null()) bad("\"" + key + "\" is missing");
+    if (!it->is_array()) bad("\"" + key + "\" is " + a_type(*it) + ", not a list");
+    nlohmann::ordered_json messages = nlohmann::ordered_json::array();
+    bool answered = false;
+    for (std::size_t i = 0; i < it->size(); ++i) {
+      const nlohmann::json& m = (*it)[i];
+      const std::string where = "\"" + key + "\"[" + std::to_string(i) + "]";
+      if (!m.is_object()) bad(where + " is " + a_type(m) + ", not an object");
+      for (const char* field : {"role", "content"})
+        if (!m.contains(field) || !m[field].is_string())
+          bad(where + " has no string \"" + field + "\"");
+      const std::string role = m["role"].get<std::string>(), content = m["content"].get<std::string>();
+      answered |= role == "assistant" && !content.empty();
+      messages.push_back({{"role", role}, {"content", content}});
+    }
+    if (!answered) bad("\"" + key + "\" has no assistant message with content, so nothing would be scored");
+    return conversation(messages);
+  }
+
+  // Renders the messages and scores the assistant messages (see the top of this file).
+  Example conversation(const nlohmann::ordered_json& messages) const {
     ChatOptions opts = special_;
-    opts.add_generation_prompt = true;
-    const std::string prompt = render_chat(*chat_, nlohmann::ordered_json::array({messages[0]}), opts).text;
-    opts.add_generation_prompt = false;
     const jinja::Rendered full = render_chat(*chat_, messages, opts);
     std::vector<std::int32_t> full_ids = tokenizer_.encode(full.text, false);
-    if (full.text.compare(0, prompt.size(), prompt) == 0)
-      return split_at_prompt(tokenizer_.encode(prompt, false), std::move(full_ids));
+    std::vector<std::pair<std::size_t, std::size_t>> spans;
+    bool prefix = true;
+    for (std::size_t k = 0; k < messages.size() && prefix; ++k) {
+      if (messages[k]["role"] != "assistant") continue;
+      const nlohmann::ordered_json before(messages.begin(), messages.begin() + std::ptrdiff_t(k));
+      const nlohmann::ordered_json through(messages.begin(), messages.begin() + std::ptrdiff_t(k + 1));
+      opts.add_generation_prompt = true;
+      const std::string prompt = render_chat(*chat_, before, opts).text;
+      opts.add_generation_prompt = false;
+      const std::string done = k + 1 == messages.size() ? full.text : render_chat(*chat_, through, opts).text;
+      prefix = full.text.compare(0, prompt.size(), prompt) == 0 && full.text.compare(0, done.size(), done) == 0 &&
+               prompt.size() <= done.size();
+      spans.emplace_back(prompt.size(), done.size());
+    }
+    if (prefix) return scored_spans(full.text, spans, std::move(full_ids), false);
     if (full.generation_spans.empty())
       throw Error("chat template " + chat_->origin() +
                   ": the prompt it renders with add_generation_prompt is not the start of the conversation it "
                   "renders, and it marks no {% generation %} blocks, so the response cannot be located, allowed: "
                   "a template whose generation prompt is a prefix of the conversation, or that marks the "
                   "assistant's text with {% generation %}");
-    return scored_spans(full.text, full.generation_spans, std::move(full_ids));
+    return scored_spans(full.text, full.generation_spans, std::move(full_ids), false);
   }
 
-  // Scores the tokens of the {% generation %} spans, as transformers'
-  // assistant mask does: every token that holds a character of a span. A
-  // span's first token is found as the longest common prefix of the text
-  // before the span's tokens with the full text's tokens; its end likewise,
-  // plus the token that straddles it, if any.
-  Example scored_spans(const std::string& text, const std::vector<std::pair<std::size_t, std::size_t>>& spans,
-                       std::vector<std::int32_t> full) const {
+  // Scores every token that holds a character of a span, as transformers'
+  // assistant mask does. A span's first token is found as the longest common
+  // prefix of the tokens of the text before it with the full text's tokens;
+  // its end likewise, plus the token that straddles it, if any. A span that
+  // reaches the end of the text scores everything after, appended EOS included.
+  // `special`: whether `full` was encoded with the post-processor's tokens.
+  Example scored_spans(std::string_view text, const std::vector<std::pair<std::size_t, std::size_t>>& spans,
+                       std::vector<std::int32_t> full, bool special) const {
     Example e;
     e.labels.assign(full.size(), ignore_label);
     for (const auto& [begin, end] : spans) {
       if (begin >= end) continue;
-      const std::size_t first = common_prefix(tokenizer_.encode(std::string_view(text).substr(0, begin), false), full);
-      const auto before_end = tokenizer_.encode(std::string_view(text).substr(0, end), false);
-      std::size_t last = common_prefix(before_end, full);
-      if (last < before_end.size()) last = std::min(last + 1, full.size());
+      const std::size_t first = common_prefix(tokenizer_.encode(text.substr(0, begin), special), full);
+      std::size_t last = full.size();
+      if (end < text.size()) {
+        const auto before_end = tokenizer_.encode(text.substr(0, end), special);
+        last = common_prefix(before_end, full);
+        if (last < before_end.size()) last = std::min(last + 1, full.size());
+      }
       for (std::size_t i = first; i < last; ++i) e.labels[i] = full[i];
     }
     e.input_ids = std::move(full);
     return e;
   }
 
+  // The scored character spans of a text under the response (and instruction) template.
+  std::vector<std::pair<std::size_t, std::size_t>> response_spans(std::string_view text) const {
+    const std::string& response = options_.response_template;
+    const std::string& instruction = options_.instruction_template;
+    std::vector<std::pair<std::size_t, std::size_t>> spans;
+    std::size_t at = text.find(response);
+    if (at == std::string_view::npos) bad("the text does not contain the response template");
+    while (at != std::string_view::npos) {
+      const std::size_t begin = at + response.size();
+      if (instruction.empty()) return {{begin, text.size()}};
+      const std::size_t end = std::min(text.find(instruction, begin), text.size());
+      spans.emplace_back(begin, end);
+      at = end == text.size() ? std::string_view::npos : text.find(response, end);
+    }
+    return spans;
+  }
+
   Example text(const nlohmann::json& row) const {
+    const std::string text = string_field(row, options_.fields.text, true);
+    std::vector<std::int32_t> ids = tokenizer_.encode(text, true);
+    if (eos_id_ && (ids.empty() || ids.back() != *eos_id_)) ids.push_back(*eos_id_);
+    if (!options_.response_template.empty()) return scored_spans(text, response_spans(text), std::move(ids), true);
     Example e;
-    e.input_ids = tokenizer_.encode(string_field(row, "text", true), true);
-    if (eos_id_ && (e.input_ids.empty() || e.input_ids.back() != *eos_id_)) e.input_ids.push_back(*eos_id_);
-    e.labels = e.input_ids;
+    e.labels = ids;
+    e.input_ids = std::move(ids);
     return e;
   }
 
-  std::vector<std::int32_t> id_list(const nlohmann::json& row, const char* key, bool labels) const {
+  std::vector<std::int32_t> id_list(const nlohmann::json& row, const std::string& key, bool labels) const {
     const auto& list = row.at(key);
-    if (!list.is_array()) bad(std::string("\"") + key + "\" is " + a_type(list) + ", not a list");
+    if (!list.is_array()) bad("\"" + key + "\" is " + a_type(list) + ", not a list");
     const std::int64_t vocab = tokenizer_.vocab_size();
     std::vector<std::int32_t> ids;
     ids.reserve(list.size());
     for (std::size_t i = 0; i < list.size(); ++i) {
       const auto& v = list[i];
-      const std::string where = std::string("\"") + key + "\"[" + std::to_string(i) + "]";
+      const std::string where = "\"" + key + "\"[" + std::to_string(i) + "]";
       if (!v.is_number_integer()) bad(where + " is " + a_type(v) + ", not an integer");
       const auto id = v.get<std::int64_t>();
       if ((id < 0 || id >= vocab) && !(labels && id == ignore_label))
@@ -377,15 +498,16 @@ private:
   }
 
   Example tokens(const nlohmann::json& row) const {
-    if (!row.contains("input_ids")) bad("\"input_ids\" is missing");
+    const FieldNames& f = options_.fields;
+    if (!row.contains(f.input_ids)) bad("\"" + f.input_ids + "\" is missing");
     Example e;
-    e.input_ids = id_list(row, "input_ids", false);
-    if (e.input_ids.empty()) bad("\"input_ids\" is empty");
-    if (row.contains("labels") && !row["labels"].is_null()) {
-      e.labels = id_list(row, "labels", true);
+    e.input_ids = id_list(row, f.input_ids, false);
+    if (e.input_ids.empty()) bad("\"" + f.input_ids + "\" is empty");
+    if (row.contains(f.labels) && !row[f.labels].is_null()) {
+      e.labels = id_list(row, f.labels, true);
       if (e.labels.size() != e.input_ids.size())
-        bad("\"labels\" has " + std::to_string(e.labels.size()) + " entries and \"input_ids\" " +
-            std::to_string(e.input_ids.size()));
+        bad("\"" + f.labels + "\" has " + std::to_string(e.labels.size()) + " entries and \"" + f.input_ids +
+            "\" " + std::to_string(e.input_ids.size()));
     } else {
       e.labels = e.input_ids;
     }

@@ -87,6 +87,11 @@ struct DataSection {
   std::string validation;
   double validation_split = 0.0;
   std::string format = "alpaca";
+  std::string response_template;
+  std::string instruction_template;
+  std::string instruction_field = "instruction", input_field = "input", output_field = "output";
+  std::string messages_field = "messages", text_field = "text";
+  std::string input_ids_field = "input_ids", labels_field = "labels";
   Int max_seq_length = 512;
   bool packing = false;
   std::string on_bad_row = "fail";
@@ -100,6 +105,18 @@ struct DataSection {
             "fraction of train held out for validation when no validation file is given");
     v.field("format", format, one_of({"alpaca", "guanaco", "chat", "text", "tokens"}),
             "how rows become prompts and responses");
+    v.field("response_template", response_template, Check<std::string>{},
+            "text rows: only what follows this marker is scored, e.g. \"\\n### Response:\" (guanaco: \"### Assistant:\")");
+    v.field("instruction_template", instruction_template, Check<std::string>{},
+            "text rows, multi-turn: a scored response ends where this marker begins (guanaco: \"### Human:\")");
+    const Check<std::string> key = not_empty("a JSON key");
+    v.field("instruction_field", instruction_field, key, "alpaca: the instruction's key");
+    v.field("input_field", input_field, key, "alpaca: the optional input's key");
+    v.field("output_field", output_field, key, "alpaca: the response's key");
+    v.field("messages_field", messages_field, key, "chat: the key of the list of {role, content} messages");
+    v.field("text_field", text_field, key, "text and guanaco: the text's key (fms-hf-tuning's dataset_text_field)");
+    v.field("input_ids_field", input_ids_field, key, "tokens: the token ids' key");
+    v.field("labels_field", labels_field, key, "tokens: the optional labels' key");
     v.field("max_seq_length", max_seq_length, at_least<Int>(8), "tokens per row after packing or padding");
     v.field("packing", packing, Check<bool>{}, "pack rows into full sequences with document masks");
     v.field("on_bad_row", on_bad_row, one_of({"fail", "skip"}),

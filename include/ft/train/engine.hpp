@@ -239,6 +239,10 @@ private:
   void load_data() {
     data::ExampleOptions options;
     options.format = r_.data.format;
+    options.response_template = r_.data.response_template;
+    options.instruction_template = r_.data.instruction_template;
+    options.fields = {r_.data.instruction_field, r_.data.input_field, r_.data.output_field, r_.data.messages_field,
+                      r_.data.text_field, r_.data.input_ids_field, r_.data.labels_field};
     options.max_seq_length = r_.data.max_seq_length;
     options.on_bad_row = r_.data.on_bad_row;
     data::Examples train = data::read_examples(r_.data.train, *tokenizer_, chat_.get(), special_, options);
