@@ -24,6 +24,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <ft/data/artificial.hpp>
 #include <ft/data/batches.hpp>
 #include <ft/data/examples.hpp>
 
@@ -650,4 +651,83 @@ TEST_CASE("batches: packing keeps every token once, in its own document, and bea
   MESSAGE("packing " << packed_efficiency << ", padding " << padded_efficiency);
   CHECK(packed_efficiency > padded_efficiency);
   CHECK(packed_efficiency > 0.9);
+}
+
+TEST_CASE("batches: data-parallel ranks see disjoint rows that together cover the epoch") {
+  const auto lengths = mixed_lengths(103, 32);
+  const auto examples = synthetic(lengths);
+  for (const std::int64_t world : {1, 2, 3, 4}) {
+    CAPTURE(world);
+    std::vector<int> seen(examples.size(), 0);
+    std::int64_t batches = -1;
+    for (std::int64_t rank = 0; rank < world; ++rank) {
+      const BatchPlan plan(examples, 4, 32, false, pad, 9, false, 0, {rank, world});
+      if (batches < 0) batches = plan.batches_per_epoch();
+      CHECK(plan.batches_per_epoch() == batches);  // every rank takes as many steps
+      CHECK(plan.batches_per_epoch() == 103 / world / 4);
+      for (std::int64_t i = 0; i < plan.batches_per_epoch(); ++i) {
+        const auto batch = plan.batch(1, i);
+        for (std::int64_t b = 0; b < batch.B; ++b) ++seen[std::size_t(owner(batch.input_ids[std::size_t(b * batch.T)]))];
+      }
+    }
+    CHECK(std::all_of(seen.begin(), seen.end(), [](int c) { return c <= 1; }));
+    const auto covered = std::count(seen.begin(), seen.end(), 1);
+    CHECK(covered == batches * 4 * world);
+    CHECK(std::int64_t(examples.size()) - covered < world * 4);  // at most the remainder waits
+  }
+  CHECK_THROWS_WITH_AS(BatchPlan(examples, 4, 32, false, pad, 9, false, 0, {2, 2}),
+                       doctest::Contains("rank 2 of 2 is not allowed"), ft::Error);
+  CHECK_THROWS_WITH_AS(BatchPlan(examples, 40, 32, false, pad, 9, false, 0, {0, 4}),
+                       doctest::Contains("25 for each of 4 ranks, fewer than one batch of rows_per_batch 40"),
+                       ft::Error);
+}
+
+TEST_CASE("artificial datasets: seed 003's layouts, the same rows for the same seed") {
+  using ft::data::parse_artificial;
+  REQUIRE(parse_artificial("news-chars-512-entries-4096"));
+  CHECK(parse_artificial("news-chars-512-entries-4096")->length == 512);
+  CHECK(parse_artificial("news-tokens-16384plus-entries-4096")->tokens);
+  CHECK(parse_artificial("chars-8-entries-2"));
+  CHECK(!parse_artificial("news-chars-0-entries-4"));
+  CHECK(!parse_artificial("chars-8"));
+  CHECK(!parse_artificial("Chars-8-entries-2"));
+
+  const Tokenizer& tok = tokenizer("smollm2");
+  ExampleOptions o = options("text");
+  o.fields.text = "output";
+  o.response_template = "\n### Response:";  // seed 003's settings
+  const ft::data::ExampleBuilder builder(tok, nullptr, smollm2_base, o);
+  const Examples a = ft::data::artificial_examples("news-chars-64-entries-6", builder, tok.vocab_size(), 3);
+  const Examples b = ft::data::artificial_examples("news-chars-64-entries-6", builder, tok.vocab_size(), 3);
+  const Examples c = ft::data::artificial_examples("news-chars-64-entries-6", builder, tok.vocab_size(), 4);
+  REQUIRE(a.rows.size() == 6);
+  for (std::size_t i = 0; i < a.rows.size(); ++i) {
+    CAPTURE(i);
+    CHECK(a.rows[i].input_ids == b.rows[i].input_ids);
+    CHECK(a.rows[i].input_ids != c.rows[i].input_ids);
+    CHECK(a.rows[i].line == std::int64_t(i + 1));
+    // 64 + 127 + 64 characters: decoding gives them back, and only the part after the template is scored.
+    const std::string text = tok.decode(a.rows[i].input_ids, true);
+    CHECK(text.size() == 64 + 127 + 64);
+    const std::size_t response = text.find("\n### Response:") + 14;
+    CHECK(response == 64 + 127);
+    const auto first = std::find_if(a.rows[i].labels.begin(), a.rows[i].labels.end(), [](int l) { return l != -100; });
+    REQUIRE(first != a.rows[i].labels.end());
+    std::vector<std::int32_t> before(a.rows[i].input_ids.begin(),
+                                     a.rows[i].input_ids.begin() + (first - a.rows[i].labels.begin()));
+    CHECK(tok.decode(before, true).size() == response);
+  }
+
+  const ft::data::ExampleBuilder tokens(tok, nullptr, smollm2_base, options("tokens", 4096));
+  const Examples t = ft::data::artificial_examples("tokens-100plus-entries-3", tokens, tok.vocab_size(), 1);
+  REQUIRE(t.rows.size() == 3);
+  for (const Example& e : t.rows) {
+    CHECK(e.input_ids.size() == 100);
+    CHECK(e.labels == e.input_ids);
+    CHECK(std::all_of(e.input_ids.begin(), e.input_ids.end(), [&](int id) { return id >= 0 && id < tok.vocab_size(); }));
+  }
+  CHECK_THROWS_WITH_AS(ft::data::artificial_examples("tokens-10-entries-3", builder, tok.vocab_size(), 1),
+                       doctest::Contains("has token ids, which format \"text\" does not read"), ft::Error);
+  CHECK_THROWS_WITH_AS(ft::data::artificial_examples("words-10-entries-3", builder, tok.vocab_size(), 1),
+                       doctest::Contains("is not an artificial dataset name, allowed: artificial:"), ft::Error);
 }

@@ -343,6 +343,36 @@ save_total_limit = 8
   CHECK(files(first_applied - 1) != files(first_applied));
 }
 
+TEST_CASE("an artificial dataset trains with seed 003's response template, and a bad name is refused") {
+  ft::testing::TempDir dir("ft_train_artificial");
+  const std::string recipe_text = "output_dir = \"" + (dir.path / "run").string() + "\"\n" + R"(
+[model]
+path = ")" + fixtures + R"(/tiny_llama"
+[data]
+train = "artificial:news-chars-96-entries-24"
+validation_split = 0.2
+format = "text"
+text_field = "output"
+response_template = "\n### Response:"
+max_seq_length = 256
+[train]
+max_steps = 4
+per_device_train_batch_size = 2
+)";
+  std::ofstream(dir.path / "recipe.toml") << recipe_text;
+  const Run r = ftrun_train(dir.path / "recipe.toml");
+  INFO(r.out, r.err);
+  REQUIRE(r.code == 0);
+  CHECK(r.out.find("artificial:news-chars-96-entries-24: 20 rows") != std::string::npos);
+  CHECK(metrics(dir.path / "run").size() == 4);
+  CHECK(metrics(dir.path / "run", "eval").size() == 1);
+
+  const Run bad = ftrun_train(dir.path / "recipe.toml", "--set data.train=artificial:news-words-96-entries-24");
+  CHECK(bad.code == 2);
+  CHECK(bad.err.find("data.train") != std::string::npos);
+  CHECK(bad.err.find("is not an artificial dataset name") != std::string::npos);
+}
+
 TEST_CASE("a diverging run stops at the step with a NaN loss and names the last good checkpoint") {
   ft::testing::TempDir dir("ft_train_nan");
   const fs::path recipe = write_recipe(dir.path, R"(

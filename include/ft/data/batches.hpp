@@ -18,6 +18,13 @@
 //                row is one more document, of padding.
 // Padding is never scored (label -100).
 //
+// Data-parallel ranks each build the same plan with their own Shard: rank r
+// of w takes positions r, r + w, r + 2w, ... of every epoch's order, so the
+// ranks see disjoint rows, together every row but fewer than w per epoch (the
+// remainder, like the last incomplete batch, waits for another epoch's order).
+// The position in the data is a function of (epoch, batch), so a checkpoint
+// needs no cursor beyond the step.
+//
 // For prompt tuning every row starts with virtual_tokens placeholder
 // positions (pad_id, label -100, Batch::virtual_tokens) that the prompt
 // adapter fills; they come on top of the row's max_seq_length tokens.
@@ -85,15 +92,24 @@ inline std::vector<std::vector<std::int64_t>> pack_best_fit(const std::vector<st
   return bins;
 }
 
+// Which data-parallel rank this plan serves.
+struct Shard {
+  std::int64_t rank = 0, world = 1;
+};
+
 class BatchPlan {
 public:
   // Takes the examples by value: move them in to avoid a copy.
   // With keep_last (evaluation), the epoch's last batch may have fewer rows
   // instead of being dropped, so every row is seen.
   BatchPlan(std::vector<Example> examples, std::int64_t rows_per_batch, std::int64_t max_seq_length, bool packing,
-            std::int32_t pad_id, std::uint64_t seed, bool keep_last = false, std::int64_t virtual_tokens = 0)
+            std::int32_t pad_id, std::uint64_t seed, bool keep_last = false, std::int64_t virtual_tokens = 0,
+            Shard shard = {})
       : R_(rows_per_batch), max_T_(max_seq_length), packing_(packing), pad_id_(pad_id), seed_(seed),
-        keep_last_(keep_last), virtual_(virtual_tokens) {
+        keep_last_(keep_last), virtual_(virtual_tokens), shard_(shard) {
+    if (shard.world < 1 || shard.rank < 0 || shard.rank >= shard.world)
+      throw Error("rank " + std::to_string(shard.rank) + " of " + std::to_string(shard.world) +
+                  " is not allowed, allowed: 0 <= rank < world_size");
     if (virtual_tokens < 0 || (virtual_tokens > 0 && packing))
       throw Error("virtual_tokens " + std::to_string(virtual_tokens) +
                   " is not allowed, allowed: 0 or more, and 0 when packing (a packed row holds several documents, "
@@ -125,15 +141,18 @@ public:
       for (std::size_t i = 0; i < examples.size(); ++i) rows_[i] = {std::int64_t(i)};
     }
     examples_ = std::move(examples);
-    if (!keep_last && std::int64_t(rows_.size()) < rows_per_batch)
-      throw Error("the dataset makes " + std::to_string(rows_.size()) + (packing ? " packed" : "") +
-                  " rows, fewer than one batch of rows_per_batch " + std::to_string(rows_per_batch) +
-                  ", allowed: at least rows_per_batch rows (lower it, or add data)");
+    if (shard_rows() < (keep_last ? 1 : rows_per_batch))
+      throw Error("the dataset makes " + std::to_string(rows_.size()) + (packing ? " packed" : "") + " rows" +
+                  (shard.world > 1 ? ", " + std::to_string(shard_rows()) + " for each of " +
+                                         std::to_string(shard.world) + " ranks"
+                                   : std::string()) +
+                  ", fewer than one batch of rows_per_batch " + std::to_string(rows_per_batch) +
+                  ", allowed: at least rows_per_batch rows per rank (lower it, or add data)");
   }
 
-  std::int64_t batches_per_epoch() const {
-    return (std::int64_t(rows_.size()) + (keep_last_ ? R_ - 1 : 0)) / R_;
-  }
+  std::int64_t batches_per_epoch() const { return (shard_rows() + (keep_last_ ? R_ - 1 : 0)) / R_; }
+  // The rows this rank visits per epoch.
+  std::int64_t shard_rows() const { return std::int64_t(rows_.size()) / shard_.world; }
   // Rows in all: examples, or packed rows.
   std::int64_t rows() const { return std::int64_t(rows_.size()); }
   // The examples (indices into the constructor's vector) of row r, in order.
@@ -205,8 +224,10 @@ private:
       cache_->order = order(epoch);
       cache_->epoch = epoch;
     }
-    const auto first = cache_->order.begin() + std::ptrdiff_t(index * R_);
-    return {first, first + std::ptrdiff_t(std::min(R_, rows() - index * R_))};
+    std::vector<std::int64_t> rows;
+    for (std::int64_t j = index * R_; j < std::min((index + 1) * R_, shard_rows()); ++j)
+      rows.push_back(cache_->order[std::size_t(j * shard_.world + shard_.rank)]);
+    return rows;
   }
 
   std::int64_t R_, max_T_;
@@ -215,6 +236,7 @@ private:
   std::uint64_t seed_;
   bool keep_last_;
   std::int64_t virtual_;
+  Shard shard_;
   std::vector<Example> examples_;
   std::vector<std::vector<std::int64_t>> rows_;                         // example indices per row
   std::shared_ptr<OrderCache> cache_ = std::make_shared<OrderCache>();  // copies share it; it is locked

@@ -9,6 +9,7 @@
 #include <functional>
 #include <initializer_list>
 #include <optional>
+#include <regex>
 #include <sstream>
 #include <string>
 #include <string_view>
@@ -139,6 +140,28 @@ inline Check<std::string> existing_file(std::string what, bool optional = false)
             return {};
           },
           std::move(what) + (optional ? " (or \"\" for none)" : "")};
+}
+
+// A dataset: an existing file, or an artificial dataset's name (ft/data/artificial.hpp).
+inline Check<std::string> dataset_source(bool optional = false) {
+  return {[optional](const std::string& v) -> std::optional<std::string> {
+            std::error_code ec;
+            if (v.empty()) {
+              if (optional) return {};
+              return "must be set";
+            }
+            if (v.starts_with("artificial:")) {
+              static const std::regex name(
+                  R"(^artificial:(?:[a-z0-9]+-)?(chars|tokens)-[1-9][0-9]{0,8}(plus)?-entries-[1-9][0-9]{0,8}$)");
+              if (std::regex_match(v, name)) return {};
+              return "\"" + v + "\" is not an artificial dataset name";
+            }
+            if (!std::filesystem::is_regular_file(v, ec)) return "no such file: " + v;
+            return {};
+          },
+          std::string("a JSONL or JSON file, or artificial:[<word>-]chars-<N>-entries-<M> or "
+                      "artificial:[<word>-]tokens-<N>[plus]-entries-<M>") +
+              (optional ? " (or \"\" for none)" : "")};
 }
 
 }  // namespace ft::recipe

@@ -98,9 +98,8 @@ struct DataSection {
 
   template <class V>
   void fields(V& v) {
-    v.field("train", train, existing_file("a JSONL or JSON file"), "training data", Required::yes);
-    v.field("validation", validation, existing_file("a JSONL or JSON file", true),
-            "validation data");
+    v.field("train", train, dataset_source(), "training data", Required::yes);
+    v.field("validation", validation, dataset_source(true), "validation data");
     v.field("validation_split", validation_split, between(0.0, 0.5),
             "fraction of train held out for validation when no validation file is given");
     v.field("format", format, one_of({"alpaca", "guanaco", "chat", "text", "tokens"}),

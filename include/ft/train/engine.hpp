@@ -37,6 +37,7 @@
 #include "ft/adapters/lora_files.hpp"
 #include "ft/adapters/prompt_tuning.hpp"
 #include "ft/core/random.hpp"
+#include "ft/data/artificial.hpp"
 #include "ft/data/batches.hpp"
 #include "ft/data/chat_template.hpp"
 #include "ft/data/examples.hpp"
@@ -245,10 +246,12 @@ private:
                       r_.data.text_field, r_.data.input_ids_field, r_.data.labels_field};
     options.max_seq_length = r_.data.max_seq_length;
     options.on_bad_row = r_.data.on_bad_row;
-    data::Examples train = data::read_examples(r_.data.train, *tokenizer_, chat_.get(), special_, options);
+    data::Examples train =
+        data::read_dataset(r_.data.train, *tokenizer_, chat_.get(), special_, options, std::uint64_t(r_.seed));
     data::Examples validation;
     if (!r_.data.validation.empty()) {
-      validation = data::read_examples(r_.data.validation, *tokenizer_, chat_.get(), special_, options);
+      validation = data::read_dataset(r_.data.validation, *tokenizer_, chat_.get(), special_, options,
+                                      std::uint64_t(r_.seed) + 1);
     } else if (r_.data.validation_split > 0) {
       // Every k-th row goes to validation, so the split does not depend on the file's order of topics.
       const std::size_t every = std::size_t(std::max(2.0, std::round(1.0 / r_.data.validation_split)));
