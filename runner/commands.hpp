@@ -19,6 +19,13 @@ struct TrainOptions {
 };
 int run_train(const TrainOptions& options);
 
+struct PrepareOptions {
+  std::string recipe;
+  std::vector<std::string> sets;  // --set section.key=value
+  bool force = false;             // rebuild even when the cache matches
+};
+int run_prepare(const PrepareOptions& options);
+
 struct EvalOptions {
   std::string model;          // HF model directory
   std::string data;           // JSONL of pre-tokenized rows

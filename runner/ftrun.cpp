@@ -23,6 +23,12 @@ int main(int argc, char** argv) {
   train->add_option("--plugin", train_options.plugins, "Also load this plugin file (repeatable)");
   train->add_flag("--dry-run", train_options.dry_run, "Print the resolved recipe, the plan and the launch command");
 
+  ftrun::PrepareOptions prepare_options;
+  auto* prepare = app.add_subcommand("prepare", "Tokenise a recipe's data once into its token cache (data.cache_dir)");
+  prepare->add_option("recipe", prepare_options.recipe, "Recipe file (TOML)")->required();
+  prepare->add_option("--set", prepare_options.sets, "Override a recipe key: section.key=value (repeatable)");
+  prepare->add_flag("--force", prepare_options.force, "Rebuild the cache even when it matches the recipe");
+
   ftrun::EvalOptions eval_options;
   auto* eval = app.add_subcommand("eval", "Mean loss and perplexity of a model over pre-tokenized JSONL rows");
   eval->add_option("--model", eval_options.model, "HF model directory (config.json, model.safetensors)")->required();
@@ -68,6 +74,7 @@ int main(int argc, char** argv) {
 
   if (*plugins) return ftrun::run_plugins(plugins_options);
   if (*train) return ftrun::run_train(train_options);
+  if (*prepare) return ftrun::run_prepare(prepare_options);
   if (*eval) return ftrun::run_eval(eval_options);
   if (*convert) return ftrun::run_convert(convert_options);
   return ftrun::bad_input;

@@ -26,6 +26,7 @@
 
 #include <ft/data/artificial.hpp>
 #include <ft/data/batches.hpp>
+#include <ft/data/prepared.hpp>
 #include <ft/data/examples.hpp>
 
 #include "support/files.hpp"
@@ -551,7 +552,7 @@ TEST_CASE("batches: refusals") {
   CHECK(error_of([&] {
           BatchPlan(examples, 2, 18, true, pad, 0);
         }).find("the dataset makes 1 packed rows, fewer than one batch") != std::string::npos);
-  CHECK(error_of([&] { BatchPlan({}, 1, 16, false, pad, 0); }).find("no examples") != std::string::npos);
+  CHECK(error_of([&] { BatchPlan(std::vector<Example>{}, 1, 16, false, pad, 0); }).find("no examples") != std::string::npos);
   auto broken = examples;
   broken[1].labels.pop_back();
   CHECK(error_of([&] { BatchPlan(broken, 1, 16, false, pad, 0); }).find("has 5 labels for 6 tokens") !=
@@ -730,4 +731,51 @@ TEST_CASE("artificial datasets: seed 003's layouts, the same rows for the same s
                        doctest::Contains("has token ids, which format \"text\" does not read"), ft::Error);
   CHECK_THROWS_WITH_AS(ft::data::artificial_examples("words-10-entries-3", builder, tok.vocab_size(), 1),
                        doctest::Contains("is not an artificial dataset name, allowed: artificial:"), ft::Error);
+}
+
+TEST_CASE("prepared cache: the mapped tokens are the examples, in order, and a split sends every k-th row") {
+  TempDir dir("ft_prepared");
+  ft::recipe::Recipe r;
+  r.output_dir = (dir / "run").string();
+  r.model.path = (root / "tests/fixtures/train/tiny_llama").string();
+  r.data.train = (root / "tests/fixtures/train/jargon_small.jsonl").string();
+  r.data.max_seq_length = 128;
+  r.data.validation_split = 0.25;
+  const ft::data::ModelText text = ft::data::ModelText::load(r.model.path);
+  const ft::data::PreparedData first = ft::data::load_prepared(r, text);
+  CHECK(!first.reused);
+  CHECK(fs::exists(dir / "run/data-cache/metadata.json"));
+
+  ExampleOptions o = options("alpaca", 128);
+  const Examples all = ft::data::read_examples(r.data.train, *text.tokenizer, text.chat.get(), text.special, o);
+  REQUIRE(first.train.size() + first.validation.size() == std::int64_t(all.rows.size()));
+  std::int64_t t = 0, v = 0;
+  for (std::size_t i = 0; i < all.rows.size(); ++i) {
+    const bool validation = i % 4 == 3;
+    const ft::data::TokenCorpus& c = validation ? first.validation : first.train;
+    const std::int64_t k = validation ? v++ : t++;
+    CAPTURE(i);
+    CHECK(c.line(k) == all.rows[i].line);
+    const auto ids = c.input_ids(k), labels = c.labels(k);
+    CHECK(std::vector<std::int32_t>(ids.begin(), ids.end()) == all.rows[i].input_ids);
+    CHECK(std::vector<std::int32_t>(labels.begin(), labels.end()) == all.rows[i].labels);
+  }
+
+  // The same recipe reuses it; another max_seq_length rebuilds it and says why.
+  CHECK(ft::data::load_prepared(r, text).reused);
+  r.data.max_seq_length = 100;
+  const ft::data::PreparedData again = ft::data::load_prepared(r, text);
+  CHECK(!again.reused);
+  CHECK(again.rebuilt_because.find("was built for another max_seq_length") != std::string::npos);
+
+  // A damaged cache is an error that says so, never silently used.
+  fs::resize_file(dir / "run/data-cache/train/input_ids.bin", 12);
+  CHECK(error_of([&] { ft::data::load_prepared(r, text); }).find("the cache is damaged") != std::string::npos);
+
+  // A directory ft did not write is never replaced.
+  fs::create_directories(dir / "mine");
+  write_bytes(dir / "mine/notes.txt", "keep me");
+  r.data.cache_dir = (dir / "mine").string();
+  CHECK(error_of([&] { ft::data::load_prepared(r, text); }).find("is not an ft token cache") != std::string::npos);
+  CHECK(fs::exists(dir / "mine/notes.txt"));
 }

@@ -373,6 +373,38 @@ per_device_train_batch_size = 2
   CHECK(bad.err.find("is not an artificial dataset name") != std::string::npos);
 }
 
+TEST_CASE("ftrun prepare writes the token cache once; train reuses it, and rebuilds it when the data changes") {
+  ft::testing::TempDir dir("ft_prepare");
+  fs::copy_file(fixtures + "/jargon_small.jsonl", dir.path / "train.jsonl");
+  const fs::path recipe = write_recipe(dir.path, "[train]\nmax_steps = 2\nper_device_train_batch_size = 2\n");
+  const std::string data = "--set data.train=" + (dir.path / "train.jsonl").string();
+  auto prepare = [&](const std::string& extra = "") {
+    const std::string cmd = FTRUN_PATH " prepare " + recipe.string() + " " + data + " " + extra + " >" +
+                            (dir.path / "out").string() + " 2>&1";
+    const int status = std::system(cmd.c_str());
+    return std::pair{WIFEXITED(status) ? WEXITSTATUS(status) : -1, slurp(dir.path / "out")};
+  };
+  auto [code, out] = prepare();
+  INFO(out);
+  REQUIRE(code == 0);
+  CHECK(out.find("data-cache: written in") != std::string::npos);
+  CHECK(out.find("train       48 rows") != std::string::npos);
+  std::tie(code, out) = prepare();
+  CHECK(out.find("up to date") != std::string::npos);
+
+  Run r = ftrun_train(recipe, data);
+  REQUIRE(r.code == 0);
+  CHECK(r.out.find("data cache  reused") != std::string::npos);
+
+  // Another row in the file: the cache no longer matches and is rebuilt, saying why.
+  std::ofstream(dir.path / "train.jsonl", std::ios::app)
+      << R"({"instruction": "What is a frob?", "input": "", "output": "A small thing to twiddle."})" << "\n";
+  std::tie(code, out) = prepare();
+  CHECK(code == 0);
+  CHECK(out.find("was built for another train") != std::string::npos);
+  CHECK(out.find("train       49 rows") != std::string::npos);
+}
+
 TEST_CASE("a diverging run stops at the step with a NaN loss and names the last good checkpoint") {
   ft::testing::TempDir dir("ft_train_nan");
   const fs::path recipe = write_recipe(dir.path, R"(

@@ -47,6 +47,7 @@
 #include "ft/core/error.hpp"
 #include "ft/core/random.hpp"
 #include "ft/data/examples.hpp"
+#include "ft/data/token_corpus.hpp"
 #include "ft/models/batch.hpp"
 
 namespace ft::data {
@@ -99,10 +100,15 @@ struct Shard {
 
 class BatchPlan {
 public:
-  // Takes the examples by value: move them in to avoid a copy.
   // With keep_last (evaluation), the epoch's last batch may have fewer rows
   // instead of being dropped, so every row is seen.
-  BatchPlan(std::vector<Example> examples, std::int64_t rows_per_batch, std::int64_t max_seq_length, bool packing,
+  BatchPlan(const std::vector<Example>& examples, std::int64_t rows_per_batch, std::int64_t max_seq_length,
+            bool packing, std::int32_t pad_id, std::uint64_t seed, bool keep_last = false,
+            std::int64_t virtual_tokens = 0, Shard shard = {})
+      : BatchPlan(TokenCorpus::from_examples(examples), rows_per_batch, max_seq_length, packing, pad_id, seed,
+                  keep_last, virtual_tokens, shard) {}
+
+  BatchPlan(TokenCorpus examples, std::int64_t rows_per_batch, std::int64_t max_seq_length, bool packing,
             std::int32_t pad_id, std::uint64_t seed, bool keep_last = false, std::int64_t virtual_tokens = 0,
             Shard shard = {})
       : R_(rows_per_batch), max_T_(max_seq_length), packing_(packing), pad_id_(pad_id), seed_(seed),
@@ -120,15 +126,12 @@ public:
       throw Error("max_seq_length " + std::to_string(max_seq_length) + " is not allowed, allowed: 1 or more");
     if (pad_id < 0)
       throw Error("pad_id " + std::to_string(pad_id) + " is not allowed, allowed: a token id (0 or more)");
-    if (examples.empty()) throw Error("the dataset has no examples to batch");
+    if (examples.size() == 0) throw Error("the dataset has no examples to batch");
     std::vector<std::int64_t> lengths;
-    lengths.reserve(examples.size());
-    for (const Example& e : examples) {
-      const auto n = std::int64_t(e.input_ids.size());
-      const std::string where = "the example of line " + std::to_string(e.line);
-      if (e.labels.size() != e.input_ids.size())
-        throw Error(where + " has " + std::to_string(e.labels.size()) + " labels for " + std::to_string(n) +
-                    " tokens, allowed: one label per token");
+    lengths.reserve(std::size_t(examples.size()));
+    for (std::int64_t i = 0; i < examples.size(); ++i) {
+      const std::int64_t n = examples.length(i);
+      const std::string where = "the example of line " + std::to_string(examples.line(i));
       if (n < 1 || n > max_seq_length)
         throw Error(where + " has " + std::to_string(n) + " tokens, allowed: 1 to max_seq_length (" +
                     std::to_string(max_seq_length) + ")");
@@ -137,8 +140,8 @@ public:
     if (packing) {
       rows_ = pack_best_fit(lengths, max_seq_length);
     } else {
-      rows_.resize(examples.size());
-      for (std::size_t i = 0; i < examples.size(); ++i) rows_[i] = {std::int64_t(i)};
+      rows_.resize(std::size_t(examples.size()));
+      for (std::size_t i = 0; i < rows_.size(); ++i) rows_[i] = {std::int64_t(i)};
     }
     examples_ = std::move(examples);
     if (shard_rows() < (keep_last ? 1 : rows_per_batch))
@@ -178,11 +181,11 @@ public:
       std::size_t at = b * std::size_t(T) + std::size_t(virtual_);
       std::int32_t document = 0;
       for (std::int64_t e : rows_[std::size_t(rows[b])]) {
-        const Example& ex = examples_[std::size_t(e)];
-        std::copy(ex.input_ids.begin(), ex.input_ids.end(), ids.begin() + std::ptrdiff_t(at));
-        std::copy(ex.labels.begin(), ex.labels.end(), labels.begin() + std::ptrdiff_t(at));
-        if (packing_) std::fill_n(documents.begin() + std::ptrdiff_t(at), ex.input_ids.size(), document++);
-        at += ex.input_ids.size();
+        const auto example_ids = examples_.input_ids(e), example_labels = examples_.labels(e);
+        std::copy(example_ids.begin(), example_ids.end(), ids.begin() + std::ptrdiff_t(at));
+        std::copy(example_labels.begin(), example_labels.end(), labels.begin() + std::ptrdiff_t(at));
+        if (packing_) std::fill_n(documents.begin() + std::ptrdiff_t(at), example_ids.size(), document++);
+        at += example_ids.size();
       }
       const std::size_t row_end = (b + 1) * std::size_t(T);
       if (packing_)
@@ -209,7 +212,7 @@ private:
 
   std::int64_t row_tokens(std::int64_t r) const {
     std::int64_t n = 0;
-    for (std::int64_t e : rows_[std::size_t(r)]) n += std::int64_t(examples_[std::size_t(e)].input_ids.size());
+    for (std::int64_t e : rows_[std::size_t(r)]) n += examples_.length(e);
     return n;
   }
 
@@ -237,7 +240,7 @@ private:
   bool keep_last_;
   std::int64_t virtual_;
   Shard shard_;
-  std::vector<Example> examples_;
+  TokenCorpus examples_;
   std::vector<std::vector<std::int64_t>> rows_;                         // example indices per row
   std::shared_ptr<OrderCache> cache_ = std::make_shared<OrderCache>();  // copies share it; it is locked
 };

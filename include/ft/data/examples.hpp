@@ -54,8 +54,8 @@
 #include <algorithm>
 #include <cstdint>
 #include <filesystem>
-#include <fstream>
-#include <iterator>
+#include <functional>
+#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -68,6 +68,7 @@
 #include "ft/data/chat_template.hpp"
 #include "ft/data/tokenizer.hpp"
 #include "ft/data/tokenizer/utf8.hpp"
+#include "ft/io/mapped_file.hpp"
 
 namespace ft::data {
 
@@ -524,12 +525,18 @@ private:
 // ---------------------------------------------------------------------------
 // A whole file
 
-// The examples of a dataset file (see the top of this file). With on_bad_row
-// "fail" the first bad row is an ft::Error "<file>:<line>: ..."; with "skip"
-// bad rows are counted and the first few messages kept. A file that cannot be
-// read, is not well-formed as a whole, or yields no example is an error.
-inline Examples read_examples(const std::filesystem::path& file, const Tokenizer& tokenizer, const ChatTemplate* chat,
-                              const ChatOptions& special, const ExampleOptions& options) {
+// Reads a dataset file (see the top of this file) row by row and hands each
+// example to `take`, in file order, without keeping them: the file is mapped,
+// not read into memory, so a file larger than memory streams through. With
+// on_bad_row "fail" the first bad row is an ft::Error "<file>:<line>: ...";
+// with "skip" bad rows are counted and the first few messages kept (the
+// returned Examples has those and no rows). `progress(done, total)` is called
+// every few thousand rows. A file that cannot be read, is not well-formed as a
+// whole, or yields no example is an error.
+inline Examples scan_examples(const std::filesystem::path& file, const Tokenizer& tokenizer, const ChatTemplate* chat,
+                              const ChatOptions& special, const ExampleOptions& options,
+                              const std::function<void(Example&&)>& take,
+                              const std::function<void(std::int64_t, std::int64_t)>& progress = {}) {
   constexpr std::size_t kept_messages = 5;
   const std::string origin = file.string();
   const ExampleBuilder builder(tokenizer, chat, special, options);
@@ -540,13 +547,20 @@ inline Examples read_examples(const std::filesystem::path& file, const Tokenizer
   if (std::filesystem::is_directory(file, ec))
     throw Error(origin + ": is a directory, allowed: a JSON Lines or JSON file of " + builder.options().format +
                 " rows");
-  std::ifstream in(file, std::ios::binary);
-  if (!in) throw Error(origin + ": cannot be opened");
-  const std::string content(std::istreambuf_iterator<char>(in), {});
+  std::shared_ptr<const io::MappedFile> mapping;
+  std::string_view content;
+  if (std::filesystem::file_size(file, ec) > 0) {
+    mapping = io::map_file_readonly(file, "a dataset file", 1, "a dataset");
+    content = {reinterpret_cast<const char*>(mapping->bytes().data()), mapping->bytes().size()};
+  }
 
   Examples out;
+  std::int64_t kept = 0;
   const std::vector<JsonRecord> records = json_records(content, origin);
-  for (const JsonRecord& record : records) {
+  const auto total = std::int64_t(records.size());
+  for (std::int64_t i = 0; i < total; ++i) {
+    const JsonRecord& record = records[std::size_t(i)];
+    if (progress && i % 4096 == 0) progress(i, total);
     const std::string where = origin + ":" + std::to_string(record.line) + ": ";
     try {
       if (const auto bad = tokenization::utf8_invalid_at(record.text); bad != std::string_view::npos)
@@ -561,7 +575,8 @@ inline Examples read_examples(const std::filesystem::path& file, const Tokenizer
       }
       Example example = builder.build(row);
       example.line = record.line;
-      out.rows.push_back(std::move(example));
+      take(std::move(example));
+      ++kept;
     } catch (const BadRow& e) {
       if (options.on_bad_row == "fail") throw Error(where + e.what());
       ++out.skipped;
@@ -570,12 +585,23 @@ inline Examples read_examples(const std::filesystem::path& file, const Tokenizer
       throw Error(where + e.what());
     }
   }
-  if (out.rows.empty()) {
+  if (progress) progress(total, total);
+  if (kept == 0) {
     if (out.skipped == 0)
       throw Error(origin + ": has no rows, allowed: a JSON Lines or JSON file of " + options.format + " rows");
     throw Error(origin + ": has no usable rows (all " + std::to_string(out.skipped) +
                 " skipped; the first: " + out.first_skips.front() + ")");
   }
+  return out;
+}
+
+// All the examples of a dataset file, in memory (scan_examples, kept).
+inline Examples read_examples(const std::filesystem::path& file, const Tokenizer& tokenizer, const ChatTemplate* chat,
+                              const ChatOptions& special, const ExampleOptions& options) {
+  std::vector<Example> rows;
+  Examples out = scan_examples(file, tokenizer, chat, special, options,
+                               [&](Example&& e) { rows.push_back(std::move(e)); });
+  out.rows = std::move(rows);
   return out;
 }
 

@@ -95,6 +95,7 @@ struct DataSection {
   Int max_seq_length = 512;
   bool packing = false;
   std::string on_bad_row = "fail";
+  std::string cache_dir;
 
   template <class V>
   void fields(V& v) {
@@ -120,6 +121,8 @@ struct DataSection {
     v.field("packing", packing, Check<bool>{}, "pack rows into full sequences with document masks");
     v.field("on_bad_row", on_bad_row, one_of({"fail", "skip"}),
             "stop at the first malformed row, or skip and count them");
+    v.field("cache_dir", cache_dir, Check<std::string>{},
+            "where ftrun prepare / train keep the tokenised data; \"\" for <output_dir>/data-cache");
   }
 };
 

@@ -37,11 +37,10 @@
 #include "ft/adapters/lora_files.hpp"
 #include "ft/adapters/prompt_tuning.hpp"
 #include "ft/core/random.hpp"
-#include "ft/data/artificial.hpp"
+#include "ft/core/fingerprint.hpp"
 #include "ft/data/batches.hpp"
-#include "ft/data/chat_template.hpp"
-#include "ft/data/examples.hpp"
-#include "ft/data/tokenizer.hpp"
+#include "ft/data/model_text.hpp"
+#include "ft/data/prepared.hpp"
 #include "ft/io/hf_config.hpp"
 #include "ft/io/model_weights.hpp"
 #include "ft/io/staged_directory.hpp"
@@ -74,22 +73,6 @@ struct TrainingStopped : Error {
 };
 
 namespace detail {
-
-inline std::uint64_t fnv1a(std::string_view bytes, std::uint64_t h = 0xcbf29ce484222325ull) {
-  for (unsigned char c : bytes) h = (h ^ c) * 0x100000001b3ull;
-  return h;
-}
-
-inline std::string file_text(const std::filesystem::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  return {std::istreambuf_iterator<char>(in), {}};
-}
-
-inline std::string hex(std::uint64_t x) {
-  char buffer[17];
-  std::snprintf(buffer, sizeof buffer, "%016llx", (unsigned long long)x);
-  return buffer;
-}
 
 inline double seconds_since(std::chrono::steady_clock::time_point t) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
@@ -217,60 +200,26 @@ private:
 
   // --- set-up -------------------------------------------------------------
 
-  void load_text() {
-    const std::filesystem::path dir = r_.model.path;
-    if (!std::filesystem::exists(dir / "tokenizer.json"))
-      throw Error(dir.string() + ": has no tokenizer.json (ft needs the model's HF tokenizer to read the data)");
-    tokenizer_ = std::make_unique<data::Tokenizer>(data::Tokenizer::from_file(dir / "tokenizer.json"));
-    const auto config_file = dir / "tokenizer_config.json";
-    nlohmann::ordered_json config = nlohmann::ordered_json::object();
-    if (std::filesystem::exists(config_file)) config = io::read_json_file<nlohmann::ordered_json>(config_file);
-    special_ = data::ChatOptions::from_tokenizer_config(config);
-    const bool has_template = std::filesystem::exists(dir / "chat_template.jinja") ||
-                              (config.contains("chat_template") && !config["chat_template"].is_null());
-    if (has_template) chat_ = std::make_unique<data::ChatTemplate>(data::ChatTemplate::load(dir));
-    eos_id_ = -1;
-    if (special_.eos_token)
-      if (auto id = tokenizer_->token_to_id(*special_.eos_token)) eos_id_ = std::int32_t(*id);
-    pad_id_ = eos_id_ >= 0 ? eos_id_ : 0;
-    if (config.contains("pad_token") && config["pad_token"].is_string())
-      if (auto id = tokenizer_->token_to_id(config["pad_token"].get<std::string>())) pad_id_ = std::int32_t(*id);
-  }
+  void load_text() { text_ = data::ModelText::load(r_.model.path); }
 
+  // The data from its token cache (data/prepared.hpp), tokenised first when the cache does not match.
   void load_data() {
-    data::ExampleOptions options;
-    options.format = r_.data.format;
-    options.response_template = r_.data.response_template;
-    options.instruction_template = r_.data.instruction_template;
-    options.fields = {r_.data.instruction_field, r_.data.input_field, r_.data.output_field, r_.data.messages_field,
-                      r_.data.text_field, r_.data.input_ids_field, r_.data.labels_field};
-    options.max_seq_length = r_.data.max_seq_length;
-    options.on_bad_row = r_.data.on_bad_row;
-    data::Examples train =
-        data::read_dataset(r_.data.train, *tokenizer_, chat_.get(), special_, options, std::uint64_t(r_.seed));
-    data::Examples validation;
-    if (!r_.data.validation.empty()) {
-      validation = data::read_dataset(r_.data.validation, *tokenizer_, chat_.get(), special_, options,
-                                      std::uint64_t(r_.seed) + 1);
-    } else if (r_.data.validation_split > 0) {
-      // Every k-th row goes to validation, so the split does not depend on the file's order of topics.
-      const std::size_t every = std::size_t(std::max(2.0, std::round(1.0 / r_.data.validation_split)));
-      std::vector<data::Example> kept;
-      for (std::size_t i = 0; i < train.rows.size(); ++i)
-        (i % every == every - 1 ? validation.rows : kept).push_back(std::move(train.rows[i]));
-      train.rows = std::move(kept);
-    }
-    skipped_rows_ = train.skipped + validation.skipped;
-    train_rows_ = std::int64_t(train.rows.size());
-    train_plan_ = std::make_unique<data::BatchPlan>(std::move(train.rows), r_.train.per_device_train_batch_size,
-                                                    r_.data.max_seq_length, r_.data.packing, pad_id_,
+    Progress bar("prepare", 0);
+    const data::PreparedData prepared = data::load_prepared(r_, text_, data::progress_line(bar));
+    bar.finish();
+    if (!prepared.rebuilt_because.empty()) std::printf("data cache: rebuilt (%s)\n", prepared.rebuilt_because.c_str());
+    skipped_rows_ = prepared.metadata["counts"]["skipped"].get<std::int64_t>();
+    train_rows_ = prepared.train.size();
+    data_cache_ = std::string(prepared.reused ? "reused " : "written to ") + data::cache_dir_of(r_).string();
+    train_plan_ = std::make_unique<data::BatchPlan>(prepared.train, r_.train.per_device_train_batch_size,
+                                                    r_.data.max_seq_length, r_.data.packing, text_.pad_id,
                                                     std::uint64_t(r_.seed), false, virtual_tokens());
     batches_per_epoch_ = train_plan_->batches_per_epoch();
-    if (!validation.rows.empty()) {
+    if (prepared.validation.size() > 0) {
       const std::int64_t rows = r_.train.per_device_eval_batch_size > 0 ? r_.train.per_device_eval_batch_size
                                                                         : r_.train.per_device_train_batch_size;
-      eval_plan_ = std::make_unique<data::BatchPlan>(std::move(validation.rows), rows, r_.data.max_seq_length,
-                                                     r_.data.packing, pad_id_, std::uint64_t(r_.seed), true,
+      eval_plan_ = std::make_unique<data::BatchPlan>(prepared.validation, rows, r_.data.max_seq_length,
+                                                     r_.data.packing, text_.pad_id, std::uint64_t(r_.seed), true,
                                                      virtual_tokens());
     }
   }
@@ -297,7 +246,7 @@ private:
       prompt_ = std::make_unique<adapters::PromptTuning<T>>(*model_, virtual_tokens(), std::uint64_t(r_.seed));
       if (!r_.prompt_tuning.init_text.empty()) {
         prompt_->init_from_tokens(
-            adapters::prompt_init_ids(tokenizer_->encode(r_.prompt_tuning.init_text, true), virtual_tokens()));
+            adapters::prompt_init_ids(text_.tokenizer->encode(r_.prompt_tuning.init_text, true), virtual_tokens()));
       }
       trainables_.add("prompt", -1, prompt_->parameters(), fused);
     } else {
@@ -316,11 +265,9 @@ private:
     trainables_.sync_master_from_storage();
     const double lora_matmul = lora_ ? double(trainables_.parameter_count()) : 0.0;
     flops_per_token_ = flops_per_token(model_->config(), r_.data.max_seq_length, full, lora_matmul);
-    fingerprint_ = {{"config", detail::hex(detail::fnv1a(io::read_json_file(std::filesystem::path(r_.model.path) /
-                                                                            "config.json")
-                                                             .dump()))},
-                    {"tokenizer", detail::hex(detail::fnv1a(detail::file_text(
-                                      std::filesystem::path(r_.model.path) / "tokenizer.json")))}};
+    const std::filesystem::path model = r_.model.path;
+    fingerprint_ = {{"config", hex64(fnv1a(io::read_json_file(model / "config.json").dump()))},
+                    {"tokenizer", file_fingerprint(model / "tokenizer.json")}};
   }
 
   // Fused into backward, a block's gradient is applied and cleared before the
@@ -358,6 +305,7 @@ private:
                 r_.data.train.c_str(), (long long)train_rows_, (long long)skipped_rows_,
                 (long long)batches_per_epoch_, (long long)r_.train.per_device_train_batch_size,
                 (long long)r_.data.max_seq_length, r_.data.packing ? " (packed)" : "");
+    std::printf("  data cache  %s\n", data_cache_.c_str());
     std::printf("  steps       %lld (x %lld micro-batches)%s\n", (long long)total_steps_,
                 (long long)r_.train.gradient_accumulation_steps,
                 step > 0 ? (", resuming after step " + std::to_string(step)).c_str() : "");
@@ -543,28 +491,26 @@ private:
   std::string preview() {
     if (lora_) lora_->set_dropout(false, 0);
     std::string prompt = r_.preview.prompt;
-    if (chat_) {
-      data::ChatOptions options = special_;
+    if (text_.chat) {
+      data::ChatOptions options = text_.special;
       options.add_generation_prompt = true;
-      prompt = data::apply_chat_template(*chat_, nlohmann::ordered_json::array({{{"role", "user"}, {"content", prompt}}}),
-                                         options);
+      prompt = data::apply_chat_template(
+          *text_.chat, nlohmann::ordered_json::array({{{"role", "user"}, {"content", prompt}}}), options);
     } else {
       prompt = data::alpaca_prompt(prompt, "");
     }
-    const auto ids = tokenizer_->encode(prompt, !chat_);  // a rendered template already has its special tokens
-    std::vector<std::int32_t> tokens(ids.begin(), ids.end());
-    const auto answer = generate_greedy(*model_, tokens, r_.preview.max_new_tokens, eos_id_, virtual_tokens());
-    return "\"" + r_.preview.prompt + "\" -> \"" + tokenizer_->decode(answer) + "\"";
+    // A rendered template already has its special tokens.
+    const std::vector<std::int32_t> tokens = text_.tokenizer->encode(prompt, !text_.chat);
+    const auto answer = generate_greedy(*model_, tokens, r_.preview.max_new_tokens, text_.eos_id, virtual_tokens());
+    return "\"" + r_.preview.prompt + "\" -> \"" + text_.tokenizer->decode(answer) + "\"";
   }
 
   recipe::Recipe r_;
   EngineSetup setup_;
   TrainableSet<T, M> trainables_;
   std::filesystem::path out_;
-  std::unique_ptr<data::Tokenizer> tokenizer_;
-  std::unique_ptr<data::ChatTemplate> chat_;
-  data::ChatOptions special_;
-  std::int32_t eos_id_ = -1, pad_id_ = 0;
+  data::ModelText text_;
+  std::string data_cache_;  // where the tokenised data came from, for the run's header
   std::unique_ptr<data::BatchPlan> train_plan_, eval_plan_;
   std::int64_t batches_per_epoch_ = 1, train_rows_ = 0, skipped_rows_ = 0, total_steps_ = 0;
   std::unique_ptr<models::Transformer<T>> model_;

@@ -1,0 +1,224 @@
+#pragma once
+// The prepared token cache: a recipe's data tokenised once (`ftrun prepare`,
+// or the first `ftrun train`) into memory-mapped corpora that every later run,
+// and every rank, reads without tokenising again.
+//
+//   <cache_dir>/train/       input_ids.bin, labels.bin, index.bin (token_corpus.hpp)
+//   <cache_dir>/validation/  the same, when the recipe has validation data
+//   <cache_dir>/metadata.json
+//       "key":    everything the tokens depend on: each source (a file's path,
+//                 size and modification time, or an artificial name and the
+//                 seed), the fingerprints of tokenizer.json,
+//                 tokenizer_config.json and chat_template.jinja, the format,
+//                 field names, templates, max_seq_length, on_bad_row and
+//                 validation_split
+//       "counts": rows, tokens and skipped rows of each split
+//
+// A cache is used only when its key equals the recipe's; otherwise it is
+// rebuilt, and the run says which part of the key differed. It is written
+// under a temporary name and renamed when complete, so a killed preparation
+// never leaves a cache that looks valid.
+//
+// A validation_split sends every k-th row (k = round(1 / split)) to the
+// validation corpus, so the split does not depend on the order of topics in
+// the file.
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "ft/core/error.hpp"
+#include "ft/core/fingerprint.hpp"
+#include "ft/core/progress.hpp"
+#include "ft/data/artificial.hpp"
+#include "ft/data/model_text.hpp"
+#include "ft/data/token_corpus.hpp"
+#include "ft/io/hf_config.hpp"
+#include "ft/io/staged_directory.hpp"
+#include "ft/recipe/recipe.hpp"
+
+namespace ft::data {
+
+struct PreparedData {
+  TokenCorpus train, validation;  // validation.size() == 0 when there is none
+  nlohmann::json metadata;
+  bool reused = false;
+  std::string rebuilt_because;  // why an existing cache was not used ("" when there was none)
+};
+
+// Rows and tokens done so far, for a progress line.
+using PrepareProgress = std::function<void(std::int64_t rows, std::int64_t tokens, std::int64_t row_total)>;
+
+// A progress line for preparation on `bar`: rows done of all, rows/s, tokens/s.
+inline PrepareProgress progress_line(Progress& bar) {
+  const auto start = std::chrono::steady_clock::now();
+  return [&bar, start](std::int64_t rows, std::int64_t tokens, std::int64_t total) {
+    const double s = std::max(1e-9, std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+    char status[96];
+    std::snprintf(status, sizeof status, "%.0f rows/s, %.0f tokens/s", double(rows) / s, double(tokens) / s);
+    bar.set_total(long(total));
+    bar.update(long(rows), status);
+  };
+}
+
+namespace detail {
+
+inline nlohmann::json source_key(const std::string& source, std::int64_t seed) {
+  if (source.empty()) return nullptr;
+  if (source.starts_with(artificial_prefix)) return {{"artificial", source}, {"seed", seed}};
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  const auto size = fs::file_size(source, ec);
+  const auto time = fs::last_write_time(source, ec);
+  return {{"path", fs::absolute(source).lexically_normal().string()},
+          {"size", ec ? 0 : size},
+          {"modified_ns", std::int64_t(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                           time.time_since_epoch())
+                                           .count())}};
+}
+
+inline ExampleOptions example_options(const recipe::DataSection& d) {
+  ExampleOptions o;
+  o.format = d.format;
+  o.response_template = d.response_template;
+  o.instruction_template = d.instruction_template;
+  o.fields = {d.instruction_field, d.input_field, d.output_field, d.messages_field,
+              d.text_field,        d.input_ids_field, d.labels_field};
+  o.max_seq_length = d.max_seq_length;
+  o.on_bad_row = d.on_bad_row;
+  return o;
+}
+
+}  // namespace detail
+
+// The default cache directory of a recipe: data.cache_dir, or <output_dir>/data-cache.
+inline std::filesystem::path cache_dir_of(const recipe::Recipe& r) {
+  return r.data.cache_dir.empty() ? std::filesystem::path(r.output_dir) / "data-cache"
+                                  : std::filesystem::path(r.data.cache_dir);
+}
+
+// What the recipe's tokens depend on (see the top of this file).
+inline nlohmann::json cache_key(const recipe::Recipe& r) {
+  const std::filesystem::path model = r.model.path;
+  const recipe::DataSection& d = r.data;
+  return {{"version", 1},
+          {"train", detail::source_key(d.train, r.seed)},
+          {"validation", detail::source_key(d.validation, r.seed + 1)},
+          {"validation_split", d.validation.empty() ? d.validation_split : 0.0},
+          {"tokenizer", file_fingerprint(model / "tokenizer.json")},
+          {"tokenizer_config", file_fingerprint(model / "tokenizer_config.json")},
+          {"chat_template", file_fingerprint(model / "chat_template.jinja")},
+          {"format", d.format},
+          {"fields",
+           {d.instruction_field, d.input_field, d.output_field, d.messages_field, d.text_field, d.input_ids_field,
+            d.labels_field}},
+          {"response_template", d.response_template},
+          {"instruction_template", d.instruction_template},
+          {"max_seq_length", d.max_seq_length},
+          {"on_bad_row", d.on_bad_row}};
+}
+
+// The first key whose value differs, for the message that says why a cache is rebuilt.
+inline std::string first_difference(const nlohmann::json& want, const nlohmann::json& have) {
+  for (auto it = want.begin(); it != want.end(); ++it)
+    if (!have.contains(it.key()) || have[it.key()] != it.value()) return it.key();
+  return "";
+}
+
+// Tokenises the recipe's data into `dir` (replacing what is there).
+inline nlohmann::json prepare_data(const recipe::Recipe& r, const ModelText& text, const std::filesystem::path& dir,
+                                   const PrepareProgress& progress = {}) {
+  const ExampleOptions options = detail::example_options(r.data);
+  nlohmann::json counts;
+  io::write_directory_atomically(
+      dir,
+      [&](const std::filesystem::path& staging) {
+        std::filesystem::create_directories(staging / "train");
+        CorpusWriter train(staging / "train");
+        std::unique_ptr<CorpusWriter> validation;
+        const bool split_by_file = !r.data.validation.empty();
+        if (split_by_file || r.data.validation_split > 0) {
+          std::filesystem::create_directories(staging / "validation");
+          validation = std::make_unique<CorpusWriter>(staging / "validation");
+        }
+        const std::int64_t every =
+            split_by_file || r.data.validation_split <= 0
+                ? 0
+                : std::int64_t(std::max(2.0, std::round(1.0 / r.data.validation_split)));
+        std::int64_t index = 0, tokens = 0;
+        auto take = [&](CorpusWriter& to, const Example& e) {
+          to.add(e);
+          tokens += std::int64_t(e.input_ids.size());
+        };
+        auto read = [&](const std::string& source, std::int64_t seed, bool is_validation) {
+          std::int64_t total = 0;
+          auto route = [&](Example&& e) {
+            CorpusWriter& to = is_validation || (every > 0 && index % every == every - 1) ? *validation : train;
+            ++index;
+            take(to, e);
+          };
+          Examples report;
+          if (source.starts_with(artificial_prefix)) {
+            report = read_dataset(source, *text.tokenizer, text.chat.get(), text.special, options,
+                                  std::uint64_t(seed));
+            for (Example& e : report.rows) route(std::move(e));
+          } else {
+            report = scan_examples(source, *text.tokenizer, text.chat.get(), text.special, options, route,
+                                   [&](std::int64_t done, std::int64_t rows) {
+                                     total = rows;
+                                     if (progress) progress(done, tokens, total);
+                                   });
+          }
+          return report.skipped;
+        };
+        std::int64_t skipped = read(r.data.train, r.seed, false);
+        if (split_by_file) skipped += read(r.data.validation, r.seed + 1, true);
+        train.finish();
+        if (validation) validation->finish();
+        if (train.rows() == 0) throw Error(r.data.train + ": no training rows are left after the validation split");
+        counts = {{"train", {{"rows", train.rows()}, {"tokens", train.tokens()}}},
+                  {"validation",
+                   {{"rows", validation ? validation->rows() : 0}, {"tokens", validation ? validation->tokens() : 0}}},
+                  {"skipped", skipped}};
+        std::ofstream(staging / "metadata.json") << nlohmann::json{{"key", cache_key(r)}, {"counts", counts}}.dump(2)
+                                                 << "\n";
+      },
+      true);
+  return counts;
+}
+
+// The recipe's data from its cache, prepared first when the cache is missing or was built for other inputs.
+inline PreparedData load_prepared(const recipe::Recipe& r, const ModelText& text, const PrepareProgress& progress = {},
+                                  bool force = false) {
+  const std::filesystem::path dir = cache_dir_of(r);
+  PreparedData out;
+  const nlohmann::json key = cache_key(r);
+  if (std::filesystem::exists(dir / "metadata.json") && !force) {
+    const nlohmann::json have = io::read_json_file(dir / "metadata.json");
+    const std::string differs = first_difference(key, have.value("key", nlohmann::json::object()));
+    if (differs.empty()) {
+      out.reused = true;
+    } else {
+      out.rebuilt_because = (dir / "metadata.json").string() + " was built for another " + differs;
+    }
+  } else if (std::filesystem::exists(dir) && !std::filesystem::is_empty(dir) &&
+             !std::filesystem::exists(dir / "metadata.json")) {
+    // Never replace a directory that ft did not write.
+    throw Error(dir.string() + ": exists and is not an ft token cache (no metadata.json), allowed: data.cache_dir "
+                "set to a new directory or one that ftrun prepare wrote");
+  }
+  if (!out.reused) prepare_data(r, text, dir, progress);
+  out.metadata = io::read_json_file(dir / "metadata.json");
+  out.train = TokenCorpus::open(dir / "train");
+  if (std::filesystem::exists(dir / "validation")) out.validation = TokenCorpus::open(dir / "validation");
+  return out;
+}
+
+}  // namespace ft::data
