@@ -160,6 +160,8 @@ public:
   std::int64_t rows() const { return std::int64_t(rows_.size()); }
   // The examples (indices into the constructor's vector) of row r, in order.
   const std::vector<std::int64_t>& row_examples(std::int64_t r) const { return rows_.at(std::size_t(r)); }
+  // The tokenised examples the rows are made of.
+  const TokenCorpus& corpus() const { return examples_; }
   // Which rows, in which order, epoch `epoch` visits.
   std::vector<std::int64_t> order(std::int64_t epoch) const { return epoch_order(rows(), seed_, epoch); }
 
