@@ -224,6 +224,29 @@ def make_batch(ids, gen):
     return input_ids, labels
 
 
+def save_adapter(model, case, name, **paths):
+    """PEFT's save_pretrained into case/adapter, without machine paths or a set's order in the config."""
+    model.save_pretrained(case / "adapter")
+    (case / "adapter" / "README.md").unlink(missing_ok=True)
+    config_file = case / "adapter" / "adapter_config.json"
+    adapter_config = json.loads(config_file.read_text())
+    adapter_config["base_model_name_or_path"] = f"tests/fixtures/train/{name}"
+    for key in paths:
+        adapter_config[key] = f"tests/fixtures/train/{name}"
+    if isinstance(adapter_config.get("target_modules"), list):
+        adapter_config["target_modules"] = sorted(adapter_config["target_modules"])
+    config_file.write_text(json.dumps(adapter_config, indent=2, sort_keys=True) + "\n")
+
+
+def check_reloads(directory, case, model, input_ids):
+    """The adapter as saved reproduces the model it came from."""
+    reloaded = PeftModel.from_pretrained(
+        AutoModelForCausalLM.from_pretrained(directory, dtype=torch.float32, attn_implementation="eager"),
+        case / "adapter")
+    with torch.no_grad():
+        assert torch.equal(reloaded(input_ids=input_ids).logits, model(input_ids=input_ids).logits)
+
+
 def lora_case(name, directory, ids, seed):
     case = OUT / f"{name}_lora"
     shutil.rmtree(case, ignore_errors=True)
@@ -241,13 +264,7 @@ def lora_case(name, directory, ids, seed):
                 p.copy_((torch.rand(p.shape, generator=gen, dtype=torch.float64) * 2 - 1) * bound)
             elif "lora_B" in pname:
                 p.copy_(0.05 * torch.randn(p.shape, generator=gen, dtype=torch.float64))
-    peft32.save_pretrained(case / "adapter")
-    (case / "adapter" / "README.md").unlink(missing_ok=True)
-    config_file = case / "adapter" / "adapter_config.json"  # no machine paths, no set order
-    adapter_config = json.loads(config_file.read_text())
-    adapter_config["base_model_name_or_path"] = f"tests/fixtures/train/{name}"
-    adapter_config["target_modules"] = sorted(adapter_config["target_modules"])
-    config_file.write_text(json.dumps(adapter_config, indent=2, sort_keys=True) + "\n")
+    save_adapter(peft32, case, name)
 
     input_ids, labels = make_batch(ids, gen)
     with open(case / "batch.json", "w") as f:
@@ -284,12 +301,8 @@ def lora_case(name, directory, ids, seed):
     save_file(expected, str(case / "expected.safetensors"),
               metadata={"generator": "tools/make_train_fixtures.py (PEFT, float64)"})
 
-    # The adapter as saved reproduces the model it came from.
-    reloaded = PeftModel.from_pretrained(
-        AutoModelForCausalLM.from_pretrained(directory, dtype=torch.float32, attn_implementation="eager"),
-        case / "adapter")
+    check_reloads(directory, case, peft32, input_ids)
     with torch.no_grad():
-        assert torch.equal(reloaded(input_ids).logits, peft32(input_ids).logits)
         with peft32.disable_adapter():
             plain = peft32(input_ids).logits
     effect = (logits64.float() - plain).abs().max().item()
@@ -314,13 +327,7 @@ def prompt_case(name, directory, input_ids, labels, seed):
     init = table.detach().clone()
     with torch.no_grad():  # away from the text's embeddings, so loading is not initialising
         table.add_(0.1 * torch.randn(table.shape, generator=gen, dtype=torch.float64).float())
-    peft32.save_pretrained(case / "adapter")
-    (case / "adapter" / "README.md").unlink(missing_ok=True)
-    config_file = case / "adapter" / "adapter_config.json"
-    adapter_config = json.loads(config_file.read_text())
-    adapter_config["base_model_name_or_path"] = f"tests/fixtures/train/{name}"
-    adapter_config["tokenizer_name_or_path"] = f"tests/fixtures/train/{name}"
-    config_file.write_text(json.dumps(adapter_config, indent=2, sort_keys=True) + "\n")
+    save_adapter(peft32, case, name, tokenizer_name_or_path=True)
 
     peft64 = copy.deepcopy(peft32).double()
     peft64.train()
@@ -340,11 +347,7 @@ def prompt_case(name, directory, input_ids, labels, seed):
     save_file(expected, str(case / "expected.safetensors"),
               metadata={"generator": "tools/make_train_fixtures.py (PEFT, float64)"})
 
-    reloaded = PeftModel.from_pretrained(
-        AutoModelForCausalLM.from_pretrained(directory, dtype=torch.float32, attn_implementation="eager"),
-        case / "adapter")
-    with torch.no_grad():
-        assert torch.equal(reloaded(input_ids=input_ids).logits, peft32(input_ids=input_ids).logits)
+    check_reloads(directory, case, peft32, input_ids)
     print(f"  [{case.name}] {PROMPT_TOKENS} virtual tokens from {PROMPT_TEXT!r}, loss {out.loss.item():.6f}")
     return case
 

@@ -6,7 +6,6 @@
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
-#include <fstream>
 #include <string>
 #include <vector>
 
@@ -15,7 +14,6 @@
 #include "ft/adapters/lora.hpp"
 #include "ft/io/model_files.hpp"
 #include "ft/io/peft.hpp"
-#include "ft/version.hpp"
 
 namespace ft::adapters {
 
@@ -70,16 +68,9 @@ void save_peft_adapter(LoraModel<T>& lora, const models::TransformerConfig& conf
   c["use_rslora"] = false;
   c["use_dora"] = false;
   c["init_lora_weights"] = true;
-  c["inference_mode"] = true;
-  c["modules_to_save"] = nullptr;
   c["rank_pattern"] = nlohmann::ordered_json::object();
   c["alpha_pattern"] = nlohmann::ordered_json::object();
-  c["revision"] = nullptr;
-  c["auto_mapping"] = nullptr;
-  c["peft_version"] = std::string("ft-") + FT_VERSION_STRING;
-  std::ofstream out(dir / "adapter_config.json");
-  out << c.dump(2) << "\n";
-  if (!out) throw Error((dir / "adapter_config.json").string() + ": cannot be written");
+  io::write_peft_config(dir, std::move(c));
 }
 
 // Loads A and B of every module from a PEFT adapter directory into `lora`;

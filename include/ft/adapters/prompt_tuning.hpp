@@ -20,7 +20,6 @@
 #include <algorithm>
 #include <cstdint>
 #include <filesystem>
-#include <fstream>
 #include <string>
 #include <vector>
 
@@ -30,11 +29,11 @@
 #include "ft/core/random.hpp"
 #include "ft/io/hf_config.hpp"
 #include "ft/io/model_files.hpp"
+#include "ft/io/peft.hpp"
 #include "ft/io/safetensors.hpp"
 #include "ft/models/input_adapter.hpp"
 #include "ft/models/parameters.hpp"
 #include "ft/models/transformer.hpp"
-#include "ft/version.hpp"
 
 namespace ft::adapters {
 
@@ -144,14 +143,7 @@ void save_peft_prompt(const PromptTuning<T>& prompt, const models::TransformerCo
   c["prompt_tuning_init_text"] = text ? nlohmann::ordered_json(info.init_text) : nlohmann::ordered_json();
   c["tokenizer_name_or_path"] = text ? nlohmann::ordered_json(info.base_model) : nlohmann::ordered_json();
   c["tokenizer_kwargs"] = nullptr;
-  c["inference_mode"] = true;
-  c["modules_to_save"] = nullptr;
-  c["revision"] = nullptr;
-  c["auto_mapping"] = nullptr;
-  c["peft_version"] = std::string("ft-") + FT_VERSION_STRING;
-  std::ofstream out(dir / "adapter_config.json");
-  out << c.dump(2) << "\n";
-  if (!out) throw Error((dir / "adapter_config.json").string() + ": cannot be written");
+  io::write_peft_config(dir, std::move(c));
 }
 
 // Loads a PEFT prompt-tuning adapter's virtual tokens; their count and width must be this prompt's.

@@ -137,14 +137,4 @@ inline Examples artificial_examples(std::string_view name, const ExampleBuilder&
   return out;
 }
 
-// The examples of a dataset: a file (read_examples) or an artificial dataset's
-// name with its prefix (artificial_examples, drawn with `seed`).
-inline Examples read_dataset(const std::string& source, const Tokenizer& tokenizer, const ChatTemplate* chat,
-                             const ChatOptions& special, const ExampleOptions& options, std::uint64_t seed) {
-  if (!source.starts_with(artificial_prefix)) return read_examples(source, tokenizer, chat, special, options);
-  const ExampleBuilder builder(tokenizer, chat, special, options);
-  return artificial_examples(std::string_view(source).substr(artificial_prefix.size()), builder,
-                             tokenizer.vocab_size(), seed);
-}
-
 }  // namespace ft::data

@@ -153,30 +153,25 @@ inline nlohmann::json prepare_data(const recipe::Recipe& r, const ModelText& tex
                 ? 0
                 : std::int64_t(std::max(2.0, std::round(1.0 / r.data.validation_split)));
         std::int64_t index = 0, tokens = 0;
-        auto take = [&](CorpusWriter& to, const Example& e) {
-          to.add(e);
-          tokens += std::int64_t(e.input_ids.size());
-        };
         auto read = [&](const std::string& source, std::int64_t seed, bool is_validation) {
-          std::int64_t total = 0;
           auto route = [&](Example&& e) {
-            CorpusWriter& to = is_validation || (every > 0 && index % every == every - 1) ? *validation : train;
+            const bool held_out = is_validation || (every > 0 && index % every == every - 1);
+            (held_out ? *validation : train).add(e);
             ++index;
-            take(to, e);
+            tokens += std::int64_t(e.input_ids.size());
           };
-          Examples report;
           if (source.starts_with(artificial_prefix)) {
-            report = read_dataset(source, *text.tokenizer, text.chat.get(), text.special, options,
-                                  std::uint64_t(seed));
+            const ExampleBuilder builder(*text.tokenizer, text.chat.get(), text.special, options);
+            Examples report = artificial_examples(std::string_view(source).substr(artificial_prefix.size()), builder,
+                                                  text.tokenizer->vocab_size(), std::uint64_t(seed));
             for (Example& e : report.rows) route(std::move(e));
-          } else {
-            report = scan_examples(source, *text.tokenizer, text.chat.get(), text.special, options, route,
-                                   [&](std::int64_t done, std::int64_t rows) {
-                                     total = rows;
-                                     if (progress) progress(done, tokens, total);
-                                   });
+            return report.skipped;
           }
-          return report.skipped;
+          return scan_examples(source, *text.tokenizer, text.chat.get(), text.special, options, route,
+                               [&](std::int64_t done, std::int64_t rows) {
+                                 if (progress) progress(done, tokens, rows);
+                               })
+              .skipped;
         };
         std::int64_t skipped = read(r.data.train, r.seed, false);
         if (split_by_file) skipped += read(r.data.validation, r.seed + 1, true);

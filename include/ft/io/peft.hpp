@@ -17,6 +17,7 @@
 // Variants ft does not implement (DoRA, other PEFT types, fan-in-fan-out
 // layers) are refused by name, never merged wrongly.
 #include <cmath>
+#include <fstream>
 #include <regex>
 #include <string>
 #include <vector>
@@ -26,6 +27,7 @@
 #include "ft/io/hf_config.hpp"
 #include "ft/io/safetensors.hpp"
 #include "ft/kernels/gemm.hpp"
+#include "ft/version.hpp"
 
 namespace ft::io {
 
@@ -147,6 +149,19 @@ private:
   std::vector<LoraModule> modules_;
   std::vector<std::pair<std::string, const TensorView*>> whole_;
 };
+
+// Writes <dir>/adapter_config.json: the adapter type's own keys in `config`,
+// then the keys every PEFT config has, as an inference-mode adapter by ft.
+inline void write_peft_config(const std::filesystem::path& dir, nlohmann::ordered_json config) {
+  config["inference_mode"] = true;
+  config["modules_to_save"] = nullptr;
+  config["revision"] = nullptr;
+  config["auto_mapping"] = nullptr;
+  config["peft_version"] = std::string("ft-") + FT_VERSION_STRING;
+  std::ofstream out(dir / "adapter_config.json");
+  out << config.dump(2) << "\n";
+  if (!out) throw Error((dir / "adapter_config.json").string() + ": cannot be written");
+}
 
 // W [rows, cols] (float) += scale * B A, or its transpose for an embedding.
 inline void merge_lora_module(const PeftAdapter& adapter, const LoraModule& m, float* weight, std::int64_t rows,
