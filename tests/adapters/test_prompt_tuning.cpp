@@ -208,10 +208,10 @@ TEST_CASE("virtual tokens need an adapter to fill them, and cannot be packed") {
                        doctest::Contains("no prompt adapter is attached"), Error);
 
   std::vector<data::Example> examples(4, data::Example{{3, 4, 5}, {3, 4, 5}, 1});
-  CHECK_THROWS_WITH_AS(data::BatchPlan(examples, 2, 16, true, 0, 1, false, 4),
+  CHECK_THROWS_WITH_AS(data::BatchPlan(examples, 2, 16, true, 0, 1, data::Cover::epochs, 4),
                        doctest::Contains("0 when packing"), Error);
   // Unpacked, every row starts with the placeholders, labelled -100, and positions count through them.
-  const models::Batch b = data::BatchPlan(examples, 2, 16, false, 0, 1, false, 4).batch(0, 0);
+  const models::Batch b = data::BatchPlan(examples, 2, 16, false, 0, 1, data::Cover::epochs, 4).batch(0);
   CHECK(b.virtual_tokens == 4);
   CHECK(b.T == 4 + 8);
   CHECK(b.input_ids[0] == 0);

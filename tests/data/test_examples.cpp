@@ -13,6 +13,7 @@
 #include <doctest/doctest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -23,6 +24,7 @@
 #include <vector>
 
 #include <nlohmann/json.hpp>
+#include <range/v3/view/take.hpp>
 
 #include <ft/data/artificial.hpp>
 #include <ft/data/batches.hpp>
@@ -38,6 +40,7 @@ using ft::data::ChatTemplate;
 using ft::data::Example;
 using ft::data::ExampleOptions;
 using ft::data::Examples;
+using ft::data::epoch_order;
 using ft::data::Tokenizer;
 using ft::testing::error_of;
 using ft::testing::TempDir;
@@ -475,7 +478,7 @@ TEST_CASE("batches: ft::Rng and epoch orders equal the reference") {
   ft::Rng rng(ref["splitmix64"]["seed"].get<std::uint64_t>());
   for (const auto& v : ref["splitmix64"]["outputs"]) CHECK(rng.next() == std::stoull(v.get<std::string>()));
   for (const auto& o : ref["orders"])
-    CHECK(ft::data::epoch_order(o["n"], o["seed"].get<std::uint64_t>(), o["epoch"]) ==
+    CHECK(epoch_order(o["n"], o["seed"].get<std::uint64_t>(), o["epoch"]) ==
           o["order"].get<std::vector<std::int64_t>>());
 }
 
@@ -484,11 +487,12 @@ TEST_CASE("batches: padding, targets and an epoch as a permutation") {
   const auto examples = synthetic(lengths);
   const std::int64_t R = 4, max_T = 60;
   const BatchPlan plan(examples, R, max_T, false, pad, 99);
-  REQUIRE(plan.batches_per_epoch() == 10);
+  REQUIRE(plan.batches_per_epoch() == 10.0);
   std::vector<std::int64_t> seen0, seen1;
   for (std::int64_t epoch : {0, 1}) {
-    for (std::int64_t i = 0; i < plan.batches_per_epoch(); ++i) {
-      const auto batch = plan.batch(epoch, i);
+    for (std::int64_t i = 0; i < 10; ++i) {
+      const auto [index, batch, dataset_tokens] = plan.micro_batch(epoch * 10 + i);
+      CHECK(index == epoch * 10 + i);
       CHECK(batch.B == R);
       CHECK(batch.documents.empty());
       std::int64_t longest = 0, tokens = 0;
@@ -499,7 +503,7 @@ TEST_CASE("batches: padding, targets and an epoch as a permutation") {
         tokens += lengths[std::size_t(e)];
       }
       CHECK(batch.T == std::min<std::int64_t>(max_T, (longest + 7) / 8 * 8));
-      CHECK(plan.dataset_tokens(epoch, i) == tokens);
+      CHECK(dataset_tokens == tokens);
       for (std::int64_t b = 0; b < R; ++b) {
         const std::int64_t e = owner(batch.input_ids[std::size_t(b * batch.T)]);
         const Example& ex = examples[std::size_t(e)];
@@ -524,21 +528,38 @@ TEST_CASE("batches: padding, targets and an epoch as a permutation") {
 
   // The same seed gives the same batches; another seed another order.
   const BatchPlan same(examples, R, max_T, false, pad, 99), other(examples, R, max_T, false, pad, 100);
-  CHECK(same.batch(1, 3).input_ids == plan.batch(1, 3).input_ids);
+  CHECK(same.batch(13).input_ids == plan.batch(13).input_ids);
   CHECK(same.order(0) == plan.order(0));
   CHECK(other.order(0) != plan.order(0));
 
-  // 42 rows: two left over and dropped; a cap below the rounded length.
+  // 42 rows in batches of 4: batch 10 holds epoch 0's last two rows and
+  // epoch 1's first two, so every row is seen once per epoch and no batch is
+  // short. A cap below the rounded length.
   const BatchPlan odd(synthetic(mixed_lengths(42, 61)), R, 61, false, pad, 1);
-  CHECK(odd.batches_per_epoch() == 10);
+  CHECK(odd.batches_per_epoch() == 10.5);
+  std::vector<std::int64_t> stream;
   bool capped = false;
-  for (std::int64_t i = 0; i < odd.batches_per_epoch(); ++i) {
-    const auto T = odd.batch(0, i).T;
-    CHECK((T % 8 == 0 || T == 61));
-    capped |= T == 61;
+  for (const auto& m : odd.micro_batches() | ranges::views::take(21)) {  // two epochs
+    CHECK(m.batch.B == R);
+    CHECK((m.batch.T % 8 == 0 || m.batch.T == 61));
+    capped |= m.batch.T == 61;
+    for (std::int64_t b = 0; b < R; ++b) stream.push_back(owner(m.batch.input_ids[std::size_t(b * m.batch.T)]));
   }
   CHECK(capped);
-  CHECK(error_of([&] { odd.batch(0, 10); }).find("batch 10 is outside the epoch") != std::string::npos);
+  REQUIRE(stream.size() == 84);
+  const auto epoch0 = odd.order(0), epoch1 = odd.order(1);
+  CHECK(std::vector<std::int64_t>(stream.begin(), stream.begin() + 42) == epoch0);
+  CHECK(std::vector<std::int64_t>(stream.begin() + 42, stream.end()) == epoch1);
+
+  // Evaluation reads epoch 0 once; its last batch is short.
+  const BatchPlan pass(synthetic(mixed_lengths(42, 61)), R, 61, false, pad, 1, ft::data::Cover::one_pass);
+  CHECK(pass.pass_batches() == 11);
+  std::vector<std::int64_t> once;
+  for (const auto& m : pass.micro_batches())
+    for (std::int64_t b = 0; b < m.batch.B; ++b) once.push_back(owner(m.batch.input_ids[std::size_t(b * m.batch.T)]));
+  CHECK(pass.batch(10).B == 2);
+  CHECK(once == epoch0);
+  CHECK(error_of([&] { pass.batch(11); }).find("micro-batch 11 is past the evaluation pass") != std::string::npos);
 }
 
 TEST_CASE("batches: refusals") {
@@ -595,15 +616,15 @@ TEST_CASE("batches: packing keeps every token once, in its own document, and bea
   CHECK(ft::data::pack_best_fit(lengths, max_T) == plain_best_fit(lengths, max_T));
   const std::int64_t total = std::accumulate(lengths.begin(), lengths.end(), std::int64_t(0));
   CHECK(packed.rows() >= (total + max_T - 1) / max_T);
-  CHECK(packed.batches_per_epoch() == packed.rows());
+  CHECK(packed.batches_per_epoch() == double(packed.rows()));
 
   std::vector<int> count(examples.size(), 0);
   std::int64_t packed_tokens = 0, packed_slots = 0;
-  for (std::int64_t i = 0; i < packed.batches_per_epoch(); ++i) {
-    const auto batch = packed.batch(2, i);
+  for (std::int64_t i = 0; i < packed.rows(); ++i) {
+    const auto [index, batch, dataset_tokens] = packed.micro_batch(2 * packed.rows() + i);  // epoch 2
     REQUIRE(batch.T == max_T);
     REQUIRE(batch.documents.size() == std::size_t(max_T));
-    packed_tokens += packed.dataset_tokens(2, i);
+    packed_tokens += dataset_tokens;
     packed_slots += batch.rows();
     std::set<std::int32_t> documents_seen;
     std::int64_t t = 0;
@@ -639,14 +660,15 @@ TEST_CASE("batches: packing keeps every token once, in its own document, and bea
   const BatchPlan packed4(examples, 4, max_T, true, pad, 5);
   CHECK(packed4.rows() == packed.rows());
   CHECK(packed4.order(0) != packed4.order(1));
-  CHECK(packed4.batch(0, 0).B == 4);
+  CHECK(packed4.batch(0).B == 4);
 
-  const BatchPlan padded(examples, 4, max_T, false, pad, 5);
+  const BatchPlan padded(examples, 4, max_T, false, pad, 5, ft::data::Cover::one_pass);
   std::int64_t padded_tokens = 0, padded_slots = 0;
-  for (std::int64_t i = 0; i < padded.batches_per_epoch(); ++i) {
-    padded_tokens += padded.dataset_tokens(0, i);
-    padded_slots += padded.batch(0, i).rows();
+  for (const auto& m : padded.micro_batches()) {
+    padded_tokens += m.dataset_tokens;
+    padded_slots += m.batch.rows();
   }
+  CHECK(padded_tokens == total);
   const double packed_efficiency = double(packed_tokens) / double(packed_slots);
   const double padded_efficiency = double(padded_tokens) / double(padded_slots);
   MESSAGE("packing " << packed_efficiency << ", padding " << padded_efficiency);
@@ -654,32 +676,42 @@ TEST_CASE("batches: packing keeps every token once, in its own document, and bea
   CHECK(packed_efficiency > 0.9);
 }
 
-TEST_CASE("batches: data-parallel ranks see disjoint rows that together cover the epoch") {
+TEST_CASE("batches: data-parallel ranks see disjoint rows, together every row once per epoch") {
   const auto lengths = mixed_lengths(103, 32);
   const auto examples = synthetic(lengths);
+  const std::int64_t R = 4, n = 103;
   for (const std::int64_t world : {1, 2, 3, 4}) {
     CAPTURE(world);
-    std::vector<int> seen(examples.size(), 0);
-    std::int64_t batches = -1;
+    // Two epochs' worth of steps; step g of rank r holds stream positions (g R + j) world + r.
+    const auto steps = std::int64_t(std::ceil(2.0 * double(n) / double(R * world)));
+    std::vector<std::int64_t> stream(std::size_t(steps * R * world), -1);
+    std::vector<int> evaluated(examples.size(), 0);
+    std::int64_t fewest = n, most = 0;
     for (std::int64_t rank = 0; rank < world; ++rank) {
-      const BatchPlan plan(examples, 4, 32, false, pad, 9, false, 0, {rank, world});
-      if (batches < 0) batches = plan.batches_per_epoch();
-      CHECK(plan.batches_per_epoch() == batches);  // every rank takes as many steps
-      CHECK(plan.batches_per_epoch() == 103 / world / 4);
-      for (std::int64_t i = 0; i < plan.batches_per_epoch(); ++i) {
-        const auto batch = plan.batch(1, i);
-        for (std::int64_t b = 0; b < batch.B; ++b) ++seen[std::size_t(owner(batch.input_ids[std::size_t(b * batch.T)]))];
+      const BatchPlan plan(examples, R, 32, false, pad, 9, ft::data::Cover::epochs, 0, {rank, world});
+      CHECK(plan.batches_per_epoch() == double(n) / double(R * world));
+      for (const auto& m : plan.micro_batches() | ranges::views::take(steps)) {
+        REQUIRE(m.batch.B == R);  // every rank, every step: a full batch
+        for (std::int64_t j = 0; j < R; ++j)
+          stream[std::size_t((m.index * R + j) * world + rank)] = owner(m.batch.input_ids[std::size_t(j * m.batch.T)]);
       }
+      const BatchPlan eval(examples, R, 32, false, pad, 9, ft::data::Cover::one_pass, 0, {rank, world});
+      fewest = std::min(fewest, eval.pass_batches());
+      most = std::max(most, eval.pass_batches());
+      for (const auto& m : eval.micro_batches())
+        for (std::int64_t b = 0; b < m.batch.B; ++b) ++evaluated[std::size_t(owner(m.batch.input_ids[std::size_t(b * m.batch.T)]))];
     }
-    CHECK(std::all_of(seen.begin(), seen.end(), [](int c) { return c <= 1; }));
-    const auto covered = std::count(seen.begin(), seen.end(), 1);
-    CHECK(covered == batches * 4 * world);
-    CHECK(std::int64_t(examples.size()) - covered < world * 4);  // at most the remainder waits
+    const auto epoch0 = epoch_order(n, 9, 0), epoch1 = epoch_order(n, 9, 1);
+    CHECK(std::vector<std::int64_t>(stream.begin(), stream.begin() + n) == epoch0);
+    CHECK(std::vector<std::int64_t>(stream.begin() + n, stream.begin() + 2 * n) == epoch1);
+    for (std::size_t p = std::size_t(2 * n); p < stream.size(); ++p) CHECK(stream[p] == epoch_order(n, 9, 2)[p - 2 * n]);
+    CHECK(std::all_of(evaluated.begin(), evaluated.end(), [](int c) { return c == 1; }));
+    CHECK(most - fewest <= 1);
   }
-  CHECK_THROWS_WITH_AS(BatchPlan(examples, 4, 32, false, pad, 9, false, 0, {2, 2}),
+  CHECK_THROWS_WITH_AS(BatchPlan(examples, 4, 32, false, pad, 9, ft::data::Cover::epochs, 0, {2, 2}),
                        doctest::Contains("rank 2 of 2 is not allowed"), ft::Error);
-  CHECK_THROWS_WITH_AS(BatchPlan(examples, 40, 32, false, pad, 9, false, 0, {0, 4}),
-                       doctest::Contains("25 for each of 4 ranks, fewer than one batch of rows_per_batch 40"),
+  CHECK_THROWS_WITH_AS(BatchPlan(examples, 40, 32, false, pad, 9, ft::data::Cover::epochs, 0, {0, 4}),
+                       doctest::Contains("103 rows, fewer than one batch of rows_per_batch 40 for each of 4 ranks"),
                        ft::Error);
 }
 

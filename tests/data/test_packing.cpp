@@ -71,7 +71,7 @@ TEST_CASE("packing: the same documents packed or padded give the same per-docume
     const data::BatchPlan probe(examples.rows, 1, 512, packing, text.pad_id, 3);
     const data::BatchPlan plan(examples.rows, probe.rows(), 512, packing, text.pad_id, 3);
     REQUIRE(plan.batches_per_epoch() == 1);
-    const models::Batch batch = plan.batch(0, 0);
+    const models::Batch batch = plan.batch(0);
     std::vector<double> logits(std::size_t(batch.rows() * V));
     model->zero_grads();
     const double count = double(batch.scored_tokens());

@@ -4,9 +4,14 @@
 // A BatchPlan is built once. Its rows are either the examples themselves
 // (packing off) or rows of exactly max_seq_length tokens that hold several
 // examples each (packing on, best-fit decreasing). Each epoch visits the rows
-// in its own order, a permutation drawn from (seed, epoch), and batch(epoch, i)
-// takes rows_per_batch consecutive rows of it; the last incomplete batch of an
-// epoch is dropped.
+// in its own order, a permutation drawn from (seed, epoch).
+//
+// Training reads the orders of epochs 0, 1, 2, ... one after another as one
+// stream and cuts it into full micro-batches (Cover::epochs), so every row is
+// seen exactly once per epoch and no batch is short; when the rows do not
+// divide into batches, one batch holds the last rows of an epoch and the first
+// of the next (as Megatron's sample stream does). Evaluation reads epoch 0's
+// order once and its last batch may be short (Cover::one_pass).
 //
 //   packing off  a batch is as long as its longest row, rounded up to a
 //                multiple of 8 and capped at max_seq_length; shorter rows are
@@ -19,11 +24,11 @@
 // Padding is never scored (label -100).
 //
 // Data-parallel ranks each build the same plan with their own Shard: rank r
-// of w takes positions r, r + w, r + 2w, ... of every epoch's order, so the
-// ranks see disjoint rows, together every row but fewer than w per epoch (the
-// remainder, like the last incomplete batch, waits for another epoch's order).
-// The position in the data is a function of (epoch, batch), so a checkpoint
-// needs no cursor beyond the step.
+// of w takes stream positions r, r + w, r + 2w, ..., so micro-batch g of
+// every rank together hold positions [g R w, (g + 1) R w): the ranks see
+// disjoint rows, together every row once per epoch, and all take the same
+// number of steps. The position in the data is a function of the micro-batch
+// index, so a checkpoint needs no cursor beyond the step.
 //
 // For prompt tuning every row starts with virtual_tokens placeholder
 // positions (pad_id, label -100, Batch::virtual_tokens) that the prompt
@@ -35,6 +40,8 @@
 // between standard libraries.
 #include <algorithm>
 #include <cstdint>
+#include <limits>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <numeric>
@@ -43,6 +50,9 @@
 #include <tuple>
 #include <utility>
 #include <vector>
+
+#include <range/v3/view/iota.hpp>
+#include <range/v3/view/transform.hpp>
 
 #include "ft/core/error.hpp"
 #include "ft/core/random.hpp"
@@ -98,21 +108,32 @@ struct Shard {
   std::int64_t rank = 0, world = 1;
 };
 
+// How the micro-batches cover the rows (see the top of this file).
+enum class Cover {
+  epochs,    // training: epoch after epoch without end, every batch full
+  one_pass,  // evaluation: epoch 0 once, the last batch may be short
+};
+
+// A micro-batch and what the metrics need to know of it.
+struct MicroBatch {
+  std::int64_t index = 0;  // in this rank's stream
+  models::Batch batch;
+  std::int64_t dataset_tokens = 0;  // tokens of the dataset, padding and virtual tokens excluded
+};
+
 class BatchPlan {
 public:
-  // With keep_last (evaluation), the epoch's last batch may have fewer rows
-  // instead of being dropped, so every row is seen.
   BatchPlan(const std::vector<Example>& examples, std::int64_t rows_per_batch, std::int64_t max_seq_length,
-            bool packing, std::int32_t pad_id, std::uint64_t seed, bool keep_last = false,
+            bool packing, std::int32_t pad_id, std::uint64_t seed, Cover cover = Cover::epochs,
             std::int64_t virtual_tokens = 0, Shard shard = {})
-      : BatchPlan(TokenCorpus::from_examples(examples), rows_per_batch, max_seq_length, packing, pad_id, seed,
-                  keep_last, virtual_tokens, shard) {}
+      : BatchPlan(TokenCorpus::from_examples(examples), rows_per_batch, max_seq_length, packing, pad_id, seed, cover,
+                  virtual_tokens, shard) {}
 
   BatchPlan(TokenCorpus examples, std::int64_t rows_per_batch, std::int64_t max_seq_length, bool packing,
-            std::int32_t pad_id, std::uint64_t seed, bool keep_last = false, std::int64_t virtual_tokens = 0,
+            std::int32_t pad_id, std::uint64_t seed, Cover cover = Cover::epochs, std::int64_t virtual_tokens = 0,
             Shard shard = {})
-      : R_(rows_per_batch), max_T_(max_seq_length), packing_(packing), pad_id_(pad_id), seed_(seed),
-        keep_last_(keep_last), virtual_(virtual_tokens), shard_(shard) {
+      : R_(rows_per_batch), max_T_(max_seq_length), packing_(packing), pad_id_(pad_id), seed_(seed), cover_(cover),
+        virtual_(virtual_tokens), shard_(shard) {
     if (shard.world < 1 || shard.rank < 0 || shard.rank >= shard.world)
       throw Error("rank " + std::to_string(shard.rank) + " of " + std::to_string(shard.world) +
                   " is not allowed, allowed: 0 <= rank < world_size");
@@ -144,18 +165,22 @@ public:
       for (std::size_t i = 0; i < rows_.size(); ++i) rows_[i] = {std::int64_t(i)};
     }
     examples_ = std::move(examples);
-    if (shard_rows() < (keep_last ? 1 : rows_per_batch))
-      throw Error("the dataset makes " + std::to_string(rows_.size()) + (packing ? " packed" : "") + " rows" +
-                  (shard.world > 1 ? ", " + std::to_string(shard_rows()) + " for each of " +
-                                         std::to_string(shard.world) + " ranks"
-                                   : std::string()) +
-                  ", fewer than one batch of rows_per_batch " + std::to_string(rows_per_batch) +
-                  ", allowed: at least rows_per_batch rows per rank (lower it, or add data)");
+    // Fewer rows than one step takes would put a row twice into one step.
+    const std::int64_t needed = cover == Cover::epochs ? rows_per_batch * shard.world : shard.world;
+    if (rows() < needed)
+      throw Error("the dataset makes " + std::to_string(rows()) + (packing ? " packed" : "") + " rows, fewer than " +
+                  (cover == Cover::epochs
+                       ? "one batch of rows_per_batch " + std::to_string(rows_per_batch) +
+                             (shard.world > 1 ? " for each of " + std::to_string(shard.world) + " ranks" : "")
+                       : "one for each of " + std::to_string(shard.world) + " ranks") +
+                  ", allowed: at least " + std::to_string(needed) + " rows (lower the batch size, or add data)");
   }
 
-  std::int64_t batches_per_epoch() const { return (shard_rows() + (keep_last_ ? R_ - 1 : 0)) / R_; }
-  // The rows this rank visits per epoch.
-  std::int64_t shard_rows() const { return std::int64_t(rows_.size()) / shard_.world; }
+  // Cover::epochs: micro-batches per epoch on each rank, rows / (rows_per_batch x world), a fraction when
+  // they do not divide.
+  double batches_per_epoch() const { return double(rows()) / double(R_ * shard_.world); }
+  // Cover::one_pass: how many micro-batches this rank has.
+  std::int64_t pass_batches() const { return (pass_rows() + R_ - 1) / R_; }
   // Rows in all: examples, or packed rows.
   std::int64_t rows() const { return std::int64_t(rows_.size()); }
   // The examples (indices into the constructor's vector) of row r, in order.
@@ -165,9 +190,19 @@ public:
   // Which rows, in which order, epoch `epoch` visits.
   std::vector<std::int64_t> order(std::int64_t epoch) const { return epoch_order(rows(), seed_, epoch); }
 
-  // The index-th micro-batch of the epoch, shifted by causal_lm_batch.
-  models::Batch batch(std::int64_t epoch, std::int64_t index) const {
-    const std::vector<std::int64_t> rows = batch_rows(epoch, index);
+  // This rank's micro-batches from `first` on: without end under Cover::epochs, up to pass_batches() under
+  // Cover::one_pass. Each is made when the view is read.
+  auto micro_batches(std::int64_t first = 0) const {
+    const std::int64_t end = cover_ == Cover::epochs ? std::numeric_limits<std::int64_t>::max() : pass_batches();
+    return ranges::views::iota(std::min(first, end), end) |
+           ranges::views::transform([this](std::int64_t g) { return micro_batch(g); });
+  }
+
+  // Micro-batch g of this rank's stream, shifted by causal_lm_batch.
+  MicroBatch micro_batch(std::int64_t g) const {
+    const std::vector<std::int64_t> rows = batch_rows(g);
+    MicroBatch out;
+    out.index = g;
     index_t T = max_T_;
     if (!packing_) {
       std::int64_t longest = 0;
@@ -188,29 +223,29 @@ public:
         std::copy(example_labels.begin(), example_labels.end(), labels.begin() + std::ptrdiff_t(at));
         if (packing_) std::fill_n(documents.begin() + std::ptrdiff_t(at), example_ids.size(), document++);
         at += example_ids.size();
+        out.dataset_tokens += std::int64_t(example_ids.size());
       }
       const std::size_t row_end = (b + 1) * std::size_t(T);
       if (packing_)
         std::fill(documents.begin() + std::ptrdiff_t(at), documents.begin() + std::ptrdiff_t(row_end), document);
     }
-    models::Batch batch = models::causal_lm_batch(B, T, std::move(ids), labels, std::move(documents));
-    batch.virtual_tokens = virtual_;
-    return batch;
+    out.batch = models::causal_lm_batch(B, T, std::move(ids), labels, std::move(documents));
+    out.batch.virtual_tokens = virtual_;
+    return out;
   }
 
-  // The tokens of batch(epoch, index) that are not padding.
-  std::int64_t dataset_tokens(std::int64_t epoch, std::int64_t index) const {
-    std::int64_t n = 0;
-    for (std::int64_t r : batch_rows(epoch, index)) n += row_tokens(r);
-    return n;
-  }
+  // The batch alone, for callers that need no metrics.
+  models::Batch batch(std::int64_t g) const { return micro_batch(g).batch; }
 
 private:
+  // Epoch orders as the stream reaches them; a batch spans at most two.
   struct OrderCache {
     std::mutex mutex;
-    std::int64_t epoch = -1;
-    std::vector<std::int64_t> order;
+    std::map<std::int64_t, std::vector<std::int64_t>> orders;
   };
+
+  // The stream positions this rank holds in one pass over epoch 0.
+  std::int64_t pass_rows() const { return (rows() - shard_.rank + shard_.world - 1) / shard_.world; }
 
   std::int64_t row_tokens(std::int64_t r) const {
     std::int64_t n = 0;
@@ -218,20 +253,27 @@ private:
     return n;
   }
 
-  // The rows of one batch; the epoch's order is kept for the next call.
-  std::vector<std::int64_t> batch_rows(std::int64_t epoch, std::int64_t index) const {
-    if (epoch < 0) throw Error("epoch " + std::to_string(epoch) + " is not allowed, allowed: 0 or more");
-    if (index < 0 || index >= batches_per_epoch())
-      throw Error("batch " + std::to_string(index) + " is outside the epoch, allowed: 0 to " +
-                  std::to_string(batches_per_epoch() - 1));
-    std::lock_guard lock(cache_->mutex);
-    if (cache_->epoch != epoch) {
-      cache_->order = order(epoch);
-      cache_->epoch = epoch;
+  // The rows of micro-batch g: its j-th row is at stream position (g R + j) w + rank.
+  std::vector<std::int64_t> batch_rows(std::int64_t g) const {
+    if (g < 0) throw Error("micro-batch " + std::to_string(g) + " is not allowed, allowed: 0 or more");
+    std::int64_t end = (g + 1) * R_;
+    if (cover_ == Cover::one_pass) {
+      if (g >= pass_batches())
+        throw Error("micro-batch " + std::to_string(g) + " is past the evaluation pass, allowed: 0 to " +
+                    std::to_string(pass_batches() - 1));
+      end = std::min(end, pass_rows());
     }
+    std::lock_guard lock(cache_->mutex);
     std::vector<std::int64_t> rows;
-    for (std::int64_t j = index * R_; j < std::min((index + 1) * R_, shard_rows()); ++j)
-      rows.push_back(cache_->order[std::size_t(j * shard_.world + shard_.rank)]);
+    for (std::int64_t j = g * R_; j < end; ++j) {
+      const std::int64_t position = j * shard_.world + shard_.rank, epoch = position / this->rows();
+      auto it = cache_->orders.find(epoch);
+      if (it == cache_->orders.end()) {
+        while (cache_->orders.size() >= 2) cache_->orders.erase(cache_->orders.begin());
+        it = cache_->orders.emplace(epoch, order(epoch)).first;
+      }
+      rows.push_back(it->second[std::size_t(position % this->rows())]);
+    }
     return rows;
   }
 
@@ -239,7 +281,7 @@ private:
   bool packing_;
   std::int32_t pad_id_;
   std::uint64_t seed_;
-  bool keep_last_;
+  Cover cover_;
   std::int64_t virtual_;
   Shard shard_;
   TokenCorpus examples_;

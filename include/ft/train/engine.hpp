@@ -7,8 +7,9 @@
 // per (T, M) pair rather than once per combination.
 //
 // One optimizer step:
-//   1. take the step's gradient_accumulation_steps micro-batches (their
-//      position is a function of the step: epoch = k / batches_per_epoch)
+//   1. take the step's gradient_accumulation_steps micro-batches from the
+//      plan's stream (data/batches.hpp): micro-batch k = step x accumulation
+//      + i, so the position in the data is a function of the step
 //   2. count the scored tokens of all of them; every micro-batch's loss
 //      gradient is divided by that total, so the step's gradient is the mean
 //      over the whole accumulated batch, however its tokens fall into
@@ -32,6 +33,7 @@
 #include <vector>
 
 #include <nlohmann/json.hpp>
+#include <range/v3/view/take.hpp>
 
 #include "ft/adapters/lora.hpp"
 #include "ft/adapters/lora_files.hpp"
@@ -173,7 +175,7 @@ private:
     nlohmann::ordered_json take(std::int64_t step, const Engine& e, double lr) {
       nlohmann::ordered_json j;
       j["step"] = step;
-      j["epoch"] = double(step * e.r_.train.gradient_accumulation_steps) / double(e.batches_per_epoch_);
+      j["epoch"] = double(step * e.r_.train.gradient_accumulation_steps) / e.train_plan_->batches_per_epoch();
       j["loss"] = loss / double(steps);
       j["learning_rate"] = lr;
       j["grad_norm"] = grad_norm / double(steps);
@@ -213,14 +215,14 @@ private:
     data_cache_ = std::string(prepared.reused ? "reused " : "written to ") + data::cache_dir_of(r_).string();
     train_plan_ = std::make_unique<data::BatchPlan>(prepared.train, r_.train.per_device_train_batch_size,
                                                     r_.data.max_seq_length, r_.data.packing, text_.pad_id,
-                                                    std::uint64_t(r_.seed), false, virtual_tokens());
-    batches_per_epoch_ = train_plan_->batches_per_epoch();
+                                                    std::uint64_t(r_.seed), data::Cover::epochs,
+                                                    virtual_tokens());
     if (prepared.validation.size() > 0) {
       const std::int64_t rows = r_.train.per_device_eval_batch_size > 0 ? r_.train.per_device_eval_batch_size
                                                                         : r_.train.per_device_train_batch_size;
       eval_plan_ = std::make_unique<data::BatchPlan>(prepared.validation, rows, r_.data.max_seq_length,
-                                                     r_.data.packing, text_.pad_id, std::uint64_t(r_.seed), true,
-                                                     virtual_tokens());
+                                                     r_.data.packing, text_.pad_id, std::uint64_t(r_.seed),
+                                                     data::Cover::one_pass, virtual_tokens());
     }
   }
 
@@ -290,7 +292,7 @@ private:
 
   std::int64_t total_steps() const {
     if (r_.train.max_steps > 0) return r_.train.max_steps;
-    const double micro = r_.train.num_train_epochs * double(batches_per_epoch_);
+    const double micro = r_.train.num_train_epochs * train_plan_->batches_per_epoch();
     return std::max<std::int64_t>(1, std::int64_t(std::ceil(micro / double(r_.train.gradient_accumulation_steps))));
   }
 
@@ -301,9 +303,9 @@ private:
                 detail::count_text(double(trainables_.parameter_count())).c_str(),
                 100.0 * double(trainables_.parameter_count()) / double(model_->parameter_count()));
     std::printf("  adapter     %s\n", setup_.adapter_description.c_str());
-    std::printf("  data        %s: %lld rows (%lld skipped), %lld micro-batches of %lld x %lld per epoch%s\n",
+    std::printf("  data        %s: %lld rows (%lld skipped), %s micro-batches of %lld x %lld per epoch%s\n",
                 r_.data.train.c_str(), (long long)train_rows_, (long long)skipped_rows_,
-                (long long)batches_per_epoch_, (long long)r_.train.per_device_train_batch_size,
+                format(train_plan_->batches_per_epoch()).c_str(), (long long)r_.train.per_device_train_batch_size,
                 (long long)r_.data.max_seq_length, r_.data.packing ? " (packed)" : "");
     std::printf("  data cache  %s\n", data_cache_.c_str());
     std::printf("  steps       %lld (x %lld micro-batches)%s\n", (long long)total_steps_,
@@ -321,12 +323,11 @@ private:
     const std::int64_t accumulation = r_.train.gradient_accumulation_steps;
     std::vector<models::Batch> batches;
     StepResult s;
-    for (std::int64_t k = 0; k < accumulation; ++k) {
-      const std::int64_t g = step * accumulation + k;
-      batches.push_back(train_plan_->batch(g / batches_per_epoch_, g % batches_per_epoch_));
-      s.dataset_tokens += train_plan_->dataset_tokens(g / batches_per_epoch_, g % batches_per_epoch_);
-      s.tokens += batches.back().rows();
-      s.scored += batches.back().scored_tokens();
+    for (data::MicroBatch m : train_plan_->micro_batches(step * accumulation) | ranges::views::take(accumulation)) {
+      s.dataset_tokens += m.dataset_tokens;
+      s.tokens += m.batch.rows();
+      s.scored += m.batch.scored_tokens();
+      batches.push_back(std::move(m.batch));
     }
     const double divisor = double(std::max<std::int64_t>(1, s.scored));
     trainables_.begin_step();
@@ -370,10 +371,9 @@ private:
     if (lora_) lora_->set_dropout(false, 0);
     double loss = 0;
     std::int64_t scored = 0;
-    for (std::int64_t i = 0; i < eval_plan_->batches_per_epoch(); ++i) {
-      const models::Batch batch = eval_plan_->batch(0, i);
-      loss += model_->forward_backward(batch, {.backward = false});
-      scored += batch.scored_tokens();
+    for (const data::MicroBatch& m : eval_plan_->micro_batches()) {
+      loss += model_->forward_backward(m.batch, {.backward = false});
+      scored += m.batch.scored_tokens();
     }
     nlohmann::ordered_json j;
     j["step"] = step;
@@ -512,7 +512,7 @@ private:
   data::ModelText text_;
   std::string data_cache_;  // where the tokenised data came from, for the run's header
   std::unique_ptr<data::BatchPlan> train_plan_, eval_plan_;
-  std::int64_t batches_per_epoch_ = 1, train_rows_ = 0, skipped_rows_ = 0, total_steps_ = 0;
+  std::int64_t train_rows_ = 0, skipped_rows_ = 0, total_steps_ = 0;
   std::unique_ptr<models::Transformer<T>> model_;
   std::unique_ptr<adapters::LoraModel<T>> lora_;
   std::unique_ptr<adapters::PromptTuning<T>> prompt_;
