@@ -20,7 +20,7 @@ int run_prepare(const PrepareOptions& options) {
     const ft::recipe::Recipe& r = loaded.recipe;
     const ft::data::ModelText text = ft::data::ModelText::load(r.model.path);
     const auto start = std::chrono::steady_clock::now();
-    ft::Progress bar("prepare", 0);
+    ft::Progress bar("prepare", 100);
     const ft::data::PreparedData prepared =
         ft::data::load_prepared(r, text, ft::data::progress_line(bar), options.force);
     bar.finish();

@@ -25,6 +25,7 @@
 
 #include <nlohmann/json.hpp>
 #include <range/v3/view/take.hpp>
+#include <range/v3/view/transform.hpp>
 
 #include <ft/data/artificial.hpp>
 #include <ft/data/batches.hpp>
@@ -199,11 +200,41 @@ TEST_CASE("examples: a JSON array file gives the same examples, with each elemen
   write_bytes(dir / "open.json", "[{\"instruction\": \"a\", \"output\": \"b\"},\n{\"instruction\": \"[\"");
   CHECK(error_of([&] {
           ft::data::read_examples(dir / "open.json", tok, &chat, smollm2_chat, options("alpaca"));
-        }).find("open.json: the JSON array opened on line 2 is not closed") != std::string::npos);
+        }).find("open.json:2: this element of the JSON array opened on line 1 is not closed") != std::string::npos);
   write_bytes(dir / "after.json", "[{\"instruction\": \"a\", \"output\": \"b\"}]\n{}");
   CHECK(error_of([&] {
           ft::data::read_examples(dir / "after.json", tok, &chat, smollm2_chat, options("alpaca"));
         }).find("after.json:2: text after the JSON array") != std::string::npos);
+}
+
+TEST_CASE("examples: JsonRecords reads rows lazily, with their lines, through strings that look like JSON") {
+  using ft::data::JsonRecord;
+  using ft::data::JsonRecords;
+  auto texts = [](std::string_view content) {
+    std::vector<std::pair<std::int64_t, std::string>> out;
+    for (const JsonRecord& r : JsonRecords(content, "t"))
+      out.emplace_back(r.line, std::string(r.text));
+    return out;
+  };
+  using Rows = std::vector<std::pair<std::int64_t, std::string>>;
+  // JSON Lines: blank lines and surrounding space are not rows; a byte order mark is dropped.
+  CHECK(texts("\xEF\xBB\xBF{\"a\": 1}\n\n  {\"b\": \"x\\ny\"} \r\n{}") ==
+        Rows{{1, "{\"a\": 1}"}, {3, "{\"b\": \"x\\ny\"}"}, {4, "{}"}});
+  CHECK(texts("").empty());
+  CHECK(texts("\n \n").empty());
+  // A JSON array: commas, brackets, braces and escaped quotes inside strings belong to the element.
+  const std::string array = "\n[ {\"a\": \"],{\\\"\"},\n  {\"b\": [1, {\"c\": \"}\"}]},\n\n 7 ]\n";
+  CHECK(texts(array) == Rows{{2, "{\"a\": \"],{\\\"\"}"}, {3, "{\"b\": [1, {\"c\": \"}\"}]}"}, {5, "7"}});
+  CHECK(texts("[]").empty());
+  // A view: it composes, and reading stops where the caller stops, before a later fault.
+  const auto lines = JsonRecords("[1, 2, 3, 4", "t") |
+                     ranges::views::transform([](const JsonRecord& r) { return r.line; }) | ranges::views::take(2);
+  std::vector<std::int64_t> taken;
+  for (std::int64_t line : lines) taken.push_back(line);
+  CHECK(taken == std::vector<std::int64_t>{1, 1});
+  CHECK_THROWS_WITH_AS(texts("[1, 2, 3 4"), doctest::Contains("t:1: this element of the JSON array opened on line 1 is not closed"),
+                       ft::Error);
+  CHECK_THROWS_WITH_AS(texts("[1] x"), doctest::Contains("t:1: text after the JSON array's closing ']'"), ft::Error);
 }
 
 TEST_CASE("examples: truncation keeps HF's leading tokens; a prompt without room is a bad row") {

@@ -27,8 +27,6 @@ public:
     std::fflush(stderr);
     drawn_ = true;
   }
-  // For work whose size is learnt once it has started.
-  void set_total(long total) { total_ = total; }
   void finish() {
     if (drawn_) std::fputc('\n', stderr);
     drawn_ = false;

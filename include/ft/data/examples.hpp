@@ -48,7 +48,7 @@
 // a token of the vocabulary.
 //
 // The pieces are separate so that a streaming reader can reuse them:
-// json_records() splits a file into rows, ExampleBuilder turns one parsed row
+// JsonRecords splits a file into rows, ExampleBuilder turns one parsed row
 // into an Example, read_examples() does both for a whole file and applies the
 // bad-row policy.
 #include <algorithm>
@@ -63,6 +63,7 @@
 #include <vector>
 
 #include <nlohmann/json.hpp>
+#include <range/v3/view/facade.hpp>
 
 #include "ft/core/error.hpp"
 #include "ft/data/chat_template.hpp"
@@ -117,36 +118,95 @@ struct JsonRecord {
   std::string_view text;  // one JSON value (not yet parsed)
 };
 
-namespace detail {
+// The rows of a dataset file's contents, one at a time: the non-blank lines of
+// JSON Lines, or the elements of a JSON array (see the top of this file),
+// found by tracking strings and nesting so that each element can be parsed,
+// and skipped, on its own. Nothing is kept but the position, so a mapped
+// multi-GB file streams through. A JSON array that is not closed, or text
+// after it, is an error for the whole file, thrown when reading reaches it.
+// `origin` names the file in errors; the records point into `content`.
+class JsonRecords : public ranges::view_facade<JsonRecords, ranges::unknown> {
+public:
+  JsonRecords() = default;
+  JsonRecords(std::string_view content, std::string origin) : content_(content), origin_(std::move(origin)) {
+    if (content_.substr(0, 3) == "\xEF\xBB\xBF") content_.remove_prefix(3);  // a UTF-8 byte order mark
+    std::size_t first = 0;
+    for (; first < content_.size() && space(content_[first]); ++first) array_line_ += content_[first] == '\n';
+    if (first < content_.size() && content_[first] == '[') array_open_ = first;
+  }
 
-inline bool json_space(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r'; }
+private:
+  friend ranges::range_access;
 
-// The elements of the array that starts at content[open] ('['), found by
-// tracking strings and nesting, so that each can be parsed, and skipped, on its
-// own. An array that is not closed is an error for the whole file.
-inline std::vector<JsonRecord> json_array_records(std::string_view content, std::size_t open, std::int64_t line,
-                                                  const std::string& origin) {
-  std::vector<JsonRecord> records;
-  std::size_t i = open + 1;
-  auto skip_space = [&] {
-    for (; i < content.size() && json_space(content[i]); ++i) line += content[i] == '\n';
-  };
-  skip_space();
-  if (i < content.size() && content[i] == ']') {
-    ++i;
-  } else {
-    for (;;) {
+  static bool space(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r'; }
+
+  class cursor {
+  public:
+    cursor() = default;
+    explicit cursor(const JsonRecords* records) : r_(records) {
+      if (r_->array_open_ == std::string_view::npos) {
+        at_ = 0;
+      } else {
+        at_ = r_->array_open_ + 1;
+        line_ = r_->array_line_;
+        skip_space();
+        if (at_ < size() && text()[at_] == ']') {
+          ++at_;
+          finish_array();
+          return;
+        }
+      }
+      next();
+    }
+    const JsonRecord& read() const { return current_; }
+    bool equal(ranges::default_sentinel_t) const { return done_; }
+    void next() {
+      if (r_->array_open_ == std::string_view::npos) {
+        next_line();
+      } else if (!array_closed_) {
+        next_element();
+      } else {
+        done_ = true;
+      }
+    }
+
+  private:
+    std::string_view text() const { return r_->content_; }
+    std::size_t size() const { return r_->content_.size(); }
+    void skip_space() {
+      for (; at_ < size() && space(text()[at_]); ++at_) line_ += text()[at_] == '\n';
+    }
+
+    void next_line() {
+      while (at_ < size()) {
+        std::size_t end = text().find('\n', at_);
+        if (end == std::string_view::npos) end = size();
+        std::string_view row = text().substr(at_, end - at_);
+        const std::int64_t line = line_++;
+        at_ = end + 1;
+        while (!row.empty() && space(row.back())) row.remove_suffix(1);
+        while (!row.empty() && space(row.front())) row.remove_prefix(1);
+        if (!row.empty()) {
+          current_ = {line, row};
+          return;
+        }
+      }
+      at_ = size();
+      done_ = true;
+    }
+
+    void next_element() {
       skip_space();
-      const std::size_t begin = i;
-      const std::int64_t begin_line = line;
+      const std::size_t begin = at_;
+      const std::int64_t begin_line = line_;
       int depth = 0;
       bool in_string = false;
-      for (; i < content.size(); ++i) {
-        const char c = content[i];
-        line += c == '\n';
+      for (; at_ < size(); ++at_) {
+        const char c = text()[at_];
+        line_ += c == '\n';
         if (in_string) {
           if (c == '\\') {
-            ++i;  // an escaped character is never '"' or '\n' that counts
+            ++at_;  // an escaped character is never '"' or '\n' that counts
           } else if (c == '"') {
             in_string = false;
           }
@@ -161,50 +221,47 @@ inline std::vector<JsonRecord> json_array_records(std::string_view content, std:
           break;
         }
       }
-      if (i >= content.size())
-        throw Error(origin + ": the JSON array opened on line " + std::to_string(begin_line) +
+      if (at_ >= size())
+        throw Error(r_->origin_ + ":" + std::to_string(begin_line) + ": this element of the JSON array opened on line " +
+                    std::to_string(r_->array_line_) +
                     " is not closed, allowed: one JSON array of objects, or one JSON object per line");
-      std::size_t end = i;
-      while (end > begin && json_space(content[end - 1])) --end;
-      records.push_back({begin_line, content.substr(begin, end - begin)});
-      const char stop = content[i++];
-      if (stop == ']') break;
-      if (stop != ',')
-        throw Error(origin + ":" + std::to_string(line) + ": unexpected '" + std::string(1, stop) +
+      std::size_t end = at_;
+      while (end > begin && space(text()[end - 1])) --end;
+      current_ = {begin_line, text().substr(begin, end - begin)};
+      const char stop = text()[at_++];
+      if (stop == ']') {
+        finish_array();
+        done_ = false;  // the element just read is still to be taken
+      } else if (stop != ',') {
+        throw Error(r_->origin_ + ":" + std::to_string(line_) + ": unexpected '" + std::string(1, stop) +
                     "' in the JSON array, allowed: one JSON array of objects");
+      }
     }
-  }
-  skip_space();
-  if (i < content.size())
-    throw Error(origin + ":" + std::to_string(line) +
-                ": text after the JSON array's closing ']', allowed: one JSON array of objects");
-  return records;
-}
 
-}  // namespace detail
+    // After the closing ']': only white space may follow.
+    void finish_array() {
+      array_closed_ = true;
+      done_ = true;
+      skip_space();
+      if (at_ < size())
+        throw Error(r_->origin_ + ":" + std::to_string(line_) +
+                    ": text after the JSON array's closing ']', allowed: one JSON array of objects");
+    }
 
-// The rows of a dataset file's contents: the non-blank lines of JSON Lines, or
-// the elements of a JSON array (see the top of this file). `origin` names the
-// file in errors. The records point into `content`.
-inline std::vector<JsonRecord> json_records(std::string_view content, const std::string& origin) {
-  if (content.substr(0, 3) == "\xEF\xBB\xBF") content.remove_prefix(3);  // a UTF-8 byte order mark
-  std::size_t first = 0;
-  std::int64_t line = 1;
-  for (; first < content.size() && detail::json_space(content[first]); ++first) line += content[first] == '\n';
-  if (first < content.size() && content[first] == '[') return detail::json_array_records(content, first, line, origin);
-  std::vector<JsonRecord> records;
-  line = 1;
-  for (std::size_t begin = 0; begin < content.size(); ++line) {
-    std::size_t end = content.find('\n', begin);
-    if (end == std::string_view::npos) end = content.size();
-    std::string_view text = content.substr(begin, end - begin);
-    begin = end + 1;
-    while (!text.empty() && detail::json_space(text.back())) text.remove_suffix(1);
-    while (!text.empty() && detail::json_space(text.front())) text.remove_prefix(1);
-    if (!text.empty()) records.push_back({line, text});
-  }
-  return records;
-}
+    const JsonRecords* r_ = nullptr;
+    std::size_t at_ = 0;
+    std::int64_t line_ = 1;
+    bool array_closed_ = false, done_ = false;
+    JsonRecord current_;
+  };
+
+  cursor begin_cursor() const { return cursor(this); }
+
+  std::string_view content_;
+  std::string origin_;
+  std::size_t array_open_ = std::string_view::npos;  // where the '[' of a JSON array file is
+  std::int64_t array_line_ = 1;                       // and its line
+};
 
 // ---------------------------------------------------------------------------
 // One row to one example
@@ -530,13 +587,14 @@ private:
 // not read into memory, so a file larger than memory streams through. With
 // on_bad_row "fail" the first bad row is an ft::Error "<file>:<line>: ...";
 // with "skip" bad rows are counted and the first few messages kept (the
-// returned Examples has those and no rows). `progress(done, total)` is called
-// every few thousand rows. A file that cannot be read, is not well-formed as a
+// returned Examples has those and no rows). `progress(rows, fraction)` is
+// called every few thousand rows with the rows read and the fraction of the
+// file's bytes behind them. A file that cannot be read, is not well-formed as a
 // whole, or yields no example is an error.
 inline Examples scan_examples(const std::filesystem::path& file, const Tokenizer& tokenizer, const ChatTemplate* chat,
                               const ChatOptions& special, const ExampleOptions& options,
                               const std::function<void(Example&&)>& take,
-                              const std::function<void(std::int64_t, std::int64_t)>& progress = {}) {
+                              const std::function<void(std::int64_t, double)>& progress = {}) {
   constexpr std::size_t kept_messages = 5;
   const std::string origin = file.string();
   const ExampleBuilder builder(tokenizer, chat, special, options);
@@ -556,11 +614,10 @@ inline Examples scan_examples(const std::filesystem::path& file, const Tokenizer
 
   Examples out;
   std::int64_t kept = 0;
-  const std::vector<JsonRecord> records = json_records(content, origin);
-  const auto total = std::int64_t(records.size());
-  for (std::int64_t i = 0; i < total; ++i) {
-    const JsonRecord& record = records[std::size_t(i)];
-    if (progress && i % 4096 == 0) progress(i, total);
+  std::int64_t rows = 0;
+  for (const JsonRecord& record : JsonRecords(content, origin)) {
+    if (progress && rows++ % 4096 == 0)
+      progress(rows - 1, double(record.text.data() - content.data()) / double(content.size()));
     const std::string where = origin + ":" + std::to_string(record.line) + ": ";
     try {
       if (const auto bad = tokenization::utf8_invalid_at(record.text); bad != std::string_view::npos)
@@ -585,7 +642,7 @@ inline Examples scan_examples(const std::filesystem::path& file, const Tokenizer
       throw Error(where + e.what());
     }
   }
-  if (progress) progress(total, total);
+  if (progress) progress(rows, 1.0);
   if (kept == 0) {
     if (out.skipped == 0)
       throw Error(origin + ": has no rows, allowed: a JSON Lines or JSON file of " + options.format + " rows");

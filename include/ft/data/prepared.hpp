@@ -53,18 +53,18 @@ struct PreparedData {
   std::string rebuilt_because;  // why an existing cache was not used ("" when there was none)
 };
 
-// Rows and tokens done so far, for a progress line.
-using PrepareProgress = std::function<void(std::int64_t rows, std::int64_t tokens, std::int64_t row_total)>;
+// Rows and tokens done so far, and the fraction of the file read, for a progress line.
+using PrepareProgress = std::function<void(std::int64_t rows, std::int64_t tokens, double fraction)>;
 
-// A progress line for preparation on `bar`: rows done of all, rows/s, tokens/s.
+// A progress line for preparation on `bar` (of 100): percent of the file, rows, rows/s, tokens/s.
 inline PrepareProgress progress_line(Progress& bar) {
   const auto start = std::chrono::steady_clock::now();
-  return [&bar, start](std::int64_t rows, std::int64_t tokens, std::int64_t total) {
+  return [&bar, start](std::int64_t rows, std::int64_t tokens, double fraction) {
     const double s = std::max(1e-9, std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
-    char status[96];
-    std::snprintf(status, sizeof status, "%.0f rows/s, %.0f tokens/s", double(rows) / s, double(tokens) / s);
-    bar.set_total(long(total));
-    bar.update(long(rows), status);
+    char status[128];
+    std::snprintf(status, sizeof status, "%lld rows, %.0f rows/s, %.0f tokens/s", (long long)rows, double(rows) / s,
+                  double(tokens) / s);
+    bar.update(long(100 * fraction), status);
   };
 }
 
@@ -168,8 +168,8 @@ inline nlohmann::json prepare_data(const recipe::Recipe& r, const ModelText& tex
             return report.skipped;
           }
           return scan_examples(source, *text.tokenizer, text.chat.get(), text.special, options, route,
-                               [&](std::int64_t done, std::int64_t rows) {
-                                 if (progress) progress(done, tokens, rows);
+                               [&](std::int64_t rows, double fraction) {
+                                 if (progress) progress(rows, tokens, fraction);
                                })
               .skipped;
         };

@@ -206,7 +206,7 @@ private:
 
   // The data from its token cache (data/prepared.hpp), tokenised first when the cache does not match.
   void load_data() {
-    Progress bar("prepare", 0);
+    Progress bar("prepare", 100);
     const data::PreparedData prepared = data::load_prepared(r_, text_, data::progress_line(bar));
     bar.finish();
     if (!prepared.rebuilt_because.empty()) std::printf("data cache: rebuilt (%s)\n", prepared.rebuilt_because.c_str());
