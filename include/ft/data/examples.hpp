@@ -616,8 +616,11 @@ inline Examples scan_examples(const std::filesystem::path& file, const Tokenizer
   std::int64_t kept = 0;
   std::int64_t rows = 0;
   for (const JsonRecord& record : JsonRecords(content, origin)) {
-    if (progress && rows++ % 4096 == 0)
-      progress(rows - 1, double(record.text.data() - content.data()) / double(content.size()));
+    if (rows++ % 4096 == 0) {
+      const auto offset = std::size_t(record.text.data() - content.data());
+      mapping->release_before(offset);  // rows behind are done with: a file larger than memory streams through
+      if (progress) progress(rows - 1, double(offset) / double(content.size()));
+    }
     const std::string where = origin + ":" + std::to_string(record.line) + ": ";
     try {
       if (const auto bad = tokenization::utf8_invalid_at(record.text); bad != std::string_view::npos)

@@ -7,6 +7,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstddef>
 #include <cstring>
@@ -39,6 +40,15 @@ public:
     if (address_) ::munmap(address_, size_);
   }
   std::span<const std::byte> bytes() const { return {static_cast<const std::byte*>(address_), size_}; }
+
+  // Drops the whole pages before `offset` from this process's memory; reading
+  // them again pages them back in from the file. A reader that goes through a
+  // large file once calls it as it goes, so that what it has read does not
+  // stay resident.
+  void release_before(std::size_t offset) const {
+    const auto page = static_cast<std::size_t>(::sysconf(_SC_PAGESIZE));
+    if (const std::size_t end = std::min(offset, size_) / page * page; end > 0) ::madvise(address_, end, MADV_DONTNEED);
+  }
 
 private:
   void* address_;
