@@ -16,8 +16,10 @@
 
 #include <cctype>
 #include <filesystem>
+#include <functional>
 #include <iostream>
 #include <map>
+#include <memory>
 
 #include <ft/data/chat_template.hpp>
 #include <ft/data/token_additions.hpp>
@@ -54,23 +56,23 @@ std::uint64_t parse_size(const std::string& text) {
   return std::uint64_t(value);
 }
 
-// The HF model: every weight, possibly merged with an adapter and converted.
+// The HF model: every weight, possibly merged with an adapter and converted,
+// each made when the writer reaches it, so that converting holds one tensor
+// beyond the mapped input rather than a copy of the model. The producers read
+// the mapped files, which the shared pointers keep open.
 struct Staged {
-  std::vector<std::string> names, dtypes;
-  std::vector<std::vector<std::int64_t>> shapes;
-  std::vector<std::vector<std::byte>> bytes;
-
-  std::vector<ft::io::TensorToWrite> to_write() const {
-    std::vector<ft::io::TensorToWrite> out;
-    for (std::size_t i = 0; i < names.size(); ++i) out.push_back({names[i], dtypes[i], shapes[i], bytes[i]});
-    return out;
-  }
+  std::shared_ptr<const ft::io::ModelWeights> weights;
+  std::shared_ptr<const ft::io::PeftAdapter> adapter;
+  std::vector<ft::io::TensorToWrite> tensors;
 };
 
 Staged stage_model(const fs::path& src, const ConvertOptions& options) {
-  ft::io::ModelWeights weights = ft::io::ModelWeights::open(src);
-  std::optional<ft::io::PeftAdapter> adapter;
-  if (!options.merge_lora.empty()) adapter = ft::io::PeftAdapter::open(options.merge_lora);
+  Staged staged;
+  staged.weights = std::make_shared<const ft::io::ModelWeights>(ft::io::ModelWeights::open(src));
+  const ft::io::ModelWeights& weights = *staged.weights;
+  if (!options.merge_lora.empty())
+    staged.adapter = std::make_shared<const ft::io::PeftAdapter>(ft::io::PeftAdapter::open(options.merge_lora));
+  const ft::io::PeftAdapter* adapter = staged.adapter.get();
 
   std::map<std::string, const ft::io::LoraModule*> lora;
   std::map<std::string, const ft::io::TensorView*> replaced;
@@ -87,7 +89,6 @@ Staged stage_model(const fs::path& src, const ConvertOptions& options) {
     }
   }
 
-  Staged staged;
   for (const std::string& name : weights.names()) {
     const ft::io::TensorView& t = weights.at(name);
     std::string dtype = options.dtype.empty() ? t.dtype : ft::io::safetensors_dtype(options.dtype, "--dtype");
@@ -101,22 +102,26 @@ Staged stage_model(const fs::path& src, const ConvertOptions& options) {
       file = &adapter->file();
       source = it->second;
     }
-    std::vector<std::byte> bytes;
+    std::function<std::vector<std::byte>()> produce;
     if (auto m = lora.find(name); m != lora.end()) {
       if (t.shape.size() != 2) throw ft::Error(src.string() + ": \"" + name + "\" is not a matrix and cannot take LoRA");
       if (source->dtype != "F32" && source->dtype != "BF16" && source->dtype != "F16")
         throw ft::Error(src.string() + ": \"" + name + "\" has dtype " + source->dtype + ", LoRA merges need a float weight");
-      std::vector<float> merged(std::size_t(t.numel()));
-      ft::io::copy_elements(*file, *source, merged.data(), t.numel());
-      ft::io::merge_lora_module(*adapter, *m->second, merged.data(), t.shape[0], t.shape[1]);
-      bytes = ft::io::encode_floats(merged, dtype);
+      produce = [file, source, adapter, module = m->second, dtype] {
+        std::vector<float> merged(std::size_t(source->numel()));
+        ft::io::copy_elements(*file, *source, merged.data(), source->numel());
+        file->release(*source);
+        ft::io::merge_lora_module(*adapter, *module, merged.data(), source->shape[0], source->shape[1]);
+        return ft::io::encode_floats(merged, dtype);
+      };
     } else {
-      bytes = ft::io::convert_tensor(*file, *source, dtype);
+      produce = [file, source, dtype] {
+        std::vector<std::byte> bytes = ft::io::convert_tensor(*file, *source, dtype);
+        file->release(*source);
+        return bytes;
+      };
     }
-    staged.names.push_back(name);
-    staged.dtypes.push_back(dtype);
-    staged.shapes.push_back(t.shape);
-    staged.bytes.push_back(std::move(bytes));
+    staged.tensors.push_back({name, dtype, t.shape, {}, std::move(produce)});
   }
   return staged;
 }
@@ -142,19 +147,22 @@ void add_tokens(const fs::path& src, const fs::path& out, Staged& staged, const 
   if (size > spec.config.vocab_size) {
     for (const auto& w : spec.weights) {
       if (w.param != "embed.weight" && w.param != "lm_head.weight") continue;
-      auto it = std::find(staged.names.begin(), staged.names.end(), w.hf_name);
-      if (it == staged.names.end() && !w.alias.empty()) it = std::find(staged.names.begin(), staged.names.end(), w.alias);
-      if (it == staged.names.end()) continue;
-      const std::size_t i = std::size_t(it - staged.names.begin());
-      std::vector<float> rows = ft::io::decode_floats(staged.bytes[i], staged.dtypes[i]);
-      const std::int64_t old_rows = staged.shapes[i][0], width = staged.shapes[i][1];
-      std::vector<double> mean(std::size_t(width), 0.0);
-      for (std::int64_t r = 0; r < old_rows; ++r)
-        for (std::int64_t c = 0; c < width; ++c) mean[std::size_t(c)] += rows[std::size_t(r * width + c)];
-      for (std::int64_t r = old_rows; r < size; ++r)
-        for (std::int64_t c = 0; c < width; ++c) rows.push_back(float(mean[std::size_t(c)] / double(old_rows)));
-      staged.bytes[i] = ft::io::encode_floats(rows, staged.dtypes[i]);
-      staged.shapes[i][0] = size;
+      auto named = [&](const std::string& n) { return [&n](const ft::io::TensorToWrite& t) { return t.name == n; }; };
+      auto it = std::find_if(staged.tensors.begin(), staged.tensors.end(), named(w.hf_name));
+      if (it == staged.tensors.end() && !w.alias.empty())
+        it = std::find_if(staged.tensors.begin(), staged.tensors.end(), named(w.alias));
+      if (it == staged.tensors.end()) continue;
+      const std::int64_t old_rows = it->shape[0], width = it->shape[1];
+      it->produce = [base = std::move(it->produce), dtype = it->dtype, old_rows, width, size] {
+        std::vector<float> rows = ft::io::decode_floats(base(), dtype);
+        std::vector<double> mean(std::size_t(width), 0.0);
+        for (std::int64_t r = 0; r < old_rows; ++r)
+          for (std::int64_t c = 0; c < width; ++c) mean[std::size_t(c)] += rows[std::size_t(r * width + c)];
+        for (std::int64_t r = old_rows; r < size; ++r)
+          for (std::int64_t c = 0; c < width; ++c) rows.push_back(float(mean[std::size_t(c)] / double(old_rows)));
+        return ft::io::encode_floats(rows, dtype);
+      };
+      it->shape[0] = size;
     }
     config["vocab_size"] = size;
   }
@@ -199,7 +207,7 @@ void convert_model(const fs::path& src, const fs::path& out, const ConvertOption
   if (!options.add_tokens.empty()) add_tokens(src, out, staged, options);
   if (!options.chat_template.empty()) set_chat_template(out, options.chat_template);
   ft::Progress progress("convert", 100);
-  ft::io::write_model_safetensors(out, staged.to_write(), parse_size(options.max_shard_size), {{"format", "pt"}},
+  ft::io::write_model_safetensors(out, staged.tensors, parse_size(options.max_shard_size), {{"format", "pt"}},
                                   [&](std::uint64_t done, std::uint64_t total) {
                                     progress.update(long(100 * done / std::max<std::uint64_t>(total, 1)));
                                   });

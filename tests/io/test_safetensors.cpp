@@ -431,6 +431,55 @@ TEST_CASE("safetensors writing refuses bad tensors and leaves nothing behind") {
   CHECK(fs::is_empty(dir.path));
 }
 
+TEST_CASE("safetensors tensors made by the writer give the same file; a wrong or failing maker leaves nothing") {
+  TempDir dir;
+  const std::vector<float> four = {1, 2, 3, 4};
+  const std::vector<std::int32_t> ids = {7, -8};
+  write_safetensors(dir / "spans.safetensors", {tensor("a", "F32", {2, 2}, bytes_of(four)), tensor("b", "I32", {2}, bytes_of(ids))});
+  std::vector<TensorToWrite> made = {tensor("a", "F32", {2, 2}, {}), tensor("b", "I32", {2}, {})};
+  int calls = 0;
+  for (auto* v : {static_cast<const void*>(&four), static_cast<const void*>(&ids)}) {
+    const std::span<const std::byte> bytes = v == &four ? bytes_of(four) : bytes_of(ids);
+    made[std::size_t(calls++)].produce = [bytes] { return std::vector<std::byte>(bytes.begin(), bytes.end()); };
+  }
+  std::vector<std::uint64_t> wrote;
+  write_safetensors(dir / "made.safetensors", made, {}, [&](std::uint64_t n) { wrote.push_back(n); });
+  CHECK(read_bytes(dir / "made.safetensors") == read_bytes(dir / "spans.safetensors"));
+  CHECK(wrote == std::vector<std::uint64_t>{16, 8});
+
+  const fs::path p = dir / "bad.safetensors";
+  made[1].produce = [] { return std::vector<std::byte>(4); };
+  CHECK(error_of([&] { write_safetensors(p, made); }) ==
+        p.string() + R"(: cannot write tensor "b": it has 4 bytes, but shape [2] of I32 needs 8)");
+  made[1].produce = []() -> std::vector<std::byte> { throw ft::Error("the maker failed"); };
+  CHECK(error_of([&] { write_safetensors(p, made); }) == "the maker failed");
+  CHECK(!fs::exists(p));
+  CHECK(std::distance(fs::directory_iterator(dir.path), fs::directory_iterator()) == 2);  // no temporaries
+}
+
+TEST_CASE("safetensors released pages read back the same; memory outside the mapping is left alone") {
+  TempDir dir;
+  std::vector<float> values(300000);
+  for (std::size_t i = 0; i < values.size(); ++i) values[i] = float(i) * 0.5f;
+  write_safetensors(dir / "big.safetensors", {tensor("v", "F32", {std::int64_t(values.size())}, bytes_of(values))});
+  const SafetensorsFile file = SafetensorsFile::open(dir / "big.safetensors");
+  const TensorView& v = file.at("v");
+  std::vector<float> before(values.size()), after(values.size());
+  copy_elements(file, v, before.data(), v.numel());
+  file.release(v);
+  copy_elements(file, v, after.data(), v.numel());
+  CHECK(before == values);
+  CHECK(after == values);
+  // Bytes that are not in the mapping (a torch checkpoint's gathered storage lives on the heap) are never
+  // dropped: on anonymous memory that would zero them.
+  const auto mapping = map_file_readonly(dir / "big.safetensors", "a file", 1, "a file");
+  std::vector<float> heap = values;
+  mapping->release(std::as_bytes(std::span(heap)));
+  CHECK(heap == values);
+  mapping->release(mapping->bytes());
+  CHECK(std::memcmp(mapping->bytes().data() + mapping->bytes().size() - 4, &values.back(), 4) == 0);
+}
+
 TEST_CASE("safetensors ModelWeights resolves names across shards") {
   TempDir dir;
   std::vector<float> a = {1, 2, 3, 4, 5, 6};

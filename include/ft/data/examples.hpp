@@ -618,7 +618,7 @@ inline Examples scan_examples(const std::filesystem::path& file, const Tokenizer
   for (const JsonRecord& record : JsonRecords(content, origin)) {
     if (rows++ % 4096 == 0) {
       const auto offset = std::size_t(record.text.data() - content.data());
-      mapping->release_before(offset);  // rows behind are done with: a file larger than memory streams through
+      mapping->release(mapping->bytes().first(offset));  // rows behind are done with: a file larger than memory streams through
       if (progress) progress(rows - 1, double(offset) / double(content.size()));
     }
     const std::string where = origin + ":" + std::to_string(record.line) + ": ";

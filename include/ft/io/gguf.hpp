@@ -235,6 +235,9 @@ public:
     throw Error(path_.string() + ": no tensor " + detail::quoted(name));
   }
 
+  // A tensor read once and done with: its pages leave memory (MappedFile::release).
+  void release(const GgufTensor& t) const { mapping_->release(t.bytes); }
+
 private:
   // Nested arrays deeper than this are refused rather than recursed into: real
   // files nest at most twice, and a crafted file must not exhaust the stack.

@@ -70,7 +70,7 @@ namespace ft::io {
 struct GgufToHfOptions {
   std::string dtype = "float32";                    // of the written weights: float32, bfloat16 or float16
   std::uint64_t max_shard_bytes = std::uint64_t(5) << 30;  // transformers' default shard size
-  ProgressCallback progress;                        // tensors converted so far, of all
+  ProgressCallback progress;                        // bytes written so far, of all
 };
 
 // The head structure a Llama GGUF describes, with the rest of config.json.
@@ -299,23 +299,17 @@ struct TempTree {
 };
 
 // The planned tensor's values, un-permuted where it needs it, as `dtype` bytes.
-inline std::vector<std::byte> hf_tensor_bytes(const GgufFile& file, const TensorPlan& p, const std::string& dtype,
-                                              std::vector<float>& values, std::vector<float>& scratch) {
+inline std::vector<std::byte> hf_tensor_bytes(const GgufFile& file, const TensorPlan& p, const std::string& dtype) {
   const GgufTensor& t = *p.source;
-  values.resize(std::size_t(t.numel()));
+  std::vector<float> values(std::size_t(t.numel()));
   dequantize(file, t, values.data(), t.numel());
+  file.release(t);
   if (p.rotary_heads > 0) {
-    scratch.resize(values.size());
-    unpermute_rotary_rows(values.data(), scratch.data(), p.rotary_heads, t.ne[1] / p.rotary_heads, t.ne[0]);
-    values.swap(scratch);
+    std::vector<float> unpermuted(values.size());
+    unpermute_rotary_rows(values.data(), unpermuted.data(), p.rotary_heads, t.ne[1] / p.rotary_heads, t.ne[0]);
+    values.swap(unpermuted);
   }
-  auto as_bytes = [](const auto& v) {
-    auto span = std::as_bytes(std::span(v));
-    return std::vector<std::byte>(span.begin(), span.end());
-  };
-  if (dtype == "F32") return as_bytes(values);
-  if (dtype == "BF16") return as_bytes(std::vector<bf16>(values.begin(), values.end()));
-  return as_bytes(std::vector<f16>(values.begin(), values.end()));
+  return encode_floats(values, dtype);
 }
 
 }  // namespace detail
@@ -354,21 +348,11 @@ inline void convert_gguf_to_hf(const std::filesystem::path& gguf, const std::fil
   detail::write_json(temp.path / "tokenizer.json", tokenizer);
   detail::write_json(temp.path / "tokenizer_config.json", tokenizer_config);
 
-  std::vector<std::vector<std::byte>> storage;
   std::vector<TensorToWrite> tensors;
-  std::vector<float> values, scratch;
-  storage.reserve(plan.size());
-  for (std::size_t i = 0; i < plan.size(); ++i) {
-    storage.push_back(detail::hf_tensor_bytes(file, plan[i], dtype, values, scratch));
-    TensorToWrite w;
-    w.name = plan[i].hf_name;
-    w.dtype = dtype;
-    w.shape = plan[i].source->shape();
-    w.bytes = storage.back();
-    tensors.push_back(std::move(w));
-    if (options.progress) options.progress(i + 1, plan.size());
-  }
-  write_model_safetensors(temp.path, tensors, options.max_shard_bytes);
+  for (const detail::TensorPlan& p : plan)  // dequantised one at a time, as the writer reaches each
+    tensors.push_back({p.hf_name, dtype, p.source->shape(), {},
+                       [&file, &p, &dtype] { return detail::hf_tensor_bytes(file, p, dtype); }});
+  write_model_safetensors(temp.path, tensors, options.max_shard_bytes, {{"format", "pt"}}, options.progress);
 
   // rename(2) replaces an empty directory, and only an empty one.
   if (::rename(temp.path.c_str(), target.c_str()) != 0)

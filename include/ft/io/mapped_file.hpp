@@ -7,9 +7,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include <algorithm>
 #include <cerrno>
 #include <cstddef>
+#include <cstdint>
 #include <cstring>
 #include <filesystem>
 #include <memory>
@@ -41,13 +41,18 @@ public:
   }
   std::span<const std::byte> bytes() const { return {static_cast<const std::byte*>(address_), size_}; }
 
-  // Drops the whole pages before `offset` from this process's memory; reading
-  // them again pages them back in from the file. A reader that goes through a
-  // large file once calls it as it goes, so that what it has read does not
-  // stay resident.
-  void release_before(std::size_t offset) const {
-    const auto page = static_cast<std::size_t>(::sysconf(_SC_PAGESIZE));
-    if (const std::size_t end = std::min(offset, size_) / page * page; end > 0) ::madvise(address_, end, MADV_DONTNEED);
+  // Drops the whole pages inside `bytes`, a part of this mapping, from this
+  // process's memory; reading them again pages them back in from the file. A
+  // reader that goes through a large file once calls it behind itself, so
+  // that what it has read does not stay resident. Bytes that are not inside
+  // the mapping are left alone.
+  void release(std::span<const std::byte> bytes) const {
+    const auto page = static_cast<std::uintptr_t>(::sysconf(_SC_PAGESIZE));
+    const auto base = reinterpret_cast<std::uintptr_t>(address_);
+    const auto begin = reinterpret_cast<std::uintptr_t>(bytes.data()), end = begin + bytes.size();
+    if (begin < base || end > base + size_) return;
+    const std::uintptr_t first = (begin + page - 1) / page * page, last = end / page * page;
+    if (first < last) ::madvise(reinterpret_cast<void*>(first), last - first, MADV_DONTNEED);
   }
 
 private:

@@ -52,18 +52,22 @@ inline void write_model_safetensors(const std::filesystem::path& dir, const std:
   std::vector<std::vector<TensorToWrite>> shards(1);
   std::uint64_t shard_bytes = 0, total = 0;
   for (const TensorToWrite& t : tensors) {
-    if (!shards.back().empty() && shard_bytes + t.bytes.size() > max_shard_bytes) {
+    const std::uint64_t size = detail::tensor_bytes(t);
+    if (!shards.back().empty() && shard_bytes + size > max_shard_bytes) {
       shards.emplace_back();
       shard_bytes = 0;
     }
     shards.back().push_back(t);
-    shard_bytes += t.bytes.size();
-    total += t.bytes.size();
+    shard_bytes += size;
+    total += size;
   }
   std::uint64_t done = 0;
+  const auto wrote = [&](std::uint64_t bytes) {
+    done += bytes;
+    if (progress) progress(done, total);
+  };
   if (shards.size() == 1) {
-    write_safetensors(dir / "model.safetensors", shards[0], metadata);
-    if (progress) progress(total, total);
+    write_safetensors(dir / "model.safetensors", shards[0], metadata, wrote);
     return;
   }
   nlohmann::ordered_json index;
@@ -72,12 +76,8 @@ inline void write_model_safetensors(const std::filesystem::path& dir, const std:
   for (std::size_t i = 0; i < shards.size(); ++i) {
     char name[64];
     std::snprintf(name, sizeof name, "model-%05zu-of-%05zu.safetensors", i + 1, shards.size());
-    write_safetensors(dir / name, shards[i], metadata);
-    for (const TensorToWrite& t : shards[i]) {
-      index["weight_map"][t.name] = name;
-      done += t.bytes.size();
-    }
-    if (progress) progress(done, total);
+    write_safetensors(dir / name, shards[i], metadata, wrote);
+    for (const TensorToWrite& t : shards[i]) index["weight_map"][t.name] = name;
   }
   const std::filesystem::path file = dir / "model.safetensors.index.json";
   const std::filesystem::path temporary = file.string() + ".tmp";

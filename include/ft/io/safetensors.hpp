@@ -37,6 +37,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <limits>
 #include <map>
 #include <memory>
@@ -73,11 +74,15 @@ struct TensorView {  // one tensor in a mapped file
   }
 };
 
+// A tensor for write_safetensors: its bytes, or a function that makes them
+// when the writer reaches the tensor, so that writing a model holds one
+// tensor's bytes at a time rather than a second copy of the model.
 struct TensorToWrite {
   std::string name;
   std::string dtype;
   std::vector<std::int64_t> shape;
-  std::span<const std::byte> bytes;
+  std::span<const std::byte> bytes;                  // used when `produce` is empty
+  std::function<std::vector<std::byte>()> produce;  // must give the bytes that shape and dtype need
 };
 
 namespace detail {
@@ -127,6 +132,13 @@ inline bool byte_size(const std::vector<std::int64_t>& shape, std::size_t elemen
   return true;
 }
 
+// The bytes a tensor's shape and dtype need (0 for an unknown dtype or a shape
+// too large to address; the writer refuses both before writing).
+inline std::uint64_t tensor_bytes(const TensorToWrite& t) {
+  std::uint64_t n = 0;
+  return byte_size(t.shape, dtype_size(t.dtype), n) ? n : 0;
+}
+
 template <class T> constexpr std::string_view type_name() {
   if constexpr (std::same_as<T, float>) return "float";
   else if constexpr (std::same_as<T, double>) return "double";
@@ -173,6 +185,11 @@ public:
   const TensorView& at(std::string_view name) const {
     if (const TensorView* t = find(name)) return *t;
     throw Error(path_.string() + ": no tensor " + detail::quoted(name));
+  }
+
+  // A tensor read once and done with: its pages leave memory (MappedFile::release).
+  void release(const TensorView& t) const {
+    if (mapping_) mapping_->release(t.bytes);
   }
 
 private:
@@ -375,8 +392,10 @@ void copy_elements(const SafetensorsFile& file, const TensorView& t, T* out, std
 
 // Writes the tensors in the order given, each starting at an 8-byte-aligned
 // offset (as HF aligns them) so that a reader can use the mapped data in place.
+// `wrote(bytes)` is called after each tensor.
 inline void write_safetensors(const std::filesystem::path& file, const std::vector<TensorToWrite>& tensors,
-                              const std::map<std::string, std::string>& metadata = {}) {
+                              const std::map<std::string, std::string>& metadata = {},
+                              const std::function<void(std::uint64_t)>& wrote = {}) {
   const std::string where = file.string() + ": ";
   auto align = [](std::uint64_t n) { return (n + 7) / 8 * 8; };
 
@@ -402,7 +421,7 @@ inline void write_safetensors(const std::filesystem::path& file, const std::vect
     std::uint64_t expected = 0;
     if (!detail::byte_size(t.shape, element_size, expected))
       throw Error(where + who + "shape " + detail::shape_string(t.shape) + " is too large to address");
-    if (expected != t.bytes.size())
+    if (!t.produce && expected != t.bytes.size())
       throw Error(where + who + "it has " + std::to_string(t.bytes.size()) + " bytes, but shape " +
                   detail::shape_string(t.shape) + " of " + t.dtype + " needs " + std::to_string(expected));
     offset = align(offset);
@@ -430,6 +449,13 @@ inline void write_safetensors(const std::filesystem::path& file, const std::vect
   };
   FileDescriptor fd(::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
   if (fd.fd < 0) fail("creating " + tmp.filename().string());
+  struct RemoveUnlessRenamed {  // a producer that throws leaves no temporary behind
+    const std::filesystem::path& path;
+    bool renamed = false;
+    ~RemoveUnlessRenamed() {
+      if (!renamed) ::unlink(path.c_str());
+    }
+  } staged{tmp};
   auto put = [&](const void* data, std::size_t size) {
     const char* p = static_cast<const char*>(data);
     while (size > 0) {
@@ -448,14 +474,24 @@ inline void write_safetensors(const std::filesystem::path& file, const std::vect
   for (const TensorToWrite& t : tensors) {
     put(zeros, align(written) - written);
     written = align(written);
-    put(t.bytes.data(), t.bytes.size());
-    written += t.bytes.size();
+    std::vector<std::byte> produced;
+    if (t.produce) produced = t.produce();
+    const std::span<const std::byte> bytes = t.produce ? std::span<const std::byte>(produced) : t.bytes;
+    if (const std::uint64_t expected = detail::tensor_bytes(t); bytes.size() != expected) {
+      throw Error(where + "cannot write tensor " + detail::quoted(t.name) + ": it has " + std::to_string(bytes.size()) +
+                  " bytes, but shape " + detail::shape_string(t.shape) + " of " + t.dtype + " needs " +
+                  std::to_string(expected));
+    }
+    put(bytes.data(), bytes.size());
+    written += bytes.size();
+    if (wrote) wrote(bytes.size());
   }
   // Without fsync the rename could reach the disk before the data, and a crash
   // would leave a complete-looking name over missing bytes.
   if (::fsync(fd.fd) != 0) fail("syncing " + tmp.filename().string());
   if (::close(std::exchange(fd.fd, -1)) != 0) fail("closing " + tmp.filename().string());
   if (::rename(tmp.c_str(), file.c_str()) != 0) fail("renaming " + tmp.filename().string());
+  staged.renamed = true;
 }
 
 }  // namespace ft::io

@@ -22,13 +22,14 @@ void save_pretrained(Transformer<T>& model, const std::filesystem::path& source_
   for (const auto& entry : fs::directory_iterator(source_dir))
     if (entry.is_regular_file() && !io::is_weight_file(entry.path()))
       fs::copy_file(entry.path(), dir / entry.path().filename(), fs::copy_options::overwrite_existing);
-  std::vector<std::vector<std::byte>> bytes;
-  bytes.reserve(model.spec().weights.size());
   std::vector<io::TensorToWrite> tensors;
   for (const WeightBinding& w : model.spec().weights) {
-    std::vector<std::int64_t> shape;
-    bytes.push_back(io::encode_floats(model.hf_tensor(w, shape), dtype));
-    tensors.push_back({w.hf_name, dtype, shape, bytes.back()});
+    // One tensor at a time, as the writer reaches it: no second copy of the model.
+    std::vector<std::int64_t> hf_shape = model.hf_shape(w);
+    tensors.push_back({w.hf_name, dtype, std::move(hf_shape), {}, [&model, &w, &dtype] {
+                         std::vector<std::int64_t> shape;
+                         return io::encode_floats(model.hf_tensor(w, shape), dtype);
+                       }});
   }
   io::write_model_safetensors(dir, tensors, max_shard_bytes);
 }

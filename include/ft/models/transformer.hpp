@@ -178,8 +178,15 @@ public:
       const index_t dst = hf_row(w.order, r, rows, spec_.config.num_heads);
       for (index_t c = 0; c < cols; ++c) out[std::size_t(dst * cols + c)] = float(src[r * cols + c]);
     }
-    shape = entry->shape.rank == 2 ? std::vector<std::int64_t>{rows, cols} : std::vector<std::int64_t>{rows};
+    shape = hf_shape(w);
     return out;
+  }
+
+  // The HF shape of a weight.
+  std::vector<std::int64_t> hf_shape(const WeightBinding& w) {
+    auto [buffer, entry] = find_parameter(w.param);
+    const index_t rows = binding_rows(spec_, w, entry->shape[0]);
+    return entry->shape.rank == 2 ? std::vector<std::int64_t>{rows, entry->shape[1]} : std::vector<std::int64_t>{rows};
   }
 
   // A parameter's gradient in HF's layout, as float (tests and tools).
