@@ -53,6 +53,7 @@
 // bad-row policy.
 #include <algorithm>
 #include <cstdint>
+#include <exception>
 #include <filesystem>
 #include <functional>
 #include <memory>
@@ -70,6 +71,7 @@
 #include "ft/data/tokenizer.hpp"
 #include "ft/data/tokenizer/utf8.hpp"
 #include "ft/io/mapped_file.hpp"
+#include "ft/kernels/cpu/launch.hpp"
 
 namespace ft::data {
 
@@ -588,8 +590,8 @@ private:
 // on_bad_row "fail" the first bad row is an ft::Error "<file>:<line>: ...";
 // with "skip" bad rows are counted and the first few messages kept (the
 // returned Examples has those and no rows). `progress(rows, fraction)` is
-// called every few thousand rows with the rows read and the fraction of the
-// file's bytes behind them. A file that cannot be read, is not well-formed as a
+// called after every block of rows with the rows read and the fraction of
+// the file's bytes behind them. A file that cannot be read, is not well-formed as a
 // whole, or yields no example is an error.
 inline Examples scan_examples(const std::filesystem::path& file, const Tokenizer& tokenizer, const ChatTemplate* chat,
                               const ChatOptions& special, const ExampleOptions& options,
@@ -614,14 +616,17 @@ inline Examples scan_examples(const std::filesystem::path& file, const Tokenizer
 
   Examples out;
   std::int64_t kept = 0;
-  std::int64_t rows = 0;
-  for (const JsonRecord& record : JsonRecords(content, origin)) {
-    if (rows++ % 4096 == 0) {
-      const auto offset = std::size_t(record.text.data() - content.data());
-      mapping->release(mapping->bytes().first(offset));  // rows behind are done with: a file larger than memory streams through
-      if (progress) progress(rows - 1, double(offset) / double(content.size()));
-    }
-    const std::string where = origin + ":" + std::to_string(record.line) + ": ";
+  // Rows are built a block at a time on every thread, then taken in file
+  // order: the examples, the first bad row named and the skip count are what
+  // one thread would give.
+  constexpr std::size_t block = 1024;
+  struct Outcome {
+    std::optional<Example> example;
+    std::string bad;           // why the row is bad (BadRow), or empty
+    std::exception_ptr error;  // any other failure, rethrown in order
+  };
+  auto build = [&](const JsonRecord& record) {
+    Outcome o;
     try {
       if (const auto bad = tokenization::utf8_invalid_at(record.text); bad != std::string_view::npos)
         throw BadRow("the row is not valid UTF-8 (byte " + std::to_string(bad + 1) + "), allowed: UTF-8 text");
@@ -633,18 +638,53 @@ inline Examples scan_examples(const std::filesystem::path& file, const Tokenizer
       } catch (const nlohmann::json::exception& e) {  // e.g. a number too large for a double
         throw BadRow(std::string("the row is not usable JSON (") + e.what() + "), allowed: " + builder.allowed());
       }
-      Example example = builder.build(row);
-      example.line = record.line;
-      take(std::move(example));
-      ++kept;
+      o.example = builder.build(row);
+      o.example->line = record.line;
     } catch (const BadRow& e) {
-      if (options.on_bad_row == "fail") throw Error(where + e.what());
-      ++out.skipped;
-      if (out.first_skips.size() < kept_messages) out.first_skips.push_back(where + e.what());
-    } catch (const Error& e) {
-      throw Error(where + e.what());
+      o.bad = e.what();
+    } catch (...) {
+      o.error = std::current_exception();
     }
+    return o;
+  };
+  std::vector<JsonRecord> records;
+  std::vector<Outcome> outcomes;
+  std::int64_t rows = 0;
+  auto take_block = [&] {
+    outcomes.assign(records.size(), Outcome{});
+    cpu::parallel_for(std::int64_t(records.size()), [&](std::int64_t i) {
+      outcomes[std::size_t(i)] = build(records[std::size_t(i)]);
+    });
+    for (std::size_t i = 0; i < records.size(); ++i) {
+      Outcome& o = outcomes[i];
+      const std::string where = origin + ":" + std::to_string(records[i].line) + ": ";
+      if (o.example) {
+        take(std::move(*o.example));
+        ++kept;
+      } else if (!o.bad.empty()) {
+        if (options.on_bad_row == "fail") throw Error(where + o.bad);
+        ++out.skipped;
+        if (out.first_skips.size() < kept_messages) out.first_skips.push_back(where + o.bad);
+      } else {
+        try {
+          std::rethrow_exception(o.error);
+        } catch (const Error& e) {
+          throw Error(where + e.what());
+        }
+      }
+    }
+    rows += std::int64_t(records.size());
+    // The rows behind are done with: a file larger than memory streams through.
+    const auto end = std::size_t(records.back().text.data() - content.data());
+    mapping->release(mapping->bytes().first(end));
+    if (progress) progress(rows, double(end) / double(content.size()));
+    records.clear();
+  };
+  for (const JsonRecord& record : JsonRecords(content, origin)) {
+    records.push_back(record);
+    if (records.size() == block) take_block();
   }
+  if (!records.empty()) take_block();
   if (progress) progress(rows, 1.0);
   if (kept == 0) {
     if (out.skipped == 0)
