@@ -436,12 +436,12 @@ TEST_CASE("safetensors tensors made by the writer give the same file; a wrong or
   const std::vector<float> four = {1, 2, 3, 4};
   const std::vector<std::int32_t> ids = {7, -8};
   write_safetensors(dir / "spans.safetensors", {tensor("a", "F32", {2, 2}, bytes_of(four)), tensor("b", "I32", {2}, bytes_of(ids))});
+  auto maker = [](std::span<const std::byte> bytes) {
+    return [bytes] { return std::vector<std::byte>(bytes.begin(), bytes.end()); };
+  };
   std::vector<TensorToWrite> made = {tensor("a", "F32", {2, 2}, {}), tensor("b", "I32", {2}, {})};
-  int calls = 0;
-  for (auto* v : {static_cast<const void*>(&four), static_cast<const void*>(&ids)}) {
-    const std::span<const std::byte> bytes = v == &four ? bytes_of(four) : bytes_of(ids);
-    made[std::size_t(calls++)].produce = [bytes] { return std::vector<std::byte>(bytes.begin(), bytes.end()); };
-  }
+  made[0].produce = maker(bytes_of(four));
+  made[1].produce = maker(bytes_of(ids));
   std::vector<std::uint64_t> wrote;
   write_safetensors(dir / "made.safetensors", made, {}, [&](std::uint64_t n) { wrote.push_back(n); });
   CHECK(read_bytes(dir / "made.safetensors") == read_bytes(dir / "spans.safetensors"));

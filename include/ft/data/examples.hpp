@@ -155,6 +155,7 @@ private:
         if (at_ < size() && text()[at_] == ']') {
           ++at_;
           finish_array();
+          done_ = true;
           return;
         }
       }
@@ -232,8 +233,7 @@ private:
       current_ = {begin_line, text().substr(begin, end - begin)};
       const char stop = text()[at_++];
       if (stop == ']') {
-        finish_array();
-        done_ = false;  // the element just read is still to be taken
+        finish_array();  // the element just read is still to be taken; next() then ends
       } else if (stop != ',') {
         throw Error(r_->origin_ + ":" + std::to_string(line_) + ": unexpected '" + std::string(1, stop) +
                     "' in the JSON array, allowed: one JSON array of objects");
@@ -243,7 +243,6 @@ private:
     // After the closing ']': only white space may follow.
     void finish_array() {
       array_closed_ = true;
-      done_ = true;
       skip_space();
       if (at_ < size())
         throw Error(r_->origin_ + ":" + std::to_string(line_) +
@@ -622,8 +621,8 @@ inline Examples scan_examples(const std::filesystem::path& file, const Tokenizer
   constexpr std::size_t block = 1024;
   struct Outcome {
     std::optional<Example> example;
-    std::string bad;           // why the row is bad (BadRow), or empty
-    std::exception_ptr error;  // any other failure, rethrown in order
+    std::optional<std::string> bad;  // why the row is bad (BadRow)
+    std::exception_ptr error;        // any other failure, rethrown in order
   };
   auto build = [&](const JsonRecord& record) {
     Outcome o;
@@ -650,6 +649,7 @@ inline Examples scan_examples(const std::filesystem::path& file, const Tokenizer
   std::vector<JsonRecord> records;
   std::vector<Outcome> outcomes;
   std::int64_t rows = 0;
+  std::size_t released = 0;  // the bytes before this are done with
   auto take_block = [&] {
     outcomes.assign(records.size(), Outcome{});
     cpu::parallel_for(std::int64_t(records.size()), [&](std::int64_t i) {
@@ -657,26 +657,29 @@ inline Examples scan_examples(const std::filesystem::path& file, const Tokenizer
     });
     for (std::size_t i = 0; i < records.size(); ++i) {
       Outcome& o = outcomes[i];
-      const std::string where = origin + ":" + std::to_string(records[i].line) + ": ";
       if (o.example) {
         take(std::move(*o.example));
         ++kept;
-      } else if (!o.bad.empty()) {
-        if (options.on_bad_row == "fail") throw Error(where + o.bad);
+        continue;
+      }
+      const std::string where = origin + ":" + std::to_string(records[i].line) + ": ";
+      if (o.bad) {
+        if (options.on_bad_row == "fail") throw Error(where + *o.bad);
         ++out.skipped;
-        if (out.first_skips.size() < kept_messages) out.first_skips.push_back(where + o.bad);
-      } else {
-        try {
-          std::rethrow_exception(o.error);
-        } catch (const Error& e) {
-          throw Error(where + e.what());
-        }
+        if (out.first_skips.size() < kept_messages) out.first_skips.push_back(where + *o.bad);
+        continue;
+      }
+      try {
+        std::rethrow_exception(o.error);
+      } catch (const Error& e) {
+        throw Error(where + e.what());
       }
     }
     rows += std::int64_t(records.size());
     // The rows behind are done with: a file larger than memory streams through.
     const auto end = std::size_t(records.back().text.data() - content.data());
-    mapping->release(mapping->bytes().first(end));
+    mapping->release(mapping->bytes().subspan(released, end - released));
+    released = end;
     if (progress) progress(rows, double(end) / double(content.size()));
     records.clear();
   };
