@@ -1,14 +1,17 @@
 #pragma once
 // A model family is the policy that says what network a Trainer builds: which
 // HF `architectures` values it reads from config.json, the names of its
-// linear projections (LoRA targets), and (as the model issue
-// lands) its stage list, weight-name map and FLOPs per token.
+// linear projections (LoRA targets), and `describe`, the piece it hands the
+// engine: from config.json to a ModelSpec (the configured stage shapes and
+// the map from HF weight names to ft's flat buffers). A family from a plugin
+// trains through the same engine as ft's own.
 #include <array>
 #include <concepts>
 #include <ranges>
 #include <string_view>
 
 #include "ft/core/policy.hpp"
+#include "ft/models/weight_map.hpp"
 
 namespace ft::models {
 struct Policy {};  // base tag of every model family
@@ -26,6 +29,10 @@ concept model_family = named_policy<M> && std::derived_from<M, models::Policy> &
   { M::linear_modules } -> std::ranges::range;
   // What LoRA adapts when a recipe names no target_modules (PEFT's defaults).
   { M::default_lora_targets } -> std::ranges::range;
+  // The model a config.json describes; a value the family cannot build is refused through the reader.
+  requires requires(const models::ConfigReader& config) {
+    { M::describe(config) } -> std::same_as<models::ModelSpec>;
+  };
 };
 
 }  // namespace ft

@@ -33,6 +33,23 @@ struct MemoryOptions {
   bool offload_inputs = false;
 };
 
+// Calls around each stage of one forward_backward, by stage index: -1 the
+// embedding, 0..L-1 the blocks, L the head. Data parallelism lives here:
+// ZeRO-3 gathers a stage's parameters before it runs and frees them after;
+// DDP and ZeRO-1/2 reduce a stage's gradient as soon as after_backward says
+// it is complete, while earlier stages still run backward. Order:
+//   forward   before_forward(s), after_forward(s) for s = -1, 0, ..., L-1;
+//             then before_forward(L) (the head's forward also begins its
+//             backward, so it has no after_forward when training)
+//   backward  after_backward(L); before_backward(l), after_backward(l) for
+//             l = L-1 down to 0; before_backward(-1), after_backward(-1)
+// With tied embeddings the head reads the embedding table and adds to its
+// gradient, so the embedding's gradient is complete only at the very end.
+// Evaluation (options.backward false) ends with after_forward(L).
+struct StageHooks {
+  std::function<void(index_t stage)> before_forward, after_forward, before_backward, after_backward;
+};
+
 template <element T>
 class Transformer {
 public:
@@ -61,15 +78,16 @@ public:
   EmbeddingStage<T>& embedding() { return embedding_; }
   std::vector<Block<T>>& blocks() { return blocks_; }
   HeadStage<T>& head() { return head_; }
-
-  // Called in backward as soon as a stage's parameter gradients are complete:
-  // the head (stage L), each block (L-1 down to 0), the embedding (-1, last:
-  // with tied embeddings the head adds to its gradient too).
-  using StageDone = std::function<void(index_t stage)>;
+  // The parameters of a stage, by the index StageHooks use.
+  ParameterBuffer<T>& stage_parameters(index_t stage) {
+    if (stage < 0) return embedding_.parameters();
+    if (stage >= spec_.config.num_layers) return head_.parameters();
+    return blocks_[std::size_t(stage)].parameters();
+  }
 
   // Summed loss over the batch's scored targets. logits [N, V] are written when not null.
   double forward_backward(const Batch& batch, const HeadOptions& options, T* logits = nullptr,
-                          const StageDone& stage_done = {}) {
+                          const StageHooks& hooks = {}) {
     const index_t N = batch.rows(), C = spec_.config.hidden_size, L = spec_.config.num_layers;
     if (batch.positions.size() != std::size_t(N) || batch.targets.size() != std::size_t(N))
       throw Error("a batch needs positions and targets for each of its " + std::to_string(N) + " tokens");
@@ -85,18 +103,31 @@ public:
       }
     }
     auto stream = [&](index_t l) -> T* { return residual_[std::size_t(l % buffers)].data(); };
+    auto call = [](const std::function<void(index_t)>& hook, index_t stage) {
+      if (hook) hook(stage);
+    };
+    call(hooks.before_forward, -1);
     embedding_.forward(stream(0), batch);
+    call(hooks.after_forward, -1);
     for (index_t l = 0; l < L; ++l) {
+      call(hooks.before_forward, l);
       blocks_[std::size_t(l)].forward(stream(l + 1), stream(l), batch);
+      call(hooks.after_forward, l);
       if (memory_.offload_inputs) std::copy_n(stream(l), N * C, offloaded_[std::size_t(l)].data());
     }
+    call(hooks.before_forward, L);
     double loss = head_.forward(stream(L), batch, options, logits);
-    if (!options.backward) return loss;
+    if (!options.backward) {
+      call(hooks.after_forward, L);
+      return loss;
+    }
 
+    // The head's forward has begun its backward (see stages.hpp): it stays as it is until its backward ends.
     head_.backward(d_residual_.data(), batch);
-    if (stage_done) stage_done(L);
+    call(hooks.after_backward, L);
     for (index_t l = L - 1; l >= 0; --l) {
       Block<T>& block = blocks_[std::size_t(l)];
+      call(hooks.before_backward, l);
       const T* input = stream(l);
       if (memory_.offload_inputs) {
         std::copy_n(offloaded_[std::size_t(l)].data(), N * C, restored_.data());
@@ -106,10 +137,11 @@ public:
       // The output buffer is free by now: the blocks after this one and the head are done.
       if (block.checkpointed()) block.forward(stream(l + 1), input, batch);
       block.backward(d_residual_.data(), batch, scratch_);
-      if (stage_done) stage_done(l);
+      call(hooks.after_backward, l);
     }
+    call(hooks.before_backward, -1);
     embedding_.backward(d_residual_.data(), batch);
-    if (stage_done) stage_done(-1);
+    call(hooks.after_backward, -1);
     return loss;
   }
 

@@ -38,15 +38,23 @@ double sum_of_squares(const G* x, index_t n) {
   return sum;
 }
 
+// Scales every buffer by max_norm / (norm + 1e-6) when that is below one;
+// `norm` is the global norm, which ranks holding parts of the gradient
+// compute together.
+template <class G>
+void clip_to_norm(std::span<const GradientBuffer<G>> buffers, double norm, double max_norm) {
+  const double coefficient = max_norm / (norm + 1e-6);
+  if (max_norm > 0 && coefficient < 1.0)
+    for (const auto& b : buffers)
+      cpu::parallel_for(b.size, [&](index_t i) { b.data[i] = G(acc_t<G>(b.data[i]) * acc_t<G>(coefficient)); });
+}
+
 template <class G>
 double clip_grad_norm(std::span<const GradientBuffer<G>> buffers, double max_norm) {
   double sum = 0;
   for (const auto& b : buffers) sum += sum_of_squares(b.data, b.size);
   const double norm = std::sqrt(sum);
-  const double coefficient = max_norm / (norm + 1e-6);
-  if (max_norm > 0 && coefficient < 1.0)
-    for (const auto& b : buffers)
-      cpu::parallel_for(b.size, [&](index_t i) { b.data[i] = G(acc_t<G>(b.data[i]) * acc_t<G>(coefficient)); });
+  clip_to_norm(buffers, norm, max_norm);
   return norm;
 }
 

@@ -2,6 +2,10 @@
 // An optimizer policy owns the state layout and the update of a flat shard of
 // parameters. `state_bytes` is the state it keeps per trainable parameter when
 // the master dtype is f32; it is what memory planning multiplies by.
+// `elementwise_state` says its state is one value per parameter (or none), so
+// ZeRO may cut a buffer anywhere; otherwise (state per tensor, as factored
+// or block-quantised moments) shards hold whole tensors. A policy that does
+// not say is treated as per tensor, which is always correct.
 #include <concepts>
 #include <string_view>
 
@@ -26,6 +30,7 @@ namespace ft::optim {
 struct SGD : Policy {
   static constexpr std::string_view name = "sgd";
   static constexpr std::string_view type_name = "ft::optim::SGD";
+  static constexpr bool elementwise_state = true;
   static constexpr double state_bytes = 4;
 };
 
@@ -33,6 +38,7 @@ struct SGD : Policy {
 struct AdamW : Policy {
   static constexpr std::string_view name = "adamw";
   static constexpr std::string_view type_name = "ft::optim::AdamW";
+  static constexpr bool elementwise_state = true;
   static constexpr double state_bytes = 8;
 };
 
@@ -41,6 +47,7 @@ struct AdamW : Policy {
 struct Adafactor : Policy {
   static constexpr std::string_view name = "adafactor";
   static constexpr std::string_view type_name = "ft::optim::Adafactor";
+  static constexpr bool elementwise_state = false;
   static constexpr double state_bytes = 0;
 };
 
@@ -49,6 +56,7 @@ struct Adafactor : Policy {
 struct AdamW8bit : Policy {
   static constexpr std::string_view name = "adamw8bit";
   static constexpr std::string_view type_name = "ft::optim::AdamW8bit";
+  static constexpr bool elementwise_state = false;
   static constexpr double state_bytes = 2 + 2 * 4.0 / 256;
 };
 
@@ -56,6 +64,7 @@ struct AdamW8bit : Policy {
 struct Lion : Policy {
   static constexpr std::string_view name = "lion";
   static constexpr std::string_view type_name = "ft::optim::Lion";
+  static constexpr bool elementwise_state = true;
   static constexpr double state_bytes = 4;
 };
 

@@ -1,16 +1,26 @@
 #pragma once
-// A parallelism policy says how stages and their flat buffers map to ranks.
+// A parallelism policy says how a run's stages and flat buffers map to ranks.
 // The three ZeRO stages shard, in turn, the optimizer state, the gradients and
 // the parameters themselves (ZeRO-3 is FSDP's FULL_SHARD, ZeRO-2 its
-// SHARD_GRAD_OP); DDP shards nothing and all-reduces gradients.
+// SHARD_GRAD_OP); DDP shards nothing and all-reduces gradients; Single is one
+// rank.
+//
+// A policy hands the engine its runtime, `runtime<T, M>` (T the storage
+// dtype, M the optimizer's): every data-parallel policy here names
+// parallel::DataParallel, which reads the policy's flags; another kind of
+// parallelism brings its own class deriving from parallel::Runtime.
 #include <concepts>
 #include <string_view>
 
+#include "ft/core/numeric.hpp"
 #include "ft/core/policy.hpp"
 
 namespace ft::parallel {
 struct Policy {};  // base tag of every parallelism policy
-}
+
+template <element T, class M>
+class DataParallel;
+}  // namespace ft::parallel
 
 namespace ft {
 
@@ -20,6 +30,7 @@ concept parallelism_policy = named_policy<P> && std::derived_from<P, parallel::P
   { P::shards_optimizer_state } -> std::convertible_to<bool>;
   { P::shards_gradients } -> std::convertible_to<bool>;
   { P::shards_parameters } -> std::convertible_to<bool>;
+  typename P::template runtime<float, float>;
 };
 
 }  // namespace ft
@@ -31,6 +42,8 @@ struct Single : Policy {
   static constexpr std::string_view type_name = "ft::parallel::Single";
   static constexpr bool multi_rank = false, shards_optimizer_state = false,
                         shards_gradients = false, shards_parameters = false;
+  template <element T, class M>
+  using runtime = DataParallel<T, M>;
 };
 
 struct DDP : Policy {
@@ -38,6 +51,8 @@ struct DDP : Policy {
   static constexpr std::string_view type_name = "ft::parallel::DDP";
   static constexpr bool multi_rank = true, shards_optimizer_state = false,
                         shards_gradients = false, shards_parameters = false;
+  template <element T, class M>
+  using runtime = DataParallel<T, M>;
 };
 
 template <int Stage>
@@ -49,6 +64,8 @@ struct ZeRO : Policy {
                                                              : "ft::parallel::ZeRO<3>";
   static constexpr bool multi_rank = true, shards_optimizer_state = true,
                         shards_gradients = Stage >= 2, shards_parameters = Stage >= 3;
+  template <element T, class M>
+  using runtime = DataParallel<T, M>;
 };
 
 static_assert(parallelism_policy<Single> && parallelism_policy<DDP> &&

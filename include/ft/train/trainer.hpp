@@ -4,6 +4,11 @@
 // plugin instantiates the combinations it offers and ftrun picks one by the
 // names in a recipe.
 //
+// Each policy hands the engine the piece it owns: the model family its
+// reader of config.json, the precision its dtypes, the parallelism and the
+// adapter their runtimes, the optimizer its maker. A type that is not a
+// policy of the right kind is refused at compile time with a sentence.
+//
 // Constructing a Trainer checks that the recipe's options make sense together
 // with the chosen policies, before anything is allocated; every refusal is an
 // ft::Error whose sentence says why. `plan()` says what the Trainer will hold
@@ -15,9 +20,14 @@
 #include <vector>
 
 #include "ft/adapters/adapter.hpp"
+#include "ft/adapters/full_runtime.hpp"
+#include "ft/adapters/lora_runtime.hpp"
+#include "ft/adapters/prompt_runtime.hpp"
 #include "ft/core/error.hpp"
 #include "ft/models/family.hpp"
 #include "ft/optim/optimizer.hpp"
+#include "ft/models/load.hpp"
+#include "ft/parallel/data_parallel.hpp"
 #include "ft/parallel/parallelism.hpp"
 #include "ft/precision/precision.hpp"
 #include "ft/recipe/recipe.hpp"
@@ -25,9 +35,24 @@
 
 namespace ft {
 
-template <model_family Model, precision_policy Precision, parallelism_policy Parallelism,
-          optimizer_policy Optimizer, adapter_policy Adapter>
+template <class Model, class Precision, class Parallelism, class Optimizer, class Adapter>
 class Trainer {
+  static_assert(model_family<Model>,
+                "Trainer's 1st policy must be a model family: a struct deriving from ft::models::Policy with name, "
+                "type_name, hf_architectures, linear_modules, default_lora_targets and describe(const ConfigReader&)");
+  static_assert(precision_policy<Precision>,
+                "Trainer's 2nd policy must be a precision: a struct deriving from ft::precision::Policy with name, "
+                "type_name, storage, compute, grad and master dtypes and loss_scaling");
+  static_assert(parallelism_policy<Parallelism>,
+                "Trainer's 3rd policy must be a parallelism: a struct deriving from ft::parallel::Policy with name, "
+                "type_name, its sharding flags and a runtime<T, M> class");
+  static_assert(optimizer_policy<Optimizer>,
+                "Trainer's 4th policy must be an optimizer: a struct deriving from ft::optim::Policy with name, "
+                "type_name and state_bytes");
+  static_assert(adapter_policy<Adapter>,
+                "Trainer's 5th policy must be an adapter: a struct deriving from ft::adapters::Policy with name, "
+                "type_name, trains_base_weights, resolve(recipe, family), describe(recipe) and a runtime<T> class");
+
 public:
   using model_type = Model;              // the network
   using precision_type = Precision;      // dtypes of weights, compute, gradients, master copy
@@ -45,8 +70,12 @@ public:
     return s + ">";
   }
 
-  explicit Trainer(recipe::Recipe recipe) : recipe_(std::move(recipe)) { validate(); }
+  explicit Trainer(recipe::Recipe recipe) : recipe_(std::move(recipe)) {
+    Adapter::resolve(recipe_, {Model::name, Model::linear_modules, Model::default_lora_targets});
+    validate();
+  }
 
+  // The recipe with the policies' defaults filled in.
   const recipe::Recipe& recipe() const { return recipe_; }
 
   // What this Trainer will hold, per parameter, and how it runs.
@@ -71,7 +100,7 @@ public:
     os << "\n";
     os << "optimizer    " << Optimizer::name << ", lr " << r.train.learning_rate << " ("
        << r.train.lr_scheduler_type << "), weight decay " << r.train.weight_decay << "\n";
-    os << "adapter      " << Adapter::name << adapter_detail() << "\n";
+    os << "adapter      " << Adapter::describe(r) << "\n";
     os << "bytes        per trainable parameter: " << bytes_per_trainable() << " (weight "
        << size_of(Precision::storage) << ", gradient " << size_of(Precision::grad) << ", master "
        << master_bytes() << ", optimizer " << Optimizer::state_bytes << ")"
@@ -92,23 +121,28 @@ public:
   void train() const {
     using Storage = element_t<Precision::storage>;  // what forward and backward use
     using Master = element_t<Precision::master>;    // what the optimizer updates
-    recipe::Recipe r = recipe_;
-    if constexpr (std::is_same_v<Adapter, adapters::LoRA>) r.lora.target_modules = lora_targets();
-    train::EngineSetup setup{type_name(), std::string(Adapter::name) + adapter_detail(), adapter_kind(),
-                             Precision::loss_scaling};
-    train::Engine<Storage, Master> engine(r, setup, [train = r.train](const auto& entries, index_t size) {
-      return train::make_parameter_optimizer<Optimizer, Master>(entries, size, train);
-    });
+    train::Policies<Storage, Master> p;
+    p.trainer = type_name();
+    p.adapter_description = Adapter::describe(recipe_);
+    p.loss_scaling = Precision::loss_scaling;
+    p.model = [](const std::filesystem::path& dir) { return models::read_model_spec_of<Model>(dir); };
+    p.trains_base_weights = Adapter::trains_base_weights;
+    p.adapter = [](const recipe::Recipe& r) -> std::unique_ptr<adapters::Runtime<Storage>> {
+      return std::make_unique<typename Adapter::template runtime<Storage>>(r);
+    };
+    p.parallel = [](comm::Communicator& c) -> std::unique_ptr<parallel::Runtime<Storage, Master>> {
+      return std::make_unique<typename Parallelism::template runtime<Storage, Master>>(
+          c, parallel::Sharding::of<Parallelism>());
+    };
+    p.optimizer.make = [t = recipe_.train](const auto& entries, index_t size) {
+      return train::make_parameter_optimizer<Optimizer, Master>(entries, size, t);
+    };
+    if constexpr (requires { Optimizer::elementwise_state; }) p.optimizer.by_element = Optimizer::elementwise_state;
+    train::Engine<Storage, Master> engine(recipe_, std::move(p));
     engine.run();
   }
 
 private:
-  static constexpr train::AdapterKind adapter_kind() {
-    if constexpr (std::is_same_v<Adapter, adapters::LoRA>) return train::AdapterKind::lora;
-    else if constexpr (std::is_same_v<Adapter, adapters::Prompt>) return train::AdapterKind::prompt;
-    else return train::AdapterKind::full;
-  }
-
   void validate() const {
     const auto& r = recipe_;
     if (!Parallelism::multi_rank && r.launch.nproc > 1)
@@ -121,7 +155,6 @@ private:
     if (r.train.fuse_optimizer_with_backward && Parallelism::shards_gradients)
       throw Error("train.fuse_optimizer_with_backward needs whole gradients, but parallelism " +
                   std::string(Parallelism::name) + " shards them; use zero1 or ddp");
-    if constexpr (std::is_same_v<Adapter, adapters::LoRA>) check_lora_targets();
     if (Precision::loss_scaling && r.train.fuse_optimizer_with_backward)
       throw Error("strategy.precision = \"" + std::string(Precision::name) +
                   "\" scales the loss and may have to skip a step after an overflow, which an optimizer fused "
@@ -129,45 +162,6 @@ private:
     if (r.train.fuse_optimizer_with_backward && r.train.max_grad_norm > 0)
       throw Error("train.fuse_optimizer_with_backward steps each block before the global gradient norm is known, "
                   "so it cannot clip; set train.max_grad_norm = 0");
-    if (std::is_same_v<Adapter, adapters::Prompt> && r.data.packing)
-      throw Error("strategy.adapter = \"prompt\" puts virtual tokens before every row, and data.packing puts "
-                  "several documents in one row; set data.packing = false");
-  }
-
-  // Every target must name one of the family's linear projections, so that a
-  // typo cannot leave a LoRA run training nothing.
-  void check_lora_targets() const {
-    const auto targets = lora_targets();
-    if (targets.size() == 1 && targets[0] == "all-linear") return;
-    for (const std::string& t : targets) {
-      if (std::ranges::find(Model::linear_modules, std::string_view(t)) != Model::linear_modules.end())
-        continue;
-      std::string allowed;
-      for (std::string_view m : Model::linear_modules) allowed += (allowed.empty() ? "" : ", ") + std::string(m);
-      throw Error("lora.target_modules: \"" + t + "\" matches no module of the " + std::string(Model::name) +
-                  " family; allowed: " + allowed + ", or \"all-linear\"");
-    }
-  }
-
-  // The recipe's targets, or the family's default when it names none.
-  std::vector<std::string> lora_targets() const {
-    if (!recipe_.lora.target_modules.empty()) return recipe_.lora.target_modules;
-    return {Model::default_lora_targets.begin(), Model::default_lora_targets.end()};
-  }
-
-  std::string adapter_detail() const {
-    const auto& r = recipe_;
-    std::ostringstream os;
-    if constexpr (std::is_same_v<Adapter, adapters::LoRA>) {
-      os << ": r " << r.lora.r << ", alpha " << r.lora.alpha << ", dropout " << r.lora.dropout << " on";
-      for (const auto& t : lora_targets()) os << ' ' << t;
-    } else if constexpr (std::is_same_v<Adapter, adapters::Prompt>) {
-      os << ": " << r.prompt_tuning.num_virtual_tokens << " virtual tokens";
-      if (!r.prompt_tuning.init_text.empty()) os << " from \"" << r.prompt_tuning.init_text << "\"";
-    } else {
-      os << ": every weight trains";
-    }
-    return os.str();
   }
 
   static constexpr double master_bytes() {

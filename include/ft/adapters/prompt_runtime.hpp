@@ -1,0 +1,52 @@
+#pragma once
+// Prompt tuning at run time: a few virtual token embeddings before every row
+// train while the whole model stays frozen; checkpoints and the result are
+// PEFT prompt-tuning adapters.
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "ft/adapters/prompt_tuning.hpp"
+#include "ft/adapters/runtime.hpp"
+#include "ft/io/staged_directory.hpp"
+
+namespace ft::adapters {
+
+template <element T>
+class PromptRuntime final : public Runtime<T> {
+public:
+  explicit PromptRuntime(const recipe::Recipe& r)
+      : source_(r.model.path), init_text_(r.prompt_tuning.init_text), tokens_(r.prompt_tuning.num_virtual_tokens),
+        seed_(std::uint64_t(r.seed)) {}
+
+  std::vector<Trainable<T>> attach(models::Transformer<T>& model, const data::ModelText& text) override {
+    model_ = &model;
+    prompt_ = std::make_unique<PromptTuning<T>>(model, tokens_, seed_);
+    if (!init_text_.empty())
+      prompt_->init_from_tokens(prompt_init_ids(text.tokenizer->encode(init_text_, true), tokens_));
+    return {{"prompt", -1, &prompt_->parameters()}};
+  }
+
+  index_t virtual_tokens() const override { return tokens_; }
+
+  void save(const std::filesystem::path& dir) override {
+    save_peft_prompt(*prompt_, model_->config(), {source_, init_text_}, dir);
+  }
+  void load(const std::filesystem::path& dir) override { load_peft_prompt(*prompt_, model_->config(), dir); }
+
+  std::vector<std::string> save_final(const std::filesystem::path& output_dir) override {
+    const auto adapter = output_dir / "adapter";
+    io::write_directory_atomically(adapter, [&](const auto& dir) { save(dir); }, true);
+    return {"adapter (PEFT) in " + adapter.string()};
+  }
+
+private:
+  std::string source_, init_text_;
+  index_t tokens_;
+  std::uint64_t seed_;
+  models::Transformer<T>* model_ = nullptr;
+  std::unique_ptr<PromptTuning<T>> prompt_;
+};
+
+}  // namespace ft::adapters

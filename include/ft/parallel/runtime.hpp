@@ -1,0 +1,88 @@
+#pragma once
+// The parallelism policy at run time: what the training engine asks of
+// whatever spreads a run over ranks. It owns the trainable state (values'
+// master copies, step gradients, optimizer state) as this rank holds it, and
+// says through models::StageHooks what happens around each stage of a
+// forward and backward (gather parameters, reduce gradients).
+//
+// One optimizer step, as the engine drives it:
+//   begin_step()
+//   for each micro-batch: forward_backward(..., training_hooks(role)); end_micro_batch()
+//   scale_grads() (loss scaling), clip(), step()
+// With the optimizer fused into backward there is one micro-batch, and the
+// hooks step each stage as soon as its gradient is reduced.
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "ft/adapters/runtime.hpp"
+#include "ft/comm/communicator.hpp"
+#include "ft/models/transformer.hpp"
+#include "ft/train/optimizer_state.hpp"
+
+namespace ft::parallel {
+
+// What a data-parallel policy shards (see parallelism.hpp).
+struct Sharding {
+  bool optimizer_state = false, gradients = false, parameters = false;
+
+  template <class Policy>
+  static constexpr Sharding of() {
+    return {Policy::shards_optimizer_state, Policy::shards_gradients, Policy::shards_parameters};
+  }
+};
+
+// Makes the optimizer of (a rank's part of) a flat buffer from the entries
+// that part holds. by_element: the optimizer's state is one value per
+// parameter, so a buffer may be cut anywhere; otherwise cuts fall between
+// tensors (Adafactor factors matrices, 8-bit AdamW quantises per tensor).
+template <class M>
+struct OptimizerMaker {
+  std::function<std::unique_ptr<train::ParameterOptimizer<M>>(const std::vector<models::ParameterEntry>&, index_t)>
+      make;
+  bool by_element = false;
+};
+
+// Where a micro-batch stands in its optimizer step.
+struct MicroBatchRole {
+  bool last = true;  // the step's gradient is complete after this one
+  // Fused into backward: step each stage at this rate once its gradient is complete.
+  bool fused = false;
+  double lr = 0;
+  std::int64_t optimizer_step = 0;
+};
+
+template <element T, class M>
+class Runtime {
+public:
+  virtual ~Runtime() = default;
+
+  virtual comm::Communicator& comm() = 0;
+  // Once, after the adapter has attached: the buffers that train, and how
+  // their optimizers are made.
+  virtual void attach(models::Transformer<T>& model, std::vector<adapters::Trainable<T>> trainables,
+                      const OptimizerMaker<M>& optimizer, bool fused) = 0;
+  virtual index_t trainable_parameters() const = 0;
+
+  virtual void begin_step() = 0;
+  virtual models::StageHooks training_hooks(const MicroBatchRole& role) = 0;
+  // After each micro-batch's forward_backward: its reductions are done.
+  virtual void end_micro_batch() = 0;
+  // Sum of squares of the gradients stepped inside backward (fused), over all ranks.
+  virtual double fused_squares() = 0;
+  // Multiplies the step's gradient (undoing a loss scale).
+  virtual void scale_grads(double factor) = 0;
+  // The global gradient norm before clipping; clips to max_norm when > 0.
+  virtual double clip(double max_norm) = 0;
+  virtual void step(double lr, std::int64_t optimizer_step) = 0;
+
+  virtual models::StageHooks evaluation_hooks() = 0;
+  // After new values were loaded into the model (resume): refresh what is derived from them.
+  virtual void sync_master_from_storage() = 0;
+  // Every array of optimizer state and master weights this rank holds, by name.
+  virtual std::vector<train::StateArray> state_arrays() = 0;
+};
+
+}  // namespace ft::parallel

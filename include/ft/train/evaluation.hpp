@@ -1,0 +1,32 @@
+#pragma once
+// The validation loss: every validation row once, in batches, no gradient.
+// Each rank takes its share of the batches; the sums are added over ranks.
+#include <cmath>
+
+#include <nlohmann/json.hpp>
+
+#include "ft/train/run.hpp"
+
+namespace ft::train {
+
+// The metrics record of an evaluation at `step`; null when the run has no validation data.
+template <element T, class M>
+nlohmann::ordered_json evaluate(Run<T, M>& run, std::int64_t step) {
+  if (!run.eval_plan) return nullptr;
+  run.adapter->set_training(false, 0);
+  double loss = 0, scored = 0;
+  for (const data::MicroBatch& m : run.eval_plan->micro_batches()) {
+    loss += run.model->forward_backward(m.batch, {.backward = false}, nullptr, run.parallel->evaluation_hooks());
+    scored += double(m.batch.scored_tokens());
+  }
+  loss = run.comm->sum(loss, "the validation loss");
+  scored = run.comm->sum(scored, "the validation tokens");
+  nlohmann::ordered_json j;
+  j["step"] = step;
+  j["loss"] = loss / std::max(1.0, scored);
+  j["perplexity"] = std::exp(j["loss"].get<double>());
+  j["tokens"] = std::int64_t(scored);
+  return j;
+}
+
+}  // namespace ft::train

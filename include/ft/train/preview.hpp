@@ -1,0 +1,37 @@
+#pragma once
+// A prompt answered greedily, before and after training, to see what changed.
+// The prompt goes through the model's chat template (or alpaca's layout when
+// the model has none), as training rows do.
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "ft/data/examples.hpp"
+#include "ft/train/generate.hpp"
+#include "ft/train/run.hpp"
+
+namespace ft::train {
+
+// "prompt" -> "answer"
+template <element T, class M>
+std::string preview(Run<T, M>& run) {
+  run.adapter->set_training(false, 0);
+  const recipe::PreviewSection& p = run.recipe.preview;
+  std::string prompt = p.prompt;
+  if (run.text.chat) {
+    data::ChatOptions options = run.text.special;
+    options.add_generation_prompt = true;
+    prompt = data::apply_chat_template(*run.text.chat,
+                                       nlohmann::ordered_json::array({{{"role", "user"}, {"content", prompt}}}), options);
+  } else {
+    prompt = data::alpaca_prompt(prompt, "");
+  }
+  // A rendered template already has its special tokens.
+  const std::vector<std::int32_t> tokens = run.text.tokenizer->encode(prompt, !run.text.chat);
+  const auto answer = generate_greedy(*run.model, tokens, p.max_new_tokens, run.text.eos_id,
+                                      run.adapter->virtual_tokens());
+  return "\"" + p.prompt + "\" -> \"" + run.text.tokenizer->decode(answer) + "\"";
+}
+
+}  // namespace ft::train

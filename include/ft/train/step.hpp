@@ -1,0 +1,93 @@
+#pragma once
+// One optimizer step:
+//   1. take the step's gradient_accumulation_steps micro-batches from the
+//      plan's stream (data/batches.hpp): micro-batch k = step x accumulation
+//      + i, so the position in the data is a function of the step
+//   2. count the scored tokens of all of them, on every rank; every
+//      micro-batch's loss gradient is divided by that total, so the step's
+//      gradient is the mean over the whole accumulated global batch, however
+//      its tokens fall into micro-batches and ranks (dividing per micro-batch
+//      overweights short ones)
+//   3. forward + backward each micro-batch; the parallelism's hooks reduce
+//      each stage's gradient into the step's (parallel/)
+//   4. under fp16, undo the loss scale; a non-finite gradient skips the step
+//      and halves the scale, 2000 good steps in a row double it (torch's
+//      GradScaler defaults)
+//   5. clip the global norm, step the optimizer at the schedule's rate
+// With the optimizer fused into backward (one micro-batch, no clipping, no
+// loss scale: the Trainer checks) each stage is stepped inside backward.
+#include <chrono>
+#include <cmath>
+#include <vector>
+
+#include <range/v3/view/take.hpp>
+
+#include "ft/core/random.hpp"
+#include "ft/tensor/memory.hpp"
+#include "ft/train/run.hpp"
+
+namespace ft::train {
+
+struct StepResult {
+  double loss = 0, grad_norm = 0, seconds = 0;
+  std::int64_t tokens = 0, dataset_tokens = 0, scored = 0;
+  bool skipped = false;
+};
+
+inline double seconds_since(std::chrono::steady_clock::time_point t) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
+}
+
+template <element T, class M>
+StepResult train_step(Run<T, M>& run, std::int64_t step, double lr) {
+  const auto start = std::chrono::steady_clock::now();
+  memory::Host::stats().reset_peak();
+  const recipe::Recipe& r = run.recipe;
+  parallel::Runtime<T, M>& parallel = *run.parallel;
+  const std::int64_t accumulation = r.train.gradient_accumulation_steps;
+  std::vector<models::Batch> batches;
+  StepResult s;
+  for (data::MicroBatch m : run.train_plan->micro_batches(step * accumulation) | ranges::views::take(accumulation)) {
+    s.dataset_tokens += m.dataset_tokens;
+    s.tokens += m.batch.rows();
+    s.scored += m.batch.scored_tokens();
+    batches.push_back(std::move(m.batch));
+  }
+  const double divisor = std::max(1.0, run.comm->sum(double(s.scored), "the step's scored tokens"));
+  auto dropout_key = [&](std::int64_t k) { return derive_key(std::uint64_t(r.seed), std::uint64_t(step * accumulation + k)); };
+  parallel.begin_step();
+  double loss_sum = 0;
+  if (r.train.fuse_optimizer_with_backward) {
+    run.adapter->set_training(true, dropout_key(0));
+    const parallel::MicroBatchRole role{.last = true, .fused = true, .lr = lr, .optimizer_step = ++run.optimizer_step};
+    loss_sum = run.model->forward_backward(batches[0], {.token_count = divisor}, nullptr, parallel.training_hooks(role));
+    parallel.end_micro_batch();
+    s.grad_norm = std::sqrt(parallel.fused_squares());
+  } else {
+    LossScale& scale = run.loss_scale;
+    for (std::int64_t k = 0; k < accumulation; ++k) {
+      run.adapter->set_training(true, dropout_key(k));
+      loss_sum += run.model->forward_backward(batches[std::size_t(k)], {.token_count = divisor / scale.value}, nullptr,
+                                              parallel.training_hooks({.last = k + 1 == accumulation}));
+      parallel.end_micro_batch();
+    }
+    if (scale.enabled) parallel.scale_grads(1.0 / scale.value);
+    s.grad_norm = parallel.clip(r.train.max_grad_norm);
+    if (scale.enabled && !std::isfinite(s.grad_norm)) {
+      s.skipped = true;  // overflow in f16: this step's update is dropped, the scale lowered
+      scale.value /= 2;
+      scale.good_steps = 0;
+    } else {
+      parallel.step(lr, ++run.optimizer_step);
+      if (scale.enabled && ++scale.good_steps == 2000) {
+        scale.value *= 2;
+        scale.good_steps = 0;
+      }
+    }
+  }
+  s.loss = run.comm->sum(loss_sum, "the step's loss") / divisor;
+  s.seconds = seconds_since(start);
+  return s;
+}
+
+}  // namespace ft::train
