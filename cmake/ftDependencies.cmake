@@ -17,6 +17,11 @@ ft_find_dependency(nlohmann_json 3)
 # OpenMP runs ft's CPU kernels on all cores.
 ft_find_dependency(OpenMP)
 
+# MPI carries the collectives of a job of several ranks (comm/mpi.hpp). ft
+# calls MPI's C functions from C++; the removed C++ bindings are not wanted.
+set(MPI_CXX_SKIP_MPICXX ON)
+ft_find_dependency(MPI COMPONENTS CXX)
+
 # Matrix products go to BLAS. OpenBLAS built on OpenMP is preferred: one
 # thread pool for ft's loops and BLAS's, instead of two fighting for the same
 # cores. Debian installs it beside the default (pthreads) build; linking it by
