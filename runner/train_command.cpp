@@ -1,10 +1,22 @@
 // ftrun train: resolve a recipe to one Trainer combination offered by a
-// plugin, check it there, and print the plan.
+// plugin, check it there, and train (or print the plan). A recipe with
+// launch.nproc > 1 run outside a job starts the job: ftrun replaces itself
+// with mpirun, which starts nproc copies of this same command line.
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
 #include <iostream>
 #include <sstream>
+#include <thread>
 #include <tuple>
+#include <vector>
 
 #include <ft/adapters/adapter.hpp>
+#include <ft/comm/job.hpp>
 #include <ft/io/hf_config.hpp>
 #include <ft/models/gpt_neox.hpp>
 #include <ft/models/llama.hpp>
@@ -106,13 +118,63 @@ std::string missing_combination(const TrainerKey& key, const ft::plugin::Registr
   return os.str();
 }
 
-std::string launch_command(const TrainOptions& options, const ft::recipe::Recipe& recipe) {
-  std::string cmd;
-  if (recipe.launch.nproc > 1) cmd = "mpirun -np " + std::to_string(recipe.launch.nproc) + " ";
-  cmd += "ftrun train " + options.recipe;
-  for (const auto& s : options.sets) cmd += " --set " + s;
-  for (const auto& p : options.plugins) cmd += " --plugin " + p;
-  return cmd;
+// FSDP's names for the data-parallel stages.
+std::string canonical_parallelism(const std::string& name) {
+  if (name == "no_shard") return "ddp";
+  if (name == "shard_grad_op") return "zero2";
+  if (name == "full_shard") return "zero3";
+  return name;
+}
+
+// The command that starts the job: mpirun with nproc copies of this ftrun
+// and its arguments. Threads per rank: OMP_NUM_THREADS when set, else this
+// machine's cores shared out. No binding: each rank runs an OpenMP pool.
+std::vector<std::string> launch_argv(const TrainOptions& options, const ft::recipe::Recipe& recipe) {
+  std::vector<std::string> argv;
+  const auto nproc = recipe.launch.nproc;
+  if (nproc > 1) {
+    argv = {"mpirun", "-np", std::to_string(nproc), "--bind-to", "none"};
+    if (recipe.launch.hostfile.empty()) argv.push_back("--oversubscribe");
+    else argv.insert(argv.end(), {"--hostfile", recipe.launch.hostfile});
+    if (::geteuid() == 0) argv.push_back("--allow-run-as-root");
+    const char* threads = std::getenv("OMP_NUM_THREADS");
+    const long cores = long(std::max(1u, std::thread::hardware_concurrency()));
+    argv.insert(argv.end(), {"-x", threads ? "OMP_NUM_THREADS" : "OMP_NUM_THREADS=" + std::to_string(std::max(1L, cores / long(nproc)))});
+  }
+  std::error_code ec;
+  const auto self = std::filesystem::read_symlink("/proc/self/exe", ec);
+  argv.insert(argv.end(), {ec ? std::string("ftrun") : self.string(), "train", options.recipe});
+  for (const auto& s : options.sets) argv.insert(argv.end(), {"--set", s});
+  for (const auto& p : options.plugins) argv.insert(argv.end(), {"--plugin", p});
+  return argv;
+}
+
+// A word as a POSIX shell reads it back.
+std::string shell_quoted(const std::string& word) {
+  if (!word.empty() && word.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-.,/=:@+%") ==
+                           std::string::npos)
+    return word;
+  std::string out = "'";
+  for (char c : word) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return out + "'";
+}
+
+std::string command_line(const std::vector<std::string>& argv) {
+  std::string line;
+  for (const auto& word : argv) line += (line.empty() ? "" : " ") + shell_quoted(word);
+  return line;
+}
+
+// Replaces this process with mpirun; returns only when that fails.
+int start_job(const std::vector<std::string>& argv) {
+  std::vector<char*> args;
+  for (const auto& word : argv) args.push_back(const_cast<char*>(word.c_str()));
+  args.push_back(nullptr);
+  std::cout.flush();
+  ::execvp(args[0], args.data());
+  std::cerr << "ftrun: launch.nproc = " << argv[2] << " needs mpirun, which could not start: " << std::strerror(errno)
+            << " (install openmpi-bin, or start the ranks yourself with mpirun or srun)\n";
+  return failed;
 }
 
 std::string as_comment(const std::string& text) {
@@ -147,6 +209,13 @@ int run_train(const TrainOptions& options) {
   try {
     ft::recipe::Recipe& recipe = loaded.recipe;
     recipe.model.family = resolve_family(loaded, search.registry);
+    recipe.strategy.parallelism = canonical_parallelism(recipe.strategy.parallelism);
+    const ft::comm::JobPlace job = ft::comm::job_place();
+    if (job.size > 1 && recipe.launch.nproc > 1 && recipe.launch.nproc != job.size)
+      throw loaded.error("launch.nproc", "is " + std::to_string(recipe.launch.nproc) + ", but " + job.launcher +
+                                             " started this job with " + std::to_string(job.size) +
+                                             " ranks; allowed: 1 or " + std::to_string(job.size));
+    if (job.size > 1) recipe.launch.nproc = job.size;
     TrainerKey key{recipe.model.family, recipe.strategy.precision, recipe.strategy.parallelism,
                    recipe.strategy.optimizer, recipe.strategy.adapter};
     check_names_offered(loaded, key, search.registry);
@@ -160,13 +229,16 @@ int run_train(const TrainOptions& options) {
     return bad_input;
   }
 
+  const std::vector<std::string> launch = launch_argv(options, loaded.recipe);
+  const bool starts_job = loaded.recipe.launch.nproc > 1 && ft::comm::job_place().size == 1;
+  if (!options.dry_run && starts_job) return start_job(launch);
   if (!options.dry_run) {
     const auto [status, reason] = ft::plugin::train(*factory, resolved);
     if (status != 0) std::cerr << "ftrun: " << reason << "\n";
     return status == 0 ? ok : status == 2 ? bad_input : failed;
   }
   std::cout << "# Resolved recipe (" << options.recipe << " with defaults and overrides applied).\n"
-            << "# Plan:\n" << as_comment(plan) << "# Launch:\n#   " << launch_command(options, loaded.recipe)
+            << "# Plan:\n" << as_comment(plan) << "# Launch:\n#   " << command_line(launch)
             << "\n\n" << resolved;
   return ok;
 }

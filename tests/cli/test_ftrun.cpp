@@ -97,7 +97,7 @@ TEST_CASE("train --dry-run prints a resolved recipe that is itself a valid recip
                    "ft::optim::AdamW, ft::adapters::LoRA>") != std::string::npos);
   CHECK(r.out.find("family = \"llama\"") != std::string::npos);
   CHECK(r.out.find("max_steps = 7") != std::string::npos);
-  CHECK(r.out.find("#   ftrun train ") != std::string::npos);
+  CHECK(r.out.find("#   " FTRUN_PATH " train ") != std::string::npos);
   std::ofstream(scratch / "resolved.toml") << r.out;
   Run again = ftrun("train " + (scratch / "resolved.toml").string() + " --dry-run");
   CHECK(again.code == 0);

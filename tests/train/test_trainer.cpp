@@ -37,7 +37,7 @@ TEST_CASE("the type names the five policies") {
 
 TEST_CASE("a single-process trainer refuses several ranks") {
   CHECK(refusal<LlamaLoRA>("[launch]\nnproc = 4") ==
-        "parallelism single runs one process, but launch.nproc = 4; choose ddp, zero1, zero2 or zero3 for several ranks");
+        "parallelism single runs one process, but the job has 4 ranks; choose ddp, zero1, zero2 or zero3 for several ranks");
   CHECK(refusal<NeoxFullZ2>("[launch]\nnproc = 4") == "accepted");
 }
 

@@ -34,32 +34,43 @@ inline std::filesystem::path staging_path(const std::filesystem::path& dst) {
   return dst.string() + ".tmp-" + std::to_string(::getpid());
 }
 
-// Calls write(staging) and renames staging to dst. With replace, an existing
-// dst is swapped out only once the new one is complete. On failure the
-// staging directory is removed and the error passes on.
+// A fresh, empty staging directory for dst.
+inline std::filesystem::path stage_directory(const std::filesystem::path& dst) {
+  const std::filesystem::path staging = staging_path(dst);
+  std::filesystem::remove_all(staging);
+  std::filesystem::create_directories(staging);
+  return staging;
+}
+
+// Flushes a complete staging directory to disk and renames it to dst. With
+// replace, an existing dst is swapped out only once the new one is complete.
+inline void commit_directory(const std::filesystem::path& staging, const std::filesystem::path& dst, bool replace) {
+  namespace fs = std::filesystem;
+  sync_tree(staging);
+  if (fs::exists(dst)) {
+    if (!replace) throw Error(dst.string() + ": already exists");
+    const fs::path old = dst.string() + ".old-" + std::to_string(::getpid());
+    fs::rename(dst, old);
+    fs::rename(staging, dst);
+    fs::remove_all(old);
+  } else {
+    fs::rename(staging, dst);
+  }
+  detail::sync_path(dst.parent_path().empty() ? fs::path(".") : dst.parent_path());
+}
+
+// Calls write(staging) and renames staging to dst. On failure the staging
+// directory is removed and the error passes on.
 inline void write_directory_atomically(const std::filesystem::path& dst,
                                        const std::function<void(const std::filesystem::path&)>& write,
                                        bool replace = false) {
-  namespace fs = std::filesystem;
-  const fs::path staging = staging_path(dst);
+  const std::filesystem::path staging = stage_directory(dst);
   try {
-    fs::remove_all(staging);
-    fs::create_directories(staging);
     write(staging);
-    sync_tree(staging);
-    if (fs::exists(dst)) {
-      if (!replace) throw Error(dst.string() + ": already exists");
-      const fs::path old = dst.string() + ".old-" + std::to_string(::getpid());
-      fs::rename(dst, old);
-      fs::rename(staging, dst);
-      fs::remove_all(old);
-    } else {
-      fs::rename(staging, dst);
-    }
-    detail::sync_path(dst.parent_path().empty() ? fs::path(".") : dst.parent_path());
+    commit_directory(staging, dst, replace);
   } catch (...) {
     std::error_code ignored;
-    fs::remove_all(staging, ignored);
+    std::filesystem::remove_all(staging, ignored);
     throw;
   }
 }

@@ -24,6 +24,8 @@
 #include <deque>
 #include <functional>
 #include <memory>
+#include <tuple>
+#include <utility>
 #include <string>
 #include <vector>
 
@@ -49,6 +51,7 @@ public:
   void attach(models::Transformer<T>& model, std::vector<adapters::Trainable<T>> trainables,
               const OptimizerMaker<M>& optimizer, bool fused) override {
     model_ = &model;
+    by_element_ = optimizer.by_element;
     const int rank = comm_.rank(), world = sharding_.optimizer_state ? comm_.size() : 1;
     for (const adapters::Trainable<T>& t : trainables) {
       const auto& entries = t.params->entries();
@@ -84,7 +87,7 @@ public:
   }
 
   double fused_squares() override {
-    const double squares = comm_.sum(fused_squares_, "the gradient norm");
+    const double squares = job_squares(fused_squares_);
     fused_squares_ = 0;
     return squares;
   }
@@ -103,7 +106,7 @@ public:
       grads.push_back({b.owned_grads(), b.owned()});
       squares += optim::sum_of_squares(grads.back().data, grads.back().size);
     }
-    const double norm = std::sqrt(comm_.sum(squares, "the gradient norm"));
+    const double norm = std::sqrt(job_squares(squares));
     optim::clip_to_norm<M>(std::span<const optim::GradientBuffer<M>>(grads), norm, max_norm);
     return norm;
   }
@@ -126,13 +129,17 @@ public:
     for (Buffer& b : set_.buffers()) {
       for (train::StateArray a : b.optimizer->state()) {
         a.name = b.name + "/" + a.name;
+        if (by_element_) std::tie(a.begin, a.total) = std::pair{b.begin, b.size()};
         arrays.push_back(std::move(a));
       }
       if constexpr (Set::has_master)
-        arrays.push_back({b.name + "/master", io::safetensors_dtype_of<M>(), b.master.data(), b.master.size() * sizeof(M)});
+        arrays.push_back({b.name + "/master", io::safetensors_dtype_of<M>(), b.master.data(),
+                          b.master.size() * sizeof(M), b.begin, b.size()});
     }
     return arrays;
   }
+
+  bool state_is_sharded() const override { return sharding_.optimizer_state && comm_.size() > 1; }
 
 private:
   struct Pending {
@@ -193,6 +200,13 @@ private:
     give_back(std::move(part));
   }
 
+  // The sum of squares of the job's gradient from this rank's: ranks hold
+  // disjoint ranges when the optimizer state is sharded, the same whole
+  // gradient otherwise.
+  double job_squares(double squares) {
+    return sharding_.optimizer_state ? comm_.sum(squares, "the gradient norm") : squares;
+  }
+
   // The T gradient of b as M: itself when T is M, else converted into `scratch`.
   M* gradient_in_m(Buffer& b, Scratch& scratch) {
     T* g = b.params->grads().data();
@@ -242,6 +256,7 @@ private:
 
   comm::Communicator& comm_;
   Sharding sharding_;
+  bool by_element_ = false;  // the optimizer's state is one value per parameter
   models::Transformer<T>* model_ = nullptr;
   Set set_;
   std::vector<ShardLayout> layouts_;  // one per buffer of set_, in order

@@ -81,8 +81,11 @@ public:
   virtual models::StageHooks evaluation_hooks() = 0;
   // After new values were loaded into the model (resume): refresh what is derived from them.
   virtual void sync_master_from_storage() = 0;
-  // Every array of optimizer state and master weights this rank holds, by name.
+  // Every array of optimizer state and master weights this rank holds, by
+  // name; a rank's range of a per-element array says which range it is.
   virtual std::vector<train::StateArray> state_arrays() = 0;
+  // Ranks hold different optimizer state (each writes its own file).
+  virtual bool state_is_sharded() const = 0;
 };
 
 }  // namespace ft::parallel

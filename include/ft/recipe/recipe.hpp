@@ -44,7 +44,8 @@ struct StrategySection {
   void fields(V& v) {
     v.field("precision", precision, policy_name(),
             "fp32 | bf16-true | bf16-mixed | fp16-mixed");
-    v.field("parallelism", parallelism, policy_name(), "single | ddp | zero1 | zero2 | zero3");
+    v.field("parallelism", parallelism, policy_name(),
+            "single | ddp | zero1 | zero2 | zero3 (FSDP's no_shard, shard_grad_op, full_shard name ddp, zero2, zero3)");
     v.field("optimizer", optimizer, policy_name(), "sgd | adamw | adafactor | adamw8bit | lion");
     v.field("adapter", adapter, policy_name(), "full | lora | prompt");
   }
@@ -213,8 +214,8 @@ struct CheckpointSection {
   void fields(V& v) {
     v.field("save_steps", save_steps, at_least<Int>(0), "save every this many steps; 0 only at the end");
     v.field("save_total_limit", save_total_limit, at_least<Int>(1), "checkpoints kept, newest first");
-    v.field("resume", resume, not_empty("none, latest, or a checkpoint directory"),
-            "where to continue from");
+    v.field("resume", resume, not_empty("none, latest, auto, or a checkpoint directory"),
+            "where to continue from; auto: latest when there is one, else start");
   }
 };
 
@@ -232,10 +233,17 @@ struct PreviewSection {
 
 struct LaunchSection {
   Int nproc = 1;
+  std::string hostfile;
+  double collective_timeout = 300;
 
   template <class V>
   void fields(V& v) {
-    v.field("nproc", nproc, at_least<Int>(1), "processes (ranks) on this machine; >1 starts mpirun");
+    v.field("nproc", nproc, at_least<Int>(1),
+            "processes (ranks) of the job; >1 starts mpirun, unless ftrun already runs under mpirun or srun");
+    v.field("hostfile", hostfile, existing_file("an MPI hostfile (one \"host slots=N\" per line)", true),
+            "machines the job spans (mpirun --hostfile); \"\" for this machine only");
+    v.field("collective_timeout", collective_timeout, greater_than(0.0),
+            "seconds a collective may wait for the other ranks before the job stops, naming the rank at fault");
   }
 };
 

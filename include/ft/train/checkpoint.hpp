@@ -5,7 +5,8 @@
 //                              checkpoint-<step>.tmp-<pid> and renamed when whole
 //     config.json, model*.safetensors, tokenizer files   full fine-tunes (HF layout)
 //     adapter_config.json, adapter_model.safetensors      LoRA (PEFT layout)
-//     optimizer.safetensors    optimizer state and master weights, by name
+//     optimizer.safetensors    optimizer state and master weights, by name, or
+//     optimizer-<r>-of-<w>.safetensors  rank r's shard of them (ZeRO)
 //     trainer_state.json       step, loss scale, data position, what the run was
 //   latest -> checkpoint-<step>  a symbolic link, replaced atomically (rename)
 //
@@ -15,7 +16,11 @@
 // to be saved for a resumed run to continue bit for bit.
 #include <algorithm>
 #include <filesystem>
+#include <cstdio>
+#include <cstring>
 #include <fstream>
+#include <map>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -80,9 +85,10 @@ inline void prune_checkpoints(const std::filesystem::path& output_dir, std::int6
     if (all[i].filename() != latest.filename()) std::filesystem::remove_all(all[i]);
 }
 
-// The checkpoint directory `resume` names ("none", "latest" or a path); empty for none.
+// The checkpoint directory `resume` names ("none", "latest", "auto" or a path); empty for none.
 inline std::filesystem::path resolve_resume(const std::filesystem::path& output_dir, const std::string& resume) {
   if (resume == "none") return {};
+  if (resume == "auto") return std::filesystem::exists(output_dir / "latest") ? resolve_resume(output_dir, "latest") : "";
   if (resume == "latest") {
     const auto link = output_dir / "latest";
     if (!std::filesystem::exists(link))
@@ -97,27 +103,111 @@ inline std::filesystem::path resolve_resume(const std::filesystem::path& output_
 
 // Named arrays into one safetensors file, and back. Restoring requires the
 // same names, dtypes and sizes: a checkpoint of another run is refused.
-inline void write_state(const std::filesystem::path& file, const std::vector<StateArray>& arrays) {
-  std::vector<io::TensorToWrite> tensors;
-  for (const StateArray& a : arrays) {
-    const std::size_t width = io::detail::dtype_size(a.dtype);
-    tensors.push_back({a.name, a.dtype, {std::int64_t(a.bytes / width)},
-                       std::span<const std::byte>(static_cast<const std::byte*>(a.data), a.bytes)});
-  }
-  io::write_safetensors(file, tensors, {{"format", "ft"}});
+// A rank's optimizer state file: whole ("optimizer.safetensors") when every
+// rank holds the same state, else one file per rank.
+inline std::string state_file_name(int rank, int world) {
+  if (world <= 0) return "optimizer.safetensors";
+  return "optimizer-" + std::to_string(rank) + "-of-" + std::to_string(world) + ".safetensors";
 }
 
-inline void read_state(const std::filesystem::path& file, const std::vector<StateArray>& arrays) {
-  const io::SafetensorsFile state = io::SafetensorsFile::open(file);
-  if (state.tensors().size() != arrays.size())
-    throw Error(file.string() + ": holds " + std::to_string(state.tensors().size()) + " state arrays, this run has " +
-                std::to_string(arrays.size()) + " (was it written by a run with another optimizer or adapter?)");
+// Writes `arrays` by name; a range of a longer array is recorded in the
+// metadata ("ranges": {name: [begin, total]}), so that any other sharding
+// can read it back.
+inline void write_state(const std::filesystem::path& file, const std::vector<StateArray>& arrays) {
+  std::vector<io::TensorToWrite> tensors;
+  nlohmann::json ranges = nlohmann::json::object();
   for (const StateArray& a : arrays) {
-    const io::TensorView* t = state.find(a.name);
-    if (!t) throw Error(file.string() + ": has no state \"" + a.name + "\"");
-    if (t->dtype != a.dtype || t->bytes.size() != a.bytes)
-      throw Error(file.string() + ": state \"" + a.name + "\" has another dtype or size than this run's");
-    std::memcpy(a.data, t->bytes.data(), a.bytes);
+    const std::size_t width = io::detail::dtype_size(a.dtype);
+    if (a.bytes == 0) continue;  // a rank's empty share of a small buffer
+    tensors.push_back({a.name, a.dtype, {std::int64_t(a.bytes / width)},
+                       std::span<const std::byte>(static_cast<const std::byte*>(a.data), a.bytes)});
+    if (a.begin >= 0) ranges[a.name] = {a.begin, a.total};
+  }
+  io::write_safetensors(file, tensors, {{"format", "ft"}, {"ranges", ranges.dump()}});
+}
+
+// The state files of a checkpoint: optimizer.safetensors, or every rank's shard.
+inline std::vector<std::filesystem::path> state_files(const std::filesystem::path& dir) {
+  if (std::filesystem::exists(dir / "optimizer.safetensors")) return {dir / "optimizer.safetensors"};
+  std::vector<std::filesystem::path> files;
+  int world = -1;
+  for (const auto& entry : std::filesystem::directory_iterator(dir)) {
+    int r = 0, w = 0;
+    const std::string name = entry.path().filename().string();
+    if (std::sscanf(name.c_str(), "optimizer-%d-of-%d.safetensors", &r, &w) == 2) world = w;
+  }
+  if (world < 1) throw Error(dir.string() + ": has no optimizer.safetensors nor optimizer-<rank>-of-<world>.safetensors");
+  for (int r = 0; r < world; ++r) {
+    files.push_back(dir / state_file_name(r, world));
+    if (!std::filesystem::exists(files.back()))
+      throw Error(dir.string() + ": " + files.back().filename().string() + " is missing; the checkpoint is incomplete");
+  }
+  return files;
+}
+
+// Fills `arrays` from a checkpoint's state files, whichever sharding wrote
+// them: a whole array is read by name, a range is put together from the
+// ranges of the same name that overlap it. `names` are the names of the
+// state arrays of the whole run (every rank's); the files must hold exactly
+// those.
+inline void read_state(const std::filesystem::path& dir, const std::vector<StateArray>& arrays,
+                       const std::set<std::string>& names) {
+  struct Piece {
+    io::TensorView tensor;  // holds its file's mapping
+    std::int64_t begin = -1, total = 0;
+  };
+  std::multimap<std::string, Piece> pieces;
+  for (const auto& path : state_files(dir)) {
+    const io::SafetensorsFile file = io::SafetensorsFile::open(path);
+    const auto& meta = file.metadata();
+    const auto it = meta.find("ranges");
+    const nlohmann::json ranges = it == meta.end() ? nlohmann::json::object() : nlohmann::json::parse(it->second);
+    for (const io::TensorView& t : file.tensors()) {
+      Piece p{t, -1, 0};
+      if (ranges.contains(t.name)) {
+        p.begin = ranges[t.name][0].get<std::int64_t>();
+        p.total = ranges[t.name][1].get<std::int64_t>();
+      }
+      pieces.emplace(t.name, p);
+    }
+  }
+  const std::string where = dir.string() + ": ";
+  for (const auto& [name, piece] : pieces)
+    if (!names.count(name))
+      throw Error(where + "holds the state \"" + name + "\", which this run does not have (was it written by a run "
+                  "with another optimizer or adapter?)");
+  for (const std::string& name : names)
+    if (!pieces.count(name)) throw Error(where + "has no state \"" + name + "\"");
+
+  for (const StateArray& a : arrays) {
+    const std::size_t width = io::detail::dtype_size(a.dtype);
+    const std::int64_t n = std::int64_t(a.bytes / width);
+    std::int64_t covered = 0;
+    for (auto [it, end] = pieces.equal_range(a.name); it != end; ++it) {
+      const Piece& p = it->second;
+      if (p.tensor.dtype != a.dtype)
+        throw Error(where + "state \"" + a.name + "\" is " + p.tensor.dtype + ", this run's is " + a.dtype);
+      const std::int64_t length = std::int64_t(p.tensor.bytes.size() / width);
+      if (a.begin < 0) {  // a whole array
+        if (length != n) throw Error(where + "state \"" + a.name + "\" has another size than this run's");
+        std::memcpy(a.data, p.tensor.bytes.data(), a.bytes);
+        covered = n;
+        break;
+      }
+      // A range of this run's array, from ranges of the file's (a file without ranges holds whole arrays).
+      const std::int64_t begin = p.begin < 0 ? 0 : p.begin, total = p.begin < 0 ? length : p.total;
+      if (total != a.total)
+        throw Error(where + "state \"" + a.name + "\" belongs to an array of " + std::to_string(total) +
+                    " elements, this run's has " + std::to_string(a.total));
+      const std::int64_t from = std::max(a.begin, begin), to = std::min(a.begin + n, begin + length);
+      if (from >= to) continue;
+      std::memcpy(static_cast<std::byte*>(a.data) + (from - a.begin) * std::int64_t(width),
+                  p.tensor.bytes.data() + (from - begin) * std::int64_t(width), std::size_t(to - from) * width);
+      covered += to - from;
+    }
+    if (covered != n)
+      throw Error(where + "state \"" + a.name + "\" covers " + std::to_string(covered) + " of the " +
+                  std::to_string(n) + " elements this rank needs");
   }
 }
 

@@ -2,7 +2,17 @@
 // A run's checkpoints (layout in checkpoint.hpp): the adapter's trained
 // parameters, the optimizer state and master weights by name, and the
 // trainer state; and reading them back so that the run continues bit for bit.
+//
+// In a job of several ranks rank 0 makes the staging directory and writes
+// the weights and the trainer state; when the optimizer state is sharded
+// every rank writes its shard beside them; once all have written, rank 0
+// renames the directory into place and moves `latest`. A checkpoint written
+// by one sharding reads back into any other (ranges are recorded), as long
+// as each optimizer step sees the same rows: the global batch
+// (per-device batch x accumulation x ranks) must not change.
 #include <filesystem>
+#include <set>
+#include <sstream>
 #include <string>
 
 #include <nlohmann/json.hpp>
@@ -24,12 +34,14 @@ nlohmann::ordered_json trainer_state(const Run<T, M>& run, std::int64_t step) {
   j["good_steps"] = run.loss_scale.good_steps;
   j["micro_batches_done"] = step * r.train.gradient_accumulation_steps;
   j["trainer"] = run.policies.trainer;
+  j["resumable_as"] = run.policies.resumable_as;
   j["seed"] = r.seed;
   j["model"] = run.fingerprint;
   j["data"] = {{"train", r.data.train},
                {"rows", run.train_rows},
                {"per_device_train_batch_size", r.train.per_device_train_batch_size},
                {"gradient_accumulation_steps", r.train.gradient_accumulation_steps},
+               {"ranks", run.comm->size()},
                {"max_seq_length", r.data.max_seq_length},
                {"packing", r.data.packing}};
   return j;
@@ -38,19 +50,28 @@ nlohmann::ordered_json trainer_state(const Run<T, M>& run, std::int64_t step) {
 // Writes checkpoint-<step>, points latest at it, prunes old ones; returns its path.
 template <element T, class M>
 std::filesystem::path save_checkpoint(Run<T, M>& run, std::int64_t step) {
+  comm::Communicator& comm = *run.comm;
   const std::string name = checkpoint_name(step);
-  io::write_directory_atomically(
-      run.out / name,
-      [&](const std::filesystem::path& dir) {
-        run.adapter->save(dir);
-        write_state(dir / "optimizer.safetensors", run.parallel->state_arrays());
-        write_json(dir / "trainer_state.json", trainer_state(run, step));
-      },
-      true);
-  update_latest(run.out, name);
-  prune_checkpoints(run.out, run.recipe.checkpoint.save_total_limit);
-  run.last_checkpoint = (run.out / name).string();
-  return run.out / name;
+  comm.set_phase("checkpoint " + name);
+  const std::filesystem::path dst = run.out / name;
+  const std::string made = comm.rank() == 0 ? io::stage_directory(dst).string() : "";
+  const std::filesystem::path staging = comm.all_gather_text(made, "the checkpoint's staging directory")[0];
+  const bool sharded = run.parallel->state_is_sharded();
+  if (sharded) write_state(staging / state_file_name(comm.rank(), comm.size()), run.parallel->state_arrays());
+  if (comm.rank() == 0) {
+    run.adapter->save(staging);
+    if (!sharded) write_state(staging / state_file_name(0, 0), run.parallel->state_arrays());
+    write_json(staging / "trainer_state.json", trainer_state(run, step));
+  }
+  comm.barrier("writing " + name + " on every rank", true);
+  if (comm.rank() == 0) {
+    io::commit_directory(staging, dst, true);
+    update_latest(run.out, name);
+    prune_checkpoints(run.out, run.recipe.checkpoint.save_total_limit);
+  }
+  comm.barrier("renaming " + name + " into place");
+  run.last_checkpoint = dst.string();
+  return dst;
 }
 
 // Restores everything a step depends on; returns the step to continue after.
@@ -63,11 +84,29 @@ std::int64_t resume(Run<T, M>& run, const std::filesystem::path& dir) {
     throw Error(where + "was written for another " + (tokenizer ? "tokenizer" : "model configuration") + " than " +
                 run.recipe.model.path + " has; resuming would continue a different run");
   }
-  if (state.value("trainer", "") != run.policies.trainer)
-    throw Error(where + "was written by " + state.value("trainer", "?") + ", this recipe builds " + run.policies.trainer);
+  if (state.value("resumable_as", state.value("trainer", "")) != run.policies.resumable_as)
+    throw Error(where + "was written by " + state.value("trainer", "?") + ", this recipe builds " + run.policies.trainer +
+                "; only the parallelism may change on resume");
+  const nlohmann::json data = state.value("data", nlohmann::json::object());
+  const recipe::TrainSection& t = run.recipe.train;
+  const std::int64_t then = data.value("per_device_train_batch_size", 0) * data.value("gradient_accumulation_steps", 0) *
+                            data.value("ranks", 1),
+                     now = t.per_device_train_batch_size * t.gradient_accumulation_steps * run.comm->size();
+  if (then != now)
+    throw Error(where + "was written with a global batch of " + std::to_string(then) + " rows per step, this run takes " +
+                std::to_string(now) + " (per_device_train_batch_size x gradient_accumulation_steps x ranks); keep the "
+                "product the same to resume, so that every step sees the rows it would have seen");
   run.adapter->load(dir);
   run.parallel->sync_master_from_storage();
-  read_state(dir / "optimizer.safetensors", run.parallel->state_arrays());
+  const std::vector<StateArray> arrays = run.parallel->state_arrays();
+  std::string mine;
+  for (const StateArray& a : arrays) mine += a.name + "\n";
+  std::set<std::string> names;
+  for (const std::string& text : run.comm->all_gather_text(mine, "the names of the optimizer state")) {
+    std::istringstream lines(text);
+    for (std::string line; std::getline(lines, line);) names.insert(line);
+  }
+  read_state(dir, arrays, names);
   run.optimizer_step = state.at("optimizer_step").get<std::int64_t>();
   run.loss_scale.value = state.at("loss_scale").get<double>();
   run.loss_scale.good_steps = state.at("good_steps").get<std::int64_t>();

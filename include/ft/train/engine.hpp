@@ -4,6 +4,11 @@
 // evaluating every eval_steps (evaluation.hpp), checkpointing every
 // save_steps (checkpointing.hpp); at the end a last evaluation, a last
 // checkpoint and the adapter's result (a PEFT adapter, an HF model).
+//
+// In a job of several ranks every rank runs this loop in step; rank 0 alone
+// writes metrics.jsonl, TensorBoard, the run's description, `latest` and the
+// final model, and only rank 0 removes temporary files. The metrics are the
+// job's: tokens summed over ranks, peak memory the largest rank's.
 #include <sys/resource.h>
 
 #include <cmath>
@@ -14,7 +19,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "ft/comm/local.hpp"
+#include "ft/comm/world.hpp"
 #include "ft/optim/schedule.hpp"
 #include "ft/train/checkpoint.hpp"
 #include "ft/train/checkpointing.hpp"
@@ -71,11 +76,17 @@ public:
   void run() {
     Run<T, M>& run = run_;
     const recipe::Recipe& r = run.recipe;
-    comm_ = std::make_unique<comm::Local>();
+    comm_ = comm::join_job(r.launch.collective_timeout);
     run.comm = comm_.get();
+    comm::Communicator& comm = *comm_;
+    comm.set_phase("setup");
+    agree_on_run(run);
     run.out = r.output_dir;
-    std::filesystem::create_directories(run.out);
-    remove_stale_staging(run.out);
+    if (comm.rank() == 0) {
+      std::filesystem::create_directories(run.out);
+      remove_stale_staging(run.out);
+    }
+    comm.barrier("the output directory");
     const std::filesystem::path resume_from = resolve_resume(run.out, r.checkpoint.resume);
 
     load_text(run);
@@ -87,14 +98,15 @@ public:
                                    run.total_steps};
     std::int64_t step = 0;
     if (!resume_from.empty()) step = resume(run, resume_from);
-    describe_run(step);
+    if (comm.rank() == 0) describe_run(step);
 
-    MetricsLog log(run.out, long(run.total_steps), long(step));
+    MetricsLog log(run.out, long(run.total_steps), long(step), comm.rank() == 0);
     if (!r.preview.prompt.empty() && step == 0) log.say("before training: " + preview(run));
     run.peak_flops = measure_gemm_peak();
 
     Window window;
     while (step < run.total_steps) {
+      comm.set_phase("step " + std::to_string(step + 1));
       const double lr = schedule.rate(step);
       const StepResult s = train_step(run, step, lr);
       ++step;
@@ -113,7 +125,10 @@ public:
     evaluate_into(log, step);
     log.say("saved " + save_checkpoint(run, step).string());
     if (!r.preview.prompt.empty()) log.say("after training: " + preview(run));
-    for (const std::string& line : run.adapter->save_final(run.out)) std::printf("%s\n", line.c_str());
+    comm.set_phase("the final save");
+    if (comm.rank() == 0)
+      for (const std::string& line : run.adapter->save_final(run.out)) std::printf("%s\n", line.c_str());
+    comm.barrier("the final save", true);
     std::fflush(stdout);
   }
 
@@ -122,6 +137,7 @@ private:
   struct Window {
     double loss = 0, grad_norm = 0, seconds = 0;
     std::int64_t steps = 0, tokens = 0, dataset_tokens = 0, skipped = 0;
+    std::uint64_t sent_before = 0;  // this rank's traffic when the window began
     void add(const StepResult& s) {
       loss += s.loss;
       grad_norm += s.grad_norm;
@@ -141,20 +157,28 @@ private:
       j["grad_norm"] = grad_norm / double(steps);
       j["train_tokens_per_second"] = double(tokens) / seconds;
       j["dataset_tokens_per_second"] = double(dataset_tokens) / seconds;
-      j["mfu"] = run.flops_per_token * double(tokens) / seconds / run.peak_flops;
-      j["peak_memory_bytes"] = memory::Host::stats().peak();
-      j["max_rss_bytes"] = detail::max_rss_bytes();
+      j["mfu"] = run.flops_per_token * double(tokens) / seconds / (run.peak_flops * run.comm->size());
+      comm::Communicator& comm = *run.comm;
+      j["peak_memory_bytes"] = std::int64_t(comm.max(double(memory::Host::stats().peak()), "the peak memory"));
+      j["max_rss_bytes"] = std::int64_t(comm.max(double(detail::max_rss_bytes()), "the peak RSS"));
+      if (comm.size() > 1) {
+        j["ranks"] = comm.size();
+        const std::uint64_t sent = comm.traffic().sent;
+        j["sent_bytes_per_step"] = double(sent - sent_before) / double(steps);
+        sent_before = sent;
+      }
       j["seconds_per_step"] = seconds / double(steps);
       if (run.loss_scale.enabled) {
         j["loss_scale"] = run.loss_scale.value;
         j["skipped_steps"] = skipped;
       }
-      *this = Window{};
+      *this = Window{.sent_before = sent_before};
       return j;
     }
   };
 
   void evaluate_into(MetricsLog& log, std::int64_t step) {
+    run_.comm->set_phase("evaluation at step " + std::to_string(step));
     const nlohmann::ordered_json j = evaluate(run_, step);
     if (!j.is_null()) log.log("eval", j);
   }

@@ -8,11 +8,15 @@
 //   train_tokens_per_second    tokens processed per second, padding included
 //   dataset_tokens_per_second  tokens of the dataset per second, padding excluded
 // and mfu is model FLOPs per second over this machine's measured GEMM peak.
+//
+// In a job of several ranks only rank 0's log is `active`; the others' write,
+// print and draw nothing.
 #include <unistd.h>
 
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <memory>
 #include <string>
 
 #include <nlohmann/json.hpp>
@@ -25,35 +29,43 @@ namespace ft::train {
 
 class MetricsLog {
 public:
-  MetricsLog(const std::filesystem::path& output_dir, long total_steps, long first_step)
-      : jsonl_(output_dir / "metrics.jsonl", std::ios::app), tensorboard_(output_dir / "runs"),
-        progress_("train", total_steps), terminal_(::isatty(STDERR_FILENO) != 0) {
+  MetricsLog(const std::filesystem::path& output_dir, long total_steps, long first_step, bool active = true)
+      : active_(active), progress_("train", active ? total_steps : 0), terminal_(::isatty(STDERR_FILENO) != 0) {
+    if (!active_) return;
+    jsonl_.open(output_dir / "metrics.jsonl", std::ios::app);
     if (!jsonl_) throw Error((output_dir / "metrics.jsonl").string() + ": cannot be written");
+    tensorboard_ = std::make_unique<TensorBoardWriter>(output_dir / "runs");
     progress_.update(first_step);
   }
 
   // One record: every numeric field also becomes the scalar "<group>/<field>".
   void log(const std::string& group, nlohmann::ordered_json record) {
+    if (!active_) return;
     const std::int64_t step = record.at("step").get<std::int64_t>();
     record["split"] = group;
     jsonl_ << record.dump() << "\n";
     jsonl_.flush();
     for (auto it = record.begin(); it != record.end(); ++it)
-      if (it->is_number() && it.key() != "step") tensorboard_.add_scalar(group + "/" + it.key(), it->get<double>(), step);
-    tensorboard_.flush();
+      if (it->is_number() && it.key() != "step") tensorboard_->add_scalar(group + "/" + it.key(), it->get<double>(), step);
+    tensorboard_->flush();
     line(group, record);
   }
 
-  void progress(long step, const std::string& status) { progress_.update(step, status); }
+  void progress(long step, const std::string& status) {
+    if (active_) progress_.update(step, status);
+  }
 
   // A message on stdout that does not tear the progress bar.
   void say(const std::string& text) {
+    if (!active_) return;
     if (terminal_) std::fputs("\r\033[K", stderr);
     std::fputs((text + "\n").c_str(), stdout);
     std::fflush(stdout);
   }
 
-  void finish() { progress_.finish(); }
+  void finish() {
+    if (active_) progress_.finish();
+  }
 
 private:
   void line(const std::string& group, const nlohmann::ordered_json& record) {
@@ -69,8 +81,9 @@ private:
     say(text);
   }
 
+  bool active_;
   std::ofstream jsonl_;
-  TensorBoardWriter tensorboard_;
+  std::unique_ptr<TensorBoardWriter> tensorboard_;
   Progress progress_;
   bool terminal_;
 };

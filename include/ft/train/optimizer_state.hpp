@@ -34,6 +34,10 @@ struct StateArray {
   std::string dtype;  // "F32", "BF16", "U8"
   void* data;
   std::size_t bytes;
+  // A range of a longer array (a rank's shard of a per-element state, or of
+  // master weights): its elements are [begin, begin + n) of `total`. begin
+  // -1: the array is whole (per-tensor state).
+  std::int64_t begin = -1, total = 0;
 };
 
 template <class M>

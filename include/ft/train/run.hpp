@@ -34,6 +34,9 @@ namespace ft::train {
 template <element T, class M>
 struct Policies {
   std::string trainer;              // the Trainer's C++ type, for logs and checkpoints
+  // The Trainer's type with any parallelism: what a checkpoint must match to
+  // resume (optimizer state re-shards between parallelisms).
+  std::string resumable_as;
   std::string adapter_description;  // "lora: r 16, alpha 32, ...", for the run's header
   bool loss_scaling = false;        // fp16: dynamic loss scale, overflowing steps skipped
   std::function<models::ModelSpec(const std::filesystem::path&)> model;  // the family reads config.json

@@ -2,7 +2,15 @@
 // Setting a run up: its text tools, its data as micro-batch plans, its model
 // with the adapter attached and the trainable state laid out by the
 // parallelism's runtime.
+//
+// In a job of several ranks every rank sets up the same run: they agree on
+// the resolved recipe and the code that runs it before anything else, rank 0
+// prepares the token cache while the others wait, and they agree on the
+// cache before step 1. Each rank's batch plans hold its shard of the rows.
+#include <dlfcn.h>
+
 #include <cstdio>
+#include <sstream>
 #include <filesystem>
 #include <memory>
 #include <string>
@@ -12,6 +20,7 @@
 #include "ft/data/prepared.hpp"
 #include "ft/io/hf_config.hpp"
 #include "ft/io/model_weights.hpp"
+#include "ft/recipe/load.hpp"
 #include "ft/train/flops.hpp"
 #include "ft/train/run.hpp"
 
@@ -22,6 +31,36 @@ inline index_t checkpoint_every(const std::string& choice) {
   if (choice == "none") return 0;
   if (choice == "every_block") return 1;
   return std::stoll(choice.substr(std::string("every_").size()));
+}
+
+// Every rank must hold the same `text` (one line per fact); a difference is
+// an error naming the first line where rank 0 and another rank differ.
+inline void agree(comm::Communicator& comm, const std::string& what, const std::string& text) {
+  const std::vector<std::string> all = comm.all_gather_text(text, what);
+  for (std::size_t r = 1; r < all.size(); ++r) {
+    if (all[r] == all[0]) continue;
+    std::istringstream a(all[0]), b(all[r]);
+    std::string line_a, line_b;
+    while (std::getline(a, line_a) && std::getline(b, line_b) && line_a == line_b) {
+    }
+    throw Error("rank 0 and rank " + std::to_string(r) + " disagree on " + what + ": rank 0 has \"" + line_a +
+                "\", rank " + std::to_string(r) + " has \"" + line_b + "\"");
+  }
+}
+
+// The file this engine's code was loaded from (a plugin, or the program), and its fingerprint.
+template <element T, class M>
+std::string engine_code() {
+  Dl_info info{};
+  if (!::dladdr(reinterpret_cast<void*>(&engine_code<T, M>), &info) || !info.dli_fname) return "unknown";
+  return std::filesystem::path(info.dli_fname).filename().string() + " " + file_fingerprint(info.dli_fname);
+}
+
+// Before anything else: the ranks run the same recipe with the same code.
+template <element T, class M>
+void agree_on_run(Run<T, M>& run) {
+  agree(*run.comm, "the resolved recipe", recipe::emit(run.recipe));
+  agree(*run.comm, "the trainer", run.policies.trainer + "\nbuilt into " + engine_code<T, M>());
 }
 
 // The tokenizer and chat template, and the adapter's runtime (the batch plans
@@ -36,23 +75,32 @@ void load_text(Run<T, M>& run) {
 template <element T, class M>
 void load_data(Run<T, M>& run) {
   const recipe::Recipe& r = run.recipe;
-  Progress bar("prepare", 100);
-  const data::PreparedData prepared = data::load_prepared(r, run.text, data::progress_line(bar));
-  bar.finish();
-  if (!prepared.rebuilt_because.empty()) std::printf("data cache: rebuilt (%s)\n", prepared.rebuilt_because.c_str());
+  comm::Communicator& comm = *run.comm;
+  // Rank 0 tokenises when the cache does not match; the others then map what it wrote.
+  data::PreparedData prepared;
+  if (comm.rank() == 0) {
+    Progress bar("prepare", 100);
+    prepared = data::load_prepared(r, run.text, data::progress_line(bar));
+    bar.finish();
+    if (!prepared.rebuilt_because.empty()) std::printf("data cache: rebuilt (%s)\n", prepared.rebuilt_because.c_str());
+  }
+  comm.barrier("the token cache that rank 0 prepares", true);
+  if (comm.rank() != 0) prepared = data::load_prepared(r, run.text);
+  agree(comm, "the token cache " + data::cache_dir_of(r).string(), prepared.metadata.dump(1));
   run.skipped_rows = prepared.metadata["counts"]["skipped"].get<std::int64_t>();
   run.train_rows = prepared.train.size();
   run.data_cache = std::string(prepared.reused ? "reused " : "written to ") + data::cache_dir_of(r).string();
   const index_t virtual_tokens = run.adapter->virtual_tokens();
+  const data::Shard shard{comm.rank(), comm.size()};
   run.train_plan = std::make_unique<data::BatchPlan>(prepared.train, r.train.per_device_train_batch_size,
                                                      r.data.max_seq_length, r.data.packing, run.text.pad_id,
-                                                     std::uint64_t(r.seed), data::Cover::epochs, virtual_tokens);
+                                                     std::uint64_t(r.seed), data::Cover::epochs, virtual_tokens, shard);
   if (prepared.validation.size() > 0) {
     const std::int64_t rows = r.train.per_device_eval_batch_size > 0 ? r.train.per_device_eval_batch_size
                                                                      : r.train.per_device_train_batch_size;
     run.eval_plan = std::make_unique<data::BatchPlan>(prepared.validation, rows, r.data.max_seq_length, r.data.packing,
                                                       run.text.pad_id, std::uint64_t(r.seed), data::Cover::one_pass,
-                                                      virtual_tokens);
+                                                      virtual_tokens, shard);
   }
 }
 

@@ -53,7 +53,13 @@ StepResult train_step(Run<T, M>& run, std::int64_t step, double lr) {
     s.scored += m.batch.scored_tokens();
     batches.push_back(std::move(m.batch));
   }
-  const double divisor = std::max(1.0, run.comm->sum(double(s.scored), "the step's scored tokens"));
+  // The job's counts: scored tokens divide the loss; the others are metrics.
+  double counts[3] = {double(s.scored), double(s.tokens), double(s.dataset_tokens)};
+  run.comm->all_reduce_sum(std::span<double>(counts), "the step's token counts").wait();
+  s.scored = std::int64_t(counts[0]);
+  s.tokens = std::int64_t(counts[1]);
+  s.dataset_tokens = std::int64_t(counts[2]);
+  const double divisor = std::max(1.0, counts[0]);
   auto dropout_key = [&](std::int64_t k) { return derive_key(std::uint64_t(r.seed), std::uint64_t(step * accumulation + k)); };
   parallel.begin_step();
   double loss_sum = 0;

@@ -23,6 +23,7 @@
 #include "ft/adapters/full_runtime.hpp"
 #include "ft/adapters/lora_runtime.hpp"
 #include "ft/adapters/prompt_runtime.hpp"
+#include "ft/comm/job.hpp"
 #include "ft/core/error.hpp"
 #include "ft/models/family.hpp"
 #include "ft/optim/optimizer.hpp"
@@ -60,10 +61,10 @@ public:
   using optimizer_type = Optimizer;      // state layout and update of a flat shard
   using adapter_type = Adapter;          // which parameters train
 
-  static std::string type_name() {
+  static std::string type_name(std::string_view parallelism = Parallelism::type_name) {
     std::string s = "ft::Trainer<";
-    for (std::string_view part : {Model::type_name, Precision::type_name, Parallelism::type_name,
-                                  Optimizer::type_name, Adapter::type_name}) {
+    for (std::string_view part : {Model::type_name, Precision::type_name, parallelism, Optimizer::type_name,
+                                  Adapter::type_name}) {
       if (s.back() != '<') s += ", ";
       s += part;
     }
@@ -123,6 +124,7 @@ public:
     using Master = element_t<Precision::master>;    // what the optimizer updates
     train::Policies<Storage, Master> p;
     p.trainer = type_name();
+    p.resumable_as = type_name("/* any parallelism */");
     p.adapter_description = Adapter::describe(recipe_);
     p.loss_scaling = Precision::loss_scaling;
     p.model = [](const std::filesystem::path& dir) { return models::read_model_spec_of<Model>(dir); };
@@ -145,9 +147,10 @@ public:
 private:
   void validate() const {
     const auto& r = recipe_;
-    if (!Parallelism::multi_rank && r.launch.nproc > 1)
-      throw Error("parallelism " + std::string(Parallelism::name) + " runs one process, but launch.nproc = " +
-                  std::to_string(r.launch.nproc) + "; choose ddp, zero1, zero2 or zero3 for several ranks");
+    const std::int64_t ranks = std::max<std::int64_t>(r.launch.nproc, comm::job_place().size);
+    if (!Parallelism::multi_rank && ranks > 1)
+      throw Error("parallelism " + std::string(Parallelism::name) + " runs one process, but the job has " +
+                  std::to_string(ranks) + " ranks; choose ddp, zero1, zero2 or zero3 for several ranks");
     if (r.train.fuse_optimizer_with_backward && r.train.gradient_accumulation_steps > 1)
       throw Error("train.fuse_optimizer_with_backward steps each block inside backward, so gradients "
                   "cannot accumulate over gradient_accumulation_steps = " +

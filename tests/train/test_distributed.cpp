@@ -1,0 +1,285 @@
+// Data parallelism on real processes: `ftrun train` with launch.nproc = 2 or
+// 4 starts mpirun on this machine. Each strategy must train exactly what one
+// process trains on the same global batch (per-device batch x ranks): the
+// same loss and gradient norm at every step and the same final weights, in
+// fp32 within 1e-5. Checkpoints written by one sharding resume in another; a
+// rank killed with SIGKILL stops the job with a line naming it, and the job
+// resumes from its last checkpoint.
+#include <doctest/doctest.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include <ft/io/safetensors.hpp>
+
+#include "support/compare.hpp"
+
+namespace fs = std::filesystem;
+
+namespace {
+
+const std::string fixtures = std::string(FT_SOURCE_DIR) + "/tests/fixtures/train";
+const fs::path scratch = fs::temp_directory_path() / ("ft_dp_" + std::to_string(::getpid()));
+// mpirun refuses root unless told; CI machines run as root.
+const std::string mpi_env = "OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1 ";
+
+struct Run {
+  int code;
+  std::string out, err;
+};
+
+std::string slurp(const fs::path& p) {
+  std::ifstream in(p);
+  return {std::istreambuf_iterator<char>(in), {}};
+}
+
+// 20 steps of fp32 training of the tiny Llama on the small jargon set, in
+// `name`: `strategy` lines, `rows` rows per rank per micro-batch, `ranks`
+// processes, `train_lines` more for [train].
+fs::path recipe(const std::string& name, const std::string& strategy, int rows, int ranks = 1,
+                const std::string& train_lines = "") {
+  const fs::path dir = scratch / name;
+  fs::create_directories(dir);
+  std::ofstream(dir / "recipe.toml") << "output_dir = \"" << (dir / "run").string() << "\"\nseed = 3\n"
+                                     << "[model]\npath = \"" << fixtures << "/tiny_llama\"\n"
+                                     << "[data]\ntrain = \"" << fixtures << "/jargon_small.jsonl\"\n"
+                                     << "max_seq_length = 128\npacking = true\n"
+                                     << "[strategy]\n" << strategy
+                                     << "[train]\nlogging_steps = 1\nlearning_rate = 2e-3\n"
+                                     << (train_lines.find("max_steps") == std::string::npos ? "max_steps = 20\n" : "")
+                                     << "per_device_train_batch_size = " << rows << "\n" << train_lines
+                                     << "[launch]\nnproc = " << ranks << "\n";
+  return dir / "recipe.toml";
+}
+
+Run train(const fs::path& recipe_file, const std::string& sets = "") {
+  const fs::path dir = recipe_file.parent_path();
+  const std::string cmd = mpi_env + FTRUN_PATH " train \"" + recipe_file.string() + "\" " + sets + " >\"" +
+                          (dir / "stdout").string() + "\" 2>\"" + (dir / "stderr").string() + "\"";
+  const int status = std::system(cmd.c_str());
+  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, slurp(dir / "stdout"), slurp(dir / "stderr")};
+}
+
+// Loss and gradient norm of every step, the last record of each (a resumed run logs some again).
+std::map<long, std::pair<double, double>> steps(const fs::path& recipe_file) {
+  std::map<long, std::pair<double, double>> out;
+  std::ifstream in(recipe_file.parent_path() / "run" / "metrics.jsonl");
+  for (std::string line; std::getline(in, line);) {
+    const auto j = nlohmann::json::parse(line);
+    if (j["split"] == "train") out[j["step"].get<long>()] = {j["loss"].get<double>(), j["grad_norm"].get<double>()};
+  }
+  return out;
+}
+
+// The largest difference between two runs' per-step losses and gradient norms.
+double metric_difference(const fs::path& a, const fs::path& b) {
+  const auto x = steps(a), y = steps(b);
+  REQUIRE(x.size() == 20);
+  REQUIRE(y.size() == 20);
+  double d = 0;
+  for (const auto& [step, v] : x) {
+    d = std::max(d, std::abs(v.first - y.at(step).first));
+    d = std::max(d, std::abs(v.second - y.at(step).second));
+  }
+  return d;
+}
+
+// The largest difference between two files' tensors, which must have the same names.
+double weight_difference(const fs::path& a, const fs::path& b) {
+  const auto fa = ft::io::SafetensorsFile::open(a), fb = ft::io::SafetensorsFile::open(b);
+  REQUIRE(fa.tensors().size() == fb.tensors().size());
+  double d = 0;
+  for (const auto& t : fa.tensors()) {
+    const auto x = ft::testing::read_tensor<double>(fa, t.name), y = ft::testing::read_tensor<double>(fb, t.name);
+    REQUIRE(x.size() == y.size());
+    for (std::size_t i = 0; i < x.size(); ++i) d = std::max(d, std::abs(x[i] - y[i]));
+  }
+  return d;
+}
+
+fs::path final_weights(const fs::path& recipe_file, const std::string& file = "model/model.safetensors") {
+  return recipe_file.parent_path() / "run" / file;
+}
+
+}  // namespace
+
+TEST_CASE("ddp, zero1 and zero2 on 2 ranks train what one process trains on the same global batch") {
+  const fs::path single = recipe("single", "adapter = \"full\"\n", 4);
+  REQUIRE(train(single).code == 0);
+  for (const std::string parallelism : {"ddp", "zero1", "zero2"}) {
+    CAPTURE(parallelism);
+    const fs::path dp = recipe("two_" + parallelism, "adapter = \"full\"\nparallelism = \"" + parallelism + "\"\n", 2, 2);
+    const Run r = train(dp);
+    INFO(r.err);
+    REQUIRE(r.code == 0);
+    CHECK(r.out.find("ranks 2") != std::string::npos);
+    CHECK(metric_difference(single, dp) < 1e-5);
+    CHECK(weight_difference(final_weights(single), final_weights(dp)) < 1e-5);
+  }
+}
+
+TEST_CASE("4 ranks: zero2 with Adafactor (shards cut at tensor boundaries) on LoRA matches one process") {
+  const std::string adafactor_lora = "optimizer = \"adafactor\"\nadapter = \"lora\"\n";
+  const fs::path single = recipe("adafactor_single", adafactor_lora, 4);
+  REQUIRE(train(single).code == 0);
+  const fs::path dp = recipe("adafactor_four", adafactor_lora + "parallelism = \"zero2\"\n", 1, 4);
+  const Run r = train(dp);
+  INFO(r.err);
+  REQUIRE(r.code == 0);
+  CHECK(metric_difference(single, dp) < 1e-5);
+  const std::string adapter = "adapter/adapter_model.safetensors";
+  CHECK(weight_difference(final_weights(single, adapter), final_weights(dp, adapter)) < 1e-5);
+}
+
+TEST_CASE("gradient accumulation on 2 ranks (FSDP's no_shard) reduces once per step and matches one process") {
+  const fs::path single = recipe("accumulation_single", "adapter = \"full\"\n", 4);
+  REQUIRE(train(single).code == 0);
+  const fs::path dp = recipe("accumulation_two", "adapter = \"full\"\nparallelism = \"no_shard\"\n", 1, 2,
+                             "gradient_accumulation_steps = 2\n");
+  const Run r = train(dp);
+  INFO(r.err);
+  REQUIRE(r.code == 0);
+  CHECK(metric_difference(single, dp) < 1e-5);
+  CHECK(weight_difference(final_weights(single), final_weights(dp)) < 1e-5);
+}
+
+TEST_CASE("a checkpoint written by zero2 on 2 ranks resumes on 4 ranks (zero1) and on one process, re-sharded") {
+  const fs::path whole = recipe("reshard_whole", "adapter = \"full\"\nparallelism = \"zero2\"\n", 2, 2);
+  std::ofstream(whole, std::ios::app) << "[checkpoint]\nsave_steps = 10\n";
+  const Run first = train(whole);
+  INFO(first.err);
+  REQUIRE(first.code == 0);
+  const fs::path checkpoint = whole.parent_path() / "run" / "checkpoint-10";
+  REQUIRE(fs::exists(checkpoint / "optimizer-0-of-2.safetensors"));
+  REQUIRE(fs::exists(checkpoint / "optimizer-1-of-2.safetensors"));
+
+  struct Resumed {
+    std::string name, strategy;
+    int rows, ranks;
+  };
+  for (const Resumed& r : {Resumed{"reshard_four", "adapter = \"full\"\nparallelism = \"zero1\"\n", 1, 4},
+                           Resumed{"reshard_one", "adapter = \"full\"\n", 4, 1}}) {
+    CAPTURE(r.name);
+    const fs::path resumed = recipe(r.name, r.strategy, r.rows, r.ranks);
+    std::ofstream(resumed, std::ios::app) << "[checkpoint]\nresume = \"" << checkpoint.string() << "\"\n";
+    const Run run = train(resumed);
+    INFO(run.err);
+    REQUIRE(run.code == 0);
+    CHECK(run.out.find("resuming after step 10") != std::string::npos);
+    const auto a = steps(whole), b = steps(resumed);
+    REQUIRE(b.size() == 10);
+    for (const auto& [step, v] : b) CHECK(std::abs(v.first - a.at(step).first) < 1e-5);
+    CHECK(weight_difference(final_weights(whole), final_weights(resumed)) < 1e-5);
+  }
+}
+
+TEST_CASE("a rank killed with SIGKILL stops the job with a line naming it; resume = auto continues exactly") {
+  const std::string strategy = "adapter = \"full\"\nparallelism = \"zero2\"\n";
+  const std::string more = "[checkpoint]\nsave_steps = 10\nsave_total_limit = 30\nresume = \"auto\"\n";
+  const fs::path reference = recipe("kill_reference", strategy, 2, 2, "max_steps = 200\n");
+  const fs::path killed = recipe("kill_killed", strategy, 2, 2, "max_steps = 200\n");
+  for (const fs::path& p : {reference, killed}) std::ofstream(p, std::ios::app) << more;
+  REQUIRE(train(reference).code == 0);
+
+  // Start the job, wait for its second checkpoint, kill one rank.
+  const fs::path dir = killed.parent_path();
+  const std::string start = "(" + mpi_env + FTRUN_PATH " train " + killed.string() + " >" + (dir / "stdout").string() +
+                            " 2>" + (dir / "stderr").string() + "; echo $? >" + (dir / "status").string() + ") &";
+  REQUIRE(std::system(start.c_str()) == 0);
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(120);
+  while (!fs::exists(dir / "run" / "checkpoint-20") && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  REQUIRE(fs::exists(dir / "run" / "checkpoint-20"));
+  // The ranks are the processes whose command line starts with ftrun (mpirun's starts with mpirun).
+  const std::string ranks = "pgrep -f '^" FTRUN_PATH " train " + killed.string() + "'";
+  std::FILE* pipe = ::popen(ranks.c_str(), "r");
+  std::vector<int> pids;
+  for (int pid = 0; std::fscanf(pipe, "%d", &pid) == 1;) pids.push_back(pid);
+  ::pclose(pipe);
+  REQUIRE(pids.size() == 2);
+  const auto killed_at = std::chrono::steady_clock::now();
+  REQUIRE(::kill(pids.back(), SIGKILL) == 0);
+  while (!fs::exists(dir / "status") && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - killed_at).count();
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  const std::string err = slurp(dir / "stderr");
+  INFO(err);
+  CHECK(std::stoi(slurp(dir / "status")) != 0);
+  CHECK(seconds < 30);
+  CHECK(err.find("ftrun: rank ") != std::string::npos);
+  CHECK(err.find("(pid " + std::to_string(pids.back()) + " on ") != std::string::npos);
+  CHECK(err.find("has died or exited") != std::string::npos);
+
+  // The same command again continues from latest and ends where the uninterrupted run ends.
+  const Run resumed = train(killed);
+  INFO(resumed.err);
+  REQUIRE(resumed.code == 0);
+  CHECK(resumed.out.find("resuming after step ") != std::string::npos);
+  const auto a = steps(reference), b = steps(killed);
+  REQUIRE(b.size() == 200);
+  for (const auto& [step, v] : b) {
+    CAPTURE(step);
+    CHECK(v.first == a.at(step).first);
+    CHECK(v.second == a.at(step).second);
+  }
+  CHECK(weight_difference(final_weights(reference), final_weights(killed)) == 0);
+}
+
+TEST_CASE("multi-rank bad input: one line each, before any rank trains") {
+  SUBCASE("single with several ranks") {
+    const Run r = train(recipe("bad_single", "adapter = \"full\"\n", 2, 2));
+    CHECK(r.code == 2);
+    CHECK(r.err.find("parallelism single runs one process, but the job has 2 ranks") != std::string::npos);
+  }
+  SUBCASE("launch.nproc that is not the job's size") {
+    const fs::path p = recipe("bad_nproc", "parallelism = \"ddp\"\n", 2, 3);
+    const std::string cmd = mpi_env + FT_MPIRUN " -np 2 --oversubscribe " FTRUN_PATH " train " + p.string() +
+                            " >/dev/null 2>" + (p.parent_path() / "stderr").string();
+    CHECK(std::system(cmd.c_str()) != 0);
+    CHECK(slurp(p.parent_path() / "stderr").find("launch.nproc: is 3, but mpirun started this job with 2 ranks") !=
+          std::string::npos);
+  }
+  SUBCASE("ranks started with different recipes") {
+    const fs::path p = recipe("bad_disagree", "parallelism = \"ddp\"\n", 2, 1);
+    const std::string cmd = mpi_env + FT_MPIRUN " --oversubscribe -np 1 " FTRUN_PATH " train " + p.string() +
+                            " : -np 1 " FTRUN_PATH " train " + p.string() + " --set train.learning_rate=0.003" +
+                            " >/dev/null 2>" + (p.parent_path() / "stderr").string();
+    CHECK(std::system(cmd.c_str()) != 0);
+    const std::string err = slurp(p.parent_path() / "stderr");
+    INFO(err);
+    CHECK(err.find("rank 0 and rank 1 disagree on the resolved recipe: rank 0 has \"learning_rate = 0.002") !=
+          std::string::npos);
+    CHECK(err.find("rank 1 has \"learning_rate = 0.003") != std::string::npos);
+  }
+  SUBCASE("--dry-run prints the launch command, shell-quoted") {
+    const fs::path p = recipe("dry run", "parallelism = \"zero1\"\nadapter = \"full\"\n", 2, 2);
+    const Run r = train(p, "--dry-run");
+    CHECK(r.code == 0);
+    CHECK(r.out.find("mpirun -np 2 --bind-to none --oversubscribe") != std::string::npos);
+    CHECK(r.out.find(" train '" + p.string() + "'") != std::string::npos);
+  }
+  SUBCASE("resuming with another global batch") {
+    const fs::path first = recipe("bad_batch_first", "parallelism = \"ddp\"\nadapter = \"full\"\n", 2, 2,
+                                  "max_steps = 2\n");
+    REQUIRE(train(first).code == 0);
+    const fs::path second = recipe("bad_batch_second", "parallelism = \"ddp\"\nadapter = \"full\"\n", 1, 2);
+    std::ofstream(second, std::ios::app) << "[checkpoint]\nresume = \"" << (first.parent_path() / "run/latest").string()
+                                         << "\"\n";
+    const Run r = train(second);
+    CHECK(r.code != 0);
+    CHECK(r.err.find("was written with a global batch of 4 rows per step, this run takes 2") != std::string::npos);
+  }
+}
