@@ -155,22 +155,22 @@ TEST_CASE("a policy name no plugin offers is located at its key") {
 }
 
 TEST_CASE("a missing combination lists the closest and the C++ that would build it") {
-  std::string file = recipe("[strategy]\nparallelism = \"zero3\"\nprecision = \"bf16-mixed\"\n");
-  // zero3 is a known name only once a plugin offers it: the fixture that offers it serves it.
+  std::string file = recipe("[strategy]\nparallelism = \"fixture-dp\"\nprecision = \"bf16-mixed\"\n");
+  // fixture-dp is a known name only once a plugin offers it: the fixture that offers it serves it.
   Run with_plugin = ftrun("train " + file + " --dry-run --plugin " + fixture_plugins + "/libfixture_good.so");
   CHECK(with_plugin.code == 0);
   CHECK(with_plugin.out.find("fixture-good 1.2.3") != std::string::npos);
 
-  file = recipe("[strategy]\nparallelism = \"zero3\"\nprecision = \"fp32\"\n");
+  file = recipe("[strategy]\nparallelism = \"fixture-dp\"\nprecision = \"fp32\"\n");
   Run r = ftrun("train " + file + " --dry-run --plugin " + fixture_plugins + "/libfixture_good.so");
   CHECK(r.code == 2);
-  CHECK(r.err.rfind("ftrun: no plugin offers the trainer (llama, fp32, zero3, adamw, lora)\n  closest offered:\n", 0) ==
-        0);
-  CHECK(r.err.find("(llama, bf16-mixed, zero3, adamw, lora)  from fixture-good  (differs in precision)") !=
+  CHECK(r.err.rfind("ftrun: no plugin offers the trainer (llama, fp32, fixture-dp, adamw, lora)\n  closest offered:\n",
+                    0) == 0);
+  CHECK(r.err.find("(llama, bf16-mixed, fixture-dp, adamw, lora)  from fixture-good  (differs in precision)") !=
         std::string::npos);
   CHECK(r.err.find("FT_PLUGIN(\"my-plugin\", \"0.1.0\",\n              ft::Trainer<ft::models::Llama, "
-                   "ft::precision::FP32, ft::parallel::ZeRO<3>,\n                          ft::optim::AdamW, "
-                   "ft::adapters::LoRA>)") != std::string::npos);
+                   "ft::precision::FP32, /* the policy named \"fixture-dp\" */,\n                          "
+                   "ft::optim::AdamW, ft::adapters::LoRA>)") != std::string::npos);
 }
 
 TEST_CASE("policy checks of the chosen Trainer run in the plugin") {

@@ -41,22 +41,26 @@ TEST_CASE("a well-formed plugin registers its combinations") {
   registry.add(Plugin::load(fixture_dir / "libfixture_good.so"));  // the same file twice counts once
   REQUIRE(registry.factories().size() == 1);
   const auto& f = registry.factories()[0];
-  CHECK(f.key == ft::plugin::TrainerKey{"llama", "bf16-mixed", "zero3", "adamw", "lora"});
+  CHECK(f.key == ft::plugin::TrainerKey{"llama", "bf16-mixed", "fixture-dp", "adamw", "lora"});
   CHECK(f.type_name ==
-        "ft::Trainer<ft::models::Llama, ft::precision::BF16Mixed, ft::parallel::ZeRO<3>, ft::optim::AdamW, "
+        "ft::Trainer<ft::models::Llama, ft::precision::BF16Mixed, fixture::Parallel, ft::optim::AdamW, "
         "ft::adapters::LoRA>");
   CHECK(registry.family_for("MistralForCausalLM") == "llama");
   CHECK_FALSE(registry.family_for("FalconForCausalLM"));
 }
 
-TEST_CASE("the stock llama plugin offers single-process combinations") {
+TEST_CASE("the stock llama plugin offers every stock parallelism, and the closest to another differ only in it") {
   ft::plugin::Registry registry;
   registry.add(Plugin::load(FT_STOCK_LLAMA_PLUGIN));
-  CHECK(registry.find({"llama", "bf16-mixed", "single", "adamw", "lora"}) != nullptr);
-  CHECK(registry.find({"llama", "bf16-mixed", "zero3", "adamw", "lora"}) == nullptr);
-  auto near = registry.closest({"llama", "bf16-mixed", "zero3", "adamw", "lora"}, 3);
+  for (const char* parallelism : {"single", "ddp", "zero1", "zero2", "zero3"})
+    CHECK(registry.find({"llama", "bf16-mixed", parallelism, "adamw", "lora"}) != nullptr);
+  CHECK(registry.find({"llama", "bf16-mixed", "fixture-dp", "adamw", "lora"}) == nullptr);
+  auto near = registry.closest({"llama", "bf16-mixed", "fixture-dp", "adamw", "lora"}, 3);
   REQUIRE(near.size() == 3);
-  CHECK(near[0]->key == ft::plugin::TrainerKey{"llama", "bf16-mixed", "single", "adamw", "lora"});
+  for (const auto* f : near) {
+    CHECK(f->key.parallelism != "fixture-dp");
+    CHECK(f->key == ft::plugin::TrainerKey{"llama", "bf16-mixed", f->key.parallelism, "adamw", "lora"});
+  }
 }
 
 TEST_CASE("another ABI version is refused, naming both versions") {

@@ -49,11 +49,11 @@ std::string slurp(const fs::path& p) {
 // `name`: `strategy` lines, `rows` rows per rank per micro-batch, `ranks`
 // processes, `train_lines` more for [train].
 fs::path recipe(const std::string& name, const std::string& strategy, int rows, int ranks = 1,
-                const std::string& train_lines = "") {
+                const std::string& train_lines = "", const std::string& model = "tiny_llama") {
   const fs::path dir = scratch / name;
   fs::create_directories(dir);
   std::ofstream(dir / "recipe.toml") << "output_dir = \"" << (dir / "run").string() << "\"\nseed = 3\n"
-                                     << "[model]\npath = \"" << fixtures << "/tiny_llama\"\n"
+                                     << "[model]\npath = \"" << fixtures << "/" << model << "\"\n"
                                      << "[data]\ntrain = \"" << fixtures << "/jargon_small.jsonl\"\n"
                                      << "max_seq_length = 128\npacking = true\n"
                                      << "[strategy]\n" << strategy
@@ -115,10 +115,10 @@ fs::path final_weights(const fs::path& recipe_file, const std::string& file = "m
 
 }  // namespace
 
-TEST_CASE("ddp, zero1 and zero2 on 2 ranks train what one process trains on the same global batch") {
+TEST_CASE("ddp, zero1, zero2 and zero3 on 2 ranks train what one process trains on the same global batch") {
   const fs::path single = recipe("single", "adapter = \"full\"\n", 4);
   REQUIRE(train(single).code == 0);
-  for (const std::string parallelism : {"ddp", "zero1", "zero2"}) {
+  for (const std::string parallelism : {"ddp", "zero1", "zero2", "zero3"}) {
     CAPTURE(parallelism);
     const fs::path dp = recipe("two_" + parallelism, "adapter = \"full\"\nparallelism = \"" + parallelism + "\"\n", 2, 2);
     const Run r = train(dp);
@@ -130,17 +130,57 @@ TEST_CASE("ddp, zero1 and zero2 on 2 ranks train what one process trains on the 
   }
 }
 
-TEST_CASE("4 ranks: zero2 with Adafactor (shards cut at tensor boundaries) on LoRA matches one process") {
+TEST_CASE("4 ranks: zero2 and zero3 with Adafactor (shards cut at tensor boundaries) on LoRA match one process") {
   const std::string adafactor_lora = "optimizer = \"adafactor\"\nadapter = \"lora\"\n";
   const fs::path single = recipe("adafactor_single", adafactor_lora, 4);
   REQUIRE(train(single).code == 0);
-  const fs::path dp = recipe("adafactor_four", adafactor_lora + "parallelism = \"zero2\"\n", 1, 4);
+  for (const std::string parallelism : {"zero2", "zero3"}) {
+    CAPTURE(parallelism);
+    const fs::path dp = recipe("adafactor_four_" + parallelism, adafactor_lora + "parallelism = \"" + parallelism + "\"\n", 1, 4);
+    const Run r = train(dp);
+    INFO(r.err);
+    REQUIRE(r.code == 0);
+    CHECK(metric_difference(single, dp) < 1e-5);
+    const std::string adapter = "adapter/adapter_model.safetensors";
+    CHECK(weight_difference(final_weights(single, adapter), final_weights(dp, adapter)) < 1e-5);
+  }
+}
+
+TEST_CASE("zero3 on an untied model (GPT-NeoX) with gradient checkpointing matches one process") {
+  const std::string strategy = "adapter = \"full\"\n";
+  const std::string checkpointing = "gradient_checkpointing = \"every_block\"\n";
+  const fs::path single = recipe("neox_single", strategy, 4, 1, checkpointing, "tiny_neox");
+  REQUIRE(train(single).code == 0);
+  const fs::path dp = recipe("neox_zero3", strategy + "parallelism = \"zero3\"\n", 2, 2, checkpointing, "tiny_neox");
   const Run r = train(dp);
   INFO(r.err);
   REQUIRE(r.code == 0);
   CHECK(metric_difference(single, dp) < 1e-5);
-  const std::string adapter = "adapter/adapter_model.safetensors";
-  CHECK(weight_difference(final_weights(single, adapter), final_weights(dp, adapter)) < 1e-5);
+  CHECK(weight_difference(final_weights(single), final_weights(dp)) < 1e-5);
+}
+
+TEST_CASE("zero3 on 4 ranks holds at most 0.3x the parameter, gradient and optimizer bytes of one process") {
+  auto state_bytes = [](const fs::path& recipe_file) {
+    std::ifstream in(recipe_file.parent_path() / "run" / "metrics.jsonl");
+    std::string line;
+    std::getline(in, line);
+    return nlohmann::json::parse(line).at("state_bytes").get<double>();
+  };
+  for (const std::string precision : {"fp32", "bf16-mixed"}) {
+    CAPTURE(precision);
+    const std::string strategy = "adapter = \"full\"\nprecision = \"" + precision + "\"\n";
+    const fs::path single = recipe("memory_single_" + precision, strategy, 4, 1, "max_steps = 2\n");
+    const fs::path sharded =
+        recipe("memory_zero3_" + precision, strategy + "parallelism = \"zero3\"\n", 1, 4, "max_steps = 2\n");
+    REQUIRE(train(single).code == 0);
+    const Run r = train(sharded);
+    INFO(r.err);
+    REQUIRE(r.code == 0);
+    const double one = state_bytes(single), four = state_bytes(sharded);
+    MESSAGE(precision << ": state bytes per rank, one process " << one << ", zero3 on 4 ranks " << four << " ("
+                      << four / one << "x)");
+    CHECK(four <= 0.3 * one);
+  }
 }
 
 TEST_CASE("gradient accumulation on 2 ranks (FSDP's no_shard) reduces once per step and matches one process") {

@@ -18,6 +18,7 @@
 // 2 (w-1)/w B each way; reduce-scatter and all-gather of B bytes in all:
 // (w-1)/w B), so that what a strategy moves per step can be compared with
 // what it should move. Point-to-point messages count their size.
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <future>
@@ -65,6 +66,9 @@ public:
   explicit Work(std::shared_future<void> done) : done_(std::move(done)) {}
   void wait() const {
     if (done_.valid()) done_.get();
+  }
+  bool ready() const {
+    return !done_.valid() || done_.wait_for(std::chrono::seconds(0)) == std::future_status::ready;
   }
 
 private:

@@ -46,12 +46,22 @@ public:
     grads_ = storage;
   }
 
+  // ZeRO-3 keeps a stage's whole values and gradients only while the stage
+  // runs: these drop them (the memory returns once no collective holds it)
+  // and make them anew, zero-filled.
+  void release_values() { values_ = Tensor<T>(); }
+  void allocate_values() { values_ = Tensor<T>(Shape{size_}); }
+  void release_grads() { grads_ = Tensor<T>(); }
+  void allocate_grads() {
+    if (trainable_) grads_ = Tensor<T>(Shape{size_});
+  }
+
   const std::vector<Entry>& entries() const { return entries_; }
   index_t size() const { return size_; }
   Tensor<T>& values() { return values_; }
   Tensor<T>& grads() { return grads_; }
   void zero_grads() {
-    if (trainable_) std::fill_n(grads_.data(), size_, T(0.0f));
+    if (trainable_ && grads_.data()) std::fill_n(grads_.data(), size_, T(0.0f));
   }
 
   const Entry* find(std::string_view name) const {

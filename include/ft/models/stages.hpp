@@ -78,11 +78,10 @@ public:
   const ParameterBuffer<T>& parameters() const { return params_; }
   static std::string prefix() { return ""; }
 
-  // Ties the LM head to the embedding table (weights and gradients).
-  void tie_to(EmbeddingStage<T>& embedding) {
-    tied_weight_ = embedding.parameters().value("weight");
-    tied_grad_ = embedding.parameters().grad("weight");
-  }
+  // Ties the LM head to the embedding table (weights and gradients), read
+  // from the embedding's buffer at each use: its memory may change between
+  // steps (ZeRO-3 gathers it anew, a fused optimizer shares gradients).
+  void tie_to(EmbeddingStage<T>& embedding) { tied_ = &embedding.parameters(); }
 
   // Returns the summed loss over scored targets; logits [N, V] are written when asked.
   double forward(const T* x, const Batch& batch, const HeadOptions& options, T* logits = nullptr) {
@@ -116,13 +115,12 @@ public:
   }
 
 private:
-  const T* lm_weight() const { return tied_weight_ ? tied_weight_ : params_.value("lm_head.weight"); }
-  T* lm_grad() const { return tied_grad_ ? tied_grad_ : params_.grad("lm_head.weight"); }
+  const T* lm_weight() const { return tied_ ? tied_->value("weight") : params_.value("lm_head.weight"); }
+  T* lm_grad() const { return tied_ ? tied_->grad("weight") : params_.grad("lm_head.weight"); }
 
   TransformerConfig c_;
   ParameterBuffer<T> params_;
-  const T* tied_weight_ = nullptr;
-  T* tied_grad_ = nullptr;
+  const ParameterBuffer<T>* tied_ = nullptr;
   const T* input_ = nullptr;
   Tensor<T> normed_, d_normed_;
   Tensor<A> mean_, rstd_;

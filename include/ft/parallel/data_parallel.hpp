@@ -15,6 +15,16 @@
 //           reduce-scattered as soon as it is complete and each rank adds
 //           its range into its step gradient, so no rank keeps a whole
 //           step gradient
+//   ZeRO-3  the model's values are sharded too (stage_shards.hpp): a stage
+//           is gathered before its forward and again before its backward,
+//           the next one prefetched, and dropped after; its whole gradient
+//           lives only from its backward to its reduce-scatter. Each rank
+//           steps its range in place. Adapter buffers (LoRA, prompts) are
+//           small and stay whole, sharded as in ZeRO-2.
+//
+// A reduction in flight overlaps the backward of the next stage; it is
+// settled (waited for, its result used, its memory freed) after that
+// stage's backward, so at most one stage's reductions are in flight.
 //
 // Each rank's loss gradient is divided by the scored tokens of the whole
 // global step (the engine sums them over ranks first), so the summed
@@ -33,6 +43,7 @@
 #include "ft/optim/clip.hpp"
 #include "ft/parallel/runtime.hpp"
 #include "ft/parallel/shard_layout.hpp"
+#include "ft/parallel/stage_shards.hpp"
 #include "ft/train/trainable.hpp"
 
 namespace ft::parallel {
@@ -63,6 +74,7 @@ public:
       layouts_.push_back(layout);
     }
     if (fused) share_block_gradients();
+    if (sharding_.parameters) shard_model(world);
   }
 
   index_t trainable_parameters() const override { return set_.parameter_count(); }
@@ -70,21 +82,18 @@ public:
   void begin_step() override { set_.begin_step(); }
 
   models::StageHooks training_hooks(const MicroBatchRole& role) override {
-    models::StageHooks hooks;
+    models::StageHooks hooks = shards_ ? gather_hooks(true) : models::StageHooks{};
     hooks.after_backward = [this, role](index_t stage) {
+      const std::size_t before = pending_.size();
       for (std::size_t i = 0; i < set_.buffers().size(); ++i)
         if (set_.buffers()[i].stage == stage) gradient_complete(i, role);
+      settle(pending_.size() - before);
+      if (shards_) release_after(stage);
     };
     return hooks;
   }
 
-  void end_micro_batch() override {
-    for (Pending& p : pending_) {
-      p.work.wait();
-      if (p.then) p.then();
-    }
-    pending_.clear();
-  }
+  void end_micro_batch() override { settle(0); }
 
   double fused_squares() override {
     const double squares = job_squares(fused_squares_);
@@ -120,9 +129,34 @@ public:
     end_micro_batch();
   }
 
-  models::StageHooks evaluation_hooks() override { return {}; }
+  models::StageHooks evaluation_hooks() override { return shards_ ? gather_hooks(false) : models::StageHooks{}; }
 
-  void sync_master_from_storage() override { set_.sync_master_from_storage(); }
+  void with_whole_model(const std::function<void()>& use, bool changes) override {
+    if (shards_)
+      for (index_t s = -1; s <= shards_->last(); ++s) shards_->gather(s);
+    use();
+    if (changes && shards_)
+      for (index_t s = -1; s <= shards_->last(); ++s) shards_->keep_from_whole(s);
+    if (changes) set_.sync_master_from_storage();
+    if (shards_)
+      for (index_t s = -1; s <= shards_->last(); ++s) shards_->release(s);
+  }
+
+  std::size_t state_bytes() const override {
+    std::size_t n = shards_ ? shards_->shard_bytes() : 0;
+    if (!shards_) {
+      for (index_t s = -1; s <= model_->config().num_layers; ++s) {
+        auto& p = model_->stage_parameters(s);
+        n += std::size_t(p.size()) * sizeof(T) * (p.trainable() ? 2 : 1);
+      }
+    }
+    for (const Buffer& b : set_.buffers()) {
+      if (!is_model_stage(b)) n += std::size_t(b.size()) * sizeof(T) * 2;  // an adapter's values and gradients
+      n += b.master.size() * sizeof(M) + b.grads.size() * sizeof(M);
+      for (const train::StateArray& a : b.optimizer->state()) n += a.bytes;
+    }
+    return n;
+  }
 
   std::vector<train::StateArray> state_arrays() override {
     std::vector<train::StateArray> arrays;
@@ -147,6 +181,69 @@ private:
     std::function<void()> then;  // runs on this thread once the work is complete
   };
 
+  // Completes the reductions in flight but the newest `keep`, oldest first.
+  void settle(std::size_t keep) {
+    while (pending_.size() > keep) {
+      Pending p = std::move(pending_.front());
+      pending_.pop_front();
+      p.work.wait();
+      if (p.then) p.then();
+    }
+  }
+
+  bool is_model_stage(const Buffer& b) const { return b.params == &model_->stage_parameters(b.stage); }
+
+  // ZeRO-3: cuts every stage of the model (a trainable one as its optimizer
+  // needs), keeps this rank's range and drops the whole values.
+  void shard_model(int world) {
+    std::vector<ShardLayout> layouts;
+    for (index_t s = -1; s <= model_->config().num_layers; ++s) {
+      auto& p = model_->stage_parameters(s);
+      layouts.emplace_back(p.entries(), p.size(), world, true);
+      for (std::size_t i = 0; i < set_.buffers().size(); ++i)
+        if (set_.buffers()[i].params == &p) layouts.back() = layouts_[i];
+    }
+    shards_ = std::make_unique<StageShards<T>>(comm_, *model_, layouts);
+    for (Buffer& b : set_.buffers())
+      if (is_model_stage(b)) b.values_shard = shards_->shard(b.stage);
+    shards_->release_all();
+  }
+
+  // ZeRO-3's gathers: a stage's values (and the embedding table for a head
+  // tied to it) before its forward and backward, the next stage's prefetched;
+  // in training the head's and the embedding's gradients from the head's
+  // forward on (it begins their backward), a block's from its backward on.
+  models::StageHooks gather_hooks(bool training) {
+    const index_t L = model_->config().num_layers;
+    const bool tied = model_->config().tie_embeddings;
+    models::StageHooks hooks;
+    hooks.before_forward = [=, this](index_t s) {
+      shards_->gather(s);
+      if (s == L && tied) shards_->gather(-1);
+      shards_->prefetch(s + 1);
+      if (training && s == L) {
+        model_->stage_parameters(L).allocate_grads();
+        if (tied) model_->stage_parameters(-1).allocate_grads();
+      }
+    };
+    hooks.after_forward = [=, this](index_t s) {
+      shards_->release(s);
+      if (s == L && tied) shards_->release(-1);
+    };
+    if (training)
+      hooks.before_backward = [this](index_t s) {
+        shards_->gather(s);
+        shards_->prefetch(s - 1);
+        auto& p = model_->stage_parameters(s);
+        if (!p.grads().data()) p.allocate_grads();
+      };
+    return hooks;
+  }
+  void release_after(index_t stage) {
+    shards_->release(stage);
+    if (stage == model_->config().num_layers && model_->config().tie_embeddings) shards_->release(-1);
+  }
+
   // A stage's gradient for this micro-batch is complete in b's T buffer.
   void gradient_complete(std::size_t i, const MicroBatchRole& role) {
     Buffer& b = set_.buffers()[i];
@@ -168,7 +265,8 @@ private:
                           M* acc = b.grads.data();
                           const M* add = part->data();
                           cpu::parallel_for(b.owned(), [=](index_t k) { acc[k] = M(acc_t<M>(acc[k]) + acc_t<M>(add[k])); });
-                          b.params->zero_grads();
+                          if (b.values_shard) b.params->release_grads();  // ZeRO-3: made anew at the next backward
+                          else b.params->zero_grads();
                           give_back(std::move(whole));
                           give_back(std::move(part));
                         }});
@@ -223,7 +321,7 @@ private:
   // After a sharded optimizer stepped its range, every rank takes the others'.
   void gather_values(std::size_t i) {
     Buffer& b = set_.buffers()[i];
-    if (!sharding_.optimizer_state || comm_.size() == 1) return;
+    if (!sharding_.optimizer_state || comm_.size() == 1 || b.values_shard) return;  // ZeRO-3 gathers before use
     T* v = b.params->values().data();
     pending_.push_back({comm_.all_gather(std::span<const T>(v + b.begin, std::size_t(b.owned())),
                                          std::span<T>(v, std::size_t(b.size())), layouts_[i].counts(),
@@ -263,6 +361,7 @@ private:
   std::deque<Pending> pending_;
   std::vector<std::shared_ptr<Scratch>> free_scratch_;
   Tensor<T> block_gradients_;  // shared by every block when the optimizer is fused into backward
+  std::unique_ptr<StageShards<T>> shards_;  // ZeRO-3
   double fused_squares_ = 0;
 };
 

@@ -79,8 +79,13 @@ public:
   virtual void step(double lr, std::int64_t optimizer_step) = 0;
 
   virtual models::StageHooks evaluation_hooks() = 0;
-  // After new values were loaded into the model (resume): refresh what is derived from them.
-  virtual void sync_master_from_storage() = 0;
+  // Runs `use` while the model's whole values are there (ZeRO-3 gathers them
+  // first, on every rank: call it on every rank). `changes`: use wrote new
+  // values (resume), so what is derived from them is refreshed.
+  virtual void with_whole_model(const std::function<void()>& use, bool changes) = 0;
+  // Bytes this rank holds for parameters, gradients, master weights and
+  // optimizer state between steps.
+  virtual std::size_t state_bytes() const = 0;
   // Every array of optimizer state and master weights this rank holds, by
   // name; a rank's range of a per-element array says which range it is.
   virtual std::vector<train::StateArray> state_arrays() = 0;

@@ -58,8 +58,8 @@ std::filesystem::path save_checkpoint(Run<T, M>& run, std::int64_t step) {
   const std::filesystem::path staging = comm.all_gather_text(made, "the checkpoint's staging directory")[0];
   const bool sharded = run.parallel->state_is_sharded();
   if (sharded) write_state(staging / state_file_name(comm.rank(), comm.size()), run.parallel->state_arrays());
+  run.parallel->with_whole_model([&] { if (comm.rank() == 0) run.adapter->save(staging); }, false);
   if (comm.rank() == 0) {
-    run.adapter->save(staging);
     if (!sharded) write_state(staging / state_file_name(0, 0), run.parallel->state_arrays());
     write_json(staging / "trainer_state.json", trainer_state(run, step));
   }
@@ -96,8 +96,7 @@ std::int64_t resume(Run<T, M>& run, const std::filesystem::path& dir) {
     throw Error(where + "was written with a global batch of " + std::to_string(then) + " rows per step, this run takes " +
                 std::to_string(now) + " (per_device_train_batch_size x gradient_accumulation_steps x ranks); keep the "
                 "product the same to resume, so that every step sees the rows it would have seen");
-  run.adapter->load(dir);
-  run.parallel->sync_master_from_storage();
+  run.parallel->with_whole_model([&] { run.adapter->load(dir); }, true);
   const std::vector<StateArray> arrays = run.parallel->state_arrays();
   std::string mine;
   for (const StateArray& a : arrays) mine += a.name + "\n";

@@ -11,11 +11,13 @@
 // job's: tokens summed over ranks, peak memory the largest rank's.
 #include <sys/resource.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -116,7 +118,11 @@ public:
                               "; stopping. Last good checkpoint: " + run.last_checkpoint +
                               " (lower learning_rate or check the data, then resume from it)");
       log.progress(long(step), "loss " + detail::format(s.loss) + "  lr " + detail::format(lr));
-      if (step % r.train.logging_steps == 0 || step == run.total_steps) log.log("train", window.take(step, run, lr));
+      if (step % r.train.logging_steps == 0 || step == run.total_steps) {
+        std::vector<nlohmann::ordered_json> by_rank;
+        log.log("train", window.take(step, run, lr, by_rank));
+        for (auto& record : by_rank) log.log("rank" + record["rank"].dump(), std::move(record), true);
+      }
       if (r.train.eval_steps > 0 && step % r.train.eval_steps == 0 && step != run.total_steps) evaluate_into(log, step);
       if (r.checkpoint.save_steps > 0 && step % r.checkpoint.save_steps == 0 && step != run.total_steps)
         log.say("saved " + save_checkpoint(run, step).string());
@@ -126,8 +132,12 @@ public:
     log.say("saved " + save_checkpoint(run, step).string());
     if (!r.preview.prompt.empty()) log.say("after training: " + preview(run));
     comm.set_phase("the final save");
-    if (comm.rank() == 0)
-      for (const std::string& line : run.adapter->save_final(run.out)) std::printf("%s\n", line.c_str());
+    run.parallel->with_whole_model(
+        [&] {
+          if (comm.rank() == 0)
+            for (const std::string& line : run.adapter->save_final(run.out)) std::printf("%s\n", line.c_str());
+        },
+        false);
     comm.barrier("the final save", true);
     std::fflush(stdout);
   }
@@ -137,7 +147,10 @@ private:
   struct Window {
     double loss = 0, grad_norm = 0, seconds = 0;
     std::int64_t steps = 0, tokens = 0, dataset_tokens = 0, skipped = 0;
-    std::uint64_t sent_before = 0;  // this rank's traffic when the window began
+    comm::Traffic traffic_before;  // this rank's traffic when the window began
+    static constexpr std::size_t per_rank_fields = 5;
+    static constexpr const char* per_rank_names[per_rank_fields] = {
+        "peak_memory_bytes", "max_rss_bytes", "state_bytes", "sent_bytes_per_step", "received_bytes_per_step"};
     void add(const StepResult& s) {
       loss += s.loss;
       grad_norm += s.grad_norm;
@@ -148,7 +161,9 @@ private:
       ++steps;
     }
     // The averages as a metrics record; the window starts again empty.
-    nlohmann::ordered_json take(std::int64_t step, const Run<T, M>& run, double lr) {
+    // In a job of several ranks, `by_rank` gets one record per rank.
+    nlohmann::ordered_json take(std::int64_t step, const Run<T, M>& run, double lr,
+                                std::vector<nlohmann::ordered_json>& by_rank) {
       nlohmann::ordered_json j;
       j["step"] = step;
       j["epoch"] = double(step * run.recipe.train.gradient_accumulation_steps) / run.train_plan->batches_per_epoch();
@@ -158,21 +173,38 @@ private:
       j["train_tokens_per_second"] = double(tokens) / seconds;
       j["dataset_tokens_per_second"] = double(dataset_tokens) / seconds;
       j["mfu"] = run.flops_per_token * double(tokens) / seconds / (run.peak_flops * run.comm->size());
+      // Each rank's memory and traffic; the job's line shows the largest.
       comm::Communicator& comm = *run.comm;
-      j["peak_memory_bytes"] = std::int64_t(comm.max(double(memory::Host::stats().peak()), "the peak memory"));
-      j["max_rss_bytes"] = std::int64_t(comm.max(double(detail::max_rss_bytes()), "the peak RSS"));
+      const comm::Traffic traffic = comm.traffic();
+      const double mine[per_rank_fields] = {double(memory::Host::stats().peak()), double(detail::max_rss_bytes()),
+                                            double(run.parallel->state_bytes()),
+                                            double(traffic.sent - traffic_before.sent) / double(steps),
+                                            double(traffic.received - traffic_before.received) / double(steps)};
+      traffic_before = traffic;
+      std::vector<double> all(std::size_t(comm.size()) * per_rank_fields);
+      const std::vector<std::size_t> counts(std::size_t(comm.size()), per_rank_fields);
+      comm.all_gather(std::span<const double>(mine), std::span<double>(all), counts, "the ranks' figures").wait();
+      for (std::size_t f = 0; f < per_rank_fields; ++f) {
+        double largest = 0;
+        for (int r = 0; r < comm.size(); ++r) largest = std::max(largest, all[std::size_t(r) * per_rank_fields + f]);
+        if (f < 3) j[per_rank_names[f]] = std::int64_t(largest);
+        else if (comm.size() > 1) j[per_rank_names[f]] = largest;
+      }
       if (comm.size() > 1) {
         j["ranks"] = comm.size();
-        const std::uint64_t sent = comm.traffic().sent;
-        j["sent_bytes_per_step"] = double(sent - sent_before) / double(steps);
-        sent_before = sent;
+        for (int r = 0; r < comm.size(); ++r) {
+          nlohmann::ordered_json& record = by_rank.emplace_back();
+          record["step"] = step;
+          record["rank"] = r;
+          for (std::size_t f = 0; f < per_rank_fields; ++f) record[per_rank_names[f]] = all[std::size_t(r) * per_rank_fields + f];
+        }
       }
       j["seconds_per_step"] = seconds / double(steps);
       if (run.loss_scale.enabled) {
         j["loss_scale"] = run.loss_scale.value;
         j["skipped_steps"] = skipped;
       }
-      *this = Window{.sent_before = sent_before};
+      *this = Window{.traffic_before = traffic_before};
       return j;
     }
   };

@@ -16,7 +16,7 @@ namespace ft::train {
 template <element T>
 std::vector<std::int32_t> generate_greedy(models::Transformer<T>& model, std::vector<std::int32_t> tokens,
                                           index_t max_new_tokens, std::int32_t eos_id,
-                                          index_t virtual_tokens = 0) {
+                                          index_t virtual_tokens = 0, const models::StageHooks& hooks = {}) {
   const index_t V = model.config().vocab_size;
   const std::size_t prompt = tokens.size();
   std::vector<T> logits;
@@ -27,7 +27,7 @@ std::vector<std::int32_t> generate_greedy(models::Transformer<T>& model, std::ve
     models::Batch batch = models::causal_lm_batch(1, n, std::move(row));
     batch.virtual_tokens = virtual_tokens;
     logits.resize(std::size_t(n * V));
-    model.forward_backward(batch, {.backward = false}, logits.data());
+    model.forward_backward(batch, {.backward = false}, logits.data(), hooks);
     const T* last = logits.data() + (n - 1) * V;
     const std::int32_t next = std::int32_t(std::max_element(last, last + V, [](T a, T b) {
                                               return float(a) < float(b);

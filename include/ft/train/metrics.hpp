@@ -39,7 +39,8 @@ public:
   }
 
   // One record: every numeric field also becomes the scalar "<group>/<field>".
-  void log(const std::string& group, nlohmann::ordered_json record) {
+  // `quiet`: not printed (per-rank figures go to the files only).
+  void log(const std::string& group, nlohmann::ordered_json record, bool quiet = false) {
     if (!active_) return;
     const std::int64_t step = record.at("step").get<std::int64_t>();
     record["split"] = group;
@@ -48,7 +49,7 @@ public:
     for (auto it = record.begin(); it != record.end(); ++it)
       if (it->is_number() && it.key() != "step") tensorboard_->add_scalar(group + "/" + it.key(), it->get<double>(), step);
     tensorboard_->flush();
-    line(group, record);
+    if (!quiet) line(group, record);
   }
 
   void progress(long step, const std::string& status) {

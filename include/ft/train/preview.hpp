@@ -30,7 +30,7 @@ std::string preview(Run<T, M>& run) {
   // A rendered template already has its special tokens.
   const std::vector<std::int32_t> tokens = run.text.tokenizer->encode(prompt, !run.text.chat);
   const auto answer = generate_greedy(*run.model, tokens, p.max_new_tokens, run.text.eos_id,
-                                      run.adapter->virtual_tokens());
+                                      run.adapter->virtual_tokens(), run.parallel->evaluation_hooks());
   return "\"" + p.prompt + "\" -> \"" + run.text.tokenizer->decode(answer) + "\"";
 }
 

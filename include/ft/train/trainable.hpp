@@ -19,6 +19,10 @@
 //           micro-batches is in M.
 // Without a master copy (fp32, bf16-true) and unsharded, the optimizer works
 // on the T buffers directly and micro-batches accumulate in T.
+//
+// When the parameters themselves are sharded (ZeRO-3), the T values of
+// [begin, end) live in `values_shard` (owned by the parallel runtime), and
+// the whole buffer exists only while its stage runs.
 #include <algorithm>
 #include <memory>
 #include <string>
@@ -41,6 +45,7 @@ public:
     models::ParameterBuffer<T>* params;
     index_t begin = 0, end = 0;  // the range this rank steps
     bool sharded_grads = false;  // grads hold [begin, end) only
+    T* values_shard = nullptr;   // ZeRO-3: this rank's T values of [begin, end)
     memory::HostVector<M> master, grads;
     std::unique_ptr<ParameterOptimizer<M>> optimizer;  // over [begin, end)
 
@@ -49,8 +54,10 @@ public:
     // The values the optimizer updates, from begin.
     M* owned_values() {
       if constexpr (has_master) return master.data();
-      else return params->values().data() + begin;
+      else return owned_storage();
     }
+    // The T values of [begin, end), where this rank keeps them.
+    T* owned_storage() { return values_shard ? values_shard : params->values().data() + begin; }
     // The step's gradient, from begin.
     M* owned_grads() {
       if (sharded_grads) return grads.data();
@@ -69,7 +76,7 @@ public:
   void add(std::string name, index_t stage, models::ParameterBuffer<T>& params, index_t begin, index_t end,
            bool sharded_grads, bool step_grads, std::unique_ptr<ParameterOptimizer<M>> optimizer) {
     if (!params.trainable()) throw Error("internal: buffer \"" + name + "\" is frozen and cannot train");
-    Buffer b{std::move(name), stage, &params, begin, end, sharded_grads, {}, {}, std::move(optimizer)};
+    Buffer b{std::move(name), stage, &params, begin, end, sharded_grads, nullptr, {}, {}, std::move(optimizer)};
     if constexpr (has_master) {
       const T* v = params.values().data();
       b.master.assign(v + begin, v + end);
@@ -80,6 +87,7 @@ public:
   }
 
   std::vector<Buffer>& buffers() { return buffers_; }
+  const std::vector<Buffer>& buffers() const { return buffers_; }
   index_t parameter_count() const {
     index_t n = 0;
     for (const Buffer& b : buffers_) n += b.size();
@@ -109,19 +117,17 @@ public:
   static void step(Buffer& b, const M* g, double lr, std::int64_t optimizer_step) {
     b.optimizer->step(b.owned_values(), g, lr, optimizer_step);
     if constexpr (has_master) {
-      T* v = b.params->values().data() + b.begin;
+      T* v = b.owned_storage();
       const M* m = b.master.data();
       cpu::parallel_for(b.owned(), [=](index_t i) { v[i] = T(float(m[i])); });
     }
   }
 
-  // After loading values into the storage buffers (resume, adapters): refresh the master copy.
+  // After loading values (resume, adapters): refresh the master copy from
+  // where this rank keeps its T values.
   void sync_master_from_storage() {
     if constexpr (has_master)
-      for (Buffer& b : buffers_) {
-        const T* v = b.params->values().data();
-        std::copy(v + b.begin, v + b.end, b.master.begin());
-      }
+      for (Buffer& b : buffers_) std::copy(b.owned_storage(), b.owned_storage() + b.owned(), b.master.begin());
   }
 
 private:

@@ -1,0 +1,94 @@
+#pragma once
+// ZeRO-3's parameter shards (FSDP's FULL_SHARD): every stage of the model,
+// frozen ones too, keeps only this rank's range of its values between uses.
+// The whole values are gathered from every rank just before the stage runs,
+// forward or backward, and dropped right after; the next stage's gather is
+// started early (prefetch), so it moves while this stage computes.
+#include <string>
+#include <vector>
+
+#include "ft/comm/communicator.hpp"
+#include "ft/models/transformer.hpp"
+#include "ft/parallel/shard_layout.hpp"
+#include "ft/tensor/memory.hpp"
+
+namespace ft::parallel {
+
+template <element T>
+class StageShards {
+public:
+  // `layouts[s + 1]` cuts stage s (-1 the embedding, L the head).
+  StageShards(comm::Communicator& comm, models::Transformer<T>& model, std::vector<ShardLayout> layouts)
+      : comm_(comm), last_(model.config().num_layers) {
+    for (index_t s = -1; s <= last_; ++s) {
+      Stage stage{&model.stage_parameters(s), layouts[std::size_t(s + 1)], {}, {}, true};
+      const T* v = stage.params->values().data();
+      const int r = comm_.rank();
+      stage.shard.assign(v + stage.layout.begin(r), v + stage.layout.end(r));
+      stage.name = s < 0 ? "the embedding" : s == last_ ? "the head" : "layers." + std::to_string(s);
+      stages_.push_back(std::move(stage));
+    }
+  }
+
+  // This rank's values of stage s, [layout.begin(rank), layout.end(rank)).
+  T* shard(index_t s) { return at(s).shard.data(); }
+  std::size_t shard_bytes() const {
+    std::size_t n = 0;
+    for (const Stage& s : stages_) n += s.shard.size() * sizeof(T);
+    return n;
+  }
+
+  // Starts gathering stage s's whole values, unless they are there or on their way.
+  void prefetch(index_t s) {
+    if (s < -1 || s > last_) return;
+    Stage& stage = at(s);
+    if (stage.whole) return;
+    stage.params->allocate_values();
+    stage.gathering = comm_.all_gather(std::span<const T>(stage.shard), std::span<T>(stage.params->values().data(),
+                                                                                       std::size_t(stage.params->size())),
+                                       stage.layout.counts(), "parameters of " + stage.name);
+    stage.whole = true;
+  }
+  // Stage s's whole values, once gathered.
+  void gather(index_t s) {
+    prefetch(s);
+    at(s).gathering.wait();
+  }
+  // Drops stage s's whole values and gradients.
+  void release(index_t s) {
+    Stage& stage = at(s);
+    stage.gathering.wait();
+    stage.params->release_values();
+    stage.whole = false;
+  }
+  void release_all() {
+    for (index_t s = -1; s <= last_; ++s) {
+      release(s);
+      at(s).params->release_grads();
+    }
+  }
+  // After whole values were changed (loaded): keep this rank's range of them.
+  void keep_from_whole(index_t s) {
+    Stage& stage = at(s);
+    const T* v = stage.params->values().data() + stage.layout.begin(comm_.rank());
+    std::copy(v, v + stage.shard.size(), stage.shard.begin());
+  }
+  index_t last() const { return last_; }
+
+private:
+  struct Stage {
+    models::ParameterBuffer<T>* params;
+    ShardLayout layout;
+    memory::HostVector<T> shard;
+    comm::Work gathering;
+    bool whole = false;
+    std::string name;
+  };
+  Stage& at(index_t s) { return stages_[std::size_t(s + 1)]; }
+
+  comm::Communicator& comm_;
+  index_t last_;
+  std::vector<Stage> stages_;
+};
+
+}  // namespace ft::parallel
