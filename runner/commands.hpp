@@ -47,4 +47,11 @@ struct ConvertOptions {
 };
 int run_convert(const ConvertOptions& options);
 
+struct InitOptions {
+  std::string source, destination;  // destination: the source directory when empty
+  long seed = 0;
+  bool force = false;               // replace existing weights
+};
+int run_init(const InitOptions& options);
+
 }  // namespace ftrun

@@ -59,6 +59,13 @@ int main(int argc, char** argv) {
   convert->add_option("-t,--chat-template", convert_options.chat_template, "Jinja file to use as the chat template");
   convert->add_flag("--force", convert_options.force, "Replace the destination if it exists");
 
+  ftrun::InitOptions init_options;
+  auto* init = app.add_subcommand("init", "Write randomly initialised weights for a config.json (HF layout, deterministic)");
+  init->add_option("source", init_options.source, "Directory with config.json (and tokenizer files to copy)")->required();
+  init->add_option("destination", init_options.destination, "Directory to write; the source directory by default");
+  init->add_option("--seed", init_options.seed, "Seed of the draws")->capture_default_str();
+  init->add_flag("--force", init_options.force, "Replace weights that are already there");
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {
@@ -77,5 +84,6 @@ int main(int argc, char** argv) {
   if (*prepare) return ftrun::run_prepare(prepare_options);
   if (*eval) return ftrun::run_eval(eval_options);
   if (*convert) return ftrun::run_convert(convert_options);
+  if (*init) return ftrun::run_init(init_options);
   return ftrun::bad_input;
 }

@@ -39,6 +39,7 @@ struct StrategySection {
   std::string parallelism = "single";
   std::string optimizer = "adamw";
   std::string adapter = "lora";
+  bool optimizer_offload = false;
 
   template <class V>
   void fields(V& v) {
@@ -48,6 +49,9 @@ struct StrategySection {
             "single | ddp | zero1 | zero2 | zero3 (FSDP's no_shard, shard_grad_op, full_shard name ddp, zero2, zero3)");
     v.field("optimizer", optimizer, policy_name(), "sgd | adamw | adafactor | adamw8bit | lion");
     v.field("adapter", adapter, policy_name(), "full | lora | prompt");
+    v.field("optimizer_offload", optimizer_offload, Check<bool>{},
+            "master weights and optimizer state in host memory, stepped there (DeepSpeed's offload_optimizer); "
+            "the CPU backend keeps them there already");
   }
 };
 

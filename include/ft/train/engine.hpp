@@ -233,6 +233,9 @@ private:
                 (long long)r.train.gradient_accumulation_steps,
                 step > 0 ? (", resuming after step " + std::to_string(step)).c_str() : "");
     std::printf("  output      %s\n", run.out.c_str());
+    if (r.strategy.optimizer_offload)
+      std::printf("  offload     optimizer_offload: on the CPU backend master weights and optimizer state are in host "
+                  "memory already; nothing moves\n");
     std::fflush(stdout);
   }
 
