@@ -2,6 +2,7 @@
 // plugin, check it there, and train (or print the plan). A recipe with
 // launch.nproc > 1 run outside a job starts the job: ftrun replaces itself
 // with mpirun, which starts nproc copies of this same command line.
+#include <netdb.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -9,6 +10,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <iostream>
 #include <sstream>
 #include <thread>
@@ -165,6 +167,25 @@ std::string command_line(const std::vector<std::string>& argv) {
   return line;
 }
 
+// Every host a hostfile names must resolve, or mpirun would fail later and
+// less clearly (or wait on a connection).
+void check_hostfile(const std::string& file) {
+  std::ifstream in(file);
+  std::string line;
+  for (int number = 1; std::getline(in, line); ++number) {
+    std::istringstream words(line.substr(0, line.find('#')));
+    std::string host;
+    if (!(words >> host)) continue;
+    addrinfo* found = nullptr;
+    const int rc = ::getaddrinfo(host.c_str(), nullptr, nullptr, &found);
+    if (found) ::freeaddrinfo(found);
+    if (rc != 0)
+      throw ft::Error(file + ":" + std::to_string(number) + ": launch.hostfile names the host \"" + host +
+                      "\", which does not resolve (" + ::gai_strerror(rc) + "); allowed: a host name or address "
+                      "this machine can reach");
+  }
+}
+
 // Replaces this process with mpirun; returns only when that fails.
 int start_job(const std::vector<std::string>& argv) {
   std::vector<char*> args;
@@ -231,7 +252,15 @@ int run_train(const TrainOptions& options) {
 
   const std::vector<std::string> launch = launch_argv(options, loaded.recipe);
   const bool starts_job = loaded.recipe.launch.nproc > 1 && ft::comm::job_place().size == 1;
-  if (!options.dry_run && starts_job) return start_job(launch);
+  if (!options.dry_run && starts_job) {
+    try {
+      if (!loaded.recipe.launch.hostfile.empty()) check_hostfile(loaded.recipe.launch.hostfile);
+    } catch (const ft::Error& e) {
+      std::cerr << "ftrun: " << e.what() << "\n";
+      return bad_input;
+    }
+    return start_job(launch);
+  }
   if (!options.dry_run) {
     const auto [status, reason] = ft::plugin::train(*factory, resolved);
     if (status != 0) std::cerr << "ftrun: " << reason << "\n";

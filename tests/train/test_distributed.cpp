@@ -10,6 +10,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdlib>
@@ -322,4 +323,64 @@ TEST_CASE("multi-rank bad input: one line each, before any rank trains") {
     CHECK(r.code != 0);
     CHECK(r.err.find("was written with a global batch of 4 rows per step, this run takes 2") != std::string::npos);
   }
+}
+
+// Two machines made on this one: two network namespaces joined by a veth
+// pair, each with its own host name. mpirun runs in the first and reaches
+// the second through a launch agent that enters it; MPI moves everything
+// over TCP between the two addresses.
+TEST_CASE("two nodes x two ranks over TCP between network namespaces train what one process trains") {
+  const std::string tag = std::to_string(::getpid() % 100000);
+  const std::string ns1 = "ft-a" + tag, ns2 = "ft-b" + tag;
+  const fs::path dir = scratch / "two_nodes";
+  fs::create_directories(dir);
+  const std::string make = "ip netns add " + ns1 + " && ip netns add " + ns2 + " && ip link add fta" + tag +
+                           " type veth peer name ftb" + tag + " && ip link set fta" + tag + " netns " + ns1 +
+                           " && ip link set ftb" + tag + " netns " + ns2 + " && ip -n " + ns1 +
+                           " addr add 10.77.0.1/24 dev fta" + tag + " && ip -n " + ns2 + " addr add 10.77.0.2/24 dev ftb" +
+                           tag + " && ip -n " + ns1 + " link set fta" + tag + " up && ip -n " + ns2 + " link set ftb" +
+                           tag + " up && ip -n " + ns1 + " link set lo up && ip -n " + ns2 + " link set lo up";
+  if (::geteuid() != 0 || std::system((make + " 2>" + (dir / "netns_error").string()).c_str()) != 0) {
+    MESSAGE("skipped: network namespaces cannot be made here (needs root and iproute2): " << slurp(dir / "netns_error"));
+    std::system(("ip netns del " + ns1 + " 2>/dev/null; ip netns del " + ns2 + " 2>/dev/null").c_str());
+    return;
+  }
+  std::ofstream(dir / "agent.sh") << "#!/bin/sh\n# mpirun's launch agent: AGENT HOST COMMAND... runs COMMAND on that \"machine\".\n"
+                                  << "case $1 in 10.77.0.1) ns=" << ns1 << "; name=node1;; *) ns=" << ns2
+                                  << "; name=node2;; esac\nshift\n"
+                                  << "exec ip netns exec $ns unshare --uts sh -c \"hostname $name; $*\"\n";
+  fs::permissions(dir / "agent.sh", fs::perms::owner_all);
+  std::ofstream(dir / "hostfile") << "10.77.0.1 slots=2\n10.77.0.2 slots=2\n";
+
+  const fs::path single = recipe("two_nodes_single", "adapter = \"full\"\n", 4);
+  REQUIRE(train(single).code == 0);
+  const fs::path nodes = recipe("two_nodes_ddp", "adapter = \"full\"\nparallelism = \"zero2\"\n", 1, 4);
+  const std::string mca = "OMPI_MCA_plm_rsh_agent=" + (dir / "agent.sh").string() +
+                          " OMPI_MCA_btl=tcp,self OMPI_MCA_btl_tcp_if_include=10.77.0.0/24"
+                          " OMPI_MCA_oob_tcp_if_include=10.77.0.0/24 ";
+  const std::string cmd = "ip netns exec " + ns1 + " unshare --uts sh -c 'hostname node1; " + mpi_env + mca +
+                          FTRUN_PATH " train " + nodes.string() + " --set launch.hostfile=" + (dir / "hostfile").string() +
+                          " >" + (nodes.parent_path() / "stdout").string() + " 2>" +
+                          (nodes.parent_path() / "stderr").string() + "'";
+  const int status = std::system(cmd.c_str());
+  std::system(("ip netns del " + ns1 + "; ip netns del " + ns2).c_str());
+  const std::string out = slurp(nodes.parent_path() / "stdout");
+  INFO(slurp(nodes.parent_path() / "stderr"));
+  REQUIRE(WIFEXITED(status));
+  REQUIRE(WEXITSTATUS(status) == 0);
+  CHECK(out.find("ranks       4 on 2 machine(s): node1 x2, node2 x2") != std::string::npos);
+  CHECK(metric_difference(single, nodes) < 1e-5);
+  CHECK(weight_difference(final_weights(single), final_weights(nodes)) < 1e-5);
+}
+
+TEST_CASE("a hostfile naming a host that does not resolve is refused in one line before mpirun starts") {
+  const fs::path p = recipe("bad_host", "parallelism = \"ddp\"\n", 2, 2);
+  std::ofstream(p.parent_path() / "hostfile") << "# machines\nlocalhost slots=1\nno-such-host.invalid slots=1\n";
+  const Run r = train(p, "--set launch.hostfile=" + (p.parent_path() / "hostfile").string());
+  CHECK(r.code == 2);
+  CHECK(r.err.rfind("ftrun: " + (p.parent_path() / "hostfile").string() +
+                        ":3: launch.hostfile names the host \"no-such-host.invalid\", which does not resolve (",
+                    0) == 0);
+  CHECK(r.err.ends_with("); allowed: a host name or address this machine can reach\n"));
+  CHECK(std::count(r.err.begin(), r.err.end(), '\n') == 1);
 }

@@ -15,6 +15,7 @@
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -233,6 +234,13 @@ private:
                 (long long)r.train.gradient_accumulation_steps,
                 step > 0 ? (", resuming after step " + std::to_string(step)).c_str() : "");
     std::printf("  output      %s\n", run.out.c_str());
+    if (run.comm->size() > 1) {
+      std::map<std::string, int> hosts;
+      for (int rank = 0; rank < run.comm->size(); ++rank) ++hosts[run.comm->host_of(rank)];
+      std::string where;
+      for (const auto& [host, ranks] : hosts) where += (where.empty() ? "" : ", ") + host + " x" + std::to_string(ranks);
+      std::printf("  ranks       %d on %zu machine(s): %s\n", run.comm->size(), hosts.size(), where.c_str());
+    }
     if (r.strategy.optimizer_offload)
       std::printf("  offload     optimizer_offload: on the CPU backend master weights and optimizer state are in host "
                   "memory already; nothing moves\n");
