@@ -126,6 +126,18 @@ TEST_CASE("ddp, zero1, zero2 and zero3 on 2 ranks train what one process trains 
     INFO(r.err);
     REQUIRE(r.code == 0);
     CHECK(r.out.find("ranks 2") != std::string::npos);
+    // Each rank's memory and traffic, in a record of its own.
+    std::ifstream metrics(dp.parent_path() / "run" / "metrics.jsonl");
+    int rank_records = 0;
+    for (std::string line; std::getline(metrics, line);) {
+      const auto j = nlohmann::json::parse(line);
+      if (j["split"] != "rank1") continue;
+      ++rank_records;
+      CHECK(j["rank"] == 1);
+      CHECK(j["sent_bytes_per_step"].get<double>() > 0);
+      CHECK(j["state_bytes"].get<double>() > 0);
+    }
+    CHECK(rank_records == 20);
     CHECK(metric_difference(single, dp) < 1e-5);
     CHECK(weight_difference(final_weights(single), final_weights(dp)) < 1e-5);
   }

@@ -18,7 +18,11 @@
 // 2 (w-1)/w B each way; reduce-scatter and all-gather of B bytes in all:
 // (w-1)/w B), so that what a strategy moves per step can be compared with
 // what it should move. Point-to-point messages count their size.
+#include <atomic>
 #include <chrono>
+#include <memory>
+#include <tuple>
+#include <utility>
 #include <cstddef>
 #include <cstdint>
 #include <future>
@@ -59,13 +63,22 @@ constexpr Element element_of() {
 }
 
 // A collective in flight. wait() returns once its output may be read and its
-// input reused; a default Work is already complete.
+// input reused; a default Work is already complete. The time a caller spends
+// blocked in wait() is added to `waited` (nanoseconds): communication that
+// backward did not hide.
 class Work {
 public:
   Work() = default;
-  explicit Work(std::shared_future<void> done) : done_(std::move(done)) {}
+  Work(std::shared_future<void> done, std::shared_ptr<std::atomic<std::int64_t>> waited)
+      : done_(std::move(done)), waited_(std::move(waited)) {}
   void wait() const {
-    if (done_.valid()) done_.get();
+    if (!done_.valid()) return;
+    if (waited_ && !ready()) {
+      const auto start = std::chrono::steady_clock::now();
+      done_.get();
+      *waited_ += std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - start).count();
+    }
+    done_.get();
   }
   bool ready() const {
     return !done_.valid() || done_.wait_for(std::chrono::seconds(0)) == std::future_status::ready;
@@ -73,10 +86,14 @@ public:
 
 private:
   std::shared_future<void> done_;
+  std::shared_ptr<std::atomic<std::int64_t>> waited_;
 };
 
+// What a rank's collectives cost: bytes each way, seconds during which at
+// least one was moving, and seconds the trainer spent waiting for them.
 struct Traffic {
   std::uint64_t sent = 0, received = 0;
+  double busy_seconds = 0, waited_seconds = 0;
 };
 
 class Communicator {
@@ -137,7 +154,11 @@ public:
   // (tokenising a dataset for the others), not a collective's.
   virtual void barrier(const std::string& what, bool patient = false) = 0;
 
-  Traffic traffic() const { return traffic_; }
+  Traffic traffic() const {
+    Traffic t = traffic_;
+    std::tie(t.busy_seconds, t.waited_seconds) = timings();
+    return t;
+  }
 
   // Blocking conveniences for small values.
   double sum(double x, const std::string& what) {
@@ -149,6 +170,8 @@ public:
   std::vector<std::string> all_gather_text(const std::string& text, const std::string& what);
 
 protected:
+  // Seconds busy and waited for, for a transport that measures them.
+  virtual std::pair<double, double> timings() const { return {0, 0}; }
   virtual Work all_reduce_sum_bytes(void* data, std::size_t count, Element e, const std::string& what) = 0;
   virtual Work reduce_scatter_sum_bytes(const void* in, void* out, std::span<const std::size_t> counts, Element e,
                                         const std::string& what) = 0;

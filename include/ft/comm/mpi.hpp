@@ -146,6 +146,8 @@ protected:
                   });
   }
 
+  std::pair<double, double> timings() const override { return {double(busy_ns_.load()) * 1e-9, double(waited_ns_->load()) * 1e-9}; }
+
 private:
   using Clock = std::chrono::steady_clock;
   using Start = std::function<int(MPI_Comm, std::vector<MPI_Request>&)>;  // returns an MPI error code
@@ -180,7 +182,7 @@ private:
     op->name = kind + " of " + what;
     op->patient = patient;
     op->start = std::move(start);
-    Work work(op->done.get_future().share());
+    Work work(op->done.get_future().share(), waited_ns_);
     {
       std::lock_guard lock(mutex_);
       op->phase = phase_;
@@ -238,6 +240,7 @@ private:
     ready_.set_value();
     listen();
     std::vector<std::shared_ptr<Op>> active;
+    Clock::time_point busy_since;
     int idle_polls = 0;
     while (true) {
       std::deque<std::shared_ptr<Op>> fresh;
@@ -248,6 +251,7 @@ private:
         fresh.swap(queued_);
         if (stopping_ && fresh.empty() && active.empty()) break;
       }
+      if (active.empty() && !fresh.empty()) busy_since = Clock::now();
       for (auto& op : fresh) {
         op->started = op->checked = Clock::now();
         if (int rc = op->start(data_, op->requests)) fail(*op, "could not start: " + error_text(rc));
@@ -268,6 +272,8 @@ private:
           ++i;
         }
       }
+      if (progressed && active.empty())
+        busy_ns_ += std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - busy_since).count();
       set_doing(active.empty() ? std::string() : active.front()->name);
       answer_questions();
       if (terminated_.load()) stop_on_signal(active.empty() ? nullptr : active.front().get());
@@ -492,6 +498,8 @@ private:
   std::int64_t issued_ = 0;
   std::string phase_, doing_;
   bool stopping_ = false, finalize_ = true;
+  std::atomic<std::int64_t> busy_ns_{0};  // while at least one operation moves
+  std::shared_ptr<std::atomic<std::int64_t>> waited_ns_ = std::make_shared<std::atomic<std::int64_t>>(0);
 
   // The MPI thread's own.
   int question_ = 0;

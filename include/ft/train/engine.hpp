@@ -122,7 +122,10 @@ public:
       if (step % r.train.logging_steps == 0 || step == run.total_steps) {
         std::vector<nlohmann::ordered_json> by_rank;
         log.log("train", window.take(step, run, lr, by_rank));
-        for (auto& record : by_rank) log.log("rank" + record["rank"].dump(), std::move(record), true);
+        for (auto& record : by_rank) {
+          const std::string group = "rank" + record["rank"].dump();
+          log.log(group, std::move(record), true);
+        }
       }
       if (r.train.eval_steps > 0 && step % r.train.eval_steps == 0 && step != run.total_steps) evaluate_into(log, step);
       if (r.checkpoint.save_steps > 0 && step % r.checkpoint.save_steps == 0 && step != run.total_steps)
@@ -149,9 +152,11 @@ private:
     double loss = 0, grad_norm = 0, seconds = 0;
     std::int64_t steps = 0, tokens = 0, dataset_tokens = 0, skipped = 0;
     comm::Traffic traffic_before;  // this rank's traffic when the window began
-    static constexpr std::size_t per_rank_fields = 5;
+    static constexpr std::size_t per_rank_fields = 7;
     static constexpr const char* per_rank_names[per_rank_fields] = {
-        "peak_memory_bytes", "max_rss_bytes", "state_bytes", "sent_bytes_per_step", "received_bytes_per_step"};
+        "peak_memory_bytes",       "max_rss_bytes",           "state_bytes",
+        "sent_bytes_per_step",     "received_bytes_per_step", "comm_busy_seconds_per_step",
+        "comm_wait_seconds_per_step"};
     void add(const StepResult& s) {
       loss += s.loss;
       grad_norm += s.grad_norm;
@@ -180,7 +185,9 @@ private:
       const double mine[per_rank_fields] = {double(memory::Host::stats().peak()), double(detail::max_rss_bytes()),
                                             double(run.parallel->state_bytes()),
                                             double(traffic.sent - traffic_before.sent) / double(steps),
-                                            double(traffic.received - traffic_before.received) / double(steps)};
+                                            double(traffic.received - traffic_before.received) / double(steps),
+                                            (traffic.busy_seconds - traffic_before.busy_seconds) / double(steps),
+                                            (traffic.waited_seconds - traffic_before.waited_seconds) / double(steps)};
       traffic_before = traffic;
       std::vector<double> all(std::size_t(comm.size()) * per_rank_fields);
       const std::vector<std::size_t> counts(std::size_t(comm.size()), per_rank_fields);
