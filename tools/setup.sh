@@ -11,8 +11,8 @@ packages=(
   libeigen3-dev librange-v3-dev libboost-dev libtomlplusplus-dev nlohmann-json3-dev
   # the runner and tests
   libcli11-dev doctest-dev libbenchmark-dev
-  # distributed runs (one machine or many)
-  openmpi-bin libopenmpi-dev
+  # distributed runs (one machine or many); iproute2 makes the two-node test's namespaces
+  openmpi-bin libopenmpi-dev iproute2
   # fast GEMM on the CPU: OpenBLAS on the OpenMP thread pool, so there is one pool
   libopenblas-dev libopenblas0-openmp
   # tokenizers' split patterns need a regex engine with Unicode classes

@@ -134,6 +134,21 @@ TEST_CASE("traffic counts what a ring moves") {
   CHECK(double(after.sent - before.sent) == doctest::Approx(2 * 4000 * (w - 1) / w).epsilon(0.001));
 }
 
+TEST_CASE("split makes groups of ranks whose collectives stay among them") {
+  auto& c = world();
+  const int r = c.rank();
+  auto group = c.split(r % 2, "the ranks of one parity");
+  CHECK(group->size() == (c.size() + 1 - r % 2) / 2);
+  CHECK(group->rank() == r / 2);
+  CHECK(group->host_of(group->rank()) == c.host_of(r));
+  std::vector<double> x{double(r)};
+  group->all_reduce_sum(std::span<double>(x), "ranks of one parity").wait();
+  double want = 0;
+  for (int k = r % 2; k < c.size(); k += 2) want += k;
+  CHECK(x[0] == want);
+  c.barrier("after the groups", false);
+}
+
 // ---- failures ---------------------------------------------------------------
 
 int scenario(const std::string& name) {

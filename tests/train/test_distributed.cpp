@@ -159,6 +159,23 @@ TEST_CASE("4 ranks: zero2 and zero3 with Adafactor (shards cut at tensor boundar
   }
 }
 
+TEST_CASE("hybrid sharding: zero3 within groups of 2 ranks, replicated over 2 groups, matches one process") {
+  const fs::path single = recipe("hybrid_single", "adapter = \"full\"\n", 4);
+  REQUIRE(train(single).code == 0);
+  const fs::path hybrid = recipe("hybrid_zero3", "adapter = \"full\"\nparallelism = \"zero3\"\n", 1, 4);
+  std::ofstream(hybrid, std::ios::app) << "shard_group_size = 2\n[checkpoint]\nsave_steps = 10\n";  // in [launch]
+  const Run r = train(hybrid);
+  INFO(r.err);
+  REQUIRE(r.code == 0);
+  CHECK(metric_difference(single, hybrid) < 1e-5);
+  CHECK(weight_difference(final_weights(single), final_weights(hybrid)) < 1e-5);
+  // One group's shards make the checkpoint: the other group holds the same.
+  const fs::path checkpoint = hybrid.parent_path() / "run" / "checkpoint-10";
+  CHECK(fs::exists(checkpoint / "optimizer-0-of-2.safetensors"));
+  CHECK(fs::exists(checkpoint / "optimizer-1-of-2.safetensors"));
+  CHECK_FALSE(fs::exists(checkpoint / "optimizer-0-of-4.safetensors"));
+}
+
 TEST_CASE("zero3 on an untied model (GPT-NeoX) with gradient checkpointing matches one process") {
   const std::string strategy = "adapter = \"full\"\n";
   const std::string checkpointing = "gradient_checkpointing = \"every_block\"\n";
@@ -296,6 +313,12 @@ TEST_CASE("multi-rank bad input: one line each, before any rank trains") {
     const Run r = train(recipe("bad_single", "adapter = \"full\"\n", 2, 2));
     CHECK(r.code == 2);
     CHECK(r.err.find("parallelism single runs one process, but the job has 2 ranks") != std::string::npos);
+  }
+  SUBCASE("a shard group size that does not divide the ranks") {
+    const Run r = train(recipe("bad_group", "parallelism = \"zero3\"\n", 2, 4), "--set launch.shard_group_size=3");
+    CHECK(r.code == 2);
+    CHECK(r.err.find("launch.shard_group_size = 3 does not divide the 4 ranks of the job into groups; allowed: a "
+                     "divisor of 4") != std::string::npos);
   }
   SUBCASE("launch.nproc that is not the job's size") {
     const fs::path p = recipe("bad_nproc", "parallelism = \"ddp\"\n", 2, 3);

@@ -141,21 +141,26 @@ public:
   }
   template <class T>
   Work send(std::span<const T> x, int peer, const std::string& what) {
-    traffic_.sent += x.size_bytes();
+    tally_->sent += x.size_bytes();
     return send_bytes(x.data(), x.size_bytes(), peer, what);
   }
   template <class T>
   Work recv(std::span<T> x, int peer, const std::string& what) {
-    traffic_.received += x.size_bytes();
+    tally_->received += x.size_bytes();
     return recv_bytes(x.data(), x.size_bytes(), peer, what);
   }
+  // The ranks of this communicator that pass the same color, in rank order,
+  // as a communicator of their own; every rank must call it. `name` names
+  // the group in messages.
+  virtual std::unique_ptr<Communicator> split(int color, const std::string& name) = 0;
+
   // Returns when every rank has called it. `patient` waits without the
   // transport's timeout: for waits whose length is the work of one rank
   // (tokenising a dataset for the others), not a collective's.
   virtual void barrier(const std::string& what, bool patient = false) = 0;
 
   Traffic traffic() const {
-    Traffic t = traffic_;
+    Traffic t = *tally_;
     std::tie(t.busy_seconds, t.waited_seconds) = timings();
     return t;
   }
@@ -187,8 +192,8 @@ private:
     const int w = size();
     if (w < 2) return;
     const std::uint64_t moved = std::uint64_t(double(bytes) * double(w - 1) / double(w));
-    traffic_.sent += moved;
-    traffic_.received += moved;
+    tally_->sent += moved;
+    tally_->received += moved;
   }
   void check_parts(std::size_t whole, std::size_t part, std::span<const std::size_t> counts, const char* op) const {
     std::size_t total = 0;
@@ -198,6 +203,11 @@ private:
   }
 
   Traffic traffic_;
+  Traffic* tally_ = &traffic_;  // a group counts into its job's
+
+protected:
+  // This communicator's traffic counts into `job`'s (a group made by split).
+  void count_into(Communicator& job) { tally_ = job.tally_; }
 };
 
 inline double Communicator::max(double x, const std::string& what) {

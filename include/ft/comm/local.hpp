@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <cstring>
+#include <memory>
 #include <string>
 
 #include "ft/comm/communicator.hpp"
@@ -22,6 +23,7 @@ public:
   }
   void set_phase(std::string) override {}
   void barrier(const std::string&, bool) override {}
+  std::unique_ptr<Communicator> split(int, const std::string&) override { return std::make_unique<Local>(); }
 
 protected:
   Work all_reduce_sum_bytes(void*, std::size_t, Element, const std::string&) override { return {}; }

@@ -62,6 +62,7 @@ public:
   }
 
   ~Mpi() override {
+    if (world_ != this) return;  // a group: MPI_Finalize frees its communicator with the job's
     {
       std::lock_guard lock(mutex_);
       stopping_ = true;
@@ -76,10 +77,32 @@ public:
 
   int rank() const override { return rank_; }
   int size() const override { return size_; }
-  std::string host_of(int rank) const override { return peers_[std::size_t(rank)].host; }
+  std::string host_of(int rank) const override {
+    return world_->peers_[std::size_t(world_ranks_[std::size_t(rank)])].host;
+  }
   void set_phase(std::string phase) override {
+    if (world_ != this) return world_->set_phase(std::move(phase));
     std::lock_guard lock(mutex_);
     phase_ = std::move(phase);
+  }
+
+  // The ranks of this communicator with the same color, in rank order, as a
+  // communicator of their own on the same MPI thread (MPI_Comm_split).
+  std::unique_ptr<Communicator> split(int color, const std::string& name) override {
+    std::unique_ptr<Mpi> group(new Mpi(*world_, name));
+    group->count_into(*world_);
+    Mpi* g = group.get();
+    const MPI_Comm from = comm_;
+    const int key = rank_, world_rank = world_->rank_;
+    submit("split", name, false, [=](MPI_Comm, std::vector<MPI_Request>&) {
+      if (int rc = MPI_Comm_split(from, color, key, &g->comm_)) return rc;
+      MPI_Comm_set_errhandler(g->comm_, MPI_ERRORS_RETURN);
+      MPI_Comm_rank(g->comm_, &g->rank_);
+      MPI_Comm_size(g->comm_, &g->size_);
+      g->world_ranks_.resize(std::size_t(g->size_));
+      return MPI_Allgather(&world_rank, 1, MPI_INT, g->world_ranks_.data(), 1, MPI_INT, g->comm_);
+    }).wait();
+    return group;
   }
 
   void barrier(const std::string& what, bool patient) override {
@@ -146,9 +169,14 @@ protected:
                   });
   }
 
-  std::pair<double, double> timings() const override { return {double(busy_ns_.load()) * 1e-9, double(waited_ns_->load()) * 1e-9}; }
+  std::pair<double, double> timings() const override {
+    return {double(world_->busy_ns_.load()) * 1e-9, double(world_->waited_ns_->load()) * 1e-9};
+  }
 
 private:
+  // A group of the job's ranks (split), sharing the job's MPI thread.
+  Mpi(Mpi& world, std::string name) : world_(&world), group_name_(std::move(name)) {}
+
   using Clock = std::chrono::steady_clock;
   using Start = std::function<int(MPI_Comm, std::vector<MPI_Request>&)>;  // returns an MPI error code
 
@@ -157,6 +185,7 @@ private:
     std::string phase;
     bool patient = false;
     std::int64_t sequence = 0;  // this rank's count of operations so far, this one included
+    MPI_Comm comm = MPI_COMM_NULL;  // the communicator it runs on (the job's, or a group's)
     Start start;
     std::vector<MPI_Request> requests;
     std::promise<void> done;
@@ -178,11 +207,17 @@ private:
   static constexpr int ask_tag = 1, answer_tag = 2;
 
   Work submit(const std::string& kind, const std::string& what, bool patient, Start start) {
+    if (world_ != this) return world_->submit_on(comm_, kind + (group_name_.empty() ? "" : " in " + group_name_), what,
+                                                 patient, std::move(start));
+    return submit_on(comm_, kind, what, patient, std::move(start));
+  }
+  Work submit_on(MPI_Comm comm, const std::string& kind, const std::string& what, bool patient, Start start) {
     auto op = std::make_shared<Op>();
+    op->comm = comm;
     op->name = kind + " of " + what;
     op->patient = patient;
     op->start = std::move(start);
-    Work work(op->done.get_future().share(), waited_ns_);
+    Work work(op->done.get_future().share(), waited_ns_);  // (on the job's communicator)
     {
       std::lock_guard lock(mutex_);
       op->phase = phase_;
@@ -254,7 +289,7 @@ private:
       if (active.empty() && !fresh.empty()) busy_since = Clock::now();
       for (auto& op : fresh) {
         op->started = op->checked = Clock::now();
-        if (int rc = op->start(data_, op->requests)) fail(*op, "could not start: " + error_text(rc));
+        if (int rc = op->start(op->comm, op->requests)) fail(*op, "could not start: " + error_text(rc));
         active.push_back(std::move(op));
         set_doing(active.front()->name);
       }
@@ -285,7 +320,7 @@ private:
     }
     stop_listening();
     MPI_Comm_free(&control_);
-    MPI_Comm_free(&data_);
+    MPI_Comm_free(&comm_);
     if (finalize_) MPI_Finalize();
   }
 
@@ -294,12 +329,13 @@ private:
     if (int rc = MPI_Init_thread(nullptr, nullptr, MPI_THREAD_FUNNELED, &provided))
       throw Error("MPI could not start: " + error_text(rc));
     MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
-    MPI_Comm_dup(MPI_COMM_WORLD, &data_);
+    MPI_Comm_dup(MPI_COMM_WORLD, &comm_);
     MPI_Comm_dup(MPI_COMM_WORLD, &control_);
-    MPI_Comm_set_errhandler(data_, MPI_ERRORS_RETURN);
+    MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN);
     MPI_Comm_set_errhandler(control_, MPI_ERRORS_RETURN);
-    MPI_Comm_rank(data_, &rank_);
-    MPI_Comm_size(data_, &size_);
+    MPI_Comm_rank(comm_, &rank_);
+    MPI_Comm_size(comm_, &size_);
+    for (int r = 0; r < size_; ++r) world_ranks_.push_back(r);
     MPI_Type_contiguous(2, MPI_BYTE, &half_type_);
     MPI_Type_commit(&half_type_);
     MPI_Op_create(&half_sum<bf16>, 1, &bf16_sum_);
@@ -483,10 +519,13 @@ private:
 
   static inline std::atomic<bool> terminated_{false};
 
-  double timeout_;
+  double timeout_ = 0;
   int rank_ = 0, size_ = 1;
   std::vector<Peer> peers_;
-  MPI_Comm data_ = MPI_COMM_NULL, control_ = MPI_COMM_NULL;
+  MPI_Comm comm_ = MPI_COMM_NULL, control_ = MPI_COMM_NULL;
+  Mpi* world_ = this;                // the job's communicator, which owns the MPI thread
+  std::vector<int> world_ranks_;     // the job's rank of each rank of this communicator
+  std::string group_name_;           // a group's name in messages ("" for the job)
   MPI_Datatype half_type_ = MPI_DATATYPE_NULL;
   MPI_Op bf16_sum_ = MPI_OP_NULL, f16_sum_ = MPI_OP_NULL;
 

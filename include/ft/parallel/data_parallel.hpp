@@ -63,7 +63,13 @@ public:
               const OptimizerMaker<M>& optimizer, bool fused) override {
     model_ = &model;
     by_element_ = optimizer.by_element;
-    const int rank = comm_.rank(), world = sharding_.optimizer_state ? comm_.size() : 1;
+    const int G = sharding_.group_size;
+    if (sharding_.optimizer_state && G > 0 && G < comm_.size()) {
+      // Hybrid: shard within groups of G consecutive ranks, replicate across them.
+      shard_group_ = comm_.split(comm_.rank() / G, "shard group " + std::to_string(comm_.rank() / G));
+      replicas_ = comm_.split(comm_.rank() % G, "replicas of shard " + std::to_string(comm_.rank() % G));
+    }
+    const int rank = shards().rank(), world = sharding_.optimizer_state ? shards().size() : 1;
     for (const adapters::Trainable<T>& t : trainables) {
       const auto& entries = t.params->entries();
       ShardLayout layout(entries, t.params->size(), world, optimizer.by_element);
@@ -173,7 +179,10 @@ public:
     return arrays;
   }
 
-  bool state_is_sharded() const override { return sharding_.optimizer_state && comm_.size() > 1; }
+  typename Runtime<T, M>::StateShard state_shard() const override {
+    if (!sharding_.optimizer_state || shards().size() == 1) return {comm_.rank() == 0, 0, 0};
+    return {!replicas_ || replicas_->rank() == 0, shards().rank(), shards().size()};
+  }
 
 private:
   struct Pending {
@@ -191,6 +200,10 @@ private:
     }
   }
 
+  // The ranks that share one copy of the sharded state: the job, or with
+  // hybrid sharding this rank's group.
+  comm::Communicator& shards() const { return shard_group_ ? *shard_group_ : comm_; }
+
   bool is_model_stage(const Buffer& b) const { return b.params == &model_->stage_parameters(b.stage); }
 
   // ZeRO-3: cuts every stage of the model (a trainable one as its optimizer
@@ -203,7 +216,7 @@ private:
       for (std::size_t i = 0; i < set_.buffers().size(); ++i)
         if (set_.buffers()[i].params == &p) layouts.back() = layouts_[i];
     }
-    shards_ = std::make_unique<StageShards<T>>(comm_, *model_, layouts);
+    shards_ = std::make_unique<StageShards<T>>(shards(), *model_, layouts);
     for (Buffer& b : set_.buffers())
       if (is_model_stage(b)) b.values_shard = shards_->shard(b.stage);
     shards_->release_all();
@@ -259,8 +272,15 @@ private:
     // Sharded: this rank's range of the sum over ranks joins its step gradient.
     auto whole = take_scratch(0), part = take_scratch(std::size_t(b.owned()));
     const M* source = gradient_in_m(b, *whole);
-    comm::Work work = comm_.reduce_scatter_sum(std::span<const M>(source, std::size_t(b.size())), std::span<M>(*part),
-                                               layouts_[i].counts(), "gradients of " + b.name);
+    comm::Work work = shards().reduce_scatter_sum(std::span<const M>(source, std::size_t(b.size())),
+                                                  std::span<M>(*part), layouts_[i].counts(), "gradients of " + b.name);
+    if (replicas_) {
+      // Hybrid: the shard group's sum, then the sum of that over the groups.
+      pending_.push_back({work, [this, &b, part] {
+                            replicas_->all_reduce_sum(std::span<M>(*part), "gradients of " + b.name).wait();
+                          }});
+      work = {};
+    }
     pending_.push_back({work, [this, &b, whole, part]() mutable {
                           M* acc = b.grads.data();
                           const M* add = part->data();
@@ -277,32 +297,25 @@ private:
   // buffer that uses its memory.
   void fused_step(std::size_t i, const MicroBatchRole& role) {
     Buffer& b = set_.buffers()[i];
-    auto whole = take_scratch(0), part = take_scratch(0);
+    // (The Trainer refuses a fused optimizer with sharded gradients.)
+    auto whole = take_scratch(0);
     M* source = gradient_in_m(b, *whole);
-    const M* g = source + b.begin;
-    if (b.sharded_grads) {
-      part->resize(std::size_t(b.owned()));
-      comm_.reduce_scatter_sum(std::span<const M>(source, std::size_t(b.size())), std::span<M>(*part),
-                               layouts_[i].counts(), "gradients of " + b.name)
-          .wait();
-      g = part->data();
-    } else if (comm_.size() > 1) {
+    if (comm_.size() > 1)
       comm_.all_reduce_sum(std::span<M>(source, std::size_t(b.size())), "gradients of " + b.name).wait();
-    }
+    const M* g = source + b.begin;
     fused_squares_ += optim::sum_of_squares(g, b.owned());
     Set::step(b, g, role.lr, role.optimizer_step);
     gather_values(i);
     end_micro_batch();
     b.params->zero_grads();
     give_back(std::move(whole));
-    give_back(std::move(part));
   }
 
   // The sum of squares of the job's gradient from this rank's: ranks hold
   // disjoint ranges when the optimizer state is sharded, the same whole
   // gradient otherwise.
   double job_squares(double squares) {
-    return sharding_.optimizer_state ? comm_.sum(squares, "the gradient norm") : squares;
+    return sharding_.optimizer_state ? shards().sum(squares, "the gradient norm") : squares;
   }
 
   // The T gradient of b as M: itself when T is M, else converted into `scratch`.
@@ -321,9 +334,9 @@ private:
   // After a sharded optimizer stepped its range, every rank takes the others'.
   void gather_values(std::size_t i) {
     Buffer& b = set_.buffers()[i];
-    if (!sharding_.optimizer_state || comm_.size() == 1 || b.values_shard) return;  // ZeRO-3 gathers before use
+    if (!sharding_.optimizer_state || shards().size() == 1 || b.values_shard) return;  // ZeRO-3 gathers before use
     T* v = b.params->values().data();
-    pending_.push_back({comm_.all_gather(std::span<const T>(v + b.begin, std::size_t(b.owned())),
+    pending_.push_back({shards().all_gather(std::span<const T>(v + b.begin, std::size_t(b.owned())),
                                          std::span<T>(v, std::size_t(b.size())), layouts_[i].counts(),
                                          "values of " + b.name),
                         {}});
@@ -362,6 +375,7 @@ private:
   std::vector<std::shared_ptr<Scratch>> free_scratch_;
   Tensor<T> block_gradients_;  // shared by every block when the optimizer is fused into backward
   std::unique_ptr<StageShards<T>> shards_;  // ZeRO-3
+  std::unique_ptr<comm::Communicator> shard_group_, replicas_;  // hybrid sharding
   double fused_squares_ = 0;
 };
 

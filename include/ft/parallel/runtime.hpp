@@ -27,6 +27,7 @@ namespace ft::parallel {
 // What a data-parallel policy shards (see parallelism.hpp).
 struct Sharding {
   bool optimizer_state = false, gradients = false, parameters = false;
+  int group_size = 0;  // shard within groups of this many ranks, replicate across them; 0: every rank
 
   template <class Policy>
   static constexpr Sharding of() {
@@ -89,8 +90,14 @@ public:
   // Every array of optimizer state and master weights this rank holds, by
   // name; a rank's range of a per-element array says which range it is.
   virtual std::vector<train::StateArray> state_arrays() = 0;
-  // Ranks hold different optimizer state (each writes its own file).
-  virtual bool state_is_sharded() const = 0;
+  // Which part of the optimizer state this rank writes to a checkpoint:
+  // nothing (writes false: another rank holds the same), the whole of it
+  // (parts 0: optimizer.safetensors), or part `part` of `parts`.
+  struct StateShard {
+    bool writes = true;
+    int part = 0, parts = 0;
+  };
+  virtual StateShard state_shard() const = 0;
 };
 
 }  // namespace ft::parallel

@@ -239,6 +239,7 @@ struct LaunchSection {
   Int nproc = 1;
   std::string hostfile;
   double collective_timeout = 300;
+  Int shard_group_size = 0;
 
   template <class V>
   void fields(V& v) {
@@ -248,6 +249,9 @@ struct LaunchSection {
             "machines the job spans (mpirun --hostfile); \"\" for this machine only");
     v.field("collective_timeout", collective_timeout, greater_than(0.0),
             "seconds a collective may wait for the other ranks before the job stops, naming the rank at fault");
+    v.field("shard_group_size", shard_group_size, at_least<Int>(0),
+            "zero1-3 shard within groups of this many consecutive ranks (a node's) and replicate across groups "
+            "(FSDP's HYBRID_SHARD); 0 shards over every rank");
   }
 };
 

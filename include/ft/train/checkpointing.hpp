@@ -56,11 +56,10 @@ std::filesystem::path save_checkpoint(Run<T, M>& run, std::int64_t step) {
   const std::filesystem::path dst = run.out / name;
   const std::string made = comm.rank() == 0 ? io::stage_directory(dst).string() : "";
   const std::filesystem::path staging = comm.all_gather_text(made, "the checkpoint's staging directory")[0];
-  const bool sharded = run.parallel->state_is_sharded();
-  if (sharded) write_state(staging / state_file_name(comm.rank(), comm.size()), run.parallel->state_arrays());
+  const auto shard = run.parallel->state_shard();
+  if (shard.writes) write_state(staging / state_file_name(shard.part, shard.parts), run.parallel->state_arrays());
   run.parallel->with_whole_model([&] { if (comm.rank() == 0) run.adapter->save(staging); }, false);
   if (comm.rank() == 0) {
-    if (!sharded) write_state(staging / state_file_name(0, 0), run.parallel->state_arrays());
     write_json(staging / "trainer_state.json", trainer_state(run, step));
   }
   comm.barrier("writing " + name + " on every rank", true);

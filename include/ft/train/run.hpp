@@ -42,7 +42,7 @@ struct Policies {
   std::function<models::ModelSpec(const std::filesystem::path&)> model;  // the family reads config.json
   bool trains_base_weights = true;  // the model keeps gradients
   std::function<std::unique_ptr<adapters::Runtime<T>>(const recipe::Recipe&)> adapter;
-  std::function<std::unique_ptr<parallel::Runtime<T, M>>(comm::Communicator&)> parallel;
+  std::function<std::unique_ptr<parallel::Runtime<T, M>>(comm::Communicator&, const recipe::Recipe&)> parallel;
   parallel::OptimizerMaker<M> optimizer;
 };
 

@@ -114,7 +114,7 @@ void build_model(Run<T, M>& run) {
   run.model->load(io::ModelWeights::open(r.model.path));
   run.model->set_memory_options({checkpoint_every(r.train.gradient_checkpointing), r.train.activation_offloading});
   auto trainables = run.adapter->attach(*run.model, run.text);
-  run.parallel = run.policies.parallel(*run.comm);
+  run.parallel = run.policies.parallel(*run.comm, r);
   run.parallel->attach(*run.model, std::move(trainables), run.policies.optimizer, r.train.fuse_optimizer_with_backward);
   run.flops_per_token = flops_per_token(run.model->config(), r.data.max_seq_length, run.policies.trains_base_weights,
                                         run.adapter->added_matmul_parameters());

@@ -132,9 +132,10 @@ public:
     p.adapter = [](const recipe::Recipe& r) -> std::unique_ptr<adapters::Runtime<Storage>> {
       return std::make_unique<typename Adapter::template runtime<Storage>>(r);
     };
-    p.parallel = [](comm::Communicator& c) -> std::unique_ptr<parallel::Runtime<Storage, Master>> {
-      return std::make_unique<typename Parallelism::template runtime<Storage, Master>>(
-          c, parallel::Sharding::of<Parallelism>());
+    p.parallel = [](comm::Communicator& c, const recipe::Recipe& r) -> std::unique_ptr<parallel::Runtime<Storage, Master>> {
+      parallel::Sharding sharding = parallel::Sharding::of<Parallelism>();
+      sharding.group_size = int(r.launch.shard_group_size);
+      return std::make_unique<typename Parallelism::template runtime<Storage, Master>>(c, sharding);
     };
     p.optimizer.make = [t = recipe_.train](const auto& entries, index_t size) {
       return train::make_parameter_optimizer<Optimizer, Master>(entries, size, t);
@@ -151,6 +152,13 @@ private:
     if (!Parallelism::multi_rank && ranks > 1)
       throw Error("parallelism " + std::string(Parallelism::name) + " runs one process, but the job has " +
                   std::to_string(ranks) + " ranks; choose ddp, zero1, zero2 or zero3 for several ranks");
+    if (r.launch.shard_group_size > 0 && !Parallelism::shards_optimizer_state)
+      throw Error("launch.shard_group_size = " + std::to_string(r.launch.shard_group_size) + " groups the ranks that "
+                  "share sharded state, but parallelism " + std::string(Parallelism::name) +
+                  " shards nothing; use zero1, zero2 or zero3, or set it to 0");
+    if (r.launch.shard_group_size > 0 && ranks % r.launch.shard_group_size != 0)
+      throw Error("launch.shard_group_size = " + std::to_string(r.launch.shard_group_size) + " does not divide the " +
+                  std::to_string(ranks) + " ranks of the job into groups; allowed: a divisor of " + std::to_string(ranks));
     if (r.train.fuse_optimizer_with_backward && r.train.gradient_accumulation_steps > 1)
       throw Error("train.fuse_optimizer_with_backward steps each block inside backward, so gradients "
                   "cannot accumulate over gradient_accumulation_steps = " +
