@@ -26,6 +26,7 @@
 #include <ft/io/safetensors.hpp>
 
 #include "support/compare.hpp"
+#include "support/files.hpp"
 
 namespace fs = std::filesystem;
 
@@ -41,10 +42,7 @@ struct Run {
   std::string out, err;
 };
 
-std::string slurp(const fs::path& p) {
-  std::ifstream in(p);
-  return {std::istreambuf_iterator<char>(in), {}};
-}
+using ft::testing::read_bytes;  // "" for a file that is not there
 
 // 20 steps of fp32 training of the tiny Llama on the small jargon set, in
 // `name`: `strategy` lines, `rows` rows per rank per micro-batch, `ranks`
@@ -70,7 +68,7 @@ Run train(const fs::path& recipe_file, const std::string& sets = "") {
   const std::string cmd = mpi_env + FTRUN_PATH " train \"" + recipe_file.string() + "\" " + sets + " >\"" +
                           (dir / "stdout").string() + "\" 2>\"" + (dir / "stderr").string() + "\"";
   const int status = std::system(cmd.c_str());
-  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, slurp(dir / "stdout"), slurp(dir / "stderr")};
+  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, read_bytes(dir / "stdout"), read_bytes(dir / "stderr")};
 }
 
 // Loss and gradient norm of every step, the last record of each (a resumed run logs some again).
@@ -114,6 +112,18 @@ fs::path final_weights(const fs::path& recipe_file, const std::string& file = "m
   return recipe_file.parent_path() / "run" / file;
 }
 
+// Trains `dp` and checks it against the finished run `single`: every step's
+// loss and gradient norm, and the final weights (`weights` in output_dir).
+Run expect_same_training(const fs::path& single, const fs::path& dp,
+                         const std::string& weights = "model/model.safetensors") {
+  const Run r = train(dp);
+  INFO(r.err);
+  REQUIRE(r.code == 0);
+  CHECK(metric_difference(single, dp) < 1e-5);
+  CHECK(weight_difference(final_weights(single, weights), final_weights(dp, weights)) < 1e-5);
+  return r;
+}
+
 }  // namespace
 
 TEST_CASE("ddp, zero1, zero2 and zero3 on 2 ranks train what one process trains on the same global batch") {
@@ -122,9 +132,7 @@ TEST_CASE("ddp, zero1, zero2 and zero3 on 2 ranks train what one process trains 
   for (const std::string parallelism : {"ddp", "zero1", "zero2", "zero3"}) {
     CAPTURE(parallelism);
     const fs::path dp = recipe("two_" + parallelism, "adapter = \"full\"\nparallelism = \"" + parallelism + "\"\n", 2, 2);
-    const Run r = train(dp);
-    INFO(r.err);
-    REQUIRE(r.code == 0);
+    const Run r = expect_same_training(single, dp);
     CHECK(r.out.find("ranks 2") != std::string::npos);
     // Each rank's memory and traffic, in a record of its own.
     std::ifstream metrics(dp.parent_path() / "run" / "metrics.jsonl");
@@ -138,8 +146,6 @@ TEST_CASE("ddp, zero1, zero2 and zero3 on 2 ranks train what one process trains 
       CHECK(j["state_bytes"].get<double>() > 0);
     }
     CHECK(rank_records == 20);
-    CHECK(metric_difference(single, dp) < 1e-5);
-    CHECK(weight_difference(final_weights(single), final_weights(dp)) < 1e-5);
   }
 }
 
@@ -150,12 +156,7 @@ TEST_CASE("4 ranks: zero2 and zero3 with Adafactor (shards cut at tensor boundar
   for (const std::string parallelism : {"zero2", "zero3"}) {
     CAPTURE(parallelism);
     const fs::path dp = recipe("adafactor_four_" + parallelism, adafactor_lora + "parallelism = \"" + parallelism + "\"\n", 1, 4);
-    const Run r = train(dp);
-    INFO(r.err);
-    REQUIRE(r.code == 0);
-    CHECK(metric_difference(single, dp) < 1e-5);
-    const std::string adapter = "adapter/adapter_model.safetensors";
-    CHECK(weight_difference(final_weights(single, adapter), final_weights(dp, adapter)) < 1e-5);
+    expect_same_training(single, dp, "adapter/adapter_model.safetensors");
   }
 }
 
@@ -164,11 +165,7 @@ TEST_CASE("hybrid sharding: zero3 within groups of 2 ranks, replicated over 2 gr
   REQUIRE(train(single).code == 0);
   const fs::path hybrid = recipe("hybrid_zero3", "adapter = \"full\"\nparallelism = \"zero3\"\n", 1, 4);
   std::ofstream(hybrid, std::ios::app) << "shard_group_size = 2\n[checkpoint]\nsave_steps = 10\n";  // in [launch]
-  const Run r = train(hybrid);
-  INFO(r.err);
-  REQUIRE(r.code == 0);
-  CHECK(metric_difference(single, hybrid) < 1e-5);
-  CHECK(weight_difference(final_weights(single), final_weights(hybrid)) < 1e-5);
+  expect_same_training(single, hybrid);
   // One group's shards make the checkpoint: the other group holds the same.
   const fs::path checkpoint = hybrid.parent_path() / "run" / "checkpoint-10";
   CHECK(fs::exists(checkpoint / "optimizer-0-of-2.safetensors"));
@@ -182,11 +179,7 @@ TEST_CASE("zero3 on an untied model (GPT-NeoX) with gradient checkpointing match
   const fs::path single = recipe("neox_single", strategy, 4, 1, checkpointing, "tiny_neox");
   REQUIRE(train(single).code == 0);
   const fs::path dp = recipe("neox_zero3", strategy + "parallelism = \"zero3\"\n", 2, 2, checkpointing, "tiny_neox");
-  const Run r = train(dp);
-  INFO(r.err);
-  REQUIRE(r.code == 0);
-  CHECK(metric_difference(single, dp) < 1e-5);
-  CHECK(weight_difference(final_weights(single), final_weights(dp)) < 1e-5);
+  expect_same_training(single, dp);
 }
 
 TEST_CASE("zero3 on 4 ranks holds at most 0.3x the parameter, gradient and optimizer bytes of one process") {
@@ -218,11 +211,7 @@ TEST_CASE("gradient accumulation on 2 ranks (FSDP's no_shard) reduces once per s
   REQUIRE(train(single).code == 0);
   const fs::path dp = recipe("accumulation_two", "adapter = \"full\"\nparallelism = \"no_shard\"\n", 1, 2,
                              "gradient_accumulation_steps = 2\n");
-  const Run r = train(dp);
-  INFO(r.err);
-  REQUIRE(r.code == 0);
-  CHECK(metric_difference(single, dp) < 1e-5);
-  CHECK(weight_difference(final_weights(single), final_weights(dp)) < 1e-5);
+  expect_same_training(single, dp);
 }
 
 TEST_CASE("a checkpoint written by zero2 on 2 ranks resumes on 4 ranks (zero1) and on one process, re-sharded") {
@@ -285,9 +274,9 @@ TEST_CASE("a rank killed with SIGKILL stops the job with a line naming it; resum
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - killed_at).count();
   std::this_thread::sleep_for(std::chrono::milliseconds(100));
-  const std::string err = slurp(dir / "stderr");
+  const std::string err = read_bytes(dir / "stderr");
   INFO(err);
-  CHECK(std::stoi(slurp(dir / "status")) != 0);
+  CHECK(std::stoi(read_bytes(dir / "status")) != 0);
   CHECK(seconds < 30);
   CHECK(err.find("ftrun: rank ") != std::string::npos);
   CHECK(err.find("(pid " + std::to_string(pids.back()) + " on ") != std::string::npos);
@@ -325,7 +314,7 @@ TEST_CASE("multi-rank bad input: one line each, before any rank trains") {
     const std::string cmd = mpi_env + FT_MPIRUN " -np 2 --oversubscribe " FTRUN_PATH " train " + p.string() +
                             " >/dev/null 2>" + (p.parent_path() / "stderr").string();
     CHECK(std::system(cmd.c_str()) != 0);
-    CHECK(slurp(p.parent_path() / "stderr").find("launch.nproc: is 3, but mpirun started this job with 2 ranks") !=
+    CHECK(read_bytes(p.parent_path() / "stderr").find("launch.nproc: is 3, but mpirun started this job with 2 ranks") !=
           std::string::npos);
   }
   SUBCASE("ranks started with different recipes") {
@@ -334,7 +323,7 @@ TEST_CASE("multi-rank bad input: one line each, before any rank trains") {
                             " : -np 1 " FTRUN_PATH " train " + p.string() + " --set train.learning_rate=0.003" +
                             " >/dev/null 2>" + (p.parent_path() / "stderr").string();
     CHECK(std::system(cmd.c_str()) != 0);
-    const std::string err = slurp(p.parent_path() / "stderr");
+    const std::string err = read_bytes(p.parent_path() / "stderr");
     INFO(err);
     CHECK(err.find("rank 0 and rank 1 disagree on the resolved recipe: rank 0 has \"learning_rate = 0.002") !=
           std::string::npos);
@@ -376,7 +365,7 @@ TEST_CASE("two nodes x two ranks over TCP between network namespaces train what 
                            tag + " && ip -n " + ns1 + " link set fta" + tag + " up && ip -n " + ns2 + " link set ftb" +
                            tag + " up && ip -n " + ns1 + " link set lo up && ip -n " + ns2 + " link set lo up";
   if (::geteuid() != 0 || std::system((make + " 2>" + (dir / "netns_error").string()).c_str()) != 0) {
-    MESSAGE("skipped: network namespaces cannot be made here (needs root and iproute2): " << slurp(dir / "netns_error"));
+    MESSAGE("skipped: network namespaces cannot be made here (needs root and iproute2): " << read_bytes(dir / "netns_error"));
     std::system(("ip netns del " + ns1 + " 2>/dev/null; ip netns del " + ns2 + " 2>/dev/null").c_str());
     return;
   }
@@ -399,8 +388,8 @@ TEST_CASE("two nodes x two ranks over TCP between network namespaces train what 
                           (nodes.parent_path() / "stderr").string() + "'";
   const int status = std::system(cmd.c_str());
   std::system(("ip netns del " + ns1 + "; ip netns del " + ns2).c_str());
-  const std::string out = slurp(nodes.parent_path() / "stdout");
-  INFO(slurp(nodes.parent_path() / "stderr"));
+  const std::string out = read_bytes(nodes.parent_path() / "stdout");
+  INFO(read_bytes(nodes.parent_path() / "stderr"));
   REQUIRE(WIFEXITED(status));
   REQUIRE(WEXITSTATUS(status) == 0);
   CHECK(out.find("ranks       4 on 2 machine(s): node1 x2, node2 x2") != std::string::npos);
