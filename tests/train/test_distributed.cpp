@@ -282,6 +282,11 @@ TEST_CASE("a rank killed with SIGKILL stops the job with a line naming it; resum
   CHECK(err.find("(pid " + std::to_string(pids.back()) + " on ") != std::string::npos);
   CHECK(err.find("has died or exited") != std::string::npos);
 
+  // A copy of what the kill left, to resume on 4 ranks below.
+  const fs::path four = recipe("kill_four", strategy, 1, 4, "max_steps = 200\n");
+  std::ofstream(four, std::ios::app) << more;
+  fs::copy(dir / "run", four.parent_path() / "run", fs::copy_options::recursive | fs::copy_options::copy_symlinks);
+
   // The same command again continues from latest and ends where the uninterrupted run ends.
   const Run resumed = train(killed);
   INFO(resumed.err);
@@ -295,6 +300,16 @@ TEST_CASE("a rank killed with SIGKILL stops the job with a line naming it; resum
     CHECK(v.second == a.at(step).second);
   }
   CHECK(weight_difference(final_weights(reference), final_weights(killed)) == 0);
+
+  // On 4 ranks with the same global batch it continues the same way (other reduction orders: within 1e-5).
+  const Run on_four = train(four);
+  INFO(on_four.err);
+  REQUIRE(on_four.code == 0);
+  CHECK(on_four.out.find("resuming after step ") != std::string::npos);
+  const auto c = steps(four);
+  REQUIRE(c.size() == 200);
+  for (const auto& [step, v] : c) CHECK(std::abs(v.first - a.at(step).first) < 1e-5);
+  CHECK(weight_difference(final_weights(reference), final_weights(four)) < 1e-5);
 }
 
 TEST_CASE("multi-rank bad input: one line each, before any rank trains") {
@@ -302,6 +317,11 @@ TEST_CASE("multi-rank bad input: one line each, before any rank trains") {
     const Run r = train(recipe("bad_single", "adapter = \"full\"\n", 2, 2));
     CHECK(r.code == 2);
     CHECK(r.err.find("parallelism single runs one process, but the job has 2 ranks") != std::string::npos);
+  }
+  SUBCASE("a batch the data cannot fill on every rank") {
+    const Run r = train(recipe("bad_world", "parallelism = \"ddp\"\n", 64, 4, "", "tiny_llama"));
+    CHECK(r.code != 0);
+    CHECK(r.err.find("fewer than one batch of rows_per_batch 64 for each of 4 ranks") != std::string::npos);
   }
   SUBCASE("a shard group size that does not divide the ranks") {
     const Run r = train(recipe("bad_group", "parallelism = \"zero3\"\n", 2, 4), "--set launch.shard_group_size=3");
