@@ -1,9 +1,9 @@
 #pragma once
 // The ranks of a job and the collectives a trainer needs between them.
 //
-// One interface, several transports: Local (a job of one rank), Mpi (host
-// buffers, one machine or many; comm/mpi.hpp) and Nccl (device buffers;
-// comm/nccl.hpp, CUDA builds). The trainer calls it the same way for each.
+// One interface, several transports: Local (a job of one rank) and Mpi (host
+// buffers, one machine or many; comm/mpi.hpp); device buffers (NCCL) come
+// with the CUDA backend. The trainer calls it the same way for each.
 //
 // Every collective is asynchronous: it returns a Work that wait() completes,
 // so gradient reductions can run while backward goes on (parallel/). Calls

@@ -5,6 +5,7 @@
 // every collective as a non-blocking MPI call, in the order the trainer
 // issued them, and polls them to completion, so the trainer's thread goes on
 // computing while a reduction moves (the overlap DDP and ZeRO depend on).
+// Groups of ranks (split) are communicators of their own on the same thread.
 //
 // No job waits forever. Every collective has a deadline (the recipe's
 // launch.collective_timeout). When one passes, or the launcher stops the job
