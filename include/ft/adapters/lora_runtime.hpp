@@ -69,6 +69,8 @@ public:
     return out;
   }
 
+  bool final_save_changes_model() const override { return save_merged_; }
+
 private:
   std::string source_;
   bool save_merged_;

@@ -54,6 +54,9 @@ public:
   // What the run leaves in output_dir when it ends; returns one line per
   // thing written ("adapter (PEFT) in ...").
   virtual std::vector<std::string> save_final(const std::filesystem::path& output_dir) = 0;
+  // save_final writes into the model's values (a merged LoRA), so it needs
+  // the whole model at once rather than one stage after another.
+  virtual bool final_save_changes_model() const { return false; }
 };
 
 }  // namespace ft::adapters

@@ -202,6 +202,9 @@ public:
   // layout; `shape` receives its HF shape. Saving a model and the parity tests read through this.
   std::vector<float> hf_tensor(const WeightBinding& w, std::vector<std::int64_t>& shape, bool gradient = false) {
     auto [buffer, entry] = find_parameter(w.param);
+    if (stage_reader_ && !gradient)
+      for (index_t s = -1; s <= spec_.config.num_layers; ++s)
+        if (&stage_parameters(s) == buffer) stage_reader_(s);
     const index_t cols = entry->shape.rank == 2 ? entry->shape[1] : 1;
     const index_t rows = binding_rows(spec_, w, entry->shape[0]);
     const T* src = (gradient ? buffer->grads() : buffer->values()).data() + entry->offset + w.row_offset * cols;
@@ -213,6 +216,10 @@ public:
     shape = hf_shape(w);
     return out;
   }
+
+  // Called with a stage's index before hf_tensor reads that stage's values:
+  // ZeRO-3 gathers the stage there, so a model is written one stage at a time.
+  void set_stage_reader(std::function<void(index_t stage)> reader) { stage_reader_ = std::move(reader); }
 
   // The HF shape of a weight.
   std::vector<std::int64_t> hf_shape(const WeightBinding& w) {
@@ -239,6 +246,7 @@ private:
   }
 
   ModelSpec spec_;
+  std::function<void(index_t)> stage_reader_;
   EmbeddingStage<T> embedding_;
   std::vector<Block<T>> blocks_;
   HeadStage<T> head_;

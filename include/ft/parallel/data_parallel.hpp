@@ -148,6 +148,38 @@ public:
       for (index_t s = -1; s <= shards_->last(); ++s) shards_->release(s);
   }
 
+  void read_model_on_rank0(const std::function<void()>& use) override {
+    if (!shards_) {
+      if (comm_.rank() == 0) use();
+      return;
+    }
+    // Rank 0 says which stage it reads next; every rank gathers it with it.
+    constexpr std::int64_t done = -1000;
+    std::int64_t held = done;
+    auto next = [&](std::int64_t stage) {
+      comm_.broadcast(std::span<std::int64_t>(&stage, 1), 0, "the stage rank 0 reads next").wait();
+      if (stage == held) return stage;
+      if (held != done) shards_->release(index_t(held));
+      if (stage != done) shards_->gather(index_t(stage));
+      held = stage;
+      return stage;
+    };
+    if (comm_.rank() == 0) {
+      model_->set_stage_reader([&](index_t stage) { next(stage); });
+      try {
+        use();
+      } catch (...) {
+        model_->set_stage_reader({});
+        throw;
+      }
+      model_->set_stage_reader({});
+      next(done);
+    } else {
+      while (next(done) != done) {
+      }
+    }
+  }
+
   std::size_t state_bytes() const override {
     std::size_t n = shards_ ? shards_->shard_bytes() : 0;
     if (!shards_) {

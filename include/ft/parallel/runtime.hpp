@@ -84,6 +84,11 @@ public:
   // first, on every rank: call it on every rank). `changes`: use wrote new
   // values (resume), so what is derived from them is refreshed.
   virtual void with_whole_model(const std::function<void()>& use, bool changes) = 0;
+  // Runs `use` on rank 0, which reads the model's values through
+  // Transformer::hf_tensor (writing an HF model); the other ranks serve it.
+  // Under ZeRO-3 each stage is gathered when first read and dropped when the
+  // next is, so no rank ever holds the whole model. Call it on every rank.
+  virtual void read_model_on_rank0(const std::function<void()>& use) = 0;
   // Bytes this rank holds for parameters, gradients, master weights and
   // optimizer state between steps.
   virtual std::size_t state_bytes() const = 0;

@@ -58,7 +58,7 @@ std::filesystem::path save_checkpoint(Run<T, M>& run, std::int64_t step) {
   const std::filesystem::path staging = comm.all_gather_text(made, "the checkpoint's staging directory")[0];
   const auto shard = run.parallel->state_shard();
   if (shard.writes) write_state(staging / state_file_name(shard.part, shard.parts), run.parallel->state_arrays());
-  run.parallel->with_whole_model([&] { if (comm.rank() == 0) run.adapter->save(staging); }, false);
+  run.parallel->read_model_on_rank0([&] { run.adapter->save(staging); });
   if (comm.rank() == 0) {
     write_json(staging / "trainer_state.json", trainer_state(run, step));
   }

@@ -136,12 +136,12 @@ public:
     log.say("saved " + save_checkpoint(run, step).string());
     if (!r.preview.prompt.empty()) log.say("after training: " + preview(run));
     comm.set_phase("the final save");
-    run.parallel->with_whole_model(
-        [&] {
-          if (comm.rank() == 0)
-            for (const std::string& line : run.adapter->save_final(run.out)) std::printf("%s\n", line.c_str());
-        },
-        false);
+    auto save_final = [&] {
+      if (comm.rank() == 0)
+        for (const std::string& line : run.adapter->save_final(run.out)) std::printf("%s\n", line.c_str());
+    };
+    if (run.adapter->final_save_changes_model()) run.parallel->with_whole_model(save_final, false);
+    else run.parallel->read_model_on_rank0(save_final);
     comm.barrier("the final save", true);
     std::fflush(stdout);
   }
