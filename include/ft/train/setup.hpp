@@ -59,6 +59,7 @@ std::string engine_code() {
 // Before anything else: the ranks run the same recipe with the same code.
 template <element T, class M>
 void agree_on_run(Run<T, M>& run) {
+  if (run.comm->size() == 1) return;  // nothing to compare, and no file to fingerprint
   agree(*run.comm, "the resolved recipe", recipe::emit(run.recipe));
   agree(*run.comm, "the trainer", run.policies.trainer + "\nbuilt into " + engine_code<T, M>());
 }
