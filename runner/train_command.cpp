@@ -227,11 +227,11 @@ int run_train(const TrainOptions& options) {
 
   std::string resolved, plan;
   const ft::plugin::Factory* factory = nullptr;
+  const ft::comm::JobPlace job = ft::comm::job_place();  // this process's place, when a launcher started it
   try {
     ft::recipe::Recipe& recipe = loaded.recipe;
     recipe.model.family = resolve_family(loaded, search.registry);
     recipe.strategy.parallelism = canonical_parallelism(recipe.strategy.parallelism);
-    const ft::comm::JobPlace job = ft::comm::job_place();
     if (job.size > 1 && recipe.launch.nproc > 1 && recipe.launch.nproc != job.size)
       throw loaded.error("launch.nproc", "is " + std::to_string(recipe.launch.nproc) + ", but " + job.launcher +
                                              " started this job with " + std::to_string(job.size) +
@@ -251,7 +251,7 @@ int run_train(const TrainOptions& options) {
   }
 
   const std::vector<std::string> launch = launch_argv(options, loaded.recipe);
-  const bool starts_job = loaded.recipe.launch.nproc > 1 && ft::comm::job_place().size == 1;
+  const bool starts_job = loaded.recipe.launch.nproc > 1 && job.size == 1;
   if (!options.dry_run && starts_job) {
     try {
       if (!loaded.recipe.launch.hostfile.empty()) check_hostfile(loaded.recipe.launch.hostfile);

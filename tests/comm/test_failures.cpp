@@ -9,6 +9,8 @@
 #include <fstream>
 #include <string>
 
+#include "support/files.hpp"
+
 namespace {
 
 namespace fs = std::filesystem;
@@ -27,8 +29,7 @@ Job run_scenario(const std::string& name) {
   const auto start = std::chrono::steady_clock::now();
   const int status = std::system(cmd.c_str());
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  std::ifstream in(err);
-  Job job{WIFEXITED(status) ? WEXITSTATUS(status) : -1, {std::istreambuf_iterator<char>(in), {}}, seconds};
+  Job job{WIFEXITED(status) ? WEXITSTATUS(status) : -1, ft::testing::read_bytes(err), seconds};
   fs::remove(err);
   return job;
 }

@@ -54,6 +54,7 @@ fs::path recipe(const std::string& name, const std::string& strategy, int rows, 
   std::ofstream(dir / "recipe.toml") << "output_dir = \"" << (dir / "run").string() << "\"\nseed = 3\n"
                                      << "[model]\npath = \"" << fixtures << "/" << model << "\"\n"
                                      << "[data]\ntrain = \"" << fixtures << "/jargon_small.jsonl\"\n"
+                                     << "validation = \"" << fixtures << "/jargon_small_validation.jsonl\"\n"
                                      << "max_seq_length = 128\npacking = true\n"
                                      << "[strategy]\n" << strategy
                                      << "[train]\nlogging_steps = 1\nlearning_rate = 2e-3\n"
@@ -112,8 +113,18 @@ fs::path final_weights(const fs::path& recipe_file, const std::string& file = "m
   return recipe_file.parent_path() / "run" / file;
 }
 
+// The validation loss at the end of a run (ranks share the validation rows unevenly).
+double final_eval_loss(const fs::path& recipe_file) {
+  double loss = -1;
+  std::ifstream in(recipe_file.parent_path() / "run" / "metrics.jsonl");
+  for (std::string line; std::getline(in, line);)
+    if (const auto j = nlohmann::json::parse(line); j["split"] == "eval") loss = j["loss"].get<double>();
+  REQUIRE(loss >= 0);
+  return loss;
+}
+
 // Trains `dp` and checks it against the finished run `single`: every step's
-// loss and gradient norm, and the final weights (`weights` in output_dir).
+// loss and gradient norm, the final weights (`weights` in output_dir) and validation loss.
 Run expect_same_training(const fs::path& single, const fs::path& dp,
                          const std::string& weights = "model/model.safetensors") {
   const Run r = train(dp);
@@ -121,6 +132,7 @@ Run expect_same_training(const fs::path& single, const fs::path& dp,
   REQUIRE(r.code == 0);
   CHECK(metric_difference(single, dp) < 1e-5);
   CHECK(weight_difference(final_weights(single, weights), final_weights(dp, weights)) < 1e-5);
+  CHECK(std::abs(final_eval_loss(single) - final_eval_loss(dp)) < 1e-5);
   return r;
 }
 

@@ -247,14 +247,14 @@ private:
       case Element::f32: return MPI_FLOAT;
       case Element::f64: return MPI_DOUBLE;
       case Element::bf16:
-      case Element::f16: return half_type_;
+      case Element::f16: return world_->half_type_;  // made once, by the job's communicator
       case Element::byte: return MPI_BYTE;
     }
     return MPI_BYTE;
   }
   MPI_Op sum_of(Element e) const {
-    if (e == Element::bf16) return bf16_sum_;
-    if (e == Element::f16) return f16_sum_;
+    if (e == Element::bf16) return world_->bf16_sum_;
+    if (e == Element::f16) return world_->f16_sum_;
     return MPI_SUM;
   }
   template <class H>
@@ -458,11 +458,13 @@ private:
   // complete, `sequence` > 0) those that have not reached it. Empty when none is.
   std::string ask_peers(Clock::duration wait, std::int64_t sequence) {
     std::vector<Answer> answers(static_cast<std::size_t>(size_));
-    std::vector<MPI_Request> asks, replies(std::size_t(size_), MPI_REQUEST_NULL);
-    const int question = 1;
+    std::vector<MPI_Request> replies(std::size_t(size_), MPI_REQUEST_NULL);
+    static const int question = 1;  // outlives the sends, which are not waited for
     for (int r = 0; r < size_; ++r) {
       if (r == rank_ || has_died(r)) continue;
-      MPI_Isend(&question, 1, MPI_INT, r, ask_tag, control_, &asks.emplace_back());
+      MPI_Request ask;
+      MPI_Isend(&question, 1, MPI_INT, r, ask_tag, control_, &ask);
+      MPI_Request_free(&ask);
       MPI_Irecv(&answers[std::size_t(r)], sizeof(Answer), MPI_BYTE, r, answer_tag, control_, &replies[std::size_t(r)]);
     }
     std::vector<bool> answered(std::size_t(size_), false);
@@ -480,9 +482,9 @@ private:
       std::this_thread::sleep_for(std::chrono::milliseconds(1));
     }
     for (auto& reply : replies)
-      if (reply != MPI_REQUEST_NULL) {
+      if (reply != MPI_REQUEST_NULL) {  // unanswered: withdrawn before `answers` goes
         MPI_Cancel(&reply);
-        MPI_Request_free(&reply);
+        MPI_Wait(&reply, MPI_STATUS_IGNORE);
       }
 
     std::vector<std::string> died, silent, behind;

@@ -48,9 +48,10 @@ public:
 
   // ZeRO-3 keeps a stage's whole values and gradients only while the stage
   // runs: these drop them (the memory returns once no collective holds it)
-  // and make them anew, zero-filled.
+  // and make them anew: values unwritten (a gather fills them), gradients
+  // zero-filled.
   void release_values() { values_ = Tensor<T>(); }
-  void allocate_values() { values_ = Tensor<T>(Shape{size_}); }
+  void allocate_values() { values_ = Tensor<T>(Shape{size_}, typename Tensor<T>::Uninitialized{}); }
   void release_grads() { grads_ = Tensor<T>(); }
   void allocate_grads() {
     if (trainable_) grads_ = Tensor<T>(Shape{size_});

@@ -165,7 +165,9 @@ public:
       return stage;
     };
     if (comm_.rank() == 0) {
-      model_->set_stage_reader([&](index_t stage) { next(stage); });
+      model_->set_stage_reader([&](index_t stage) {
+        if (stage != held) next(stage);  // one word per stage, not per tensor
+      });
       try {
         use();
       } catch (...) {

@@ -40,20 +40,19 @@ public:
       cuts_[std::size_t(r)] = cut;
     }
     cuts_.back() = size;
+    counts_.clear();
+    for (std::size_t r = 0; r + 1 < cuts_.size(); ++r) counts_.push_back(std::size_t(cuts_[r + 1] - cuts_[r]));
   }
 
   index_t begin(int rank) const { return cuts_[std::size_t(rank)]; }
   index_t end(int rank) const { return cuts_[std::size_t(rank) + 1]; }
   index_t size(int rank) const { return end(rank) - begin(rank); }
   // Elements per rank, as the collectives take them.
-  std::vector<std::size_t> counts() const {
-    std::vector<std::size_t> out;
-    for (std::size_t r = 0; r + 1 < cuts_.size(); ++r) out.push_back(std::size_t(cuts_[r + 1] - cuts_[r]));
-    return out;
-  }
+  const std::vector<std::size_t>& counts() const { return counts_; }
 
 private:
   std::vector<index_t> cuts_{0, 0};
+  std::vector<std::size_t> counts_{0};
 };
 
 // The part of each entry that lies in [begin, end), with offsets from begin.

@@ -24,13 +24,18 @@ public:
   Tensor() = default;
 
   // New storage, zero-filled on the host.
-  explicit Tensor(Shape shape) : shape_(shape), strides_(contiguous_strides(shape)) {
+  explicit Tensor(Shape shape) : Tensor(shape, Uninitialized{}) {
+    if constexpr (std::is_same_v<Space, memory::Host>)
+      for (index_t i = 0; i < shape.numel(); ++i) data_[i] = T(0.0f);
+  }
+  // New storage left as it is, for a caller that writes every element first
+  // (a collective's output).
+  struct Uninitialized {};
+  Tensor(Shape shape, Uninitialized) : shape_(shape), strides_(contiguous_strides(shape)) {
     std::size_t bytes = std::size_t(shape.numel()) * sizeof(T);
     T* p = static_cast<T*>(Space::allocate(bytes));
     storage_ = std::shared_ptr<T>(p, [bytes](T* q) { Space::deallocate(q, bytes); });
     data_ = p;
-    if constexpr (std::is_same_v<Space, memory::Host>)
-      for (index_t i = 0; i < shape.numel(); ++i) p[i] = T(0.0f);
   }
 
   // A view of memory owned elsewhere (a mapped file, a flat parameter buffer).

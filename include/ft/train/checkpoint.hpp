@@ -101,8 +101,6 @@ inline std::filesystem::path resolve_resume(const std::filesystem::path& output_
   return resume;
 }
 
-// Named arrays into one safetensors file, and back. Restoring requires the
-// same names, dtypes and sizes: a checkpoint of another run is refused.
 // A rank's optimizer state file: whole ("optimizer.safetensors") when every
 // rank holds the same state, else one file per rank.
 inline std::string state_file_name(int rank, int world) {

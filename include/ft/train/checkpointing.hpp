@@ -68,7 +68,7 @@ std::filesystem::path save_checkpoint(Run<T, M>& run, std::int64_t step) {
     update_latest(run.out, name);
     prune_checkpoints(run.out, run.recipe.checkpoint.save_total_limit);
   }
-  comm.barrier("renaming " + name + " into place");
+  comm.barrier("renaming " + name + " into place", true);  // rank 0 flushes it to disk first
   run.last_checkpoint = dst.string();
   return dst;
 }

@@ -89,7 +89,7 @@ public:
       std::filesystem::create_directories(run.out);
       remove_stale_staging(run.out);
     }
-    comm.barrier("the output directory");
+    comm.barrier("the output directory", true);  // rank 0 may be deleting a killed run's leftovers
     const std::filesystem::path resume_from = resolve_resume(run.out, r.checkpoint.resume);
 
     load_text(run);

@@ -1,6 +1,7 @@
 #pragma once
 // The validation loss: every validation row once, in batches, no gradient.
 // Each rank takes its share of the batches; the sums are added over ranks.
+#include <algorithm>
 #include <cmath>
 
 #include <nlohmann/json.hpp>
@@ -15,8 +16,16 @@ nlohmann::ordered_json evaluate(Run<T, M>& run, std::int64_t step) {
   if (!run.eval_plan) return nullptr;
   run.adapter->set_training(false, 0);
   double loss = 0, scored = 0;
-  for (const data::MicroBatch& m : run.eval_plan->micro_batches()) {
-    loss += run.model->forward_backward(m.batch, {.backward = false}, nullptr, run.parallel->evaluation_hooks());
+  // Ranks may hold one batch more or less of the pass; all run as many
+  // forwards as the largest share (ZeRO-3's gathers are collectives), and a
+  // rank past its share repeats its last batch without counting it.
+  const std::int64_t mine = run.eval_plan->pass_batches();
+  const auto batches = std::int64_t(run.comm->max(double(mine), "the validation batches"));
+  for (std::int64_t g = 0; g < batches; ++g) {
+    const data::MicroBatch m = run.eval_plan->micro_batch(std::min(g, mine - 1));
+    const double l = run.model->forward_backward(m.batch, {.backward = false}, nullptr, run.parallel->evaluation_hooks());
+    if (g >= mine) continue;
+    loss += l;
     scored += double(m.batch.scored_tokens());
   }
   loss = run.comm->sum(loss, "the validation loss");
