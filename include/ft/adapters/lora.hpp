@@ -128,7 +128,6 @@ public:
       params_.declare(leaf + ".lora_B", {t.rows, r_});
     }
     params_.allocate();
-    saved_.resize(targets_.size());
     // PEFT's initialisation: A uniform in +-1/sqrt(in), B zero.
     for (std::size_t k = 0; k < targets_.size(); ++k) {
       const LoraTarget& t = targets_[k];
@@ -158,11 +157,8 @@ public:
       const LoraTarget& t = targets_[k];
       if (t.slot != slot) continue;
       const T* input = dropped_input(k, x, N);
-      Tensor<T>& down = saved_[k];  // A x, kept for backward
-      if (down.size(0) != N) down = Tensor<T>(Shape{N, r_});
-      gemm<T>(Op::none, Op::transpose, N, r_, t.in, 1, input, t.in, a_of(k), t.in, 0, down.data(), r_);
-      gemm<T>(Op::none, Op::transpose, N, t.rows, r_, A_t(scale_), down.data(), r_, b_of(k), r_, 1,
-              y + t.row_offset, t.out);
+      const T* down = project_down(k, input, N);
+      gemm<T>(Op::none, Op::transpose, N, t.rows, r_, A_t(scale_), down, r_, b_of(k), r_, 1, y + t.row_offset, t.out);
     }
   }
 
@@ -171,13 +167,13 @@ public:
       const LoraTarget& t = targets_[k];
       if (t.slot != slot) continue;
       const T* dy_rows = dy + t.row_offset;
+      const T* input = dropped_input(k, x, N);
+      const T* down = project_down(k, input, N);
       // dB += scale dy^T (A x);  d(A x) = scale dy B
-      gemm<T>(Op::transpose, Op::none, t.rows, r_, N, A_t(scale_), dy_rows, t.out, saved_[k].data(), r_, 1, db_of(k),
-              r_);
+      gemm<T>(Op::transpose, Op::none, t.rows, r_, N, A_t(scale_), dy_rows, t.out, down, r_, 1, db_of(k), r_);
       if (d_down_.size(0) != N) d_down_ = Tensor<T>(Shape{N, r_});
       gemm<T>(Op::none, Op::none, N, r_, t.rows, A_t(scale_), dy_rows, t.out, b_of(k), r_, 0, d_down_.data(), r_);
       // dA += d(A x)^T dropout(x);  dx += dropout'(d(A x) A)
-      const T* input = dropped_input(k, x, N);
       gemm<T>(Op::transpose, Op::none, r_, t.in, N, 1, d_down_.data(), r_, input, t.in, 1, da_of(k), t.in);
       if (!dropping()) {
         gemm<T>(Op::none, Op::none, N, t.in, r_, 1, d_down_.data(), r_, a_of(k), t.in, 1, dx, t.in);
@@ -197,6 +193,17 @@ private:
   bool dropping() const { return training_ && dropout_ > 0; }
   std::uint64_t mask_key(std::size_t k) const {
     return derive_key(derive_key(key_, std::uint64_t(targets_[k].layer)), k);
+  }
+
+  // A dropout(x) [N, r], into scratch. Backward computes it again rather
+  // than keep it from forward: the adapter then holds no state between the
+  // two, so micro-batches in flight at once (a pipeline) need nothing of it,
+  // and the GEMM costs r / out of the base projection's.
+  const T* project_down(std::size_t k, const T* input, index_t N) {
+    if (down_.size(0) != N) down_ = Tensor<T>(Shape{N, r_});
+    gemm<T>(Op::none, Op::transpose, N, r_, targets_[k].in, 1, input, targets_[k].in, a_of(k), targets_[k].in, 0,
+            down_.data(), r_);
+    return down_.data();
   }
 
   // x, or x with this module's dropout mask applied (into scratch).
@@ -224,8 +231,7 @@ private:
   bool training_ = false;
   std::uint64_t key_ = 0;
   models::ParameterBuffer<T> params_;
-  std::vector<Tensor<T>> saved_;
-  Tensor<T> d_down_, dropped_;
+  Tensor<T> down_, d_down_, dropped_;
 };
 
 // LoRA over a whole model: one LoraBlock per block that has targets, attached

@@ -6,18 +6,21 @@
 //   sequential (Llama):   m = x + O(attn(rope(QKV(n1(x)))));  y = m + Down(act(In(n2(m))))
 //   parallel (GPT-NeoX):  y = x + O(attn(rope(QKV(n1(x))))) + Down(act(In(n2(x))))
 //
-// The block reads its input from the residual stream buffer the model owns
-// and keeps a pointer to it: that input is the one activation a checkpointed
-// block would keep, everything else here can be recomputed from it.
+// The block reads its input x from the context's residual stream and writes
+// its output y after it; x is the one activation a checkpointed block keeps,
+// everything else here can be recomputed from it.
 //
-// Backward works in place on `dres`, the residual stream's gradient: it comes
-// in as d y and leaves as d x (both paths add into it, see nn/README.md).
+// Backward works in place on the context's gradient of the residual stream:
+// it comes in as d y and leaves as d x (both paths add into it, see
+// nn/README.md).
 #include <cstring>
 #include <string>
 
 #include "ft/models/batch.hpp"
+#include "ft/models/context.hpp"
 #include "ft/models/linear_adapter.hpp"
 #include "ft/models/parameters.hpp"
+#include "ft/models/stage.hpp"
 #include "ft/models/transformer_config.hpp"
 #include "ft/nn/attention.hpp"
 #include "ft/nn/linear.hpp"
@@ -27,52 +30,8 @@
 
 namespace ft::models {
 
-// Gradient buffers one block's backward needs; one set serves every block.
 template <element T>
-struct BlockScratch {
-  Tensor<T> d_norm_a, d_norm_b, d_attention, d_qkv, d_mlp_in, d_hidden;
-
-  void resize(const TransformerConfig& c, index_t N) {
-    if (d_norm_a.size(0) == N) return;
-    d_norm_a = Tensor<T>(Shape{N, c.hidden_size});
-    d_norm_b = Tensor<T>(Shape{N, c.hidden_size});
-    d_attention = Tensor<T>(Shape{N, c.num_heads * c.head_dim});
-    d_qkv = Tensor<T>(Shape{N, c.qkv_width()});
-    d_mlp_in = Tensor<T>(Shape{N, c.mlp_in_width()});
-    d_hidden = Tensor<T>(Shape{N, c.intermediate_size});
-  }
-};
-
-// What a block's forward keeps for its backward. A block owns one set, or
-// shares one set with every other checkpointed block: a checkpointed block's
-// forward writes into the shared set and backward recomputes it first, so
-// only the block's input has to survive from forward to backward.
-template <element T>
-struct BlockActivations {
-  using A = acc_t<T>;
-  Tensor<T> n1, qkv, attention, mid, n2, mlp_in, hidden;
-  Tensor<A> n1_mean, n1_rstd, lse, n2_mean, n2_rstd;
-
-  void resize(const TransformerConfig& c, const Batch& batch) {
-    const index_t N = batch.rows(), C = c.hidden_size;
-    if (n1.size(0) == N && lse.numel() == batch.B * c.num_heads * batch.T) return;
-    n1 = Tensor<T>(Shape{N, C});
-    n1_mean = Tensor<A>(Shape{N});
-    n1_rstd = Tensor<A>(Shape{N});
-    qkv = Tensor<T>(Shape{N, c.qkv_width()});
-    attention = Tensor<T>(Shape{N, c.num_heads * c.head_dim});
-    lse = Tensor<A>(Shape{batch.B * c.num_heads * batch.T});
-    mid = Tensor<T>(Shape{N, C});
-    n2 = Tensor<T>(Shape{N, C});
-    n2_mean = Tensor<A>(Shape{N});
-    n2_rstd = Tensor<A>(Shape{N});
-    mlp_in = Tensor<T>(Shape{N, c.mlp_in_width()});
-    hidden = Tensor<T>(Shape{N, c.intermediate_size});
-  }
-};
-
-template <element T>
-class Block {
+class Block final : public Stage<T> {
 public:
   using A = acc_t<T>;
 
@@ -99,27 +58,29 @@ public:
 
   // Adds an adapter to this block's linear layers (null removes it). Not owned.
   void set_adapter(LinearAdapter<T>* adapter) { adapter_ = adapter; }
-  // Checkpointing: keep activations in `shared` (not owned) instead of this
-  // block's own set, which is freed; null goes back to an own set.
-  void share_activations(BlockActivations<T>* shared) {
-    shared_ = shared;
-    own_ = BlockActivations<T>{};
-  }
-  bool checkpointed() const { return shared_ != nullptr; }
-  // The input backward reads, when it no longer lives where forward saw it (offloading).
-  void set_input(const T* x) { input_ = x; }
   index_t layer() const { return layer_; }
 
-  ParameterBuffer<T>& parameters() { return params_; }
+  ParameterBuffer<T>& parameters() override { return params_; }
   const ParameterBuffer<T>& parameters() const { return params_; }
-  std::string prefix() const { return "layers." + std::to_string(layer_) + "."; }
+  std::string prefix() const override { return "layers." + std::to_string(layer_) + "."; }
 
-  // y = block(x); x must stay alive and unchanged until backward.
-  void forward(T* y, const T* x, const Batch& batch) {
+  void forward(Context<T>& context) override {
+    forward(context.stream(layer_ + 1), context.stream(layer_), context.batch(), context.activations(layer_));
+  }
+
+  // A checkpointed block first recomputes its activations; its output
+  // buffer is free by now (the stages after it are done with this context).
+  void backward(Context<T>& context) override {
+    const T* x = context.saved_input(layer_);
+    BlockActivations<T>& a = context.activations(layer_);
+    if (context.recomputes(layer_)) forward(context.stream(layer_ + 1), x, context.batch(), a);
+    backward(context.gradient(), x, context.batch(), a, context.scratch());
+  }
+
+private:
+  // y = block(x), saving into a what backward reads.
+  void forward(T* y, const T* x, const Batch& batch, BlockActivations<T>& a) {
     const index_t N = batch.rows(), C = c_.hidden_size, HD = c_.num_heads * c_.head_dim;
-    BlockActivations<T>& a = activations();
-    a.resize(c_, batch);
-    input_ = x;
     auto p = [&](const char* name) { return params_.value(name); };
     const std::int32_t* documents = batch.documents.empty() ? nullptr : batch.documents.data();
 
@@ -154,15 +115,14 @@ public:
     }
   }
 
-  // dres: d y in, d x out. Parameter gradients are added to this block's buffer.
-  void backward(T* dres, const Batch& batch, BlockScratch<T>& s) {
+  // dres: d y in, d x out; x: the input forward read.
+  void backward(T* dres, const T* x, const Batch& batch, const BlockActivations<T>& a, BlockScratch<T>& s) {
     const index_t N = batch.rows(), C = c_.hidden_size, HD = c_.num_heads * c_.head_dim, F = c_.intermediate_size;
     s.resize(c_, N);
-    BlockActivations<T>& a = activations();
     auto p = [&](const char* name) { return params_.value(name); };
     auto g = [&](const char* name) { return params_.grad(name); };
     const std::int32_t* documents = batch.documents.empty() ? nullptr : batch.documents.data();
-    const T* mlp_input = c_.parallel_residual ? input_ : a.mid.data();
+    const T* mlp_input = c_.parallel_residual ? x : a.mid.data();
 
     // MLP branch: d n2 into d_norm_a.
     zero(s.d_hidden);
@@ -198,16 +158,13 @@ public:
     if (c_.parallel_residual)
       nn::norm_backward(c_.norm, dres, g("mlp_norm.weight"), g("mlp_norm.bias"), s.d_norm_a.data(), mlp_input,
                         p("mlp_norm.weight"), a.n2_mean.data(), a.n2_rstd.data(), N, C);
-    nn::norm_backward(c_.norm, dres, g("attn_norm.weight"), g("attn_norm.bias"), s.d_norm_b.data(), input_,
+    nn::norm_backward(c_.norm, dres, g("attn_norm.weight"), g("attn_norm.bias"), s.d_norm_b.data(), x,
                       p("attn_norm.weight"), a.n1_mean.data(), a.n1_rstd.data(), N, C);
   }
 
-private:
   nn::AttentionShape attention_shape(const Batch& batch) const {
     return {batch.B, batch.T, c_.num_heads, c_.num_kv_heads, c_.head_dim, c_.sliding_window[std::size_t(layer_)]};
   }
-
-  BlockActivations<T>& activations() { return shared_ ? *shared_ : own_; }
 
   void adapt(LinearSlot slot, T* y, const T* x, index_t N) {
     if (adapter_) adapter_->forward(slot, y, x, N);
@@ -226,9 +183,6 @@ private:
   ParameterBuffer<T> params_;
   std::vector<float> inv_freq_;
   LinearAdapter<T>* adapter_ = nullptr;
-  const T* input_ = nullptr;
-  BlockActivations<T> own_;
-  BlockActivations<T>* shared_ = nullptr;
 };
 
 }  // namespace ft::models

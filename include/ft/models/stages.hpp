@@ -5,13 +5,15 @@
 // Head: final norm, LM head and cross-entropy, fused. Its forward already
 //   computes the gradient of its input when training (the loss is the end of
 //   the graph, so there is nothing to wait for), and its backward finishes the
-//   final norm. With tied embeddings the head multiplies by the embedding
+//   final norm. What it keeps between the two is in the context. With tied embeddings the head multiplies by the embedding
 //   table and adds its gradient into the embedding's buffer.
 #include <string>
 
 #include "ft/models/batch.hpp"
+#include "ft/models/context.hpp"
 #include "ft/models/input_adapter.hpp"
 #include "ft/models/parameters.hpp"
+#include "ft/models/stage.hpp"
 #include "ft/models/transformer_config.hpp"
 #include "ft/nn/cross_entropy.hpp"
 #include "ft/nn/embedding.hpp"
@@ -20,19 +22,21 @@
 namespace ft::models {
 
 template <element T>
-class EmbeddingStage {
+class EmbeddingStage final : public Stage<T> {
 public:
   explicit EmbeddingStage(const TransformerConfig& c, bool trainable = true) : C_(c.hidden_size), V_(c.vocab_size) {
     params_.declare("weight", {c.vocab_size, c.hidden_size});
     params_.allocate(trainable);
   }
-  ParameterBuffer<T>& parameters() { return params_; }
+  ParameterBuffer<T>& parameters() override { return params_; }
   const ParameterBuffer<T>& parameters() const { return params_; }
-  static std::string prefix() { return "embed."; }
+  std::string prefix() const override { return "embed."; }
   // The adapter that fills a batch's virtual tokens; null detaches it.
   void set_adapter(InputAdapter<T>* adapter) { adapter_ = adapter; }
 
-  void forward(T* y, const Batch& batch) const {
+  void forward(Context<T>& context) override {
+    const Batch& batch = context.batch();
+    T* y = context.stream(0);
     for (std::int32_t id : batch.input_ids)
       if (id < 0 || id >= V_)
         throw Error("token id " + std::to_string(id) + " is outside the vocabulary [0, " + std::to_string(V_) + ")");
@@ -45,7 +49,9 @@ public:
   // The virtual tokens' rows of dres reach the adapter; their placeholder ids
   // also receive them in the table's gradient, which only a full fine-tune
   // keeps, and a full fine-tune has no virtual tokens.
-  void backward(const T* dres, const Batch& batch) {
+  void backward(Context<T>& context) override {
+    const Batch& batch = context.batch();
+    const T* dres = context.gradient();
     if (batch.virtual_tokens > 0 && adapter_) adapter_->backward(dres, batch);
     if (!params_.trainable()) return;
     nn::embedding_backward(params_.grad("weight"), batch.input_ids.data(), dres, batch.rows(), C_);
@@ -57,14 +63,8 @@ private:
   InputAdapter<T>* adapter_ = nullptr;
 };
 
-struct HeadOptions {
-  double token_count = 1;  // divisor of the loss gradient (see nn/cross_entropy.hpp)
-  bool backward = true;
-  index_t chunk_rows = 256;
-};
-
 template <element T>
-class HeadStage {
+class HeadStage final : public Stage<T> {
 public:
   using A = acc_t<T>;
 
@@ -74,44 +74,45 @@ public:
     if (!c.tie_embeddings) params_.declare("lm_head.weight", {c.vocab_size, c.hidden_size});
     params_.allocate(trainable);
   }
-  ParameterBuffer<T>& parameters() { return params_; }
+  ParameterBuffer<T>& parameters() override { return params_; }
   const ParameterBuffer<T>& parameters() const { return params_; }
-  static std::string prefix() { return ""; }
+  std::string prefix() const override { return ""; }
 
   // Ties the LM head to the embedding table (weights and gradients), read
   // from the embedding's buffer at each use: its memory may change between
   // steps (ZeRO-3 gathers it anew, a fused optimizer shares gradients).
   void tie_to(EmbeddingStage<T>& embedding) { tied_ = &embedding.parameters(); }
 
-  // Returns the summed loss over scored targets; logits [N, V] are written when asked.
-  double forward(const T* x, const Batch& batch, const HeadOptions& options, T* logits = nullptr) {
+  // Sets context.loss, the summed loss over scored targets; writes the
+  // context's logits [N, V] when it has them.
+  void forward(Context<T>& context) override {
+    const Batch& batch = context.batch();
+    const HeadOptions& options = context.options();
     const index_t N = batch.rows(), C = c_.hidden_size;
     for (std::int32_t t : batch.targets)
       if (t != nn::ignore_index && (t < 0 || t >= c_.vocab_size))
         throw Error("label " + std::to_string(t) + " is outside the vocabulary [0, " +
                     std::to_string(c_.vocab_size) + ") and is not -100");
-    if (normed_.size(0) != N) {
-      normed_ = Tensor<T>(Shape{N, C});
-      d_normed_ = Tensor<T>(Shape{N, C});
-      mean_ = Tensor<A>(Shape{N});
-      rstd_ = Tensor<A>(Shape{N});
-    }
-    input_ = x;
-    nn::norm_forward(c_.norm, normed_.data(), mean_.data(), rstd_.data(), x, params_.value("final_norm.weight"),
+    HeadActivations<T>& h = context.head();
+    const T* x = context.stream(c_.num_layers);
+    nn::norm_forward(c_.norm, h.normed.data(), h.mean.data(), h.rstd.data(), x, params_.value("final_norm.weight"),
                      params_.value("final_norm.bias"), N, C, A(c_.norm_eps));
-    if (options.backward) std::fill_n(d_normed_.data(), N * C, T(0.0f));  // evaluation writes no gradient
+    if (options.backward) std::fill_n(h.d_normed.data(), N * C, T(0.0f));  // evaluation writes no gradient
     nn::CrossEntropyOptions ce{.chunk_rows = options.chunk_rows, .token_count = options.token_count,
                                .backward = options.backward};
-    return nn::lm_head_cross_entropy(d_normed_.data(), lm_grad(), normed_.data(), lm_weight(),
-                                     batch.targets.data(), N, C, c_.vocab_size, ce, logits);
+    context.loss = nn::lm_head_cross_entropy(h.d_normed.data(), lm_grad(), h.normed.data(), lm_weight(),
+                                             batch.targets.data(), N, C, c_.vocab_size, ce, context.logits());
   }
 
-  // Writes (=) the gradient of the head's input into dres.
-  void backward(T* dres, const Batch& batch) {
-    const index_t N = batch.rows(), C = c_.hidden_size;
+  // Writes (=) the gradient of the head's input into the context's gradient.
+  void backward(Context<T>& context) override {
+    const index_t N = context.batch().rows(), C = c_.hidden_size;
+    HeadActivations<T>& h = context.head();
+    T* dres = context.gradient();
     std::fill_n(dres, N * C, T(0.0f));
     nn::norm_backward(c_.norm, dres, params_.grad("final_norm.weight"), params_.grad("final_norm.bias"),
-                      d_normed_.data(), input_, params_.value("final_norm.weight"), mean_.data(), rstd_.data(), N, C);
+                      h.d_normed.data(), context.stream(c_.num_layers), params_.value("final_norm.weight"),
+                      h.mean.data(), h.rstd.data(), N, C);
   }
 
 private:
@@ -121,9 +122,6 @@ private:
   TransformerConfig c_;
   ParameterBuffer<T> params_;
   const ParameterBuffer<T>* tied_ = nullptr;
-  const T* input_ = nullptr;
-  Tensor<T> normed_, d_normed_;
-  Tensor<A> mean_, rstd_;
 };
 
 }  // namespace ft::models

@@ -1,12 +1,13 @@
 #pragma once
 // A decoder-only transformer as a list of stages: embedding, N blocks, head.
-// The model owns the residual stream between stages (one [N, C] buffer per
-// stage boundary, so each block's input survives until its backward) and the
-// gradient scratch that all blocks share.
+// The stages hold the weights; a micro-batch's activations live in its
+// Context (context.hpp). `forward` and `backward` run a contiguous range of
+// stages on one context, and a schedule is the order in which they are
+// called: `forward_backward` is the sequential one (one micro-batch, every
+// stage forward then every stage backward), parallel/pipeline.hpp has others.
 //
-// `forward_backward` is one micro-batch: it returns the summed loss and, when
-// asked, adds every parameter's gradient into its stage's buffer, scaled by
-// 1 / token_count.
+// Backward adds every parameter's gradient into its stage's buffer, scaled
+// by 1 / token_count.
 #include <filesystem>
 #include <functional>
 #include <memory>
@@ -19,21 +20,7 @@
 
 namespace ft::models {
 
-// Trading compute or copies for memory; all of it leaves results bit-equal.
-//   checkpoint_every  0: every block keeps its activations; K >= 1: blocks
-//                     0, K, 2K, ... keep only their input and recompute the
-//                     rest in backward (1 is every block)
-//   offload_inputs    each block's input goes to a host buffer after forward
-//                     and comes back for its backward, so the device keeps two
-//                     residual buffers instead of one per block. On the CPU
-//                     both sides are host memory and this only costs copies;
-//                     it exists for accelerators and composes with checkpointing.
-struct MemoryOptions {
-  index_t checkpoint_every = 0;
-  bool offload_inputs = false;
-};
-
-// Calls around each stage of one forward_backward, by stage index: -1 the
+// Calls around each stage of a forward and backward, by stage index: -1 the
 // embedding, 0..L-1 the blocks, L the head. Data parallelism lives here:
 // ZeRO-3 gathers a stage's parameters before it runs and frees them after;
 // DDP and ZeRO-1/2 reduce a stage's gradient as soon as after_backward says
@@ -64,13 +51,14 @@ public:
   Transformer(const Transformer&) = delete;  // stages point into each other
   Transformer& operator=(const Transformer&) = delete;
 
+  // Applies to contexts made afterwards.
   void set_memory_options(const MemoryOptions& options) {
     memory_ = options;
-    for (auto& b : blocks_) {
-      const bool checkpoint = options.checkpoint_every > 0 && b.layer() % options.checkpoint_every == 0;
-      b.share_activations(checkpoint ? &shared_activations_ : nullptr);
-    }
-    residual_.clear();
+    sequential_.reset();
+  }
+  // A context for one micro-batch in flight at a time; the model must outlive it.
+  std::unique_ptr<Context<T>> make_context() {
+    return std::make_unique<Context<T>>(spec_.config, memory_, shared_);
   }
 
   const TransformerConfig& config() const { return spec_.config; }
@@ -78,71 +66,50 @@ public:
   EmbeddingStage<T>& embedding() { return embedding_; }
   std::vector<Block<T>>& blocks() { return blocks_; }
   HeadStage<T>& head() { return head_; }
-  // The parameters of a stage, by the index StageHooks use.
-  ParameterBuffer<T>& stage_parameters(index_t stage) {
-    if (stage < 0) return embedding_.parameters();
-    if (stage >= spec_.config.num_layers) return head_.parameters();
-    return blocks_[std::size_t(stage)].parameters();
+  // A stage, by the index StageHooks use.
+  Stage<T>& stage(index_t s) {
+    if (s < 0) return embedding_;
+    if (s >= spec_.config.num_layers) return head_;
+    return blocks_[std::size_t(s)];
   }
+  ParameterBuffer<T>& stage_parameters(index_t s) { return stage(s).parameters(); }
 
-  // Summed loss over the batch's scored targets. logits [N, V] are written when not null.
+  // The sequential schedule, one micro-batch: the summed loss over the
+  // batch's scored targets; logits [N, V] are written when not null.
   double forward_backward(const Batch& batch, const HeadOptions& options, T* logits = nullptr,
                           const StageHooks& hooks = {}) {
-    const index_t N = batch.rows(), C = spec_.config.hidden_size, L = spec_.config.num_layers;
-    if (batch.positions.size() != std::size_t(N) || batch.targets.size() != std::size_t(N))
-      throw Error("a batch needs positions and targets for each of its " + std::to_string(N) + " tokens");
-    // Residual stream: one buffer per stage boundary, or two in turn when inputs are offloaded.
-    const index_t buffers = memory_.offload_inputs ? 2 : L + 1;
-    if (index_t(residual_.size()) != buffers || residual_[0].size(0) != N) {
-      residual_.clear();
-      for (index_t l = 0; l < buffers; ++l) residual_.emplace_back(Shape{N, C});
-      d_residual_ = Tensor<T>(Shape{N, C});
-      if (memory_.offload_inputs) {
-        offloaded_.assign(std::size_t(L), memory::HostVector<T>(std::size_t(N * C)));
-        restored_ = Tensor<T>(Shape{N, C});
-      }
-    }
-    auto stream = [&](index_t l) -> T* { return residual_[std::size_t(l % buffers)].data(); };
-    auto call = [](const std::function<void(index_t)>& hook, index_t stage) {
-      if (hook) hook(stage);
-    };
-    call(hooks.before_forward, -1);
-    embedding_.forward(stream(0), batch);
-    call(hooks.after_forward, -1);
-    for (index_t l = 0; l < L; ++l) {
-      call(hooks.before_forward, l);
-      blocks_[std::size_t(l)].forward(stream(l + 1), stream(l), batch);
-      call(hooks.after_forward, l);
-      if (memory_.offload_inputs) std::copy_n(stream(l), N * C, offloaded_[std::size_t(l)].data());
-    }
-    call(hooks.before_forward, L);
-    double loss = head_.forward(stream(L), batch, options, logits);
-    if (!options.backward) {
-      call(hooks.after_forward, L);
-      return loss;
-    }
+    if (!sequential_) sequential_ = make_context();
+    Context<T>& context = *sequential_;
+    context.begin(batch, options, logits);
+    const index_t L = spec_.config.num_layers;
+    forward(context, -1, L, hooks);
+    if (options.backward) backward(context, -1, L, hooks);
+    return context.loss;
+  }
 
-    // The head's forward has begun its backward (see stages.hpp): it stays as it is until its backward ends.
-    head_.backward(d_residual_.data(), batch);
-    call(hooks.after_backward, L);
-    for (index_t l = L - 1; l >= 0; --l) {
-      Block<T>& block = blocks_[std::size_t(l)];
-      call(hooks.before_backward, l);
-      const T* input = stream(l);
-      if (memory_.offload_inputs) {
-        std::copy_n(offloaded_[std::size_t(l)].data(), N * C, restored_.data());
-        input = restored_.data();
-        block.set_input(input);
-      }
-      // The output buffer is free by now: the blocks after this one and the head are done.
-      if (block.checkpointed()) block.forward(stream(l + 1), input, batch);
-      block.backward(d_residual_.data(), batch, scratch_);
-      call(hooks.after_backward, l);
+  // Stages first..last forward on a context; stage `first` reads
+  // context.stream(first) (the embedding: the batch).
+  void forward(Context<T>& context, index_t first, index_t last, const StageHooks& hooks = {}) {
+    const index_t L = spec_.config.num_layers;
+    for (index_t s = first; s <= last; ++s) {
+      call(hooks.before_forward, s);
+      stage(s).forward(context);
+      if (s == L && context.options().backward) continue;  // the head's forward began its backward
+      call(hooks.after_forward, s);
+      if (s >= 0 && s < L) context.offload_input(s);
     }
-    call(hooks.before_backward, -1);
-    embedding_.backward(d_residual_.data(), batch);
-    call(hooks.after_backward, -1);
-    return loss;
+  }
+
+  // Stages last..first backward on a context; context.gradient() holds the
+  // gradient of stage last's output (none for the head).
+  void backward(Context<T>& context, index_t first, index_t last, const StageHooks& hooks = {}) {
+    const index_t L = spec_.config.num_layers;
+    for (index_t s = last; s >= first; --s) {
+      if (s < L) call(hooks.before_backward, s);
+      if (s >= 0 && s < L) context.restore_input(s);
+      stage(s).backward(context);
+      call(hooks.after_backward, s);
+    }
   }
 
   void zero_grads() {
@@ -239,6 +206,10 @@ public:
   }
 
 private:
+  static void call(const std::function<void(index_t)>& hook, index_t stage) {
+    if (hook) hook(stage);
+  }
+
   static std::string shape_string(const std::vector<std::int64_t>& shape) {
     std::string s = "[";
     for (std::size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
@@ -251,11 +222,8 @@ private:
   std::vector<Block<T>> blocks_;
   HeadStage<T> head_;
   MemoryOptions memory_;
-  std::vector<Tensor<T>> residual_;
-  Tensor<T> d_residual_, restored_;
-  std::vector<memory::HostVector<T>> offloaded_;
-  BlockActivations<T> shared_activations_;
-  BlockScratch<T> scratch_;
+  SharedActivations<T> shared_;
+  std::unique_ptr<Context<T>> sequential_;
 };
 
 }  // namespace ft::models

@@ -1,0 +1,210 @@
+#pragma once
+// What one micro-batch in flight keeps between its forward and its backward:
+// the residual stream at every stage boundary, each block's saved
+// activations, the head's normalised input, the loss. The model's stages
+// hold only weights; everything a forward leaves for its backward lives
+// here, so several micro-batches can be in flight at once (a pipeline
+// schedule keeps one context per micro-batch it has started and not
+// finished) and the weights are shared by all of them.
+//
+// Memory options act on a context:
+//   checkpointing  a checkpointed block saves nothing of its own: its forward
+//                  writes into the model's one shared set, and its backward
+//                  recomputes it from the block's input, the one thing kept
+//   offloading     the stream has two device buffers used in turn; each
+//                  block's input goes to a host copy after its forward and
+//                  comes back for its backward
+// Buffers are made on first use, for the stages that run on this context,
+// and kept while the batch keeps its shape.
+#include <cstdint>
+#include <vector>
+
+#include "ft/models/batch.hpp"
+#include "ft/models/transformer_config.hpp"
+#include "ft/tensor/memory.hpp"
+#include "ft/tensor/tensor.hpp"
+
+namespace ft::models {
+
+// Trading compute or copies for memory; all of it leaves results bit-equal.
+//   checkpoint_every  0: every block keeps its activations; K >= 1: blocks
+//                     0, K, 2K, ... keep only their input and recompute the
+//                     rest in backward (1 is every block)
+//   offload_inputs    each block's input goes to a host buffer after forward
+//                     and comes back for its backward, so the device keeps two
+//                     residual buffers instead of one per block. On the CPU
+//                     both sides are host memory and this only costs copies;
+//                     it exists for accelerators and composes with checkpointing.
+struct MemoryOptions {
+  index_t checkpoint_every = 0;
+  bool offload_inputs = false;
+
+  bool checkpoints(index_t layer) const { return checkpoint_every > 0 && layer % checkpoint_every == 0; }
+};
+
+// What a block's forward keeps for its backward.
+template <element T>
+struct BlockActivations {
+  using A = acc_t<T>;
+  Tensor<T> n1, qkv, attention, mid, n2, mlp_in, hidden;
+  Tensor<A> n1_mean, n1_rstd, lse, n2_mean, n2_rstd;
+
+  void resize(const TransformerConfig& c, const Batch& batch) {
+    const index_t N = batch.rows(), C = c.hidden_size;
+    if (n1.size(0) == N && lse.numel() == batch.B * c.num_heads * batch.T) return;
+    n1 = Tensor<T>(Shape{N, C});
+    n1_mean = Tensor<A>(Shape{N});
+    n1_rstd = Tensor<A>(Shape{N});
+    qkv = Tensor<T>(Shape{N, c.qkv_width()});
+    attention = Tensor<T>(Shape{N, c.num_heads * c.head_dim});
+    lse = Tensor<A>(Shape{batch.B * c.num_heads * batch.T});
+    mid = Tensor<T>(Shape{N, C});
+    n2 = Tensor<T>(Shape{N, C});
+    n2_mean = Tensor<A>(Shape{N});
+    n2_rstd = Tensor<A>(Shape{N});
+    mlp_in = Tensor<T>(Shape{N, c.mlp_in_width()});
+    hidden = Tensor<T>(Shape{N, c.intermediate_size});
+  }
+};
+
+// Gradient buffers of one block's backward; one set serves every block and
+// every context, since one backward runs at a time.
+template <element T>
+struct BlockScratch {
+  Tensor<T> d_norm_a, d_norm_b, d_attention, d_qkv, d_mlp_in, d_hidden;
+
+  void resize(const TransformerConfig& c, index_t N) {
+    if (d_norm_a.size(0) == N) return;
+    d_norm_a = Tensor<T>(Shape{N, c.hidden_size});
+    d_norm_b = Tensor<T>(Shape{N, c.hidden_size});
+    d_attention = Tensor<T>(Shape{N, c.num_heads * c.head_dim});
+    d_qkv = Tensor<T>(Shape{N, c.qkv_width()});
+    d_mlp_in = Tensor<T>(Shape{N, c.mlp_in_width()});
+    d_hidden = Tensor<T>(Shape{N, c.intermediate_size});
+  }
+};
+
+// What the head keeps: its normalised input and, when training, that
+// input's gradient, which its forward already computes.
+template <element T>
+struct HeadActivations {
+  using A = acc_t<T>;
+  Tensor<T> normed, d_normed;
+  Tensor<A> mean, rstd;
+
+  void resize(index_t N, index_t C) {
+    if (normed.size(0) == N) return;
+    normed = Tensor<T>(Shape{N, C});
+    d_normed = Tensor<T>(Shape{N, C});
+    mean = Tensor<A>(Shape{N});
+    rstd = Tensor<A>(Shape{N});
+  }
+};
+
+// What the model's stages share across contexts: the activations every
+// checkpointed block recomputes into, and the backward scratch.
+template <element T>
+struct SharedActivations {
+  BlockActivations<T> checkpointed;
+  BlockScratch<T> scratch;
+};
+
+// How a context's forward ends.
+struct HeadOptions {
+  double token_count = 1;  // divisor of the loss gradient (see nn/cross_entropy.hpp)
+  bool backward = true;
+  index_t chunk_rows = 256;
+};
+
+template <element T>
+class Context {
+public:
+  Context(const TransformerConfig& config, const MemoryOptions& memory, SharedActivations<T>& shared)
+      : config_(&config), memory_(memory), shared_(&shared), blocks_(std::size_t(config.num_layers)) {}
+  Context(const Context&) = delete;  // stages keep pointers into it
+  Context& operator=(const Context&) = delete;
+
+  // Starts a micro-batch on this context: its buffers follow the batch's
+  // shape. The batch (and logits, when asked for) must outlive its backward.
+  void begin(const Batch& batch, const HeadOptions& options, T* logits = nullptr) {
+    const index_t N = batch.rows();
+    if (batch.positions.size() != std::size_t(N) || batch.targets.size() != std::size_t(N))
+      throw Error("a batch needs positions and targets for each of its " + std::to_string(N) + " tokens");
+    batch_ = &batch;
+    options_ = options;
+    logits_ = logits;
+    loss = 0;
+  }
+
+  const Batch& batch() const { return *batch_; }
+  const HeadOptions& options() const { return options_; }
+  T* logits() const { return logits_; }
+  const TransformerConfig& config() const { return *config_; }
+  const MemoryOptions& memory() const { return memory_; }
+  BlockScratch<T>& scratch() { return shared_->scratch; }
+
+  // The summed loss over the batch's scored targets, once the head has run.
+  double loss = 0;
+
+  // The residual stream entering stage s: block s for s < L, the head for
+  // s = L; the embedding writes stream(0).
+  T* stream(index_t s) {
+    const index_t L = config_->num_layers;
+    const std::size_t count = memory_.offload_inputs ? 2 : std::size_t(L + 1);
+    if (streams_.size() != count) streams_.resize(count);
+    return sized(streams_[std::size_t(s) % count]);
+  }
+  // The gradient of the residual stream at the stage boundary a backward is
+  // at: the gradient of a stage's output going in, of its input coming out.
+  T* gradient() { return sized(gradient_); }
+
+  // Where block l's forward saves what its backward reads: its own set, or
+  // the shared set when the block is checkpointed.
+  BlockActivations<T>& activations(index_t l) {
+    BlockActivations<T>& a = recomputes(l) ? shared_->checkpointed : blocks_[std::size_t(l)];
+    a.resize(*config_, *batch_);
+    return a;
+  }
+  bool recomputes(index_t l) const { return memory_.checkpoints(l); }
+  HeadActivations<T>& head() {
+    head_.resize(batch_->rows(), config_->hidden_size);
+    return head_;
+  }
+
+  // Offloading: block l's input leaves for host memory after its forward ...
+  void offload_input(index_t l) {
+    if (!memory_.offload_inputs) return;
+    const index_t n = batch_->rows() * config_->hidden_size;
+    if (offloaded_.size() != std::size_t(config_->num_layers)) offloaded_.resize(std::size_t(config_->num_layers));
+    offloaded_[std::size_t(l)].resize(std::size_t(n));
+    std::copy_n(stream(l), n, offloaded_[std::size_t(l)].data());
+  }
+  // ... and comes back before its backward.
+  void restore_input(index_t l) {
+    if (!memory_.offload_inputs) return;
+    std::copy_n(offloaded_[std::size_t(l)].data(), batch_->rows() * config_->hidden_size, sized(restored_));
+  }
+  // The input block l's backward reads: where its forward read it, or its restored copy.
+  const T* saved_input(index_t l) { return memory_.offload_inputs ? restored_.data() : stream(l); }
+
+private:
+  T* sized(Tensor<T>& t) {
+    const index_t N = batch_->rows();
+    if (t.size(0) != N) t = Tensor<T>(Shape{N, config_->hidden_size});
+    return t.data();
+  }
+
+  const TransformerConfig* config_;
+  MemoryOptions memory_;
+  SharedActivations<T>* shared_;
+  const Batch* batch_ = nullptr;
+  HeadOptions options_;
+  T* logits_ = nullptr;
+  std::vector<Tensor<T>> streams_;
+  Tensor<T> gradient_, restored_;
+  std::vector<BlockActivations<T>> blocks_;
+  HeadActivations<T> head_;
+  std::vector<memory::HostVector<T>> offloaded_;
+};
+
+}  // namespace ft::models
