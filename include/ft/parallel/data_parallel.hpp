@@ -85,9 +85,31 @@ public:
 
   index_t trainable_parameters() const override { return set_.parameter_count(); }
 
+  data::Shard data_shard() const override { return {comm_.rank(), comm_.size()}; }
+  comm::Communicator& data_group() override { return comm_; }
+
   void begin_step() override { set_.begin_step(); }
 
-  models::StageHooks training_hooks(const MicroBatchRole& role) override {
+  // The sequential schedule, one micro-batch after the other.
+  double forward_backward(const StepWork& work) override {
+    double loss = 0;
+    for (std::size_t k = 0; k < work.batches.size(); ++k) {
+      if (work.begin_micro_batch) work.begin_micro_batch(k);
+      const MicroBatchRole role{.last = k + 1 == work.batches.size(), .fused = work.fused, .lr = work.lr,
+                                .optimizer_step = work.optimizer_step};
+      loss += model_->forward_backward(work.batches[k], {.token_count = work.token_count}, nullptr,
+                                       training_hooks(role));
+      end_micro_batch();
+    }
+    return loss;
+  }
+
+  double evaluate(const models::Batch& batch) override {
+    return model_->forward_backward(batch, {.backward = false}, nullptr, evaluation_hooks());
+  }
+
+  // What happens around each stage of one micro-batch's forward and backward.
+  models::StageHooks training_hooks(const MicroBatchRole& role) {
     models::StageHooks hooks = shards_ ? gather_hooks(true) : models::StageHooks{};
     hooks.after_backward = [this, role](index_t stage) {
       const std::size_t before = pending_.size();
@@ -99,7 +121,8 @@ public:
     return hooks;
   }
 
-  void end_micro_batch() override { settle(0); }
+  // After each micro-batch: its reductions are done.
+  void end_micro_batch() { settle(0); }
 
   double fused_squares() override {
     const double squares = job_squares(fused_squares_);

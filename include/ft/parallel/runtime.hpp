@@ -7,18 +7,20 @@
 //
 // One optimizer step, as the engine drives it:
 //   begin_step()
-//   for each micro-batch: forward_backward(..., training_hooks(role)); end_micro_batch()
+//   forward_backward(the step's micro-batches): the runtime's schedule
 //   scale_grads() (loss scaling), clip(), step()
 // With the optimizer fused into backward there is one micro-batch, and the
-// hooks step each stage as soon as its gradient is reduced.
+// runtime steps each stage as soon as its gradient is reduced.
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
 #include "ft/adapters/runtime.hpp"
 #include "ft/comm/communicator.hpp"
+#include "ft/data/batches.hpp"
 #include "ft/models/transformer.hpp"
 #include "ft/train/optimizer_state.hpp"
 
@@ -55,6 +57,19 @@ struct MicroBatchRole {
   std::int64_t optimizer_step = 0;
 };
 
+// The forward and backward work of one optimizer step.
+struct StepWork {
+  std::span<const models::Batch> batches;  // this rank's micro-batches, in order
+  double token_count = 1;                  // the loss gradient's divisor (models::HeadOptions)
+  // Called before each forward and each backward of micro-batch k: the
+  // adapter's dropout follows the micro-batch, whichever order they run in.
+  std::function<void(std::size_t k)> begin_micro_batch;
+  // The optimizer fused into backward (one micro-batch): its rate and step.
+  bool fused = false;
+  double lr = 0;
+  std::int64_t optimizer_step = 0;
+};
+
 template <element T, class M>
 class Runtime {
 public:
@@ -67,10 +82,16 @@ public:
                       const OptimizerMaker<M>& optimizer, bool fused) = 0;
   virtual index_t trainable_parameters() const = 0;
 
+  // Which share of the data this rank reads, and the ranks that read the
+  // others: token counts are summed over that group.
+  virtual data::Shard data_shard() const = 0;
+  virtual comm::Communicator& data_group() = 0;
+
   virtual void begin_step() = 0;
-  virtual models::StageHooks training_hooks(const MicroBatchRole& role) = 0;
-  // After each micro-batch's forward_backward: its reductions are done.
-  virtual void end_micro_batch() = 0;
+  // Forward and backward of the step's micro-batches, in this runtime's
+  // schedule; the gradients are reduced into the step's. Returns the summed
+  // loss this rank computed.
+  virtual double forward_backward(const StepWork& work) = 0;
   // Sum of squares of the gradients stepped inside backward (fused), over all ranks.
   virtual double fused_squares() = 0;
   // Multiplies the step's gradient (undoing a loss scale).
@@ -79,6 +100,10 @@ public:
   virtual double clip(double max_norm) = 0;
   virtual void step(double lr, std::int64_t optimizer_step) = 0;
 
+  // Forward only: the summed loss this rank computed (0 on a rank without the head).
+  virtual double evaluate(const models::Batch& batch) = 0;
+  // Hooks around a forward on this rank of the whole model (the preview):
+  // each stage's values are there while it runs. Every rank runs it.
   virtual models::StageHooks evaluation_hooks() = 0;
   // Runs `use` while the model's whole values are there (ZeRO-3 gathers them
   // first, on every rank: call it on every rank). `changes`: use wrote new

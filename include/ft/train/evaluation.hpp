@@ -1,6 +1,7 @@
 #pragma once
 // The validation loss: every validation row once, in batches, no gradient.
-// Each rank takes its share of the batches; the sums are added over ranks.
+// Each rank takes its share of the batches; the sums are added over ranks
+// (the loss is computed once per batch, where the model's head is).
 #include <algorithm>
 #include <cmath>
 
@@ -21,15 +22,16 @@ nlohmann::ordered_json evaluate(Run<T, M>& run, std::int64_t step) {
   // rank past its share repeats its last batch without counting it.
   const std::int64_t mine = run.eval_plan->pass_batches();
   const auto batches = std::int64_t(run.comm->max(double(mine), "the validation batches"));
+  comm::Communicator& data = run.parallel->data_group();
   for (std::int64_t g = 0; g < batches; ++g) {
     const data::MicroBatch m = run.eval_plan->micro_batch(std::min(g, mine - 1));
-    const double l = run.model->forward_backward(m.batch, {.backward = false}, nullptr, run.parallel->evaluation_hooks());
+    const double l = run.parallel->evaluate(m.batch);
     if (g >= mine) continue;
     loss += l;
     scored += double(m.batch.scored_tokens());
   }
   loss = run.comm->sum(loss, "the validation loss");
-  scored = run.comm->sum(scored, "the validation tokens");
+  scored = data.sum(scored, "the validation tokens");
   nlohmann::ordered_json j;
   j["step"] = step;
   j["loss"] = loss / std::max(1.0, scored);

@@ -64,12 +64,13 @@ void agree_on_run(Run<T, M>& run) {
   agree(*run.comm, "the trainer", run.policies.trainer + "\nbuilt into " + engine_code<T, M>());
 }
 
-// The tokenizer and chat template, and the adapter's runtime (the batch plans
-// need its virtual tokens).
+// The tokenizer and chat template, and the adapter's and parallelism's
+// runtimes (the batch plans need the virtual tokens and the data shard).
 template <element T, class M>
 void load_text(Run<T, M>& run) {
   run.text = data::ModelText::load(run.recipe.model.path);
   run.adapter = run.policies.adapter(run.recipe);
+  run.parallel = run.policies.parallel(*run.comm, run.recipe);
 }
 
 // The data from its token cache (data/prepared.hpp), tokenised first when the cache does not match.
@@ -92,7 +93,7 @@ void load_data(Run<T, M>& run) {
   run.train_rows = prepared.train.size();
   run.data_cache = std::string(prepared.reused ? "reused " : "written to ") + data::cache_dir_of(r).string();
   const index_t virtual_tokens = run.adapter->virtual_tokens();
-  const data::Shard shard{comm.rank(), comm.size()};
+  const data::Shard shard = run.parallel->data_shard();
   run.train_plan = std::make_unique<data::BatchPlan>(prepared.train, r.train.per_device_train_batch_size,
                                                      r.data.max_seq_length, r.data.packing, run.text.pad_id,
                                                      std::uint64_t(r.seed), data::Cover::epochs, virtual_tokens, shard);
@@ -115,7 +116,6 @@ void build_model(Run<T, M>& run) {
   run.model->load(io::ModelWeights::open(r.model.path));
   run.model->set_memory_options({checkpoint_every(r.train.gradient_checkpointing), r.train.activation_offloading});
   auto trainables = run.adapter->attach(*run.model, run.text);
-  run.parallel = run.policies.parallel(*run.comm, r);
   run.parallel->attach(*run.model, std::move(trainables), run.policies.optimizer, r.train.fuse_optimizer_with_backward);
   run.flops_per_token = flops_per_token(run.model->config(), r.data.max_seq_length, run.policies.trains_base_weights,
                                         run.adapter->added_matmul_parameters());

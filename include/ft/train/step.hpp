@@ -55,28 +55,28 @@ StepResult train_step(Run<T, M>& run, std::int64_t step, double lr) {
   }
   // The job's counts: scored tokens divide the loss; the others are metrics.
   double counts[3] = {double(s.scored), double(s.tokens), double(s.dataset_tokens)};
-  run.comm->all_reduce_sum(std::span<double>(counts), "the step's token counts").wait();
+  parallel.data_group().all_reduce_sum(std::span<double>(counts), "the step's token counts").wait();
   s.scored = std::int64_t(counts[0]);
   s.tokens = std::int64_t(counts[1]);
   s.dataset_tokens = std::int64_t(counts[2]);
   const double divisor = std::max(1.0, counts[0]);
-  auto dropout_key = [&](std::int64_t k) { return derive_key(std::uint64_t(r.seed), std::uint64_t(step * accumulation + k)); };
+  parallel::StepWork work{.batches = batches, .begin_micro_batch = [&](std::size_t k) {
+                            run.adapter->set_training(true, derive_key(std::uint64_t(r.seed),
+                                                                       std::uint64_t(step * accumulation) + k));
+                          }};
   parallel.begin_step();
   double loss_sum = 0;
   if (r.train.fuse_optimizer_with_backward) {
-    run.adapter->set_training(true, dropout_key(0));
-    const parallel::MicroBatchRole role{.last = true, .fused = true, .lr = lr, .optimizer_step = ++run.optimizer_step};
-    loss_sum = run.model->forward_backward(batches[0], {.token_count = divisor}, nullptr, parallel.training_hooks(role));
-    parallel.end_micro_batch();
+    work.token_count = divisor;
+    work.fused = true;
+    work.lr = lr;
+    work.optimizer_step = ++run.optimizer_step;
+    loss_sum = parallel.forward_backward(work);
     s.grad_norm = std::sqrt(parallel.fused_squares());
   } else {
     LossScale& scale = run.loss_scale;
-    for (std::int64_t k = 0; k < accumulation; ++k) {
-      run.adapter->set_training(true, dropout_key(k));
-      loss_sum += run.model->forward_backward(batches[std::size_t(k)], {.token_count = divisor / scale.value}, nullptr,
-                                              parallel.training_hooks({.last = k + 1 == accumulation}));
-      parallel.end_micro_batch();
-    }
+    work.token_count = divisor / scale.value;
+    loss_sum = parallel.forward_backward(work);
     if (scale.enabled) parallel.scale_grads(1.0 / scale.value);
     s.grad_norm = parallel.clip(r.train.max_grad_norm);
     if (scale.enabled && !std::isfinite(s.grad_norm)) {
