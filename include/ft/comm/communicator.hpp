@@ -139,15 +139,18 @@ public:
     count_ring(x.size_bytes());
     return broadcast_bytes(x.data(), x.size_bytes(), root, what);
   }
+  // Point-to-point: messages between two ranks with the same tag arrive in
+  // the order they were sent; tags keep apart streams that interleave (a
+  // pipeline's activations and gradients of several chunks).
   template <class T>
-  Work send(std::span<const T> x, int peer, const std::string& what) {
+  Work send(std::span<const T> x, int peer, const std::string& what, int tag = 0) {
     tally_->sent += x.size_bytes();
-    return send_bytes(x.data(), x.size_bytes(), peer, what);
+    return send_bytes(x.data(), x.size_bytes(), peer, tag, what);
   }
   template <class T>
-  Work recv(std::span<T> x, int peer, const std::string& what) {
+  Work recv(std::span<T> x, int peer, const std::string& what, int tag = 0) {
     tally_->received += x.size_bytes();
-    return recv_bytes(x.data(), x.size_bytes(), peer, what);
+    return recv_bytes(x.data(), x.size_bytes(), peer, tag, what);
   }
   // The ranks of this communicator that pass the same color, in rank order,
   // as a communicator of their own; every rank must call it. `name` names
@@ -183,8 +186,8 @@ protected:
   virtual Work all_gather_bytes(const void* in, void* out, std::span<const std::size_t> counts, Element e,
                                 const std::string& what) = 0;
   virtual Work broadcast_bytes(void* data, std::size_t bytes, int root, const std::string& what) = 0;
-  virtual Work send_bytes(const void* data, std::size_t bytes, int peer, const std::string& what) = 0;
-  virtual Work recv_bytes(void* data, std::size_t bytes, int peer, const std::string& what) = 0;
+  virtual Work send_bytes(const void* data, std::size_t bytes, int peer, int tag, const std::string& what) = 0;
+  virtual Work recv_bytes(void* data, std::size_t bytes, int peer, int tag, const std::string& what) = 0;
 
 private:
   // A ring moves (w-1)/w of `bytes` out of each rank and into it.

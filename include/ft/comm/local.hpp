@@ -38,8 +38,8 @@ protected:
     return {};
   }
   Work broadcast_bytes(void*, std::size_t, int, const std::string&) override { return {}; }
-  Work send_bytes(const void*, std::size_t, int peer, const std::string& what) override { no_peer(peer, what); }
-  Work recv_bytes(void*, std::size_t, int peer, const std::string& what) override { no_peer(peer, what); }
+  Work send_bytes(const void*, std::size_t, int peer, int, const std::string& what) override { no_peer(peer, what); }
+  Work recv_bytes(void*, std::size_t, int peer, int, const std::string& what) override { no_peer(peer, what); }
 
 private:
   static void copy(const void* in, void* out, std::size_t bytes) {

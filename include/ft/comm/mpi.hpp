@@ -154,19 +154,19 @@ protected:
     });
   }
 
-  Work send_bytes(const void* data, std::size_t bytes, int peer, const std::string& what) override {
+  Work send_bytes(const void* data, std::size_t bytes, int peer, int tag, const std::string& what) override {
     const int n = int_counts(std::span<const std::size_t>(&bytes, 1), what)[0];
     return submit("send to rank " + std::to_string(peer), what, false,
                   [=](MPI_Comm c, std::vector<MPI_Request>& r) {
-                    return MPI_Isend(data, n, MPI_BYTE, peer, 0, c, &r.emplace_back());
+                    return MPI_Isend(data, n, MPI_BYTE, peer, tag, c, &r.emplace_back());
                   });
   }
 
-  Work recv_bytes(void* data, std::size_t bytes, int peer, const std::string& what) override {
+  Work recv_bytes(void* data, std::size_t bytes, int peer, int tag, const std::string& what) override {
     const int n = int_counts(std::span<const std::size_t>(&bytes, 1), what)[0];
     return submit("receive from rank " + std::to_string(peer), what, false,
                   [=](MPI_Comm c, std::vector<MPI_Request>& r) {
-                    return MPI_Irecv(data, n, MPI_BYTE, peer, 0, c, &r.emplace_back());
+                    return MPI_Irecv(data, n, MPI_BYTE, peer, tag, c, &r.emplace_back());
                   });
   }
 

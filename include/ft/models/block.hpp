@@ -70,11 +70,31 @@ public:
 
   // A checkpointed block first recomputes its activations; its output
   // buffer is free by now (the stages after it are done with this context).
+  // When the context defers weight gradients, the four projections' output
+  // gradients are kept for weight_gradients() instead.
   void backward(Context<T>& context) override {
     const T* x = context.saved_input(layer_);
     BlockActivations<T>& a = context.activations(layer_);
     if (context.recomputes(layer_)) forward(context.stream(layer_ + 1), x, context.batch(), a);
-    backward(context.gradient(), x, context.batch(), a, context.scratch());
+    backward(context.gradient(), x, context.batch(), a, context.scratch(),
+             context.defer_weight_gradients ? &context.deferred(layer_) : nullptr);
+  }
+
+  // The projections' weight and bias gradients, from what backward kept.
+  void weight_gradients(Context<T>& context) override {
+    if (!context.defer_weight_gradients || !params_.trainable()) return;
+    const index_t N = context.batch().rows(), C = c_.hidden_size, HD = c_.num_heads * c_.head_dim;
+    const BlockActivations<T>& a = context.activations(layer_);
+    const DeferredGradients<T>& d = context.deferred(layer_);
+    auto g = [&](const char* name) { return params_.grad(name); };
+    nn::linear_backward<T>(nullptr, g("mlp_out.weight"), g("mlp_out.bias"), d.output.data(), a.hidden.data(), nullptr,
+                           N, c_.intermediate_size, C);
+    nn::linear_backward<T>(nullptr, g("mlp_in.weight"), g("mlp_in.bias"), d.mlp_in.data(), a.n2.data(), nullptr, N, C,
+                           c_.mlp_in_width());
+    nn::linear_backward<T>(nullptr, g("o.weight"), g("o.bias"), d.attention_output.data(), a.attention.data(), nullptr,
+                           N, HD, C);
+    nn::linear_backward<T>(nullptr, g("qkv.weight"), g("qkv.bias"), d.qkv.data(), a.n1.data(), nullptr, N, C,
+                           c_.qkv_width());
   }
 
 private:
@@ -115,24 +135,33 @@ private:
     }
   }
 
-  // dres: d y in, d x out; x: the input forward read.
-  void backward(T* dres, const T* x, const Batch& batch, const BlockActivations<T>& a, BlockScratch<T>& s) {
+  // dres: d y in, d x out; x: the input forward read. With `deferred`, the
+  // projections' weight gradients are left out and their output gradients
+  // copied there.
+  void backward(T* dres, const T* x, const Batch& batch, const BlockActivations<T>& a, BlockScratch<T>& s,
+                DeferredGradients<T>* deferred) {
     const index_t N = batch.rows(), C = c_.hidden_size, HD = c_.num_heads * c_.head_dim, F = c_.intermediate_size;
     s.resize(c_, N);
+    if (deferred) deferred->resize(c_, N);
     auto p = [&](const char* name) { return params_.value(name); };
     auto g = [&](const char* name) { return params_.grad(name); };
+    // A projection's weight and bias gradients, unless deferred.
+    auto gw = [&](const char* name) { return deferred ? nullptr : g(name); };
+
     const std::int32_t* documents = batch.documents.empty() ? nullptr : batch.documents.data();
     const T* mlp_input = c_.parallel_residual ? x : a.mid.data();
 
     // MLP branch: d n2 into d_norm_a.
     zero(s.d_hidden);
-    nn::linear_backward(s.d_hidden.data(), g("mlp_out.weight"), g("mlp_out.bias"), dres, a.hidden.data(),
+    if (deferred) std::copy_n(dres, deferred->output.numel(), deferred->output.data());
+    nn::linear_backward(s.d_hidden.data(), gw("mlp_out.weight"), gw("mlp_out.bias"), dres, a.hidden.data(),
                         p("mlp_out.weight"), N, F, C);
     adapt_backward(LinearSlot::mlp_out, s.d_hidden.data(), dres, a.hidden.data(), N);
     zero(s.d_mlp_in);
     nn::mlp_backward(s.d_mlp_in.data(), s.d_hidden.data(), a.mlp_in.data(), N, F, c_.gated_mlp, c_.activation);
     zero(s.d_norm_a);
-    nn::linear_backward(s.d_norm_a.data(), g("mlp_in.weight"), g("mlp_in.bias"), s.d_mlp_in.data(), a.n2.data(),
+    if (deferred) std::copy_n(s.d_mlp_in.data(), deferred->mlp_in.numel(), deferred->mlp_in.data());
+    nn::linear_backward(s.d_norm_a.data(), gw("mlp_in.weight"), gw("mlp_in.bias"), s.d_mlp_in.data(), a.n2.data(),
                         p("mlp_in.weight"), N, C, c_.mlp_in_width());
     adapt_backward(LinearSlot::mlp_in, s.d_norm_a.data(), s.d_mlp_in.data(), a.n2.data(), N);
     // Sequential: the MLP's input is mid, so dres becomes d mid before the attention branch reads it.
@@ -142,7 +171,8 @@ private:
 
     // Attention branch: d n1 into d_norm_b.
     zero(s.d_attention);
-    nn::linear_backward(s.d_attention.data(), g("o.weight"), g("o.bias"), dres, a.attention.data(), p("o.weight"),
+    if (deferred) std::copy_n(dres, deferred->attention_output.numel(), deferred->attention_output.data());
+    nn::linear_backward(s.d_attention.data(), gw("o.weight"), gw("o.bias"), dres, a.attention.data(), p("o.weight"),
                         N, HD, C);
     adapt_backward(LinearSlot::o, s.d_attention.data(), dres, a.attention.data(), N);
     zero(s.d_qkv);
@@ -151,7 +181,8 @@ private:
     nn::rope_backward(s.d_qkv.data(), batch.positions.data(), inv_freq_, N, c_.num_heads, c_.num_kv_heads,
                       c_.head_dim);
     zero(s.d_norm_b);
-    nn::linear_backward(s.d_norm_b.data(), g("qkv.weight"), g("qkv.bias"), s.d_qkv.data(), a.n1.data(),
+    if (deferred) std::copy_n(s.d_qkv.data(), deferred->qkv.numel(), deferred->qkv.data());
+    nn::linear_backward(s.d_norm_b.data(), gw("qkv.weight"), gw("qkv.bias"), s.d_qkv.data(), a.n1.data(),
                         p("qkv.weight"), N, C, c_.qkv_width());
     adapt_backward(LinearSlot::qkv, s.d_norm_b.data(), s.d_qkv.data(), a.n1.data(), N);
 

@@ -84,6 +84,22 @@ struct BlockScratch {
   }
 };
 
+// A block's projections' output gradients, kept from its backward for its
+// deferred weight gradients: the MLP's output (d y), the MLP's first
+// projection, the attention's output projection, the rotated q, k, v.
+template <element T>
+struct DeferredGradients {
+  Tensor<T> output, mlp_in, attention_output, qkv;
+
+  void resize(const TransformerConfig& c, index_t N) {
+    if (output.size(0) == N) return;
+    output = Tensor<T>(Shape{N, c.hidden_size});
+    mlp_in = Tensor<T>(Shape{N, c.mlp_in_width()});
+    attention_output = Tensor<T>(Shape{N, c.hidden_size});
+    qkv = Tensor<T>(Shape{N, c.qkv_width()});
+  }
+};
+
 // What the head keeps: its normalised input and, when training, that
 // input's gradient, which its forward already computes.
 template <element T>
@@ -145,6 +161,13 @@ public:
 
   // The summed loss over the batch's scored targets, once the head has run.
   double loss = 0;
+  // Backward leaves the blocks' weight gradients for Transformer::weights
+  // (zero-bubble pipelines run them where the pipeline would wait).
+  bool defer_weight_gradients = false;
+  DeferredGradients<T>& deferred(index_t l) {
+    if (deferred_.size() != std::size_t(config_->num_layers)) deferred_.resize(std::size_t(config_->num_layers));
+    return deferred_[std::size_t(l)];
+  }
 
   // The residual stream entering stage s: block s for s < L, the head for
   // s = L; the embedding writes stream(0).
@@ -204,6 +227,7 @@ private:
   Tensor<T> gradient_, restored_;
   std::vector<BlockActivations<T>> blocks_;
   HeadActivations<T> head_;
+  std::vector<DeferredGradients<T>> deferred_;
   std::vector<memory::HostVector<T>> offloaded_;
 };
 

@@ -26,6 +26,9 @@ public:
   // with the gradient of its input; parameter gradients are added to the
   // stage's buffer.
   virtual void backward(Context<T>& context) = 0;
+  // The weight gradients a backward left for later (zero-bubble schedules:
+  // Context::defer_weight_gradients); nothing for a stage that never defers.
+  virtual void weight_gradients(Context<T>&) {}
 };
 
 }  // namespace ft::models

@@ -101,13 +101,23 @@ public:
   }
 
   // Stages last..first backward on a context; context.gradient() holds the
-  // gradient of stage last's output (none for the head).
+  // gradient of stage last's output (none for the head). When the context
+  // defers weight gradients, a stage's gradient is complete (after_backward)
+  // only once weights() has run.
   void backward(Context<T>& context, index_t first, index_t last, const StageHooks& hooks = {}) {
     const index_t L = spec_.config.num_layers;
     for (index_t s = last; s >= first; --s) {
       if (s < L) call(hooks.before_backward, s);
       if (s >= 0 && s < L) context.restore_input(s);
       stage(s).backward(context);
+      if (!context.defer_weight_gradients) call(hooks.after_backward, s);
+    }
+  }
+
+  // The weight gradients backward deferred, stages last..first.
+  void weights(Context<T>& context, index_t first, index_t last, const StageHooks& hooks = {}) {
+    for (index_t s = last; s >= first; --s) {
+      stage(s).weight_gradients(context);
       call(hooks.after_backward, s);
     }
   }

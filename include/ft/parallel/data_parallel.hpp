@@ -44,6 +44,7 @@
 #include "ft/parallel/runtime.hpp"
 #include "ft/parallel/shard_layout.hpp"
 #include "ft/parallel/stage_shards.hpp"
+#include "ft/recipe/recipe.hpp"
 #include "ft/train/trainable.hpp"
 
 namespace ft::parallel {
@@ -56,6 +57,17 @@ class DataParallel final : public Runtime<T, M> {
 
 public:
   DataParallel(comm::Communicator& comm, Sharding sharding) : comm_(comm), sharding_(sharding) {}
+  // What a Trainer makes: the recipe adds the shard group's size.
+  DataParallel(comm::Communicator& comm, const recipe::Recipe& r, Sharding sharding)
+      : DataParallel(comm, Sharding{sharding.optimizer_state, sharding.gradients, sharding.parameters,
+                                    int(r.launch.shard_group_size)}) {}
+
+  // Data parallelism over the replicas of a part of the model (a pipeline
+  // rank's stages): `holds` says which stages this rank keeps, and the
+  // gradient norm also sums over `across` (the ranks that hold the others).
+  DataParallel(comm::Communicator& replicas, Sharding sharding, comm::Communicator& across,
+               std::function<bool(index_t stage)> holds)
+      : comm_(replicas), sharding_(sharding), across_(&across), holds_(std::move(holds)) {}
 
   comm::Communicator& comm() override { return comm_; }
 
@@ -102,6 +114,19 @@ public:
       end_micro_batch();
     }
     return loss;
+  }
+
+  // Adds `g` (a whole buffer's gradient in T) to the step's gradient of the
+  // model stage `stage`, once this step's reductions are done: a pipeline's
+  // last rank hands the first the tied LM head's part of the embedding's.
+  void add_to_step_gradient(index_t stage, const T* g) {
+    settle(0);
+    for (Buffer& b : set_.buffers()) {
+      if (b.stage != stage || !is_model_stage(b)) continue;
+      if (b.sharded_grads) throw Error("internal: a tied gradient added to sharded gradients");
+      M* acc = b.whole_grads();
+      cpu::parallel_for(b.size(), [=](index_t k) { acc[k] = M(acc_t<M>(acc[k]) + acc_t<M>(float(g[k]))); });
+    }
   }
 
   double evaluate(const models::Batch& batch) override {
@@ -209,6 +234,7 @@ public:
     std::size_t n = shards_ ? shards_->shard_bytes() : 0;
     if (!shards_) {
       for (index_t s = -1; s <= model_->config().num_layers; ++s) {
+        if (holds_ && !holds_(s)) continue;
         auto& p = model_->stage_parameters(s);
         n += std::size_t(p.size()) * sizeof(T) * (p.trainable() ? 2 : 1);
       }
@@ -372,7 +398,8 @@ private:
   // disjoint ranges when the optimizer state is sharded, the same whole
   // gradient otherwise.
   double job_squares(double squares) {
-    return sharding_.optimizer_state ? shards().sum(squares, "the gradient norm") : squares;
+    if (sharding_.optimizer_state) squares = shards().sum(squares, "the gradient norm");
+    return across_ ? across_->sum(squares, "the gradient norm over the pipeline") : squares;
   }
 
   // The T gradient of b as M: itself when T is M, else converted into `scratch`.
@@ -424,6 +451,8 @@ private:
 
   comm::Communicator& comm_;
   Sharding sharding_;
+  comm::Communicator* across_ = nullptr;      // the gradient norm sums over these ranks too
+  std::function<bool(index_t)> holds_;         // the stages this rank keeps; empty: all
   bool by_element_ = false;  // the optimizer's state is one value per parameter
   models::Transformer<T>* model_ = nullptr;
   Set set_;

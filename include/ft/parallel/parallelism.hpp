@@ -7,8 +7,9 @@
 //
 // A policy hands the engine its runtime, `runtime<T, M>` (T the storage
 // dtype, M the optimizer's): every data-parallel policy here names
-// parallel::DataParallel, which reads the policy's flags; another kind of
-// parallelism brings its own class deriving from parallel::Runtime.
+// parallel::DataParallel, which reads the policy's flags; Pipeline names
+// parallel::PipelineParallel. A runtime is made from the communicator, the
+// recipe and the policy's Sharding.
 #include <concepts>
 #include <string_view>
 
@@ -20,6 +21,8 @@ struct Policy {};  // base tag of every parallelism policy
 
 template <element T, class M>
 class DataParallel;
+template <element T, class M>
+class PipelineParallel;
 }  // namespace ft::parallel
 
 namespace ft {
@@ -66,6 +69,17 @@ struct ZeRO : Policy {
                         shards_gradients = Stage >= 2, shards_parameters = Stage >= 3;
   template <element T, class M>
   using runtime = DataParallel<T, M>;
+};
+
+// The model's stages cut over pipeline ranks (pipeline.hpp); replicas of a
+// pipeline rank combine as DDP or ZeRO-1 (the recipe's pipeline section).
+struct Pipeline : Policy {
+  static constexpr std::string_view name = "pipeline";
+  static constexpr std::string_view type_name = "ft::parallel::Pipeline";
+  static constexpr bool multi_rank = true, shards_optimizer_state = false,
+                        shards_gradients = false, shards_parameters = false;
+  template <element T, class M>
+  using runtime = PipelineParallel<T, M>;
 };
 
 static_assert(parallelism_policy<Single> && parallelism_policy<DDP> &&

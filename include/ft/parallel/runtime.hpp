@@ -128,6 +128,9 @@ public:
     int part = 0, parts = 0;
   };
   virtual StateShard state_shard() const = 0;
+  // The share of the last step this rank spent waiting for a peer's
+  // activations or gradients (a pipeline's bubble); negative: not measured.
+  virtual double bubble_fraction() const { return -1; }
 };
 
 }  // namespace ft::parallel

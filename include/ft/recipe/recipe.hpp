@@ -46,7 +46,8 @@ struct StrategySection {
     v.field("precision", precision, policy_name(),
             "fp32 | bf16-true | bf16-mixed | fp16-mixed");
     v.field("parallelism", parallelism, policy_name(),
-            "single | ddp | zero1 | zero2 | zero3 (FSDP's no_shard, shard_grad_op, full_shard name ddp, zero2, zero3)");
+            "single | ddp | zero1 | zero2 | zero3 | pipeline (FSDP's no_shard, shard_grad_op, full_shard name ddp, "
+            "zero2, zero3)");
     v.field("optimizer", optimizer, policy_name(), "sgd | adamw | adafactor | adamw8bit | lion");
     v.field("adapter", adapter, policy_name(), "full | lora | prompt");
     v.field("optimizer_offload", optimizer_offload, Check<bool>{},
@@ -235,6 +236,29 @@ struct PreviewSection {
   }
 };
 
+// Pipeline parallelism (strategy.parallelism = "pipeline").
+struct PipelineSection {
+  Int ranks = 0;
+  std::string schedule = "1f1b";
+  Int microbatches = 0;
+  Int stages_per_rank = 1;
+  std::string data_parallel = "ddp";
+
+  template <class V>
+  void fields(V& v) {
+    v.field("ranks", ranks, at_least<Int>(0),
+            "pipeline ranks; launch.nproc / ranks data-parallel replicas of the pipe; 0: every rank");
+    v.field("schedule", schedule, one_of({"gpipe", "1f1b", "interleaved_1f1b", "zero_bubble"}),
+            "the order of forwards and backwards on each rank");
+    v.field("microbatches", microbatches, at_least<Int>(0),
+            "micro-batches per step (each per_device_train_batch_size rows); 0: train.gradient_accumulation_steps");
+    v.field("stages_per_rank", stages_per_rank, at_least<Int>(1),
+            "chunks of the model per rank (virtual stages); interleaved_1f1b needs 2 or more");
+    v.field("data_parallel", data_parallel, one_of({"ddp", "zero1"}),
+            "how the replicas of a pipeline rank combine: all-reduce gradients, or also shard the optimizer state");
+  }
+};
+
 struct LaunchSection {
   Int nproc = 1;
   std::string hostfile;
@@ -266,6 +290,7 @@ struct Recipe {
   TrainSection train;
   CheckpointSection checkpoint;
   PreviewSection preview;
+  PipelineSection pipeline;
   LaunchSection launch;
 
   template <class V>
@@ -281,6 +306,7 @@ struct Recipe {
     v.section("train", train);
     v.section("checkpoint", checkpoint);
     v.section("preview", preview);
+    v.section("pipeline", pipeline);
     v.section("launch", launch);
   }
 };

@@ -41,7 +41,7 @@ nlohmann::ordered_json trainer_state(const Run<T, M>& run, std::int64_t step) {
                {"rows", run.train_rows},
                {"per_device_train_batch_size", r.train.per_device_train_batch_size},
                {"gradient_accumulation_steps", r.train.gradient_accumulation_steps},
-               {"ranks", run.comm->size()},
+               {"ranks", run.parallel->data_shard().world},
                {"max_seq_length", r.data.max_seq_length},
                {"packing", r.data.packing}};
   return j;
@@ -90,11 +90,11 @@ std::int64_t resume(Run<T, M>& run, const std::filesystem::path& dir) {
   const recipe::TrainSection& t = run.recipe.train;
   const std::int64_t then = data.value("per_device_train_batch_size", 0) * data.value("gradient_accumulation_steps", 0) *
                             data.value("ranks", 1),
-                     now = t.per_device_train_batch_size * t.gradient_accumulation_steps * run.comm->size();
+                     now = t.per_device_train_batch_size * t.gradient_accumulation_steps * run.parallel->data_shard().world;
   if (then != now)
     throw Error(where + "was written with a global batch of " + std::to_string(then) + " rows per step, this run takes " +
                 std::to_string(now) + " (per_device_train_batch_size x gradient_accumulation_steps x ranks); keep the "
-                "product the same to resume, so that every step sees the rows it would have seen");
+                "product the same to resume (ranks: the data-parallel ones; a pipeline's ranks share rows), so that every step sees the rows it would have seen");
   run.parallel->with_whole_model([&] { run.adapter->load(dir); }, true);
   const std::vector<StateArray> arrays = run.parallel->state_arrays();
   std::string mine;

@@ -152,11 +152,12 @@ private:
     double loss = 0, grad_norm = 0, seconds = 0;
     std::int64_t steps = 0, tokens = 0, dataset_tokens = 0, skipped = 0;
     comm::Traffic traffic_before;  // this rank's traffic when the window began
-    static constexpr std::size_t per_rank_fields = 7;
+    static constexpr std::size_t per_rank_fields = 8;
     static constexpr const char* per_rank_names[per_rank_fields] = {
         "peak_memory_bytes",       "max_rss_bytes",           "state_bytes",
         "sent_bytes_per_step",     "received_bytes_per_step", "comm_busy_seconds_per_step",
-        "comm_wait_seconds_per_step"};
+        "comm_wait_seconds_per_step", "pipeline_bubble"};
+    double bubble = 0;  // summed over the window's steps
     void add(const StepResult& s) {
       loss += s.loss;
       grad_norm += s.grad_norm;
@@ -164,6 +165,7 @@ private:
       tokens += s.tokens;
       dataset_tokens += s.dataset_tokens;
       skipped += s.skipped;
+      bubble += s.bubble;
       ++steps;
     }
     // The averages as a metrics record; the window starts again empty.
@@ -187,12 +189,20 @@ private:
                                             double(traffic.sent - traffic_before.sent) / double(steps),
                                             double(traffic.received - traffic_before.received) / double(steps),
                                             (traffic.busy_seconds - traffic_before.busy_seconds) / double(steps),
-                                            (traffic.waited_seconds - traffic_before.waited_seconds) / double(steps)};
+                                            (traffic.waited_seconds - traffic_before.waited_seconds) / double(steps),
+                                            bubble / double(steps)};
       traffic_before = traffic;
       std::vector<double> all(std::size_t(comm.size()) * per_rank_fields);
       const std::vector<std::size_t> counts(std::size_t(comm.size()), per_rank_fields);
       comm.all_gather(std::span<const double>(mine), std::span<double>(all), counts, "the ranks' figures").wait();
+      const bool pipelined = run.parallel->bubble_fraction() >= 0;
       for (std::size_t f = 0; f < per_rank_fields; ++f) {
+        if (f == 7) {  // the pipeline's bubble: the ranks' mean
+          double sum = 0;
+          for (int r = 0; r < comm.size(); ++r) sum += all[std::size_t(r) * per_rank_fields + f];
+          if (pipelined) j[per_rank_names[f]] = sum / comm.size();
+          continue;
+        }
         double largest = 0;
         for (int r = 0; r < comm.size(); ++r) largest = std::max(largest, all[std::size_t(r) * per_rank_fields + f]);
         if (f < 3) j[per_rank_names[f]] = std::int64_t(largest);
@@ -204,7 +214,8 @@ private:
           nlohmann::ordered_json& record = by_rank.emplace_back();
           record["step"] = step;
           record["rank"] = r;
-          for (std::size_t f = 0; f < per_rank_fields; ++f) record[per_rank_names[f]] = all[std::size_t(r) * per_rank_fields + f];
+          for (std::size_t f = 0; f < per_rank_fields; ++f)
+            if (f != 7 || pipelined) record[per_rank_names[f]] = all[std::size_t(r) * per_rank_fields + f];
         }
       }
       j["seconds_per_step"] = seconds / double(steps);

@@ -30,6 +30,7 @@ namespace ft::train {
 
 struct StepResult {
   double loss = 0, grad_norm = 0, seconds = 0;
+  double bubble = 0;  // the share of the step's schedule this rank waited for pipeline peers
   std::int64_t tokens = 0, dataset_tokens = 0, scored = 0;
   bool skipped = false;
 };
@@ -91,6 +92,7 @@ StepResult train_step(Run<T, M>& run, std::int64_t step, double lr) {
       }
     }
   }
+  s.bubble = std::max(0.0, parallel.bubble_fraction());
   s.loss = run.comm->sum(loss_sum, "the step's loss") / divisor;
   s.seconds = seconds_since(start);
   return s;

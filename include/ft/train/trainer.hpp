@@ -30,6 +30,7 @@
 #include "ft/models/load.hpp"
 #include "ft/parallel/data_parallel.hpp"
 #include "ft/parallel/parallelism.hpp"
+#include "ft/parallel/pipeline.hpp"
 #include "ft/precision/precision.hpp"
 #include "ft/recipe/recipe.hpp"
 #include "ft/train/engine.hpp"
@@ -73,6 +74,7 @@ public:
 
   explicit Trainer(recipe::Recipe recipe) : recipe_(std::move(recipe)) {
     Adapter::resolve(recipe_, {Model::name, Model::linear_modules, Model::default_lora_targets});
+    if (pipelined) resolve_microbatches();
     validate();
   }
 
@@ -99,6 +101,7 @@ public:
     else if (Parallelism::multi_rank)
       os << ", gradients all-reduced";
     os << "\n";
+    if (pipelined) os << pipeline_plan();
     os << "optimizer    " << Optimizer::name << ", lr " << r.train.learning_rate << " ("
        << r.train.lr_scheduler_type << "), weight decay " << r.train.weight_decay << "\n";
     os << "adapter      " << Adapter::describe(r) << "\n";
@@ -133,9 +136,8 @@ public:
       return std::make_unique<typename Adapter::template runtime<Storage>>(r);
     };
     p.parallel = [](comm::Communicator& c, const recipe::Recipe& r) -> std::unique_ptr<parallel::Runtime<Storage, Master>> {
-      parallel::Sharding sharding = parallel::Sharding::of<Parallelism>();
-      sharding.group_size = int(r.launch.shard_group_size);
-      return std::make_unique<typename Parallelism::template runtime<Storage, Master>>(c, sharding);
+      return std::make_unique<typename Parallelism::template runtime<Storage, Master>>(
+          c, r, parallel::Sharding::of<Parallelism>());
     };
     p.optimizer.make = [t = recipe_.train](const auto& entries, index_t size) {
       return train::make_parameter_optimizer<Optimizer, Master>(entries, size, t);
@@ -170,9 +172,79 @@ private:
       throw Error("strategy.precision = \"" + std::string(Precision::name) +
                   "\" scales the loss and may have to skip a step after an overflow, which an optimizer fused "
                   "into backward has already applied; use bf16-mixed, or set train.fuse_optimizer_with_backward = false");
+    if (pipelined) {
+      if (r.train.fuse_optimizer_with_backward)
+        throw Error("train.fuse_optimizer_with_backward steps each block inside its backward, but a pipeline runs "
+                    "several micro-batches' backwards per step; set it to false");
+      if (r.pipeline.schedule == "zero_bubble" && r.train.gradient_checkpointing != "none")
+        throw Error("pipeline.schedule = \"zero_bubble\" defers weight gradients, which need the activations that "
+                    "train.gradient_checkpointing drops; use 1f1b with checkpointing, or set it to \"none\"");
+      pipeline_partition();
+    } else if (r.pipeline.ranks != 0 || r.pipeline.microbatches != 0 || r.pipeline.stages_per_rank != 1) {
+      throw Error("the recipe's [pipeline] section sets pipeline ranks, micro-batches or stages, but "
+                  "strategy.parallelism is " + std::string(Parallelism::name) + "; set it to \"pipeline\"");
+    }
     if (r.train.fuse_optimizer_with_backward && r.train.max_grad_norm > 0)
       throw Error("train.fuse_optimizer_with_backward steps each block before the global gradient norm is known, "
                   "so it cannot clip; set train.max_grad_norm = 0");
+  }
+
+  static constexpr bool pipelined = Parallelism::name == parallel::Pipeline::name;
+
+  std::int64_t job_ranks() const { return std::max<std::int64_t>(recipe_.launch.nproc, comm::job_place().size); }
+
+  // A pipeline's micro-batches are the step's accumulated ones.
+  void resolve_microbatches() {
+    auto& t = recipe_.train;
+    const std::int64_t m = recipe_.pipeline.microbatches;
+    if (m == 0) return;
+    if (t.gradient_accumulation_steps != 1 && t.gradient_accumulation_steps != m)
+      throw Error("pipeline.microbatches = " + std::to_string(m) + " and train.gradient_accumulation_steps = " +
+                  std::to_string(t.gradient_accumulation_steps) + " both say how many micro-batches a step has; "
+                  "set one of them");
+    t.gradient_accumulation_steps = m;
+  }
+
+  // The partition over the model read from config.json; throws when the
+  // pipeline does not fit the model or the schedule the micro-batches.
+  parallel::PipePartition pipeline_partition() const {
+    const auto& r = recipe_;
+    const std::int64_t ranks = job_ranks(), P = r.pipeline.ranks > 0 ? r.pipeline.ranks : ranks;
+    if (ranks % P != 0)
+      throw Error("pipeline.ranks = " + std::to_string(P) + " does not divide the job's " + std::to_string(ranks) +
+                  " ranks; launch.nproc must be pipeline.ranks x the number of data-parallel replicas");
+    const models::ModelSpec spec = models::read_model_spec_of<Model>(r.model.path);
+    parallel::PipePartition p = parallel::partition_pipeline(spec.config, r.data.max_seq_length, int(P),
+                                                             int(r.pipeline.stages_per_rank));
+    parallel::check_pipe_schedule(parallel::pipe_schedule_from_name(r.pipeline.schedule), p,
+                                  int(r.train.gradient_accumulation_steps));
+    return p;
+  }
+
+  // The partition, and each rank's order of passes (F forward, B backward,
+  // W deferred weight gradients; micro-batch, and chunk when interleaved).
+  std::string pipeline_plan() const {
+    const auto& r = recipe_;
+    const parallel::PipePartition p = pipeline_partition();
+    const int m = int(r.train.gradient_accumulation_steps);
+    const std::int64_t replicas = job_ranks() / p.ranks;
+    std::ostringstream os;
+    os << "pipeline     " << r.pipeline.schedule << ", " << m << " micro-batches per step on " << p.ranks
+       << " pipeline ranks x " << replicas << " replica(s) (" << r.pipeline.data_parallel << ")";
+    if (r.pipeline.schedule != "gpipe" || p.stages_per_rank == 1)
+      os << "; ideal bubble " << int(100.0 * (p.ranks - 1) / (p.stages_per_rank * m + p.ranks - 1) + 0.5) << "%";
+    os << "\n" << p.describe(models::read_model_spec_of<Model>(r.model.path).config.num_layers);
+    const auto schedule = parallel::pipe_schedule_from_name(r.pipeline.schedule);
+    for (int rank = 0; rank < p.ranks; ++rank) {
+      os << "  rank " << rank << " order:";
+      for (const parallel::PipeOp& op : parallel::pipe_schedule(schedule, p, rank, m)) {
+        os << " " << (op.pass == parallel::PipePass::forward ? 'F' : op.pass == parallel::PipePass::backward ? 'B' : 'W')
+           << op.micro_batch;
+        if (p.stages_per_rank > 1) os << "." << op.chunk;
+      }
+      os << "\n";
+    }
+    return os.str();
   }
 
   static constexpr double master_bytes() {
