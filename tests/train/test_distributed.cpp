@@ -440,3 +440,141 @@ TEST_CASE("a hostfile naming a host that does not resolve is refused in one line
   CHECK(r.err.ends_with("); allowed: a host name or address this machine can reach\n"));
   CHECK(std::count(r.err.begin(), r.err.end(), '\n') == 1);
 }
+
+// Pipeline parallelism (parallel/pipeline.hpp) on the 4-block tiny Llama
+// with tied embeddings: the first rank holds the embedding, the last the
+// head, and the table's gradient and values travel between them.
+namespace {
+
+const std::string four_blocks = "../../../models/ft-tiny-llama";  // relative to the train fixtures
+
+// A pipeline recipe: 4 micro-batches per step of `rows` rows.
+fs::path pipeline_recipe(const std::string& name, const std::string& schedule, int rows, int ranks,
+                         const std::string& pipeline_lines = "") {
+  const fs::path p = recipe(name, "adapter = \"full\"\nparallelism = \"pipeline\"\n", rows, ranks,
+                            "gradient_accumulation_steps = 4\n", four_blocks);
+  std::ofstream(p, std::ios::app) << "[pipeline]\nschedule = \"" << schedule << "\"\n" << pipeline_lines;
+  return p;
+}
+
+// The mean over the run's logged steps of the ranks' measured bubble.
+double mean_bubble(const fs::path& recipe_file) {
+  std::ifstream in(recipe_file.parent_path() / "run" / "metrics.jsonl");
+  double sum = 0;
+  int n = 0;
+  for (std::string line; std::getline(in, line);)
+    if (const auto j = nlohmann::json::parse(line); j["split"] == "train" && j["step"].get<int>() > 2) {
+      sum += j.at("pipeline_bubble").get<double>();
+      ++n;
+    }
+  REQUIRE(n > 0);
+  return sum / n;
+}
+
+}  // namespace
+
+TEST_CASE("every pipeline schedule on 2 and 4 ranks trains what one process trains; pipeline x ddp/zero1 what ddp trains") {
+  const fs::path single = recipe("pipe_single", "adapter = \"full\"\n", 2, 1, "gradient_accumulation_steps = 4\n",
+                                 four_blocks);
+  REQUIRE(train(single).code == 0);
+  std::map<std::string, double> bubbles;
+  for (const int ranks : {2, 4})
+    for (const std::string schedule : {"gpipe", "1f1b", "interleaved_1f1b", "zero_bubble"}) {
+      // Interleaving 2 chunks per rank needs 2 x ranks blocks.
+      if (schedule == "interleaved_1f1b" && ranks == 4) continue;
+      const std::string name = schedule + "_on_" + std::to_string(ranks);
+      CAPTURE(name);
+      const fs::path pp = pipeline_recipe("pipe_" + name, schedule, 2, ranks,
+                                          schedule == "interleaved_1f1b" ? "stages_per_rank = 2\n" : "");
+      expect_same_training(single, pp);
+      bubbles[name] = mean_bubble(pp);
+    }
+  // 2 pipeline ranks x 2 replicas against DDP on 2 ranks with the same rows
+  // per rank: what the pipeline adds to data parallelism. (One process with
+  // twice the rows per micro-batch rounds its GEMMs differently, and on this
+  // model AdamW carries that past 1e-5 in 20 steps with or without a
+  // pipeline; the data-parallel tests above compare DDP with one process.)
+  const fs::path ddp = recipe("pipe_ddp_reference", "adapter = \"full\"\nparallelism = \"ddp\"\n", 2, 2,
+                              "gradient_accumulation_steps = 4\n", four_blocks);
+  REQUIRE(train(ddp).code == 0);
+  for (const std::string data_parallel : {"ddp", "zero1"}) {
+    CAPTURE(data_parallel);
+    const fs::path mixed = pipeline_recipe("pipe_x_" + data_parallel, "1f1b", 2, 4,
+                                           "ranks = 2\ndata_parallel = \"" + data_parallel + "\"\n");
+    expect_same_training(ddp, mixed);
+  }
+  // The bubble each rank measured (time waiting for a peer / the step's schedule) beside 1f1b's ideal
+  // (p - 1) / (m + p - 1) for m = 4 micro-batches; timings on a shared machine, so printed, not asserted.
+  for (const int p : {2, 4})
+    MESSAGE("pipeline bubble on " << p << " ranks: ideal 1f1b " << double(p - 1) / (4 + p - 1) << ", measured 1f1b "
+                                  << bubbles["1f1b_on_" + std::to_string(p)] << ", zero_bubble "
+                                  << bubbles["zero_bubble_on_" + std::to_string(p)] << ", gpipe "
+                                  << bubbles["gpipe_on_" + std::to_string(p)]);
+  for (const auto& [name, bubble] : bubbles) {
+    CAPTURE(name);
+    CHECK(bubble > 0);
+    CHECK(bubble < 1);
+  }
+}
+
+TEST_CASE("a pipeline checkpoint holds one optimizer file per pipeline rank and resumes re-partitioned") {
+  const fs::path two = pipeline_recipe("pipe_ckpt_two", "1f1b", 2, 2);
+  std::ofstream(two, std::ios::app) << "[checkpoint]\nsave_steps = 10\n";
+  const Run r = train(two);
+  INFO(r.err);
+  REQUIRE(r.code == 0);
+  const fs::path checkpoint = two.parent_path() / "run" / "checkpoint-10";
+  CHECK(fs::exists(checkpoint / "optimizer-0-of-2.safetensors"));
+  CHECK(fs::exists(checkpoint / "optimizer-1-of-2.safetensors"));
+  // On 4 pipeline ranks, and in one process, steps 11-20 continue as the 2-rank run did.
+  const fs::path four = pipeline_recipe("pipe_ckpt_four", "zero_bubble", 2, 4);
+  const fs::path one = recipe("pipe_ckpt_one", "adapter = \"full\"\n", 2, 1, "gradient_accumulation_steps = 4\n",
+                              four_blocks);
+  for (const fs::path& p : {four, one}) {
+    CAPTURE(p);
+    std::ofstream(p, std::ios::app) << "[checkpoint]\nresume = \"" << checkpoint.string() << "\"\n";
+    const Run resumed = train(p);
+    INFO(resumed.err);
+    REQUIRE(resumed.code == 0);
+    CHECK(resumed.out.find("resuming after step 10") != std::string::npos);
+    const auto a = steps(two), b = steps(p);
+    REQUIRE(b.size() == 10);
+    for (const auto& [step, v] : b) CHECK(std::abs(v.first - a.at(step).first) < 1e-5);
+    CHECK(weight_difference(final_weights(two), final_weights(p)) < 1e-5);
+  }
+}
+
+TEST_CASE("pipeline bad input: one line each, exit 2, before any rank trains") {
+  SUBCASE("more pipeline ranks than blocks") {
+    const fs::path p = recipe("pipe_bad_ranks", "parallelism = \"pipeline\"\n", 2, 4);  // the 2-block fixture
+    const Run r = train(p);
+    CHECK(r.code == 2);
+    CHECK(r.err.find("pipeline: 4 ranks x 1 stages per rank need at least 4 blocks, the model has 2; use at most 2 "
+                     "pipeline ranks") != std::string::npos);
+  }
+  SUBCASE("a micro-batch count the schedule cannot use") {
+    const Run r = train(pipeline_recipe("pipe_bad_micro", "interleaved_1f1b", 2, 2, "stages_per_rank = 2\n"),
+                        "--set pipeline.microbatches=3 --set train.gradient_accumulation_steps=1");
+    CHECK(r.code == 2);
+    CHECK(r.err.find("set pipeline.microbatches to a multiple of 2") != std::string::npos);
+    const Run fill = train(pipeline_recipe("pipe_bad_fill", "1f1b", 2, 4),
+                           "--set train.gradient_accumulation_steps=2");
+    CHECK(fill.code == 2);
+    CHECK(fill.err.find("set pipeline.microbatches to at least 4, or use gpipe") != std::string::npos);
+  }
+  SUBCASE("a schedule that does not exist") {
+    const fs::path p = pipeline_recipe("pipe_bad_name", "2f2b", 2, 2);
+    const Run r = train(p);
+    CHECK(r.code == 2);
+    CHECK(r.err.find("pipeline.schedule") != std::string::npos);
+    CHECK(r.err.find("gpipe, 1f1b, interleaved_1f1b, zero_bubble") != std::string::npos);
+    CHECK(std::count(r.err.begin(), r.err.end(), '\n') == 1);
+  }
+  SUBCASE("--dry-run prints the partition and each rank's order") {
+    const Run r = train(pipeline_recipe("pipe_dry", "1f1b", 2, 2), "--dry-run");
+    CHECK(r.code == 0);
+    CHECK(r.out.find("rank 0: embed, layers 0-1") != std::string::npos);
+    CHECK(r.out.find("rank 1: layers 2-3, head") != std::string::npos);
+    CHECK(r.out.find("rank 0 order: F0 F1 B0 F2 B1 F3 B2 B3") != std::string::npos);
+  }
+}

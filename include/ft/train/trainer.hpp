@@ -98,6 +98,8 @@ public:
       os << ", gradients and optimizer state sharded";
     else if (Parallelism::shards_optimizer_state)
       os << ", optimizer state sharded";
+    else if (pipelined)
+      os << ", stages cut over pipeline ranks";
     else if (Parallelism::multi_rank)
       os << ", gradients all-reduced";
     os << "\n";
