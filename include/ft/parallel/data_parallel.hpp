@@ -43,6 +43,7 @@
 #include "ft/optim/clip.hpp"
 #include "ft/parallel/runtime.hpp"
 #include "ft/parallel/shard_layout.hpp"
+#include "ft/parallel/stage_reads.hpp"
 #include "ft/parallel/stage_shards.hpp"
 #include "ft/recipe/recipe.hpp"
 #include "ft/train/trainable.hpp"
@@ -201,33 +202,8 @@ public:
       if (comm_.rank() == 0) use();
       return;
     }
-    // Rank 0 says which stage it reads next; every rank gathers it with it.
-    constexpr std::int64_t done = -1000;
-    std::int64_t held = done;
-    auto next = [&](std::int64_t stage) {
-      comm_.broadcast(std::span<std::int64_t>(&stage, 1), 0, "the stage rank 0 reads next").wait();
-      if (stage == held) return stage;
-      if (held != done) shards_->release(index_t(held));
-      if (stage != done) shards_->gather(index_t(stage));
-      held = stage;
-      return stage;
-    };
-    if (comm_.rank() == 0) {
-      model_->set_stage_reader([&](index_t stage) {
-        if (stage != held) next(stage);  // one word per stage, not per tensor
-      });
-      try {
-        use();
-      } catch (...) {
-        model_->set_stage_reader({});
-        throw;
-      }
-      model_->set_stage_reader({});
-      next(done);
-    } else {
-      while (next(done) != done) {
-      }
-    }
+    read_stages_on_rank0<T>(
+        comm_, *model_, use, [this](index_t s) { shards_->gather(s); }, [this](index_t s) { shards_->release(s); });
   }
 
   std::size_t state_bytes() const override {

@@ -34,6 +34,7 @@
 #include "ft/parallel/data_parallel.hpp"
 #include "ft/parallel/pipeline_schedule.hpp"
 #include "ft/parallel/runtime.hpp"
+#include "ft/parallel/stage_reads.hpp"
 #include "ft/recipe/recipe.hpp"
 
 namespace ft::parallel {
@@ -87,6 +88,7 @@ public:
     const index_t L = model.config().num_layers;
     partition_ = partition_pipeline(model.config(), options_.sequence, options_.ranks, options_.stages_per_rank);
     ops_ = pipe_schedule(options_.schedule, partition_, pipe_rank_, options_.microbatches);
+    started_.assign(std::size_t(options_.microbatches), false);
     tied_ = model.config().tie_embeddings && options_.ranks > 1;
     head_rank_ = partition_.rank_of(partition_.chunk_holding(L));
     std::vector<adapters::Trainable<T>> mine;
@@ -228,32 +230,8 @@ public:
   void read_model_on_rank0(const std::function<void()>& use) override {
     if (replica_ != 0) return;
     share_trainables();
-    constexpr std::int64_t done = -1000;
-    std::int64_t held = done;
-    auto next = [&](std::int64_t stage) {
-      pipe_->broadcast(std::span<std::int64_t>(&stage, 1), 0, "the stage rank 0 reads next").wait();
-      if (stage == held) return stage;
-      if (held != done) release(index_t(held));
-      if (stage != done) gather(index_t(stage));
-      held = stage;
-      return stage;
-    };
-    if (pipe_rank_ == 0) {
-      model_->set_stage_reader([&](index_t stage) {
-        if (stage != held) next(stage);
-      });
-      try {
-        use();
-      } catch (...) {
-        model_->set_stage_reader({});
-        throw;
-      }
-      model_->set_stage_reader({});
-      next(done);
-    } else {
-      while (next(done) != done) {
-      }
-    }
+    read_stages_on_rank0<T>(
+        *pipe_, *model_, use, [this](index_t s) { gather(s); }, [this](index_t s) { release(s); });
   }
 
   std::size_t state_bytes() const override { return inner_->state_bytes(); }
@@ -280,7 +258,6 @@ private:
 
   // The context of micro-batch mb, from a pool of contexts of finished ones.
   models::Context<T>& context_of(int mb) {
-    if (started_.size() != std::size_t(options_.microbatches)) started_.assign(std::size_t(options_.microbatches), false);
     auto it = live_.find(mb);
     if (it != live_.end()) return *it->second;
     std::unique_ptr<models::Context<T>> c;

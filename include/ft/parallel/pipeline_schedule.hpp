@@ -46,6 +46,7 @@ inline PipeSchedule pipe_schedule_from_name(const std::string& name) {
 
 struct PipePartition {
   int ranks = 1, stages_per_rank = 1;
+  index_t layers = 0;                // the model's blocks
   std::vector<index_t> first, last;  // per chunk: its stages (-1 the embedding, L the head)
   std::vector<double> cost;          // per chunk, estimated
 
@@ -58,7 +59,7 @@ struct PipePartition {
   }
 
   // "rank 0: embed, layers 0-3 (27%)" per chunk, one line each.
-  std::string describe(index_t layers) const {
+  std::string describe() const {
     double total = 0;
     for (double x : cost) total += x;
     std::string out;
@@ -119,6 +120,7 @@ inline PipePartition partition_pipeline(const models::TransformerConfig& config,
   PipePartition p;
   p.ranks = ranks;
   p.stages_per_rank = stages_per_rank;
+  p.layers = L;
   p.first.resize(std::size_t(k));
   p.last.resize(std::size_t(k));
   p.cost.resize(std::size_t(k));

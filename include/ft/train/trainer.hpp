@@ -233,9 +233,8 @@ private:
     std::ostringstream os;
     os << "pipeline     " << r.pipeline.schedule << ", " << m << " micro-batches per step on " << p.ranks
        << " pipeline ranks x " << replicas << " replica(s) (" << r.pipeline.data_parallel << ")";
-    if (r.pipeline.schedule != "gpipe" || p.stages_per_rank == 1)
-      os << "; ideal bubble " << int(100.0 * (p.ranks - 1) / (p.stages_per_rank * m + p.ranks - 1) + 0.5) << "%";
-    os << "\n" << p.describe(models::read_model_spec_of<Model>(r.model.path).config.num_layers);
+    os << "; ideal bubble " << int(100.0 * (p.ranks - 1) / (p.stages_per_rank * m + p.ranks - 1) + 0.5) << "%\n"
+       << p.describe();
     const auto schedule = parallel::pipe_schedule_from_name(r.pipeline.schedule);
     for (int rank = 0; rank < p.ranks; ++rank) {
       os << "  rank " << rank << " order:";
