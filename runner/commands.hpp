@@ -47,6 +47,16 @@ struct ConvertOptions {
 };
 int run_convert(const ConvertOptions& options);
 
+struct ScheduleOptions {
+  std::string recipe;
+  std::vector<std::string> sets;  // --set section.key=value
+  bool measured = false;          // draw a recorded step instead of the simulated schedule
+  long step = 0;                  // the recorded step to draw; 0: the last one
+  int replica = 0;                // whose pipe, under pipeline x data parallelism
+  std::string svg;                // write the drawing here
+};
+int run_schedule(const ScheduleOptions& options);
+
 struct InitOptions {
   std::string source, destination;  // destination: the source directory when empty
   long seed = 0;

@@ -59,6 +59,20 @@ int main(int argc, char** argv) {
   convert->add_option("-t,--chat-template", convert_options.chat_template, "Jinja file to use as the chat template");
   convert->add_flag("--force", convert_options.force, "Replace the destination if it exists");
 
+  ftrun::ScheduleOptions schedule_options;
+  auto* schedule = app.add_subcommand("schedule", "Draw a recipe's pipeline schedule as a timeline: simulated, or a "
+                                                  "step a run recorded (pipeline.timeline = true)");
+  schedule->add_option("recipe", schedule_options.recipe, "Recipe file (TOML)")->required();
+  schedule->add_option("--set", schedule_options.sets, "Override a recipe key: section.key=value (repeatable)");
+  schedule->add_flag("--measured", schedule_options.measured,
+                     "Draw a step recorded in <output_dir>/timeline/ instead of the simulated schedule");
+  schedule->add_option("--step", schedule_options.step, "The recorded step to draw (default: the last)")
+      ->check(CLI::PositiveNumber);
+  schedule->add_option("--replica", schedule_options.replica, "Whose pipe to draw under pipeline x data parallelism")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  schedule->add_option("--svg", schedule_options.svg, "Also write the timeline as an SVG drawing to this file");
+
   ftrun::InitOptions init_options;
   auto* init = app.add_subcommand("init", "Write randomly initialised weights for a config.json (HF layout, deterministic)");
   init->add_option("source", init_options.source, "Directory with config.json (and tokenizer files to copy)")->required();
@@ -85,5 +99,6 @@ int main(int argc, char** argv) {
   if (*eval) return ftrun::run_eval(eval_options);
   if (*convert) return ftrun::run_convert(convert_options);
   if (*init) return ftrun::run_init(init_options);
+  if (*schedule) return ftrun::run_schedule(schedule_options);
   return ftrun::bad_input;
 }

@@ -22,9 +22,15 @@
 //
 // The whole model (a preview, resuming, writing the model) is put together
 // stage by stage: a stage's owner broadcasts it to the pipe when asked.
+//
+// With a timeline file each rank records every step's passes, sends and
+// waits (pipeline_timeline.hpp) in wall-clock seconds, so the ranks' lines
+// of one step line up on one machine (and on NTP-synchronised nodes).
 #include <chrono>
 #include <cmath>
 #include <deque>
+#include <filesystem>
+#include <fstream>
 #include <map>
 #include <memory>
 #include <string>
@@ -33,6 +39,7 @@
 #include "ft/comm/communicator.hpp"
 #include "ft/parallel/data_parallel.hpp"
 #include "ft/parallel/pipeline_schedule.hpp"
+#include "ft/parallel/pipeline_timeline.hpp"
 #include "ft/parallel/runtime.hpp"
 #include "ft/parallel/stage_reads.hpp"
 #include "ft/recipe/recipe.hpp"
@@ -46,6 +53,7 @@ struct PipelineOptions {
   int microbatches = 1;       // per step
   index_t sequence = 0;       // tokens per row, for the partition's cost estimate
   bool shard_optimizer_state = false;  // ZeRO-1 over a pipeline rank's replicas
+  std::filesystem::path timeline;      // a directory for each rank's timeline; empty: none recorded
 };
 
 template <element T, class M>
@@ -61,7 +69,8 @@ public:
             .schedule = pipe_schedule_from_name(r.pipeline.schedule),
             .microbatches = int(r.train.gradient_accumulation_steps),
             .sequence = r.data.max_seq_length,
-            .shard_optimizer_state = r.pipeline.data_parallel == "zero1"};
+            .shard_optimizer_state = r.pipeline.data_parallel == "zero1",
+            .timeline = r.pipeline.timeline ? std::filesystem::path(r.output_dir) / "timeline" : ""};
   }
 
   PipelineParallel(comm::Communicator& comm, PipelineOptions options) : comm_(comm), options_(options) {
@@ -132,8 +141,13 @@ public:
     const bool defer = options_.schedule == PipeSchedule::zero_bubble;
     const auto start = Clock::now();
     double loss = 0, waited = 0;
+    timeline_.clear();
     for (std::size_t i = 0; i < ops_.size(); ++i) {
       const PipeOp& op = ops_[i];
+      // Records [since, now) as what this op was doing.
+      auto mark = [&](PipeActivity activity, double since) {
+        if (!options_.timeline.empty()) timeline_.push_back({activity, op.micro_batch, op.chunk, since, wall_clock()});
+      };
       const std::size_t k = std::size_t(op.micro_batch);
       models::Context<T>& context = context_of(op.micro_batch);
       if (!started_[k]) {
@@ -145,21 +159,37 @@ public:
       const index_t first = partition_.first[std::size_t(op.chunk)], last = partition_.last[std::size_t(op.chunk)];
       const models::StageHooks hooks = inner_->training_hooks({.last = op.micro_batch + 1 == m});
       const index_t width = context.batch().rows() * model_->config().hidden_size;
+      const index_t L = model_->config().num_layers;
+      auto wait_for = [&](T* into, int from, int tag) {
+        const double since = wall_clock(), seconds = receive(into, width, from, tag);
+        waited += seconds;
+        if (seconds > 0) mark(PipeActivity::wait, since);
+      };
+      auto send_on = [&](const T* data, int to, int tag) {
+        const double since = wall_clock();
+        if (send(data, width, to, tag)) mark(PipeActivity::send, since);
+      };
+      double since = 0;
       switch (op.pass) {
         case PipePass::forward:
-          if (op.chunk > 0) waited += receive(context.stream(first), width, op.chunk - 1, forward_tag(op.chunk - 1));
+          if (op.chunk > 0) wait_for(context.stream(first), op.chunk - 1, forward_tag(op.chunk - 1));
+          since = wall_clock();
           model_->forward(context, first, last, hooks);
-          if (last == model_->config().num_layers) loss += context.loss;
-          else send(context.stream(last + 1), width, op.chunk + 1, forward_tag(op.chunk));
+          mark(PipeActivity::forward, since);
+          if (last == L) loss += context.loss;
+          else send_on(context.stream(last + 1), op.chunk + 1, forward_tag(op.chunk));
           break;
         case PipePass::backward:
-          if (last < model_->config().num_layers)
-            waited += receive(context.gradient(), width, op.chunk + 1, backward_tag(op.chunk + 1));
+          if (last < L) wait_for(context.gradient(), op.chunk + 1, backward_tag(op.chunk + 1));
+          since = wall_clock();
           model_->backward(context, first, last, hooks);
-          if (op.chunk > 0) send(context.gradient(), width, op.chunk - 1, backward_tag(op.chunk));
+          mark(PipeActivity::backward, since);
+          if (op.chunk > 0) send_on(context.gradient(), op.chunk - 1, backward_tag(op.chunk));
           break;
         case PipePass::weights:
+          since = wall_clock();
           model_->weights(context, first, last, hooks);
+          mark(PipeActivity::weights, since);
           break;
       }
       if (i == last_op[k]) finish(op.micro_batch);
@@ -170,6 +200,7 @@ public:
     inner_->end_micro_batch();
     const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
     bubble_ = seconds > 0 ? waited / seconds : 0;
+    if (!options_.timeline.empty()) write_timeline(work.step);
     if (tied_) send_tied_gradient();
     return loss;
   }
@@ -282,17 +313,30 @@ private:
     pipe_->recv(std::span<T>(into, std::size_t(count)), peer, what(tag), tag).wait();
     return std::chrono::duration<double>(Clock::now() - start).count();
   }
-  // Sends a copy, so the context may be written again before it arrives.
-  void send(const T* data, index_t count, int to, int tag) {
+  // Sends a copy, so the context may be written again before it arrives;
+  // false when chunk `to` is on this rank and finds it in the context.
+  bool send(const T* data, index_t count, int to, int tag) {
     const int peer = partition_.rank_of(to);
-    if (peer == pipe_rank_) return;
+    if (peer == pipe_rank_) return false;
     Tensor<T> copy(Shape{count}, typename Tensor<T>::Uninitialized{});
     std::copy_n(data, count, copy.data());
     comm::Work work = pipe_->send(std::span<const T>(copy.data(), std::size_t(count)), peer, what(tag), tag);
     sent_.push_back({std::move(copy), std::move(work)});
+    return true;
   }
   void drop_sent() {
     while (!sent_.empty() && sent_.front().work.ready()) sent_.pop_front();
+  }
+  static double wall_clock() {
+    return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+  }
+  // Appends this step's intervals to the rank's file, one JSON line.
+  void write_timeline(std::int64_t step) {
+    std::filesystem::create_directories(options_.timeline);
+    const auto file = options_.timeline / ("rank-" + std::to_string(comm_.rank()) + ".jsonl");
+    std::ofstream out(file, std::ios::app);
+    out << timeline_record(step, pipe_rank_, replica_, timeline_).dump() << "\n";
+    if (!out) throw Error(file.string() + ": cannot write the pipeline timeline");
   }
   static std::string what(int tag) {
     return (tag % 2 == 0 ? "activations of chunk " : "gradients of chunk ") + std::to_string(tag / 2);
@@ -362,6 +406,7 @@ private:
   std::unique_ptr<models::Context<T>> evaluation_;
   std::deque<Sent> sent_;
   double bubble_ = 0;
+  std::vector<PipeInterval> timeline_;  // this step's, when recording
 };
 
 }  // namespace ft::parallel

@@ -18,19 +18,29 @@
 //                     (PipeDream-Flush); bubble (p - 1) / (m + p - 1)
 //   interleaved_1f1b  1f1b over virtual stages (Megatron-LM): the bubble
 //                     shrinks by v; m must be a multiple of p
-//   zero_bubble       ZB-H1 (Qi et al. 2023): 1f1b whose backward is split
-//                     into the input gradient (B), which the previous rank
-//                     waits for, and the weight gradient (W), which nobody
-//                     waits for: rank r defers its W passes by p - r - 1
-//                     micro-batches and runs them where 1f1b sits idle
+//   zero_bubble       ZB-H1 (Qi et al. 2023): backward split into the input
+//                     gradient (B), which the previous rank waits for, and
+//                     the weight gradient (W), which nobody waits for, so W
+//                     passes fill the time 1f1b sits idle. The order is a
+//                     list schedule in unit time (F = B = W): a free rank
+//                     runs the backward whose gradient has arrived, else its
+//                     next forward (at most p - r ahead of its backwards, as
+//                     1f1b), else its oldest pending W. A micro-batch's
+//                     activations stay until its W, so rank r holds up to
+//                     2p - r - 1 of them (1f1b: p - r); that buys ZB-H1's
+//                     bubble, (p - 1) / (3m + p - 1) of the step
 #include <algorithm>
+#include <array>
 #include <cstdint>
 #include <limits>
+#include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "ft/core/error.hpp"
 #include "ft/models/transformer_config.hpp"
+#include "ft/recipe/recipe.hpp"
 
 namespace ft::parallel {
 
@@ -143,6 +153,61 @@ struct PipeOp {
   int chunk;
 };
 
+// The passes `op` waits for, of a pipe of `chunks` chunks: a forward for
+// the previous chunk's, a backward for its own forward and the next
+// chunk's backward, a weight gradient for its backward.
+inline std::vector<PipeOp> pass_inputs(const PipeOp& op, int chunks) {
+  switch (op.pass) {
+    case PipePass::forward:
+      if (op.chunk == 0) return {};
+      return {{PipePass::forward, op.micro_batch, op.chunk - 1}};
+    case PipePass::backward:
+      if (op.chunk + 1 == chunks) return {{PipePass::forward, op.micro_batch, op.chunk}};
+      return {{PipePass::forward, op.micro_batch, op.chunk}, {PipePass::backward, op.micro_batch, op.chunk + 1}};
+    case PipePass::weights:
+      return {{PipePass::backward, op.micro_batch, op.chunk}};
+  }
+  return {};
+}
+
+// The key of a pass, to look up when it ran.
+inline std::array<int, 3> pass_key(const PipeOp& op) { return {int(op.pass), op.micro_batch, op.chunk}; }
+
+// ZB-H1's orders of every rank (one chunk per rank), by the list schedule
+// described at the top.
+inline std::vector<std::vector<PipeOp>> zero_bubble_orders(int P, int m) {
+  auto orders = std::vector<std::vector<PipeOp>>(std::size_t(P));
+  std::map<std::array<int, 3>, int> ended;  // pass -> the tick it ended
+  std::vector<int> forwards(std::size_t(P), 0), backwards(std::size_t(P), 0), weights(std::size_t(P), 0);
+  auto ready = [&](const PipeOp& op, int tick) {
+    for (const PipeOp& input : pass_inputs(op, P)) {
+      auto it = ended.find(pass_key(input));
+      if (it == ended.end() || it->second > tick) return false;
+    }
+    return true;
+  };
+  for (int tick = 0; std::any_of(weights.begin(), weights.end(), [&](int w) { return w < m; }); ++tick)
+    for (int r = 0; r < P; ++r) {
+      const std::size_t i = std::size_t(r);
+      const PipeOp backward{PipePass::backward, backwards[i], r}, forward{PipePass::forward, forwards[i], r};
+      std::optional<PipeOp> op;
+      if (backwards[i] < forwards[i] && ready(backward, tick)) {
+        op = backward;
+        ++backwards[i];
+      } else if (forwards[i] < m && forwards[i] - backwards[i] < P - r && forwards[i] - weights[i] < 2 * P - r - 1 &&
+                 ready(forward, tick)) {
+        op = forward;
+        ++forwards[i];
+      } else if (weights[i] < backwards[i]) {
+        op = PipeOp{PipePass::weights, weights[i]++, r};
+      }
+      if (!op) continue;
+      orders[i].push_back(*op);
+      ended[pass_key(*op)] = tick + 1;
+    }
+  return orders;
+}
+
 // Checks that a schedule can use m micro-batches on this partition; the
 // message says what would.
 inline void check_pipe_schedule(PipeSchedule s, const PipePartition& p, int m) {
@@ -186,22 +251,9 @@ inline std::vector<PipeOp> pipe_schedule(PipeSchedule s, const PipePartition& p,
       for (int i = m - warmup; i < m; ++i) B(i, rank);
       break;
     }
-    case PipeSchedule::zero_bubble: {
-      const int warmup = std::min(P - rank - 1, m);
-      int weights = 0;  // W passes run so far, in micro-batch order
-      for (int i = 0; i < warmup; ++i) F(i, rank);
-      for (int i = 0; i < m - warmup; ++i) {
-        F(warmup + i, rank);
-        B(i, rank);
-        if (i >= warmup) W(weights++, rank);  // deferred by `warmup` micro-batches
-      }
-      for (int i = m - warmup; i < m; ++i) {
-        B(i, rank);
-        W(weights++, rank);  // fills the wait for the next gradient
-      }
-      while (weights < m) W(weights++, rank);
+    case PipeSchedule::zero_bubble:
+      ops = zero_bubble_orders(P, m)[std::size_t(rank)];
       break;
-    }
     case PipeSchedule::interleaved: {
       // Megatron-LM's order: the k-th forward of this rank is micro-batch
       // (k / (P v)) P + k % P on its local chunk (k / P) % v; backwards run
@@ -221,6 +273,19 @@ inline std::vector<PipeOp> pipe_schedule(PipeSchedule s, const PipePartition& p,
     }
   }
   return ops;
+}
+
+// A recipe's pipeline on a job of `job_ranks` ranks: the partition of the
+// model, checked against the schedule and the step's micro-batches.
+inline PipePartition plan_pipeline(const recipe::Recipe& r, const models::TransformerConfig& config,
+                                   std::int64_t job_ranks) {
+  const std::int64_t P = r.pipeline.ranks > 0 ? r.pipeline.ranks : job_ranks;
+  if (job_ranks % P != 0)
+    throw Error("pipeline.ranks = " + std::to_string(P) + " does not divide the job's " + std::to_string(job_ranks) +
+                " ranks; launch.nproc must be pipeline.ranks x the number of data-parallel replicas");
+  PipePartition p = partition_pipeline(config, r.data.max_seq_length, int(P), int(r.pipeline.stages_per_rank));
+  check_pipe_schedule(pipe_schedule_from_name(r.pipeline.schedule), p, int(recipe::pipeline_microbatches(r)));
+  return p;
 }
 
 }  // namespace ft::parallel

@@ -59,6 +59,7 @@ struct MicroBatchRole {
 
 // The forward and backward work of one optimizer step.
 struct StepWork {
+  std::int64_t step = 1;                   // the step's number, as metrics count them (from 1)
   std::span<const models::Batch> batches;  // this rank's micro-batches, in order
   double token_count = 1;                  // the loss gradient's divisor (models::HeadOptions)
   // Called before each forward and each backward of micro-batch k: the

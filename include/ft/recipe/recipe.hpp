@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "ft/core/error.hpp"
 #include "ft/recipe/binding.hpp"
 #include "ft/recipe/check.hpp"
 
@@ -243,6 +244,7 @@ struct PipelineSection {
   Int microbatches = 0;
   Int stages_per_rank = 1;
   std::string data_parallel = "ddp";
+  bool timeline = false;
 
   template <class V>
   void fields(V& v) {
@@ -256,6 +258,9 @@ struct PipelineSection {
             "chunks of the model per rank (virtual stages); interleaved_1f1b needs 2 or more");
     v.field("data_parallel", data_parallel, one_of({"ddp", "zero1"}),
             "how the replicas of a pipeline rank combine: all-reduce gradients, or also shard the optimizer state");
+    v.field("timeline", timeline, Check<bool>{},
+            "record each rank's passes, sends and waits of every step in <output_dir>/timeline/ "
+            "(ftrun schedule --measured draws them)");
   }
 };
 
@@ -310,5 +315,16 @@ struct Recipe {
     v.section("launch", launch);
   }
 };
+
+// A pipeline step's micro-batches: pipeline.microbatches, or the step's
+// accumulated micro-batches when it is 0 (both set differently is an error).
+inline Int pipeline_microbatches(const Recipe& r) {
+  const Int m = r.pipeline.microbatches, accumulation = r.train.gradient_accumulation_steps;
+  if (m == 0) return accumulation;
+  if (accumulation != 1 && accumulation != m)
+    throw Error("pipeline.microbatches = " + std::to_string(m) + " and train.gradient_accumulation_steps = " +
+                std::to_string(accumulation) + " both say how many micro-batches a step has; set one of them");
+  return m;
+}
 
 }  // namespace ft::recipe

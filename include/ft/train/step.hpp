@@ -61,7 +61,7 @@ StepResult train_step(Run<T, M>& run, std::int64_t step, double lr) {
   s.tokens = std::int64_t(counts[1]);
   s.dataset_tokens = std::int64_t(counts[2]);
   const double divisor = std::max(1.0, counts[0]);
-  parallel::StepWork work{.batches = batches, .begin_micro_batch = [&](std::size_t k) {
+  parallel::StepWork work{.step = step + 1, .batches = batches, .begin_micro_batch = [&](std::size_t k) {
                             run.adapter->set_training(true, derive_key(std::uint64_t(r.seed),
                                                                        std::uint64_t(step * accumulation) + k));
                           }};

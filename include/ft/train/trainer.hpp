@@ -196,57 +196,15 @@ private:
   std::int64_t job_ranks() const { return std::max<std::int64_t>(recipe_.launch.nproc, comm::job_place().size); }
 
   // A pipeline's micro-batches are the step's accumulated ones.
-  void resolve_microbatches() {
-    auto& t = recipe_.train;
-    const std::int64_t m = recipe_.pipeline.microbatches;
-    if (m == 0) return;
-    if (t.gradient_accumulation_steps != 1 && t.gradient_accumulation_steps != m)
-      throw Error("pipeline.microbatches = " + std::to_string(m) + " and train.gradient_accumulation_steps = " +
-                  std::to_string(t.gradient_accumulation_steps) + " both say how many micro-batches a step has; "
-                  "set one of them");
-    t.gradient_accumulation_steps = m;
-  }
+  void resolve_microbatches() { recipe_.train.gradient_accumulation_steps = recipe::pipeline_microbatches(recipe_); }
 
   // The partition over the model read from config.json; throws when the
   // pipeline does not fit the model or the schedule the micro-batches.
   parallel::PipePartition pipeline_partition() const {
-    const auto& r = recipe_;
-    const std::int64_t ranks = job_ranks(), P = r.pipeline.ranks > 0 ? r.pipeline.ranks : ranks;
-    if (ranks % P != 0)
-      throw Error("pipeline.ranks = " + std::to_string(P) + " does not divide the job's " + std::to_string(ranks) +
-                  " ranks; launch.nproc must be pipeline.ranks x the number of data-parallel replicas");
-    const models::ModelSpec spec = models::read_model_spec_of<Model>(r.model.path);
-    parallel::PipePartition p = parallel::partition_pipeline(spec.config, r.data.max_seq_length, int(P),
-                                                             int(r.pipeline.stages_per_rank));
-    parallel::check_pipe_schedule(parallel::pipe_schedule_from_name(r.pipeline.schedule), p,
-                                  int(r.train.gradient_accumulation_steps));
-    return p;
+    return parallel::plan_pipeline(recipe_, models::read_model_spec_of<Model>(recipe_.model.path).config, job_ranks());
   }
 
-  // The partition, and each rank's order of passes (F forward, B backward,
-  // W deferred weight gradients; micro-batch, and chunk when interleaved).
-  std::string pipeline_plan() const {
-    const auto& r = recipe_;
-    const parallel::PipePartition p = pipeline_partition();
-    const int m = int(r.train.gradient_accumulation_steps);
-    const std::int64_t replicas = job_ranks() / p.ranks;
-    std::ostringstream os;
-    os << "pipeline     " << r.pipeline.schedule << ", " << m << " micro-batches per step on " << p.ranks
-       << " pipeline ranks x " << replicas << " replica(s) (" << r.pipeline.data_parallel << ")";
-    os << "; ideal bubble " << int(100.0 * (p.ranks - 1) / (p.stages_per_rank * m + p.ranks - 1) + 0.5) << "%\n"
-       << p.describe();
-    const auto schedule = parallel::pipe_schedule_from_name(r.pipeline.schedule);
-    for (int rank = 0; rank < p.ranks; ++rank) {
-      os << "  rank " << rank << " order:";
-      for (const parallel::PipeOp& op : parallel::pipe_schedule(schedule, p, rank, m)) {
-        os << " " << (op.pass == parallel::PipePass::forward ? 'F' : op.pass == parallel::PipePass::backward ? 'B' : 'W')
-           << op.micro_batch;
-        if (p.stages_per_rank > 1) os << "." << op.chunk;
-      }
-      os << "\n";
-    }
-    return os.str();
-  }
+  std::string pipeline_plan() const { return parallel::describe_pipeline(recipe_, pipeline_partition(), job_ranks()); }
 
   static constexpr double master_bytes() {
     return Precision::master == Precision::storage ? 0.0 : double(size_of(Precision::master));
