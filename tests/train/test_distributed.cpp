@@ -24,6 +24,7 @@
 #include <nlohmann/json.hpp>
 
 #include <ft/io/safetensors.hpp>
+#include <ft/parallel/pipeline_timeline.hpp>
 
 #include "support/compare.hpp"
 #include "support/files.hpp"
@@ -126,13 +127,13 @@ double final_eval_loss(const fs::path& recipe_file) {
 // Trains `dp` and checks it against the finished run `single`: every step's
 // loss and gradient norm, the final weights (`weights` in output_dir) and validation loss.
 Run expect_same_training(const fs::path& single, const fs::path& dp,
-                         const std::string& weights = "model/model.safetensors") {
+                         const std::string& weights = "model/model.safetensors", double tolerance = 1e-5) {
   const Run r = train(dp);
   INFO(r.err);
   REQUIRE(r.code == 0);
-  CHECK(metric_difference(single, dp) < 1e-5);
-  CHECK(weight_difference(final_weights(single, weights), final_weights(dp, weights)) < 1e-5);
-  CHECK(std::abs(final_eval_loss(single) - final_eval_loss(dp)) < 1e-5);
+  CHECK(metric_difference(single, dp) < tolerance);
+  CHECK(weight_difference(final_weights(single, weights), final_weights(dp, weights)) < tolerance);
+  CHECK(std::abs(final_eval_loss(single) - final_eval_loss(dp)) < tolerance);
   return r;
 }
 
@@ -256,30 +257,28 @@ TEST_CASE("a checkpoint written by zero2 on 2 ranks resumes on 4 ranks (zero1) a
   }
 }
 
-TEST_CASE("a rank killed with SIGKILL stops the job with a line naming it; resume = auto continues exactly") {
-  const std::string strategy = "adapter = \"full\"\nparallelism = \"zero2\"\n";
-  const std::string more = "[checkpoint]\nsave_steps = 10\nsave_total_limit = 30\nresume = \"auto\"\n";
-  const fs::path reference = recipe("kill_reference", strategy, 2, 2, "max_steps = 200\n");
-  const fs::path killed = recipe("kill_killed", strategy, 2, 2, "max_steps = 200\n");
-  for (const fs::path& p : {reference, killed}) std::ofstream(p, std::ios::app) << more;
-  REQUIRE(train(reference).code == 0);
+namespace {
 
-  // Start the job, wait for its second checkpoint, kill one rank.
+// Starts `killed` in the background, waits for its checkpoint-`at`, kills one
+// of its `ranks` ranks with SIGKILL: the job must stop within 30 s with a
+// line naming the rank that died.
+void kill_one_rank(const fs::path& killed, std::size_t ranks, int at) {
   const fs::path dir = killed.parent_path();
   const std::string start = "(" + mpi_env + FTRUN_PATH " train " + killed.string() + " >" + (dir / "stdout").string() +
                             " 2>" + (dir / "stderr").string() + "; echo $? >" + (dir / "status").string() + ") &";
   REQUIRE(std::system(start.c_str()) == 0);
+  const fs::path checkpoint = dir / "run" / ("checkpoint-" + std::to_string(at));
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(120);
-  while (!fs::exists(dir / "run" / "checkpoint-20") && std::chrono::steady_clock::now() < deadline)
+  while (!fs::exists(checkpoint) && std::chrono::steady_clock::now() < deadline)
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  REQUIRE(fs::exists(dir / "run" / "checkpoint-20"));
+  REQUIRE(fs::exists(checkpoint));
   // The ranks are the processes whose command line starts with ftrun (mpirun's starts with mpirun).
-  const std::string ranks = "pgrep -f '^" FTRUN_PATH " train " + killed.string() + "'";
-  std::FILE* pipe = ::popen(ranks.c_str(), "r");
+  const std::string find_ranks = "pgrep -f '^" FTRUN_PATH " train " + killed.string() + "'";
+  std::FILE* pipe = ::popen(find_ranks.c_str(), "r");
   std::vector<int> pids;
   for (int pid = 0; std::fscanf(pipe, "%d", &pid) == 1;) pids.push_back(pid);
   ::pclose(pipe);
-  REQUIRE(pids.size() == 2);
+  REQUIRE(pids.size() == ranks);
   const auto killed_at = std::chrono::steady_clock::now();
   REQUIRE(::kill(pids.back(), SIGKILL) == 0);
   while (!fs::exists(dir / "status") && std::chrono::steady_clock::now() < deadline)
@@ -293,25 +292,44 @@ TEST_CASE("a rank killed with SIGKILL stops the job with a line naming it; resum
   CHECK(err.find("ftrun: rank ") != std::string::npos);
   CHECK(err.find("(pid " + std::to_string(pids.back()) + " on ") != std::string::npos);
   CHECK(err.find("has died or exited") != std::string::npos);
+}
 
-  // A copy of what the kill left, to resume on 4 ranks below.
-  const fs::path four = recipe("kill_four", strategy, 1, 4, "max_steps = 200\n");
-  std::ofstream(four, std::ios::app) << more;
-  fs::copy(dir / "run", four.parent_path() / "run", fs::copy_options::recursive | fs::copy_options::copy_symlinks);
-
-  // The same command again continues from latest and ends where the uninterrupted run ends.
+// The killed job's command again continues from its latest checkpoint and
+// ends exactly where the uninterrupted `reference` ended: every step's loss
+// and gradient norm, and the final weights.
+void expect_exact_resume(const fs::path& reference, const fs::path& killed, std::size_t total_steps) {
   const Run resumed = train(killed);
   INFO(resumed.err);
   REQUIRE(resumed.code == 0);
   CHECK(resumed.out.find("resuming after step ") != std::string::npos);
   const auto a = steps(reference), b = steps(killed);
-  REQUIRE(b.size() == 200);
+  REQUIRE(b.size() == total_steps);
   for (const auto& [step, v] : b) {
     CAPTURE(step);
     CHECK(v.first == a.at(step).first);
     CHECK(v.second == a.at(step).second);
   }
   CHECK(weight_difference(final_weights(reference), final_weights(killed)) == 0);
+}
+
+}  // namespace
+
+TEST_CASE("a rank killed with SIGKILL stops the job with a line naming it; resume = auto continues exactly") {
+  const std::string strategy = "adapter = \"full\"\nparallelism = \"zero2\"\n";
+  const std::string more = "[checkpoint]\nsave_steps = 10\nsave_total_limit = 30\nresume = \"auto\"\n";
+  const fs::path reference = recipe("kill_reference", strategy, 2, 2, "max_steps = 200\n");
+  const fs::path killed = recipe("kill_killed", strategy, 2, 2, "max_steps = 200\n");
+  for (const fs::path& p : {reference, killed}) std::ofstream(p, std::ios::app) << more;
+  REQUIRE(train(reference).code == 0);
+  kill_one_rank(killed, 2, 20);
+
+  // A copy of what the kill left, to resume on 4 ranks below.
+  const fs::path four = recipe("kill_four", strategy, 1, 4, "max_steps = 200\n");
+  std::ofstream(four, std::ios::app) << more;
+  fs::copy(killed.parent_path() / "run", four.parent_path() / "run",
+           fs::copy_options::recursive | fs::copy_options::copy_symlinks);
+  expect_exact_resume(reference, killed, 200);
+  const auto a = steps(reference);
 
   // On 4 ranks with the same global batch it continues the same way (other reduction orders: within 1e-5).
   const Run on_four = train(four);
@@ -450,9 +468,9 @@ const std::string four_blocks = "../../../models/ft-tiny-llama";  // relative to
 
 // A pipeline recipe: 4 micro-batches per step of `rows` rows.
 fs::path pipeline_recipe(const std::string& name, const std::string& schedule, int rows, int ranks,
-                         const std::string& pipeline_lines = "") {
+                         const std::string& pipeline_lines = "", const std::string& train_lines = "") {
   const fs::path p = recipe(name, "adapter = \"full\"\nparallelism = \"pipeline\"\n", rows, ranks,
-                            "gradient_accumulation_steps = 4\n", four_blocks);
+                            "gradient_accumulation_steps = 4\n" + train_lines, four_blocks);
   std::ofstream(p, std::ios::app) << "[pipeline]\nschedule = \"" << schedule << "\"\n" << pipeline_lines;
   return p;
 }
@@ -517,6 +535,35 @@ TEST_CASE("every pipeline schedule on 2 and 4 ranks trains what one process trai
   }
 }
 
+TEST_CASE("a pipeline on 2 ranks trains LoRA, an untied checkpointed GPT-NeoX and every precision as one process") {
+  struct Variant {
+    std::string name, strategy, model, train_lines, weights;
+    double tolerance;
+  };
+  const std::string full = "adapter = \"full\"\n", model = "model/model.safetensors";
+  for (const Variant& v : {
+           Variant{"lora", "adapter = \"lora\"\n", "tiny_llama", "", "adapter/adapter_model.safetensors", 1e-5},
+           Variant{"neox", full, "tiny_neox", "gradient_checkpointing = \"every_block\"\n", model, 1e-5},
+           // The stream between ranks is in the compute dtype, as between blocks in one process: the
+           // same sums in the same order, so reduced precision matches as closely as fp32.
+           Variant{"neox_bf16_mixed", full + "precision = \"bf16-mixed\"\n", "tiny_neox", "", model, 1e-5},
+           Variant{"neox_bf16_true", full + "precision = \"bf16-true\"\n", "tiny_neox", "", model, 1e-5},
+           Variant{"neox_fp16_mixed", full + "precision = \"fp16-mixed\"\n", "tiny_neox", "", model, 1e-5},
+           // Tied embeddings: the head's part of the table's gradient is summed over the step on the
+           // last rank before it joins the embedding's part, where one process alternates them per
+           // micro-batch; in bf16 that rounds differently (a weight differs by one bf16 step, 2^-8).
+           Variant{"bf16_mixed_tied", full + "precision = \"bf16-mixed\"\n", "tiny_llama", "", model, 1e-2}}) {
+    CAPTURE(v.name);
+    const std::string lines = "gradient_accumulation_steps = 4\n" + v.train_lines;
+    const fs::path single = recipe("pipe_variant_single_" + v.name, v.strategy, 2, 1, lines, v.model);
+    REQUIRE(train(single).code == 0);
+    const fs::path pp = recipe("pipe_variant_" + v.name, v.strategy + "parallelism = \"pipeline\"\n", 2, 2, lines,
+                               v.model);
+    std::ofstream(pp, std::ios::app) << "[pipeline]\nschedule = \"1f1b\"\n";
+    expect_same_training(single, pp, v.weights, v.tolerance);
+  }
+}
+
 TEST_CASE("a pipeline checkpoint holds one optimizer file per pipeline rank and resumes re-partitioned") {
   const fs::path two = pipeline_recipe("pipe_ckpt_two", "1f1b", 2, 2);
   std::ofstream(two, std::ios::app) << "[checkpoint]\nsave_steps = 10\n";
@@ -542,6 +589,64 @@ TEST_CASE("a pipeline checkpoint holds one optimizer file per pipeline rank and 
     for (const auto& [step, v] : b) CHECK(std::abs(v.first - a.at(step).first) < 1e-5);
     CHECK(weight_difference(final_weights(two), final_weights(p)) < 1e-5);
   }
+}
+
+TEST_CASE("a pipeline rank killed with SIGKILL stops the pipe with a line naming it; resume continues exactly") {
+  const std::string more = "[checkpoint]\nsave_steps = 10\nsave_total_limit = 30\nresume = \"auto\"\n";
+  const fs::path reference = pipeline_recipe("pipe_kill_reference", "1f1b", 2, 2, "", "max_steps = 100\n");
+  const fs::path killed = pipeline_recipe("pipe_kill_killed", "1f1b", 2, 2, "", "max_steps = 100\n");
+  for (const fs::path& p : {reference, killed}) std::ofstream(p, std::ios::app) << more;
+  REQUIRE(train(reference).code == 0);
+  kill_one_rank(killed, 2, 20);
+  expect_exact_resume(reference, killed, 100);
+}
+
+TEST_CASE("a pipeline run records each rank's timeline; ftrun schedule draws it and the simulated schedule") {
+  const fs::path p = pipeline_recipe("pipe_timeline", "zero_bubble", 2, 2, "timeline = true\n");
+  const Run r = train(p);
+  INFO(r.err);
+  REQUIRE(r.code == 0);
+  // One line per step on each rank; every pass of the step's schedule is there.
+  for (const int rank : {0, 1}) {
+    std::ifstream in(p.parent_path() / "run" / "timeline" / ("rank-" + std::to_string(rank) + ".jsonl"));
+    int lines = 0;
+    for (std::string line; std::getline(in, line); ++lines) {
+      const auto events = ft::parallel::timeline_events(nlohmann::json::parse(line));
+      int passes = 0, waits = 0;
+      for (const auto& e : events) {
+        CHECK(e.end >= e.start);
+        passes += ft::parallel::is_pass(e.activity);
+        waits += e.activity == ft::parallel::PipeActivity::wait;
+      }
+      CHECK(passes == 3 * 4);  // F, B and W of 4 micro-batches
+      if (rank == 1) CHECK(waits > 0);  // the last rank waits for its first activations
+    }
+    CHECK(lines == 20);
+  }
+  const fs::path svg = p.parent_path() / "measured.svg";
+  const std::string schedule = mpi_env + FTRUN_PATH " schedule " + p.string();
+  const Run measured = [&] {
+    const int status = std::system((schedule + " --measured --step 12 --svg " + svg.string() + " >" +
+                                    (p.parent_path() / "out").string()).c_str());
+    return Run{WEXITSTATUS(status), read_bytes(p.parent_path() / "out"), ""};
+  }();
+  CHECK(measured.code == 0);
+  CHECK(measured.out.find("measured at step 12") != std::string::npos);
+  CHECK(measured.out.find("bubble ") != std::string::npos);
+  const std::string drawing = read_bytes(svg);
+  CHECK(drawing.starts_with("<svg "));
+  CHECK(drawing.ends_with("</svg>\n"));
+  CHECK(drawing.find("micro-batch 3") != std::string::npos);
+  // Without --measured: the schedule simulated on estimated costs.
+  const int status = std::system((schedule + " >" + (p.parent_path() / "simulated").string()).c_str());
+  CHECK(WEXITSTATUS(status) == 0);
+  const std::string simulated = read_bytes(p.parent_path() / "simulated");
+  CHECK(simulated.find("simulated on estimated costs") != std::string::npos);
+  CHECK(simulated.find("rank 0 order: F0 F1 B0 F2 B1 W0 F3 B2 W1 W2 B3 W3") != std::string::npos);
+  // A step nobody recorded is refused in one line.
+  const int missing = std::system((schedule + " --measured --step 99 2>" + (p.parent_path() / "err").string()).c_str());
+  CHECK(WEXITSTATUS(missing) == 2);
+  CHECK(read_bytes(p.parent_path() / "err").find("step 99 was not recorded") != std::string::npos);
 }
 
 TEST_CASE("pipeline bad input: one line each, exit 2, before any rank trains") {
