@@ -113,6 +113,13 @@ std::string text_picture(const PipeTimeline& t, int width) {
   return os.str();
 }
 
+// A figure for a label: at most 3 significant digits.
+std::string number(double v) {
+  char s[32];
+  std::snprintf(s, sizeof s, "%.3g", v);
+  return s;
+}
+
 std::string escape_xml(const std::string& s) {
   std::string out;
   for (char c : s) {
@@ -164,7 +171,7 @@ std::string svg_picture(const Drawn& d, const std::string& title, bool chunks) {
            << "\" text-anchor=\"middle\" fill=\"white\">" << label << "</text>\n";
       }
     }
-    os << "<text x=\"" << left + plot + 8 << "\" y=\"" << y + row / 2 + 4 << "\">bubble " << 100 * t.bubble(r)
+    os << "<text x=\"" << left + plot + 8 << "\" y=\"" << y + row / 2 + 4 << "\">bubble " << number(100 * t.bubble(r))
        << "%</text>\n";
   }
   // Time axis: ticks at a round step.
@@ -174,7 +181,7 @@ std::string svg_picture(const Drawn& d, const std::string& title, bool chunks) {
   os << "<line x1=\"" << left << "\" y1=\"" << axis << "\" x2=\"" << left + plot << "\" y2=\"" << axis
      << "\" stroke=\"black\"/>\n";
   for (double v = 0; v <= span * 1.0001; v += tick)
-    os << "<text x=\"" << x(x0 + v) << "\" y=\"" << axis + 14 << "\" text-anchor=\"middle\">" << v << "</text>\n";
+    os << "<text x=\"" << x(x0 + v) << "\" y=\"" << axis + 14 << "\" text-anchor=\"middle\">" << number(v) << "</text>\n";
   os << "<text x=\"" << left + plot + 8 << "\" y=\"" << axis + 14 << "\">" << d.unit_name << "</text>\n";
   // Legend.
   double lx = left;
