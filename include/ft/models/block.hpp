@@ -14,6 +14,7 @@
 // it comes in as d y and leaves as d x (both paths add into it, see
 // nn/README.md).
 #include <cstring>
+#include <functional>
 #include <string>
 
 #include "ft/models/batch.hpp"
@@ -80,36 +81,23 @@ public:
              context.defer_weight_gradients ? &context.deferred(layer_) : nullptr);
   }
 
-  // The projections' weight and bias gradients, from what backward kept.
-  void weight_gradients(Context<T>& context) override {
-    if (!context.defer_weight_gradients || !params_.trainable()) return;
-    const index_t N = context.batch().rows(), C = c_.hidden_size, HD = c_.num_heads * c_.head_dim;
-    const BlockActivations<T>& a = context.activations(layer_);
-    const DeferredGradients<T>& d = context.deferred(layer_);
-    auto g = [&](const char* name) { return params_.grad(name); };
-    nn::linear_backward<T>(nullptr, g("mlp_out.weight"), g("mlp_out.bias"), d.output.data(), a.hidden.data(), nullptr,
-                           N, c_.intermediate_size, C);
-    nn::linear_backward<T>(nullptr, g("mlp_in.weight"), g("mlp_in.bias"), d.mlp_in.data(), a.n2.data(), nullptr, N, C,
-                           c_.mlp_in_width());
-    nn::linear_backward<T>(nullptr, g("o.weight"), g("o.bias"), d.attention_output.data(), a.attention.data(), nullptr,
-                           N, HD, C);
-    nn::linear_backward<T>(nullptr, g("qkv.weight"), g("qkv.bias"), d.qkv.data(), a.n1.data(), nullptr, N, C,
-                           c_.qkv_width());
-  }
+  // What writes a block's attention output (a.attention) from its rotated
+  // queries, keys and values (a.qkv): causal attention within the batch
+  // when training, attention over a key/value cache at inference (infer/).
+  using Attend = std::function<void(BlockActivations<T>& a)>;
 
-private:
-  // y = block(x), saving into a what backward reads.
-  void forward(T* y, const T* x, const Batch& batch, BlockActivations<T>& a) {
+  // y = block(x) for the batch's rows, saving into a what backward reads;
+  // `attend` is the attention step, the rest is the same math for both.
+  void forward(T* y, const T* x, const Batch& batch, BlockActivations<T>& a, const Attend& attend) {
     const index_t N = batch.rows(), C = c_.hidden_size, HD = c_.num_heads * c_.head_dim;
     auto p = [&](const char* name) { return params_.value(name); };
-    const std::int32_t* documents = batch.documents.empty() ? nullptr : batch.documents.data();
 
     nn::norm_forward(c_.norm, a.n1.data(), a.n1_mean.data(), a.n1_rstd.data(), x, p("attn_norm.weight"),
                      p("attn_norm.bias"), N, C, A(c_.norm_eps));
     nn::linear_forward(a.qkv.data(), a.n1.data(), p("qkv.weight"), p("qkv.bias"), N, C, c_.qkv_width());
     adapt(LinearSlot::qkv, a.qkv.data(), a.n1.data(), N);
     nn::rope_forward(a.qkv.data(), batch.positions.data(), inv_freq_, N, c_.num_heads, c_.num_kv_heads, c_.head_dim);
-    nn::attention_forward(a.attention.data(), a.lse.data(), a.qkv.data(), documents, attention_shape(batch));
+    attend(a);
     // Sequential: mid = x + O(att). Parallel: the attention branch goes to y, mid is only scratch.
     T* attention_out = c_.parallel_residual ? y : a.mid.data();
     nn::linear_forward(attention_out, a.attention.data(), p("o.weight"), p("o.bias"), N, HD, C);
@@ -133,6 +121,33 @@ private:
       adapt(LinearSlot::mlp_out, y, a.hidden.data(), N);
       add_into(y, a.mid.data(), N * C);
     }
+  }
+
+  // The projections' weight and bias gradients, from what backward kept.
+  void weight_gradients(Context<T>& context) override {
+    if (!context.defer_weight_gradients || !params_.trainable()) return;
+    const index_t N = context.batch().rows(), C = c_.hidden_size, HD = c_.num_heads * c_.head_dim;
+    const BlockActivations<T>& a = context.activations(layer_);
+    const DeferredGradients<T>& d = context.deferred(layer_);
+    auto g = [&](const char* name) { return params_.grad(name); };
+    nn::linear_backward<T>(nullptr, g("mlp_out.weight"), g("mlp_out.bias"), d.output.data(), a.hidden.data(), nullptr,
+                           N, c_.intermediate_size, C);
+    nn::linear_backward<T>(nullptr, g("mlp_in.weight"), g("mlp_in.bias"), d.mlp_in.data(), a.n2.data(), nullptr, N, C,
+                           c_.mlp_in_width());
+    nn::linear_backward<T>(nullptr, g("o.weight"), g("o.bias"), d.attention_output.data(), a.attention.data(), nullptr,
+                           N, HD, C);
+    nn::linear_backward<T>(nullptr, g("qkv.weight"), g("qkv.bias"), d.qkv.data(), a.n1.data(), nullptr, N, C,
+                           c_.qkv_width());
+  }
+
+private:
+  // Training's forward: causal attention within the batch (documents kept apart).
+  void forward(T* y, const T* x, const Batch& batch, BlockActivations<T>& a) {
+    const std::int32_t* documents = batch.documents.empty() ? nullptr : batch.documents.data();
+    forward(y, x, batch, a, [&](BlockActivations<T>& saved) {
+      nn::attention_forward(saved.attention.data(), saved.lse.data(), saved.qkv.data(), documents,
+                            attention_shape(batch));
+    });
   }
 
   // dres: d y in, d x out; x: the input forward read. With `deferred`, the

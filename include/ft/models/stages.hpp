@@ -115,8 +115,10 @@ public:
                       h.mean.data(), h.rstd.data(), N, C);
   }
 
-private:
+  // The LM head's weight [V, C]: the embedding table when tied.
   const T* lm_weight() const { return tied_ ? tied_->value("weight") : params_.value("lm_head.weight"); }
+
+private:
   T* lm_grad() const { return tied_ ? tied_->grad("weight") : params_.grad("lm_head.weight"); }
 
   TransformerConfig c_;
