@@ -1,0 +1,88 @@
+#pragma once
+// The keys and values a sequence has computed, kept so that each new token
+// attends to them instead of recomputing the whole sequence. One KvCache
+// holds one sequence's, every layer, up to `capacity` positions; a KvPool
+// owns a fixed number of them, sized up front from the model and the longest
+// sequence served (max_model_len), so what serving needs is known before the
+// first request: bytes_per_sequence x slots.
+//
+// Layout per layer: keys and values [capacity, G * D] in the model's element
+// type, keys already rotated (RoPE at their own positions), as the block's
+// fused q, k, v rows hold them.
+#include <cstddef>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "ft/core/error.hpp"
+#include "ft/models/transformer_config.hpp"
+#include "ft/tensor/tensor.hpp"
+
+namespace ft::infer {
+
+template <element T>
+class KvCache {
+public:
+  KvCache(const models::TransformerConfig& c, index_t capacity)
+      : capacity_(capacity), width_(c.num_kv_heads * c.head_dim),
+        keys_(Shape{c.num_layers, capacity, width_}, typename Tensor<T>::Uninitialized{}),
+        values_(Shape{c.num_layers, capacity, width_}, typename Tensor<T>::Uninitialized{}) {}
+
+  index_t capacity() const { return capacity_; }
+  index_t length() const { return length_; }  // positions filled
+  index_t width() const { return width_; }    // G * D
+  T* keys(index_t layer) { return keys_.data() + layer * capacity_ * width_; }
+  T* values(index_t layer) { return values_.data() + layer * capacity_ * width_; }
+  const T* keys(index_t layer) const { return keys_.data() + layer * capacity_ * width_; }
+  const T* values(index_t layer) const { return values_.data() + layer * capacity_ * width_; }
+
+  // After a forward wrote positions [length, length + n) in every layer.
+  void extend(index_t n) {
+    if (length_ + n > capacity_)
+      throw Error("a sequence of " + std::to_string(length_ + n) + " tokens does not fit max_model_len = " +
+                  std::to_string(capacity_));
+    length_ += n;
+  }
+  void clear() { length_ = 0; }
+  std::size_t bytes() const { return 2 * std::size_t(keys_.numel()) * sizeof(T); }
+
+private:
+  index_t capacity_, width_, length_ = 0;
+  Tensor<T> keys_, values_;
+};
+
+template <element T>
+class KvPool {
+public:
+  KvPool(const models::TransformerConfig& c, index_t max_model_len, index_t slots) : max_model_len_(max_model_len) {
+    if (max_model_len < 1 || slots < 1) throw Error("a KV pool needs max_model_len >= 1 and at least one slot");
+    for (index_t i = 0; i < slots; ++i) {
+      caches_.push_back(std::make_unique<KvCache<T>>(c, max_model_len));
+      free_.push_back(caches_.back().get());
+    }
+  }
+
+  // A cleared cache, or null when every slot is taken.
+  KvCache<T>* acquire() {
+    if (free_.empty()) return nullptr;
+    KvCache<T>* c = free_.back();
+    free_.pop_back();
+    c->clear();
+    return c;
+  }
+  void release(KvCache<T>* c) {
+    if (c) free_.push_back(c);
+  }
+
+  index_t max_model_len() const { return max_model_len_; }
+  index_t slots() const { return index_t(caches_.size()); }
+  index_t free_slots() const { return index_t(free_.size()); }
+  std::size_t bytes_per_sequence() const { return caches_.front()->bytes(); }
+
+private:
+  index_t max_model_len_;
+  std::vector<std::unique_ptr<KvCache<T>>> caches_;
+  std::vector<KvCache<T>*> free_;
+};
+
+}  // namespace ft::infer

@@ -1,0 +1,55 @@
+#!/usr/bin/env python3
+"""Writes HF Transformers' greedy generations for the parity models, for
+ft's KV-cache inference (include/ft/infer/) to match token for token.
+
+For every case under tests/fixtures/parity/ (written by
+make_parity_fixtures.py) this loads the float32 checkpoint, runs
+`model.generate` greedily (do_sample=False, KV cache on) from three prompts
+of random token ids of different lengths, and writes
+tests/fixtures/parity/<case>/generate_expected.safetensors with, for prompt
+i: prompt_<i> (int32 ids), tokens_<i> (the generated ids) and logits_<i>
+(float32 [steps, vocab]: the logits each step chose from). EOS does not stop
+generation here (eos_token_id=None), so every prompt runs the full length,
+past the sliding window of mistral_sliding.
+
+Deterministic and idempotent. Run from the repository root:
+
+    tools/.venv/bin/python tools/make_generate_fixtures.py
+"""
+import pathlib
+
+import torch
+from safetensors.torch import save_file
+from transformers import AutoModelForCausalLM
+from transformers.utils import logging as hf_logging
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+PARITY = ROOT / "tests" / "fixtures" / "parity"
+PROMPT_LENGTHS = (1, 7, 19)
+NEW_TOKENS = 24
+
+
+def main():
+    torch.set_num_threads(1)
+    hf_logging.set_verbosity_error()
+    for case in sorted(p for p in PARITY.iterdir() if (p / "config.json").exists()):
+        model = AutoModelForCausalLM.from_pretrained(case, torch_dtype=torch.float32)
+        model.eval()
+        vocab = model.config.vocab_size
+        gen = torch.Generator().manual_seed(1234)
+        tensors = {}
+        for i, length in enumerate(PROMPT_LENGTHS):
+            prompt = torch.randint(3, vocab, (1, length), generator=gen)
+            with torch.no_grad():
+                out = model.generate(prompt, attention_mask=torch.ones_like(prompt), do_sample=False,
+                                     max_new_tokens=NEW_TOKENS, min_new_tokens=NEW_TOKENS, eos_token_id=None,
+                                     pad_token_id=0, output_logits=True, return_dict_in_generate=True)
+            tensors[f"prompt_{i}"] = prompt[0].to(torch.int32)
+            tensors[f"tokens_{i}"] = out.sequences[0, length:].to(torch.int32).contiguous()
+            tensors[f"logits_{i}"] = torch.stack([s[0] for s in out.logits]).to(torch.float32).contiguous()
+        save_file(tensors, str(case / "generate_expected.safetensors"))
+        print(f"{case.name}: {len(PROMPT_LENGTHS)} prompts x {NEW_TOKENS} tokens")
+
+
+if __name__ == "__main__":
+    main()
