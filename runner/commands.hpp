@@ -57,6 +57,21 @@ struct ScheduleOptions {
 };
 int run_schedule(const ScheduleOptions& options);
 
+struct GenerateOptions {
+  std::string model;                        // HF model directory
+  std::vector<std::string> prompts;         // --prompt TEXT
+  std::string prompts_file;                 // --prompts FILE.jsonl
+  std::string system;                       // a system message before each prompt
+  bool raw = false;                         // no chat template
+  std::vector<std::string> stop;            // stop strings
+  long max_tokens = 128;
+  double temperature = 0, top_p = 1, min_p = 0, repetition_penalty = 1;
+  long top_k = 0, seed = 0, batch = 16;
+  std::string dtype = "float32";
+  bool json = false;
+};
+int run_generate(const GenerateOptions& options);
+
 struct InitOptions {
   std::string source, destination;  // destination: the source directory when empty
   long seed = 0;

@@ -73,6 +73,25 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   schedule->add_option("--svg", schedule_options.svg, "Also write the timeline as an SVG drawing to this file");
 
+  ftrun::GenerateOptions gen;
+  auto* generate = app.add_subcommand("generate", "Generate text from an HF model directory with a key/value cache");
+  generate->add_option("model", gen.model, "HF model directory (config.json, weights, tokenizer.json)")->required();
+  generate->add_option("-p,--prompt", gen.prompts, "A prompt (repeatable)");
+  generate->add_option("--prompts", gen.prompts_file, "JSONL file: {\"prompt\": ...} or {\"messages\": [...]} per line");
+  generate->add_option("--system", gen.system, "A system message before each prompt");
+  generate->add_flag("--raw", gen.raw, "Send the prompt text as it is, without the chat template");
+  generate->add_option("--max-tokens", gen.max_tokens, "Longest answer, in tokens")->check(CLI::PositiveNumber)->capture_default_str();
+  generate->add_option("--temperature", gen.temperature, "0: greedy")->check(CLI::NonNegativeNumber)->capture_default_str();
+  generate->add_option("--top-k", gen.top_k, "Keep the k most likely tokens (0: all)")->check(CLI::NonNegativeNumber);
+  generate->add_option("--top-p", gen.top_p, "Keep the most likely tokens whose probabilities sum to p");
+  generate->add_option("--min-p", gen.min_p, "Keep tokens at least min-p x the most likely's probability");
+  generate->add_option("--repetition-penalty", gen.repetition_penalty, "HF's repetition penalty (1: off)");
+  generate->add_option("--seed", gen.seed, "Seed of the sampling")->capture_default_str();
+  generate->add_option("--stop", gen.stop, "Stop when the answer contains this text (repeatable)");
+  generate->add_option("--batch", gen.batch, "Prompts generated at once")->check(CLI::PositiveNumber)->capture_default_str();
+  generate->add_option("--dtype", gen.dtype, "Compute dtype")->check(CLI::IsMember({"float32", "bfloat16"}))->capture_default_str();
+  generate->add_flag("--json", gen.json, "One JSON object per prompt: text, token_ids, finish_reason");
+
   ftrun::InitOptions init_options;
   auto* init = app.add_subcommand("init", "Write randomly initialised weights for a config.json (HF layout, deterministic)");
   init->add_option("source", init_options.source, "Directory with config.json (and tokenizer files to copy)")->required();
@@ -100,5 +119,6 @@ int main(int argc, char** argv) {
   if (*convert) return ftrun::run_convert(convert_options);
   if (*init) return ftrun::run_init(init_options);
   if (*schedule) return ftrun::run_schedule(schedule_options);
+  if (*generate) return ftrun::run_generate(gen);
   return ftrun::bad_input;
 }

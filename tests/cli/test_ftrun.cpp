@@ -10,6 +10,8 @@
 #include <fstream>
 #include <sstream>
 
+#include <nlohmann/json.hpp>
+
 #include <ft/io/safetensors.hpp>
 
 namespace fs = std::filesystem;
@@ -289,4 +291,39 @@ TEST_CASE("ftrun eval refuses bad rows and bad models with one line naming the p
   CHECK(truncated.code == 2);
   CHECK(one_line(truncated.err));
   CHECK(truncated.err.find("model.safetensors") != std::string::npos);
+}
+
+TEST_CASE("ftrun generate answers through the chat template, reproducibly, and refuses bad prompts in one line") {
+  const std::string model = std::string(FT_SOURCE_DIR) + "/models/ft-tiny-llama";
+  const Run a = ftrun("generate " + model + " -p 'What is a hacker?' -p 'Define foo.' --max-tokens 6 --json");
+  INFO(a.err);
+  REQUIRE(a.code == 0);
+  std::istringstream lines(a.out);
+  int answers = 0;
+  for (std::string line; std::getline(lines, line); ++answers) {
+    const auto j = nlohmann::json::parse(line);
+    CHECK(j["token_ids"].size() == 6);
+    CHECK(j["finish_reason"] == "length");
+    CHECK(j["prompt_tokens"].get<int>() > 10);  // the template's turn markers around the question
+  }
+  CHECK(answers == 2);
+  CHECK(ftrun("generate " + model + " -p 'What is a hacker?' -p 'Define foo.' --max-tokens 6 --json").out == a.out);
+  // Sampling with a seed repeats itself, whatever else is in the batch.
+  const std::string sampled = "generate " + model + " --raw --temperature 0.9 --top-p 0.9 --seed 5 --max-tokens 8 ";
+  const Run alone = ftrun(sampled + "-p hello --json"), batched = ftrun(sampled + "-p hello -p 'other text' --json");
+  CHECK(alone.code == 0);
+  CHECK(batched.out.substr(0, alone.out.size()) == alone.out);
+
+  fs::create_directories(scratch);
+  std::ofstream(scratch / "prompts.jsonl") << "{\"prompt\": \"hi\"}\n{\"text\": \"no prompt key\"}\n";
+  const Run bad_row = ftrun("generate " + model + " --prompts " + (scratch / "prompts.jsonl").string());
+  CHECK(bad_row.code == 2);
+  CHECK(bad_row.err.find("prompts.jsonl:2: needs \"prompt\"") != std::string::npos);
+  CHECK(one_line(bad_row.err));
+  const Run none = ftrun("generate " + model);
+  CHECK(none.code == 2);
+  CHECK(one_line(none.err));
+  const Run bad_value = ftrun("generate " + model + " -p hi --top-p 0");
+  CHECK(bad_value.code == 2);
+  CHECK(bad_value.err.find("top_p must be in (0, 1]") != std::string::npos);
 }
