@@ -58,7 +58,8 @@ struct ScheduleOptions {
 int run_schedule(const ScheduleOptions& options);
 
 struct GenerateOptions {
-  std::string model;                        // HF model directory
+  std::string model;                        // HF model, PEFT adapter or training output_dir
+  std::string checkpoint;                   // -c: one of an output_dir's checkpoints ("latest", a step)
   std::vector<std::string> prompts;         // --prompt TEXT
   std::string prompts_file;                 // --prompts FILE.jsonl
   std::string system;                       // a system message before each prompt

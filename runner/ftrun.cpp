@@ -74,8 +74,9 @@ int main(int argc, char** argv) {
   schedule->add_option("--svg", schedule_options.svg, "Also write the timeline as an SVG drawing to this file");
 
   ftrun::GenerateOptions gen;
-  auto* generate = app.add_subcommand("generate", "Generate text from an HF model directory with a key/value cache");
-  generate->add_option("model", gen.model, "HF model directory (config.json, weights, tokenizer.json)")->required();
+  auto* generate = app.add_subcommand("generate", "Generate text from a model with a key/value cache");
+  generate->add_option("model", gen.model, "HF model directory, PEFT adapter directory, or training output_dir")->required();
+  generate->add_option("-c,--checkpoint", gen.checkpoint, "Use one of the output_dir's checkpoints: latest, or a step number");
   generate->add_option("-p,--prompt", gen.prompts, "A prompt (repeatable)");
   generate->add_option("--prompts", gen.prompts_file, "JSONL file: {\"prompt\": ...} or {\"messages\": [...]} per line");
   generate->add_option("--system", gen.system, "A system message before each prompt");

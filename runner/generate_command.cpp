@@ -2,6 +2,7 @@
 // Prompts come from --prompt (repeatable) or a JSONL file (one {"prompt":
 // ...} or {"messages": [...]} per line); by default each goes through the
 // model's chat template as a user message (--raw sends the text as it is).
+// MODEL may also be an adapter or a training run (model_session.hpp).
 // All prompts run together, as many at a time as --batch allows. Greedy by
 // default (--temperature 0), so the same command gives the same text.
 #include <cstdio>
@@ -10,36 +11,16 @@
 
 #include <nlohmann/json.hpp>
 
-#include <ft/data/model_text.hpp>
-#include <ft/infer/generate.hpp>
-#include <ft/io/hf_config.hpp>
-#include <ft/models/load.hpp>
+#include <ft/infer/text_stream.hpp>
 
 #include "commands.hpp"
 #include "exit_code.hpp"
+#include "model_session.hpp"
 
 namespace ftrun {
 namespace {
 
 using ft::index_t;
-
-// The tokens that end a generation: generation_config.json's eos_token_id
-// (a number or a list), else the tokenizer's EOS.
-std::vector<std::int32_t> stop_tokens_of(const std::filesystem::path& dir, const ft::data::ModelText& text) {
-  std::vector<std::int32_t> ids;
-  const auto file = dir / "generation_config.json";
-  if (std::filesystem::exists(file)) {
-    const nlohmann::json g = ft::io::read_json_file(file);
-    if (g.contains("eos_token_id")) {
-      const auto& e = g["eos_token_id"];
-      if (e.is_number_integer()) ids.push_back(e.get<std::int32_t>());
-      else if (e.is_array())
-        for (const auto& x : e) ids.push_back(x.get<std::int32_t>());
-    }
-  }
-  if (ids.empty() && text.eos_id >= 0) ids.push_back(text.eos_id);
-  return ids;
-}
 
 // Each prompt's messages, from --prompt or the JSONL file.
 std::vector<nlohmann::ordered_json> read_prompts(const GenerateOptions& o) {
@@ -75,49 +56,47 @@ std::vector<nlohmann::ordered_json> read_prompts(const GenerateOptions& o) {
 
 template <ft::element T>
 int generate(const GenerateOptions& o) {
-  const std::filesystem::path dir = o.model;
-  auto model = ft::models::load_pretrained<T>(dir);
-  const ft::data::ModelText text = ft::data::ModelText::load(dir);
+  ModelSession<T> session(resolve_model_source(o.model, o.checkpoint), {});
   const auto prompts = read_prompts(o);
-  if (!o.raw && !text.chat)
+  if (!o.raw && !session.has_chat_template())
     throw ft::Error(o.model + ": has no chat template; use --raw to send the prompt text as it is");
   std::vector<ft::infer::Request> requests;
+  std::vector<std::unique_ptr<ft::infer::TextStream>> answers;
   for (const auto& messages : prompts) {
     ft::infer::Request r;
     if (o.raw) {
       std::string joined;
       for (const auto& m : messages) joined += m["content"].get<std::string>();
-      r.prompt = text.tokenizer->encode(joined, true);
+      r.prompt = session.encode_text(joined);
     } else {
-      ft::data::ChatOptions options = text.special;
-      options.add_generation_prompt = true;
-      r.prompt = text.tokenizer->encode(ft::data::apply_chat_template(*text.chat, messages, options), false);
+      r.prompt = session.encode_chat(messages);
     }
     r.sampling = {.temperature = o.temperature, .top_k = o.top_k, .top_p = o.top_p, .min_p = o.min_p,
                   .repetition_penalty = o.repetition_penalty, .seed = std::uint64_t(o.seed)};
     r.max_tokens = o.max_tokens;
-    r.stop_tokens = stop_tokens_of(dir, text);
-    if (!o.stop.empty())
-      r.stop = [&text, stops = o.stop](std::span<const std::int32_t> out) {
-        const std::string s = text.tokenizer->decode(out, true);
-        for (const std::string& stop : stops)
-          if (s.find(stop) != std::string::npos) return true;
-        return false;
-      };
+    r.stop_tokens = session.stop_tokens();
+    r.adapter = session.default_adapter();
+    answers.push_back(std::make_unique<ft::infer::TextStream>(
+        [&session](std::span<const std::int32_t> ids) { return session.decode(ids); }, o.stop));
+    r.on_token = [answer = answers.back().get()](std::int32_t token, float) {
+      answer->push(token);
+      return answer->stopped();
+    };
     requests.push_back(std::move(r));
   }
   index_t longest = 0;
-  for (const auto& r : requests) longest = std::max(longest, index_t(r.prompt.size()) + r.max_tokens);
-  ft::infer::Engine<T> engine(*model);
-  ft::infer::KvPool<T> pool(model->config(), longest, std::min<index_t>(o.batch, index_t(requests.size())));
-  const auto completions = ft::infer::generate(engine, pool, requests);
+  for (const auto& r : requests)
+    longest = std::max(longest, session.engine().virtual_tokens(r.adapter) + index_t(r.prompt.size()) + r.max_tokens);
+  ft::infer::KvPool<T> pool(session.config(), longest, std::min<index_t>(o.batch, index_t(requests.size())));
+  std::vector<std::size_t> prompt_tokens;
+  for (const auto& r : requests) prompt_tokens.push_back(r.prompt.size());
+  const auto completions = ft::infer::generate(session.engine(), pool, std::move(requests));
   for (std::size_t i = 0; i < completions.size(); ++i) {
-    std::string answer = text.tokenizer->decode(completions[i].tokens, true);
-    for (const std::string& stop : o.stop)  // the stop string and what follows it are not part of the answer
-      if (auto at = answer.find(stop); at != std::string::npos) answer.resize(at);
+    answers[i]->finish();
+    const std::string answer(answers[i]->text());
     if (o.json) {
       nlohmann::ordered_json j;
-      j["prompt_tokens"] = requests[i].prompt.size();
+      j["prompt_tokens"] = prompt_tokens[i];
       j["text"] = answer;
       j["token_ids"] = completions[i].tokens;
       j["finish_reason"] = completions[i].finish_reason;

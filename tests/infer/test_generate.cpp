@@ -1,7 +1,9 @@
 // KV-cache inference against HF Transformers' greedy generate on the parity
 // models (tools/make_generate_fixtures.py): the same tokens, and the logits
 // each token was chosen from within 1e-4 of HF's, with the three prompts of
-// a case running together in one batch and each alone.
+// a case running together in one batch and each alone; with PEFT adapters
+// applied per sequence against PEFT's generate
+// (tools/make_adapter_generate_fixtures.py).
 #include <doctest/doctest.h>
 
 #include <cmath>
@@ -10,6 +12,7 @@
 #include <vector>
 
 #include <ft/infer/generate.hpp>
+#include <ft/infer/text_stream.hpp>
 #include <ft/io/safetensors.hpp>
 #include <ft/models/load.hpp>
 
@@ -26,8 +29,8 @@ struct Expected {
   std::vector<float> logits;
 };
 
-std::vector<Expected> expected(const std::string& name) {
-  const auto file = io::SafetensorsFile::open(parity + name + "/generate_expected.safetensors");
+std::vector<Expected> expected(const std::string& dir) {
+  const auto file = io::SafetensorsFile::open(dir + "/generate_expected.safetensors");
   std::vector<Expected> out;
   for (int i = 0; file.find("prompt_" + std::to_string(i)); ++i) {
     auto ids = [&](const std::string& key) {  // int32 as stored
@@ -56,7 +59,7 @@ TEST_CASE("greedy generation with a KV cache matches HF generate token for token
   for (const std::string name : {"llama_gqa", "llama3_rope_scaling", "mistral_sliding", "qwen2_bias", "smollm2_tied",
                                  "neox_parallel", "neox_sequential"}) {
     CAPTURE(name);
-    const std::vector<Expected> cases = expected(name);
+    const std::vector<Expected> cases = expected(parity + name);
     REQUIRE(cases.size() == 3);
     auto model = models::load_pretrained<float>(parity + name);
     infer::Engine<float> engine(*model);
@@ -83,14 +86,15 @@ TEST_CASE("greedy generation with a KV cache matches HF generate token for token
   }
 }
 
-TEST_CASE("generation stops at a stop token, at a stop callback and at max_tokens, and refuses what does not fit") {
+TEST_CASE("generation stops at a stop token, when on_token says so and at max_tokens, and refuses what does not fit") {
   auto model = models::load_pretrained<float>(parity + "llama_gqa");
   infer::Engine<float> engine(*model);
-  const Expected e = expected("llama_gqa")[1];
+  const Expected e = expected(parity + "llama_gqa")[1];
   infer::KvPool<float> pool(model->config(), 64, 2);
   infer::Request by_token = greedy(e.prompt, 24), by_callback = greedy(e.prompt, 24), short_one = greedy(e.prompt, 3);
   by_token.stop_tokens = {e.tokens[5]};
-  by_callback.stop = [](std::span<const std::int32_t> out) { return out.size() == 4; };
+  int seen = 0;
+  by_callback.on_token = [&seen](std::int32_t, float) { return ++seen == 4; };
   const auto got = infer::generate(engine, pool, {by_token, by_callback, short_one});
   // The first occurrence of the stop token ends the output, without it.
   const auto first = std::find(e.tokens.begin(), e.tokens.end(), e.tokens[5]) - e.tokens.begin();
@@ -102,6 +106,122 @@ TEST_CASE("generation stops at a stop token, at a stop callback and at max_token
   CHECK(got[2].finish_reason == "length");
   CHECK_THROWS_WITH_AS(infer::generate(engine, pool, {greedy(e.prompt, 60)}),
                        doctest::Contains("exceeds max_model_len = 64"), Error);
+}
+
+namespace {
+
+// Checks completions against a fixture's tokens and logits (1e-4).
+void check_completions(const std::vector<infer::Completion>& got, const std::vector<Expected>& cases) {
+  REQUIRE(got.size() == cases.size());
+  for (std::size_t i = 0; i < cases.size(); ++i) {
+    CAPTURE(i);
+    CHECK(got[i].tokens == cases[i].tokens);
+    REQUIRE(got[i].step_logits.size() == cases[i].logits.size());
+    double worst = 0;
+    for (std::size_t k = 0; k < got[i].step_logits.size(); ++k)
+      worst = std::max(worst, double(std::abs(got[i].step_logits[k] - cases[i].logits[k])));
+    CHECK(worst < 1e-4);
+  }
+}
+
+}  // namespace
+
+TEST_CASE("adapters apply per sequence without merging: LoRA and prompt tuning match PEFT's generate, mixed in one batch") {
+  const std::string peft = std::string(FT_SOURCE_DIR) + "/tests/fixtures/peft/generate/";
+  struct Case {
+    const char* adapter;
+    const char* base;
+  };
+  for (const Case c : {Case{"llama_gqa_lora", "llama_gqa"}, Case{"neox_parallel_lora", "neox_parallel"},
+                       Case{"llama_gqa_prompt", "llama_gqa"}}) {
+    CAPTURE(c.adapter);
+    const std::vector<Expected> adapted = expected(peft + c.adapter), base = expected(parity + c.base);
+    auto model = models::load_pretrained<float>(parity + c.base);
+    infer::Engine<float> engine(*model);
+    const int adapter = engine.load_adapter(peft + c.adapter);
+    // The adapter's prompts and the base model's prompts interleaved in one batch.
+    std::vector<infer::Request> requests;
+    for (std::size_t i = 0; i < adapted.size(); ++i) {
+      requests.push_back(greedy(adapted[i].prompt, index_t(adapted[i].tokens.size())));
+      requests.back().adapter = adapter;
+      requests.push_back(greedy(base[i].prompt, index_t(base[i].tokens.size())));
+    }
+    infer::KvPool<float> pool(model->config(), 64, 6);
+    const auto got = infer::generate(engine, pool, requests, true);
+    std::vector<infer::Completion> with, without;
+    for (std::size_t i = 0; i < got.size(); ++i) (i % 2 == 0 ? with : without).push_back(got[i]);
+    check_completions(with, adapted);
+    check_completions(without, base);
+  }
+}
+
+TEST_CASE("an adapter that cannot be applied per request is refused in one line") {
+  auto model = models::load_pretrained<float>(parity + "llama_gqa");
+  infer::Engine<float> engine(*model);
+  // This PEFT fixture adapts embed_tokens too: a change every request would share.
+  CHECK_THROWS_WITH_AS(engine.load_adapter(std::string(FT_SOURCE_DIR) + "/tests/fixtures/peft/llama_gqa_rslora"),
+                       doctest::Contains("merge it into the model"), Error);
+  CHECK_THROWS_WITH_AS(engine.load_adapter(parity + "llama_gqa"), doctest::Contains("not a PEFT adapter directory"),
+                       Error);
+}
+
+TEST_CASE("a cancelled request leaves the batch and frees its slot; the others go on unchanged") {
+  auto model = models::load_pretrained<float>(parity + "llama_gqa");
+  infer::Engine<float> engine(*model);
+  const std::vector<Expected> cases = expected(parity + "llama_gqa");
+  infer::KvPool<float> pool(model->config(), 64, 2);
+  infer::Batcher<float> batcher(engine, pool);
+  std::vector<infer::Completion> done(3);
+  bool cancel = false;
+  for (std::size_t i = 0; i < 3; ++i) {
+    infer::Request r = greedy(cases[i].prompt, index_t(cases[i].tokens.size()));
+    if (i == 0) r.cancelled = [&cancel] { return cancel; };
+    r.on_done = [&done, i](infer::Completion&& c) { done[i] = std::move(c); };
+    batcher.add(std::move(r));
+  }
+  batcher.step();
+  CHECK(batcher.running() == 2);
+  CHECK(batcher.waiting() == 1);
+  cancel = true;  // the third request takes the first one's slot at the next step
+  batcher.step();
+  CHECK(batcher.running() == 2);
+  CHECK(batcher.waiting() == 0);
+  while (!batcher.idle()) batcher.step();
+  CHECK(done[0].finish_reason == "cancelled");
+  CHECK(done[0].tokens.size() == 1);
+  CHECK(done[1].tokens == cases[1].tokens);
+  CHECK(done[2].tokens == cases[2].tokens);
+  CHECK(pool.free_slots() == 2);
+}
+
+TEST_CASE("a text stream holds back unfinished characters and possible stop strings, and cuts at a stop string") {
+  // Each "token" is a byte of this text; decode joins them and marks an unfinished UTF-8 tail as U+FFFD.
+  const std::string text = "caf\xC3\xA9 ok###done";
+  auto decode = [&](std::span<const std::int32_t> ids) {
+    std::string s;
+    for (std::int32_t id : ids) s += text[std::size_t(id)];
+    if (!s.empty() && (static_cast<unsigned char>(s.back()) & 0xE0) == 0xC0) s.replace(s.size() - 1, 1, "\xEF\xBF\xBD");
+    return s;
+  };
+  infer::TextStream stream(decode, {"###"});
+  std::vector<std::string> pieces;
+  for (std::int32_t i = 0; i < std::int32_t(text.size()) && !stream.stopped(); ++i) pieces.push_back(stream.push(i));
+  pieces.push_back(stream.finish());
+  CHECK(pieces[3].empty());           // the first byte of é waits for the second
+  CHECK(pieces[4] == "\xC3\xA9");    // ... which completes it
+  CHECK(pieces[8].empty());           // "#" might start "###"
+  CHECK(stream.stopped());
+  std::string joined;
+  for (const auto& p : pieces) joined += p;
+  CHECK(joined == "caf\xC3\xA9 ok");
+  CHECK(stream.text() == joined);
+
+  infer::TextStream plain(decode, {"#x"});  // "#" followed by something else is released
+  std::string all;
+  for (std::int32_t i = 0; i < std::int32_t(text.size()); ++i) all += plain.push(i);
+  all += plain.finish();
+  CHECK(all == text);
+  CHECK_FALSE(plain.stopped());
 }
 
 TEST_CASE("sampling: the same seed gives the same tokens; top_k = 1 is greedy; penalties and filters act as defined") {

@@ -235,11 +235,14 @@ private:
 };
 
 // LoRA over a whole model: one LoraBlock per block that has targets, attached
-// to the model's blocks. The model must outlive it and be frozen.
+// to the model's blocks unless `attach` is false (inference applies an
+// adapter to some sequences of a batch only, infer/adapter.hpp). The model
+// must outlive it and be frozen.
 template <element T>
 class LoraModel {
 public:
-  LoraModel(models::Transformer<T>& model, const LoraOptions& options) : model_(&model), options_(options) {
+  LoraModel(models::Transformer<T>& model, const LoraOptions& options, bool attach = true)
+      : model_(&model), options_(options), attached_(attach) {
     auto targets = lora_targets(model.spec(), options.target_modules);
     if (targets.empty()) throw Error("lora.target_modules: no projection of this model is adapted");
     for (auto& block : model.blocks()) {
@@ -248,11 +251,12 @@ public:
         if (t.layer == block.layer()) mine.push_back(t);
       if (mine.empty()) continue;
       blocks_.push_back(std::make_unique<LoraBlock<T>>(std::move(mine), options));
-      block.set_adapter(blocks_.back().get());
+      if (attach) block.set_adapter(blocks_.back().get());
     }
   }
   ~LoraModel() {
-    for (auto& block : model_->blocks()) block.set_adapter(nullptr);
+    if (attached_)
+      for (auto& block : model_->blocks()) block.set_adapter(nullptr);
   }
   LoraModel(const LoraModel&) = delete;
   LoraModel& operator=(const LoraModel&) = delete;
@@ -282,11 +286,13 @@ public:
       }
     }
     for (auto& block : model_->blocks()) block.set_adapter(nullptr);
+    attached_ = false;
   }
 
 private:
   models::Transformer<T>* model_;
   LoraOptions options_;
+  bool attached_;
   std::vector<std::unique_ptr<LoraBlock<T>>> blocks_;
 };
 

@@ -7,10 +7,16 @@
 // training model's (models/block.hpp with the cache as its attention step),
 // on the model's weights, which every sequence shares read-only.
 //
+// A sequence may name one of the engine's adapters (adapter.hpp): its LoRA
+// acts on that sequence's rows only, its virtual tokens join the first step.
+//
 // Not thread-safe: one step at a time (a server batches requests into steps).
+#include <filesystem>
+#include <memory>
 #include <span>
 #include <vector>
 
+#include "ft/infer/adapter.hpp"
 #include "ft/infer/attention.hpp"
 #include "ft/infer/kv_cache.hpp"
 #include "ft/models/transformer.hpp"
@@ -24,15 +30,29 @@ template <element T>
 struct SequenceStep {
   KvCache<T>* cache;
   std::span<const std::int32_t> tokens;  // new tokens, at positions cache->length() onwards
+  int adapter = -1;                       // index of one of the engine's adapters, -1 for none
 };
 
 template <element T>
 class Engine {
 public:
   using A = acc_t<T>;
-  explicit Engine(models::Transformer<T>& model) : model_(model) {}
+  explicit Engine(models::Transformer<T>& model) : model_(model) { router_.engine = this; }
+  Engine(const Engine&) = delete;
+  Engine& operator=(const Engine&) = delete;
 
   models::Transformer<T>& model() { return model_; }
+
+  // Loads a PEFT adapter for sequences to name by the returned index.
+  int load_adapter(const std::filesystem::path& dir) {
+    adapters_.push_back(std::make_unique<Adapter<T>>(model_, dir));
+    return int(adapters_.size()) - 1;
+  }
+  const Adapter<T>& adapter(int index) const { return *adapters_.at(std::size_t(index)); }
+  int adapters() const { return int(adapters_.size()); }
+
+  // The positions a sequence's first step adds before its prompt (prompt tuning's virtual tokens).
+  index_t virtual_tokens(int adapter) const { return adapter < 0 ? 0 : this->adapter(adapter).virtual_tokens(); }
 
   // Runs the new tokens of each sequence through the model and appends
   // their keys and values to the sequence's cache. logits [S, V] receive the
@@ -43,19 +63,25 @@ public:
     batch_.B = 1;
     batch_.input_ids.clear();
     batch_.positions.clear();
-    std::vector<index_t> first_row;  // of each sequence
+    rows_.clear();
+    bool lora = false;
     for (const SequenceStep<T>& s : sequences) {
       if (s.tokens.empty()) throw Error("internal: an inference step with no new tokens for a sequence");
-      if (s.cache->length() + index_t(s.tokens.size()) > s.cache->capacity())
-        throw Error("a sequence of " + std::to_string(s.cache->length() + index_t(s.tokens.size())) +
-                    " tokens does not fit max_model_len = " + std::to_string(s.cache->capacity()));
-      first_row.push_back(index_t(batch_.input_ids.size()));
-      for (std::size_t i = 0; i < s.tokens.size(); ++i) {
-        if (s.tokens[i] < 0 || s.tokens[i] >= V)
-          throw Error("token id " + std::to_string(s.tokens[i]) + " is outside the vocabulary [0, " +
-                      std::to_string(V) + ")");
-        batch_.input_ids.push_back(s.tokens[i]);
-        batch_.positions.push_back(std::int32_t(s.cache->length() + index_t(i)));
+      if (s.adapter >= adapters()) throw Error("internal: a sequence names adapter " + std::to_string(s.adapter));
+      // Virtual tokens come first, on the sequence's first step; their ids are placeholders.
+      const index_t virtual_rows = s.cache->length() == 0 ? virtual_tokens(s.adapter) : 0;
+      const index_t n = virtual_rows + index_t(s.tokens.size());
+      if (s.cache->length() + n > s.cache->capacity())
+        throw Error("a sequence of " + std::to_string(s.cache->length() + n) + " tokens does not fit max_model_len = " +
+                    std::to_string(s.cache->capacity()));
+      rows_.push_back({index_t(batch_.input_ids.size()), n, virtual_rows, s.adapter});
+      lora = lora || (s.adapter >= 0 && adapter(s.adapter).is_lora());
+      for (index_t i = 0; i < n; ++i) {
+        const std::int32_t id = i < virtual_rows ? 0 : s.tokens[std::size_t(i - virtual_rows)];
+        if (id < 0 || id >= V)
+          throw Error("token id " + std::to_string(id) + " is outside the vocabulary [0, " + std::to_string(V) + ")");
+        batch_.input_ids.push_back(id);
+        batch_.positions.push_back(std::int32_t(s.cache->length() + i));
       }
     }
     const index_t N = index_t(batch_.input_ids.size());
@@ -66,14 +92,18 @@ public:
     activations_.resize(c, batch_);
 
     nn::embedding_forward(x_.data(), batch_.input_ids.data(), model_.embedding().parameters().value("weight"), N, C);
+    for (const Rows& r : rows_)
+      if (r.virtual_rows > 0) std::copy_n(adapter(r.adapter).virtual_embeddings(), r.virtual_rows * C, x_.data() + r.first * C);
     const index_t width = c.num_kv_heads * c.head_dim, qkv_width = c.qkv_width(), HD = c.num_heads * c.head_dim;
     for (index_t l = 0; l < c.num_layers; ++l) {
       models::Block<T>& block = model_.blocks()[std::size_t(l)];
       const CachedAttentionShape shape{c.num_heads, c.num_kv_heads, c.head_dim, c.sliding_window[std::size_t(l)]};
+      router_.layer = l;
+      block.set_adapter(lora ? &router_ : nullptr);
       block.forward(y_.data(), x_.data(), batch_, activations_, [&](models::BlockActivations<T>& a) {
         for (index_t i = 0; i < S; ++i) {
           const SequenceStep<T>& s = sequences[std::size_t(i)];
-          const index_t n = index_t(s.tokens.size()), r0 = first_row[std::size_t(i)], p0 = s.cache->length();
+          const index_t n = rows_[std::size_t(i)].count, r0 = rows_[std::size_t(i)].first, p0 = s.cache->length();
           const T* rows = a.qkv.data() + r0 * qkv_width;
           for (index_t r = 0; r < n; ++r) {  // the new keys and values join the cache
             std::copy_n(rows + r * qkv_width + HD, width, s.cache->keys(l) + (p0 + r) * width);
@@ -83,14 +113,15 @@ public:
                            s.cache->values(l), shape);
         }
       });
+      block.set_adapter(nullptr);
       std::swap(x_, y_);
     }
-    for (const SequenceStep<T>& s : sequences) s.cache->extend(index_t(s.tokens.size()));
+    for (std::size_t i = 0; i < sequences.size(); ++i) sequences[i].cache->extend(rows_[i].count);
 
     // The head on each sequence's last row only.
     sized(last_, S, C);
     for (index_t i = 0; i < S; ++i) {
-      const index_t row = first_row[std::size_t(i)] + index_t(sequences[std::size_t(i)].tokens.size()) - 1;
+      const index_t row = rows_[std::size_t(i)].first + rows_[std::size_t(i)].count - 1;
       std::copy_n(x_.data() + row * C, C, last_.data() + i * C);
     }
     sized(normed_, S, C);
@@ -106,11 +137,38 @@ public:
   }
 
 private:
+  // A sequence's rows in the step's batch.
+  struct Rows {
+    index_t first, count, virtual_rows;
+    int adapter;
+  };
+
+  // Stands in a block's adapter slot during a step and hands each sequence's
+  // rows to its own LoRA, if it has one for this layer.
+  struct LoraRouter final : models::LinearAdapter<T> {
+    Engine* engine = nullptr;
+    index_t layer = 0;
+    void forward(models::LinearSlot slot, T* y, const T* x, index_t) override {
+      const auto [in, out] = adapters::detail::slot_widths(engine->model_.config(), slot);
+      for (const Rows& r : engine->rows_) {
+        if (r.adapter < 0) continue;
+        if (adapters::LoraBlock<T>* lora = engine->adapter(r.adapter).lora_block(layer))
+          lora->forward(slot, y + r.first * out, x + r.first * in, r.count);
+      }
+    }
+    void backward(models::LinearSlot, T*, const T*, const T*, index_t) override {
+      throw Error("internal: inference has no backward");
+    }
+  };
+
   static void sized(Tensor<T>& t, index_t rows, index_t cols) {
     if (t.size(0) != rows || t.size(1) != cols) t = Tensor<T>(Shape{rows, cols});
   }
 
   models::Transformer<T>& model_;
+  std::vector<std::unique_ptr<Adapter<T>>> adapters_;
+  std::vector<Rows> rows_;
+  LoraRouter router_;
   models::Batch batch_;
   models::BlockActivations<T> activations_;  // one set, reused by every block: nothing is kept for a backward
   Tensor<T> x_, y_, last_, normed_, logits_;

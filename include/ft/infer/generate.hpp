@@ -1,15 +1,21 @@
 #pragma once
-// Generating text for a set of requests with one Engine: every running
-// sequence advances one token per step, all in one batch; a request waiting
-// for a cache slot joins the batch as soon as one is free (its prompt is its
-// first step's tokens), so the batch stays full while requests remain.
+// Generating text for requests with one Engine: continuous batching. Every
+// running sequence advances one token per step, all in one batch; a waiting
+// request joins the batch as soon as a cache slot is free (its prompt is its
+// first step's tokens), and a finished one leaves it, so the batch stays
+// full while requests remain and a new request never waits for a whole
+// batch to end. A Batcher does this one step at a time (a server calls it
+// in a loop and adds requests between steps); generate() runs a fixed set
+// of requests to the end.
+//
 // Each request stops at max_tokens, at one of its stop tokens (not
-// included in the output), or when its `stop` callback says so (stop
-// strings, which need the tokenizer, are the caller's).
+// included in the output), when its on_token callback says so (stop
+// strings, which need the tokenizer, are the caller's), or when it is
+// cancelled (a client that went away); its slot is free for the next step.
 #include <algorithm>
 #include <cstdint>
+#include <deque>
 #include <functional>
-#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -19,89 +25,145 @@
 
 namespace ft::infer {
 
+struct Completion {
+  std::vector<std::int32_t> tokens;
+  std::vector<float> logprobs;     // per token, when asked for
+  std::string finish_reason;       // "stop" or "length" as the OpenAI API says, or "cancelled"
+  std::vector<float> step_logits;  // with keep_logits: [steps, V], the logits each token was chosen from
+};
+
 struct Request {
   std::vector<std::int32_t> prompt;
   SamplingParams sampling;
   index_t max_tokens = 16;
   std::vector<std::int32_t> stop_tokens;
-  // Called after each new token with the output so far; true ends the request.
-  std::function<bool(std::span<const std::int32_t> output)> stop;
+  int adapter = -1;  // one of the engine's adapters, -1 for the base model
   bool logprobs = false;
-};
-
-struct Completion {
-  std::vector<std::int32_t> tokens;
-  std::vector<float> logprobs;       // per token, when asked for
-  std::string finish_reason;         // "stop" or "length", as the OpenAI API says
-  std::vector<float> step_logits;    // with keep_logits: [steps, V], the logits each token was chosen from
+  bool keep_logits = false;
+  // Called after each new token (logprob is 0 unless `logprobs`); true ends the request.
+  std::function<bool(std::int32_t token, float logprob)> on_token;
+  // Asked before every step; true drops the request and frees its slot.
+  std::function<bool()> cancelled;
+  // Receives the completion when the request ends, however it ends.
+  std::function<void(Completion&&)> on_done;
 };
 
 template <element T>
-std::vector<Completion> generate(Engine<T>& engine, KvPool<T>& pool, const std::vector<Request>& requests,
-                                 bool keep_logits = false) {
-  const index_t V = engine.model().config().vocab_size;
+class Batcher {
+public:
+  Batcher(Engine<T>& engine, KvPool<T>& pool) : engine_(engine), pool_(pool) {}
+
+  // Queues a request; one that cannot fit max_model_len is refused here.
+  void add(Request r) {
+    if (r.prompt.empty()) throw Error("a request needs at least one prompt token");
+    if (r.max_tokens < 1) throw Error("max_tokens must be at least 1");
+    const index_t length = engine_.virtual_tokens(r.adapter) + index_t(r.prompt.size()) + r.max_tokens;
+    if (length > pool_.max_model_len())
+      throw Error("a prompt of " + std::to_string(r.prompt.size()) + " tokens plus max_tokens = " +
+                  std::to_string(r.max_tokens) + " exceeds max_model_len = " + std::to_string(pool_.max_model_len()));
+    waiting_.push_back(std::move(r));
+  }
+
+  bool idle() const { return waiting_.empty() && running_.empty(); }
+  std::size_t waiting() const { return waiting_.size(); }
+  std::size_t running() const { return running_.size(); }
+
+  // Drops cancelled requests, admits waiting ones while slots are free, runs
+  // one engine step for every running sequence and gives each its token.
+  void step() {
+    std::erase_if(waiting_, [&](Request& r) { return cancelled(r) && finish(r, {}, "cancelled"); });
+    std::erase_if(running_, [&](Running& s) { return cancelled(s.request) && end(s, "cancelled"); });
+    while (!waiting_.empty()) {
+      KvCache<T>* cache = pool_.acquire();
+      if (!cache) break;
+      Request r = std::move(waiting_.front());
+      waiting_.pop_front();
+      std::vector<std::int32_t> prompt = r.prompt;
+      Sampler sampler(r.sampling);
+      running_.push_back({std::move(r), cache, prompt, prompt, std::move(sampler), {}});
+    }
+    if (running_.empty()) return;
+
+    const index_t V = engine_.model().config().vocab_size;
+    steps_.clear();
+    for (Running& s : running_) steps_.push_back({s.cache, s.next, s.request.adapter});
+    logits_.resize(running_.size() * std::size_t(V));
+    engine_.step(steps_, logits_.data());
+    std::vector<Running> still;
+    for (std::size_t i = 0; i < running_.size(); ++i) {
+      Running& s = running_[i];
+      const Request& r = s.request;
+      Completion& c = s.completion;
+      std::span<float> row(logits_.data() + i * std::size_t(V), std::size_t(V));
+      if (r.keep_logits) c.step_logits.insert(c.step_logits.end(), row.begin(), row.end());
+      if (r.logprobs) raw_.assign(row.begin(), row.end());
+      const std::int32_t token = s.sampler.next(row, s.context, c.tokens.size());
+      if (std::ranges::find(r.stop_tokens, token) != r.stop_tokens.end()) {
+        end(s, "stop");
+        continue;
+      }
+      const float logprob = r.logprobs ? Sampler::log_probability(raw_, token) : 0.0f;
+      c.tokens.push_back(token);
+      if (r.logprobs) c.logprobs.push_back(logprob);
+      s.context.push_back(token);
+      s.next.assign(1, token);
+      if (r.on_token && r.on_token(token, logprob)) end(s, "stop");
+      else if (index_t(c.tokens.size()) >= r.max_tokens) end(s, "length");
+      else still.push_back(std::move(s));
+    }
+    running_ = std::move(still);
+  }
+
+  // Ends every request now (a server shutting down).
+  void cancel_all() {
+    for (Request& r : waiting_) finish(r, {}, "cancelled");
+    for (Running& s : running_) end(s, "cancelled");
+    waiting_.clear();
+    running_.clear();
+  }
+
+private:
   struct Running {
-    std::size_t request;
+    Request request;
     KvCache<T>* cache;
     std::vector<std::int32_t> context;  // prompt, then output
     std::vector<std::int32_t> next;     // tokens of the next step
     Sampler sampler;
+    Completion completion;
   };
+
+  static bool cancelled(const Request& r) { return r.cancelled && r.cancelled(); }
+  static bool finish(Request& r, Completion&& c, const char* reason) {
+    c.finish_reason = reason;
+    if (r.on_done) r.on_done(std::move(c));
+    return true;
+  }
+  bool end(Running& s, const char* reason) {
+    pool_.release(s.cache);
+    return finish(s.request, std::move(s.completion), reason);
+  }
+
+  Engine<T>& engine_;
+  KvPool<T>& pool_;
+  std::deque<Request> waiting_;
+  std::vector<Running> running_;
+  std::vector<SequenceStep<T>> steps_;
+  std::vector<float> logits_, raw_;
+};
+
+// Runs every request to its end, as many at a time as the pool has slots;
+// completions in the order of the requests.
+template <element T>
+std::vector<Completion> generate(Engine<T>& engine, KvPool<T>& pool, std::vector<Request> requests,
+                                 bool keep_logits = false) {
   std::vector<Completion> out(requests.size());
-  std::vector<Running> running;
-  std::size_t waiting = 0;
-  for (const Request& r : requests) {
-    if (r.prompt.empty()) throw Error("a request needs at least one prompt token");
-    if (index_t(r.prompt.size()) + r.max_tokens > pool.max_model_len())
-      throw Error("a prompt of " + std::to_string(r.prompt.size()) + " tokens plus max_tokens = " +
-                  std::to_string(r.max_tokens) + " exceeds max_model_len = " + std::to_string(pool.max_model_len()));
+  Batcher<T> batcher(engine, pool);
+  for (std::size_t i = 0; i < requests.size(); ++i) {
+    requests[i].keep_logits = requests[i].keep_logits || keep_logits;
+    requests[i].on_done = [&out, i](Completion&& c) { out[i] = std::move(c); };
+    batcher.add(std::move(requests[i]));
   }
-  std::vector<float> logits;
-  std::vector<SequenceStep<T>> steps;
-  while (waiting < requests.size() || !running.empty()) {
-    while (waiting < requests.size()) {  // admit while slots are free
-      KvCache<T>* cache = pool.acquire();
-      if (!cache) break;
-      const Request& r = requests[waiting];
-      running.push_back({waiting, cache, r.prompt, r.prompt, Sampler(r.sampling)});
-      ++waiting;
-    }
-    steps.clear();
-    for (Running& s : running) steps.push_back({s.cache, s.next});
-    logits.resize(std::size_t(index_t(running.size()) * V));
-    engine.step(steps, logits.data());
-    std::vector<Running> still;
-    for (std::size_t i = 0; i < running.size(); ++i) {
-      Running& s = running[i];
-      const Request& r = requests[s.request];
-      Completion& c = out[s.request];
-      std::span<float> row(logits.data() + i * std::size_t(V), std::size_t(V));
-      if (keep_logits) c.step_logits.insert(c.step_logits.end(), row.begin(), row.end());
-      std::vector<float> raw;
-      if (r.logprobs) raw.assign(row.begin(), row.end());
-      const std::int32_t token = s.sampler.next(row, s.context, c.tokens.size());
-      bool done = false;
-      if (std::find(r.stop_tokens.begin(), r.stop_tokens.end(), token) != r.stop_tokens.end()) {
-        c.finish_reason = "stop";
-        done = true;
-      } else {
-        c.tokens.push_back(token);
-        if (r.logprobs) c.logprobs.push_back(Sampler::log_probability(raw, token));
-        s.context.push_back(token);
-        s.next.assign(1, token);
-        if (r.stop && r.stop(c.tokens)) {
-          c.finish_reason = "stop";
-          done = true;
-        } else if (index_t(c.tokens.size()) >= r.max_tokens) {
-          c.finish_reason = "length";
-          done = true;
-        }
-      }
-      if (done) pool.release(s.cache);
-      else still.push_back(std::move(s));
-    }
-    running = std::move(still);
-  }
+  while (!batcher.idle()) batcher.step();
   return out;
 }
 

@@ -1,0 +1,90 @@
+#include "model_session.hpp"
+
+#include <ft/io/hf_config.hpp>
+
+namespace ftrun {
+namespace fs = std::filesystem;
+
+namespace {
+
+// An adapter's base: base_model_name_or_path as written (a training run
+// writes its recipe's model.path), or relative to the adapter.
+fs::path base_of_adapter(const fs::path& adapter) {
+  const auto config_file = adapter / "adapter_config.json";
+  const nlohmann::json c = ft::io::read_json_file(config_file);
+  const auto base = c.find("base_model_name_or_path");
+  if (base == c.end() || !base->is_string() || base->get<std::string>().empty())
+    throw ft::Error(config_file.string() + ": names no base model (base_model_name_or_path)");
+  const fs::path path = base->get<std::string>();
+  for (const fs::path& candidate : {path, adapter / path})
+    if (fs::exists(candidate / "config.json")) return candidate;
+  throw ft::Error(config_file.string() + ": its base model " + path.string() +
+                  " is not an HF model directory here (run from where it was trained, or merge the adapter)");
+}
+
+ModelSource classify(const fs::path& dir) {
+  if (fs::exists(dir / "adapter_config.json")) return {base_of_adapter(dir), dir};
+  if (fs::exists(dir / "config.json")) return {dir, {}};
+  throw ft::Error(dir.string() + ": neither an HF model (config.json) nor a PEFT adapter (adapter_config.json)");
+}
+
+}  // namespace
+
+ModelSource resolve_model_source(const std::string& model, const std::string& checkpoint) {
+  const fs::path dir = model;
+  if (!fs::is_directory(dir)) throw ft::Error(model + ": no such directory");
+  if (!checkpoint.empty()) {
+    fs::path chosen;
+    if (checkpoint == "latest") {
+      if (!fs::exists(dir / "latest"))
+        throw ft::Error(model + ": has no checkpoint yet (no " + (dir / "latest").string() + ")");
+      chosen = fs::canonical(dir / "latest");
+    } else if (fs::is_directory(dir / ("checkpoint-" + checkpoint))) {
+      chosen = dir / ("checkpoint-" + checkpoint);
+    } else if (fs::is_directory(dir / checkpoint)) {
+      chosen = dir / checkpoint;
+    } else {
+      throw ft::Error("--checkpoint " + checkpoint + ": " + model +
+                      " has no such checkpoint; allowed: latest, a step number, or a checkpoint directory");
+    }
+    return classify(chosen);
+  }
+  if (fs::exists(dir / "config.json") || fs::exists(dir / "adapter_config.json")) return classify(dir);
+  // A training run's output_dir: its final model, else its final adapter.
+  for (const char* final_dir : {"model", "adapter"})
+    if (fs::is_directory(dir / final_dir)) return classify(dir / final_dir);
+  if (fs::exists(dir / "latest"))
+    throw ft::Error(model + ": the run has not finished (no final model); serve its newest checkpoint with -c latest");
+  throw ft::Error(model + ": not an HF model directory, a PEFT adapter or a training output_dir");
+}
+
+std::vector<std::int32_t> stop_tokens_of(const fs::path& dir, const ft::data::ModelText& text) {
+  std::vector<std::int32_t> ids;
+  const auto file = dir / "generation_config.json";
+  if (fs::exists(file)) {
+    const nlohmann::json g = ft::io::read_json_file(file);
+    if (g.contains("eos_token_id")) {
+      const auto& e = g["eos_token_id"];
+      if (e.is_number_integer()) ids.push_back(e.get<std::int32_t>());
+      else if (e.is_array())
+        for (const auto& x : e)
+          if (x.is_number_integer()) ids.push_back(x.get<std::int32_t>());
+    }
+  }
+  if (ids.empty() && text.eos_id >= 0) ids.push_back(text.eos_id);
+  return ids;
+}
+
+std::map<std::string, std::string> parse_adapter_options(const std::vector<std::string>& options) {
+  std::map<std::string, std::string> out;
+  for (const std::string& o : options) {
+    const auto eq = o.find('=');
+    if (eq == std::string::npos || eq == 0 || eq + 1 == o.size())
+      throw ft::Error("--adapter " + o + ": expected NAME=DIR (a PEFT adapter directory)");
+    if (!out.emplace(o.substr(0, eq), o.substr(eq + 1)).second)
+      throw ft::Error("--adapter: the name \"" + o.substr(0, eq) + "\" is given twice");
+  }
+  return out;
+}
+
+}  // namespace ftrun

@@ -1,0 +1,87 @@
+#pragma once
+// What ftrun generate, chat and serve load to answer prompts: the model
+// (from an HF directory, a PEFT adapter over its base, or a training run's
+// output_dir or checkpoint), its text tools, the tokens that end an answer,
+// and an inference engine with the adapters clients can name.
+#include <filesystem>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include <ft/data/model_text.hpp>
+#include <ft/infer/generate.hpp>
+#include <ft/models/load.hpp>
+
+namespace ftrun {
+
+// A model to serve: its base HF directory and, optionally, an adapter over it.
+struct ModelSource {
+  std::filesystem::path base;     // config.json, weights, tokenizer.json
+  std::filesystem::path adapter;  // PEFT adapter directory, or empty
+};
+
+// MODEL is an HF model directory, a PEFT adapter directory (its
+// base_model_name_or_path is the base), or a training output_dir (its final
+// model/ or adapter/). `checkpoint` ("latest", a step number or a
+// checkpoint directory) picks one of an output_dir's checkpoints instead.
+ModelSource resolve_model_source(const std::string& model, const std::string& checkpoint);
+
+// The tokens that end an answer: generation_config.json's eos_token_id (a
+// number or a list), else the tokenizer's EOS.
+std::vector<std::int32_t> stop_tokens_of(const std::filesystem::path& dir, const ft::data::ModelText& text);
+
+template <ft::element T>
+class ModelSession {
+public:
+  // `adapters`: name -> PEFT directory, each loaded beside the base.
+  ModelSession(const ModelSource& source, const std::map<std::string, std::string>& adapters)
+      : model_(ft::models::load_pretrained<T>(source.base)), text_(ft::data::ModelText::load(source.base)),
+        stop_tokens_(stop_tokens_of(source.base, text_)), engine_(*model_) {
+    if (!source.adapter.empty()) default_adapter_ = engine_.load_adapter(source.adapter);
+    for (const auto& [name, dir] : adapters) adapters_[name] = engine_.load_adapter(dir);
+  }
+
+  ft::infer::Engine<T>& engine() { return engine_; }
+  const ft::models::TransformerConfig& config() const { return model_->config(); }
+  const ft::data::ModelText& text() const { return text_; }
+  const std::vector<std::int32_t>& stop_tokens() const { return stop_tokens_; }
+  // The adapter MODEL itself brought (-1 for none), and those added by name.
+  int default_adapter() const { return default_adapter_; }
+  const std::map<std::string, int>& adapters() const { return adapters_; }
+
+  bool has_chat_template() const { return text_.chat != nullptr; }
+
+  // A conversation through the model's chat template, ready for the answer.
+  std::vector<std::int32_t> encode_chat(const nlohmann::ordered_json& messages) const {
+    if (!text_.chat) throw ft::Error("the model has no chat template; send a plain prompt instead");
+    ft::data::ChatOptions options = text_.special;
+    options.add_generation_prompt = true;
+    std::string rendered;
+    {
+      const std::lock_guard lock(template_mutex_);  // the template engine is not shared between threads
+      rendered = ft::data::apply_chat_template(*text_.chat, messages, options);
+    }
+    return text_.tokenizer->encode(rendered, false);
+  }
+  // Plain text, with the tokenizer's special tokens (BOS) as HF adds them.
+  std::vector<std::int32_t> encode_text(const std::string& text) const { return text_.tokenizer->encode(text, true); }
+  std::string decode(std::span<const std::int32_t> ids) const { return text_.tokenizer->decode(ids, true); }
+
+private:
+  std::unique_ptr<ft::models::Transformer<T>> model_;
+  ft::data::ModelText text_;
+  std::vector<std::int32_t> stop_tokens_;
+  ft::infer::Engine<T> engine_;
+  int default_adapter_ = -1;
+  std::map<std::string, int> adapters_;
+  mutable std::mutex template_mutex_;
+};
+
+// "NAME=DIR" pairs from --adapter options; a repeated or empty name is refused.
+std::map<std::string, std::string> parse_adapter_options(const std::vector<std::string>& options);
+
+}  // namespace ftrun
