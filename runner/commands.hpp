@@ -73,6 +73,23 @@ struct GenerateOptions {
 };
 int run_generate(const GenerateOptions& options);
 
+struct ServeOptions {
+  std::string model;                  // HF model, PEFT adapter or training output_dir
+  std::string checkpoint;             // -c: one of an output_dir's checkpoints
+  std::vector<std::string> adapters;  // --adapter NAME=DIR
+  std::string served_model_name;      // the base model's name in the API; MODEL by default
+  std::string host = "127.0.0.1";
+  int port = 8000;                    // 0: any free port (printed)
+  long max_model_len = 0;             // 0: the model's max_position_embeddings, at most 2048
+  long max_num_seqs = 8;              // sequences in the running batch (key/value cache slots)
+  long max_queue = 64;                // requests waiting beyond those; more get 429
+  long max_tokens = 0;                // the most a request may ask for; 0: up to the context
+  std::string api_key;
+  std::string dtype = "float32";
+  double shutdown_timeout = 30;       // seconds in-flight requests get after SIGTERM
+};
+int run_serve(const ServeOptions& options);
+
 struct InitOptions {
   std::string source, destination;  // destination: the source directory when empty
   long seed = 0;

@@ -93,6 +93,22 @@ int main(int argc, char** argv) {
   generate->add_option("--dtype", gen.dtype, "Compute dtype")->check(CLI::IsMember({"float32", "bfloat16"}))->capture_default_str();
   generate->add_flag("--json", gen.json, "One JSON object per prompt: text, token_ids, finish_reason");
 
+  ftrun::ServeOptions serve_options;
+  auto* serve = app.add_subcommand("serve", "Serve a model over an OpenAI-compatible HTTP API");
+  serve->add_option("model", serve_options.model, "HF model directory, PEFT adapter directory, or training output_dir")->required();
+  serve->add_option("-c,--checkpoint", serve_options.checkpoint, "Serve one of the output_dir's checkpoints: latest, or a step number");
+  serve->add_option("--adapter", serve_options.adapters, "NAME=DIR: a PEFT adapter clients pick with \"model\": NAME (repeatable)");
+  serve->add_option("--served-model-name", serve_options.served_model_name, "The base model's name in the API (default: MODEL as given)");
+  serve->add_option("--host", serve_options.host, "Address to listen on")->capture_default_str();
+  serve->add_option("--port", serve_options.port, "Port (0: any free one, printed)")->capture_default_str();
+  serve->add_option("--max-model-len", serve_options.max_model_len, "Longest prompt plus answer, in tokens (default: the model's, at most 2048)");
+  serve->add_option("--max-num-seqs", serve_options.max_num_seqs, "Sequences generated at once")->check(CLI::PositiveNumber)->capture_default_str();
+  serve->add_option("--max-queue", serve_options.max_queue, "Requests that may wait for a slot; more get HTTP 429")->check(CLI::NonNegativeNumber)->capture_default_str();
+  serve->add_option("--max-tokens", serve_options.max_tokens, "The most tokens a request may ask for (0: up to the context)")->check(CLI::NonNegativeNumber);
+  serve->add_option("--api-key", serve_options.api_key, "Require \"Authorization: Bearer KEY\" on /v1/");
+  serve->add_option("--dtype", serve_options.dtype, "Compute dtype")->check(CLI::IsMember({"float32", "bfloat16"}))->capture_default_str();
+  serve->add_option("--shutdown-timeout", serve_options.shutdown_timeout, "Seconds in-flight requests get to finish after SIGTERM")->check(CLI::NonNegativeNumber)->capture_default_str();
+
   ftrun::InitOptions init_options;
   auto* init = app.add_subcommand("init", "Write randomly initialised weights for a config.json (HF layout, deterministic)");
   init->add_option("source", init_options.source, "Directory with config.json (and tokenizer files to copy)")->required();
@@ -121,5 +137,6 @@ int main(int argc, char** argv) {
   if (*init) return ftrun::run_init(init_options);
   if (*schedule) return ftrun::run_schedule(schedule_options);
   if (*generate) return ftrun::run_generate(gen);
+  if (*serve) return ftrun::run_serve(serve_options);
   return ftrun::bad_input;
 }

@@ -10,7 +10,7 @@ packages=(
   # header-only dependencies of include/ft
   libeigen3-dev librange-v3-dev libboost-dev libtomlplusplus-dev nlohmann-json3-dev
   # the runner and tests
-  libcli11-dev doctest-dev libbenchmark-dev
+  libcli11-dev doctest-dev libbenchmark-dev libcpp-httplib-dev
   # distributed runs (one machine or many); iproute2 makes the two-node test's namespaces
   openmpi-bin libopenmpi-dev iproute2
   # fast GEMM on the CPU: OpenBLAS on the OpenMP thread pool, so there is one pool
@@ -42,9 +42,10 @@ if [ ! -s data/jargon/train.jsonl ]; then
   python3 tools/make_jargon_dataset.py --out data/jargon
 fi
 
-# The tests read TensorBoard files back with tensorboard's own reader (a small
-# wheel from PyPI, in an ignored venv; never used at run time).
-if ! tools/.venv/bin/python -c "import tensorboard" 2>/dev/null; then
+# The tests read TensorBoard files back with tensorboard's own reader and
+# drive ftrun serve with the openai client (small wheels from PyPI, in an
+# ignored venv; never used at run time).
+if ! tools/.venv/bin/python -c "import tensorboard, openai" 2>/dev/null; then
   [ -x tools/.venv/bin/python ] || python3 -m venv tools/.venv
-  tools/.venv/bin/pip install --quiet --disable-pip-version-check tensorboard
+  tools/.venv/bin/pip install --quiet --disable-pip-version-check tensorboard openai
 fi

@@ -53,14 +53,21 @@ class Batcher {
 public:
   Batcher(Engine<T>& engine, KvPool<T>& pool) : engine_(engine), pool_(pool) {}
 
-  // Queues a request; one that cannot fit max_model_len is refused here.
-  void add(Request r) {
+  // Throws Error for a request that cannot run: no prompt, or longer than max_model_len.
+  // Reads only what does not change while serving, so any thread may ask.
+  void check(const Request& r) const {
     if (r.prompt.empty()) throw Error("a request needs at least one prompt token");
     if (r.max_tokens < 1) throw Error("max_tokens must be at least 1");
+    if (r.adapter < -1 || r.adapter >= engine_.adapters()) throw Error("internal: no adapter " + std::to_string(r.adapter));
     const index_t length = engine_.virtual_tokens(r.adapter) + index_t(r.prompt.size()) + r.max_tokens;
     if (length > pool_.max_model_len())
       throw Error("a prompt of " + std::to_string(r.prompt.size()) + " tokens plus max_tokens = " +
                   std::to_string(r.max_tokens) + " exceeds max_model_len = " + std::to_string(pool_.max_model_len()));
+  }
+
+  // Queues a request (check() first).
+  void add(Request r) {
+    check(r);
     waiting_.push_back(std::move(r));
   }
 

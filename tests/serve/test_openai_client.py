@@ -1,0 +1,284 @@
+#!/usr/bin/env python3
+"""ftrun serve driven by the real `openai` client (from PyPI, in tools/.venv).
+
+Trains a LoRA adapter on ft's tiny Llama for a few steps (ftrun train), serves
+the base model with the adapter by name, and checks: chat and completions,
+streamed and not (the streamed text equals the non-streamed text), n = 2,
+stop strings, logprobs, the adapter by name (equal to ftrun generate on the
+run's newest checkpoint, -c latest), 32 concurrent streaming clients getting
+what each gets alone, the refusals (malformed JSON, wrong types, unknown
+model, over-long prompt, max_tokens < 1, a full queue, a missing API key), a
+client that disconnects mid-stream freeing its slot, /health and /metrics,
+and SIGTERM finishing the request in flight before a clean exit.
+
+Usage: test_openai_client.py FTRUN   (run from the repository root)
+"""
+import concurrent.futures
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.error
+import urllib.request
+
+import openai
+
+FTRUN = sys.argv[1]
+BASE = "models/ft-tiny-llama"
+PROMPTS = [f"The {word} of the hacker" for word in
+           ("story", "jargon", "kernel", "bug", "hack", "wizard", "guru", "daemon")]
+
+
+class Server:
+    """ftrun serve on a free port, stopped at the end."""
+
+    def __init__(self, *args):
+        self.process = subprocess.Popen([FTRUN, "serve", *args, "--port", "0"], stdout=subprocess.PIPE,
+                                        stderr=subprocess.PIPE, text=True)
+        line = self.process.stdout.readline()
+        match = re.search(r"listening on (http://\S+)", line)
+        if not match:
+            raise AssertionError(f"ftrun serve did not start: {line!r} {self.process.stderr.read()}")
+        self.url = match.group(1)
+
+    def client(self, api_key="none"):
+        return openai.OpenAI(base_url=self.url + "/v1", api_key=api_key, max_retries=0, timeout=120)
+
+    def raw(self, path, body=None, headers=None):
+        """(status, parsed JSON or text) of a request made by hand."""
+        data = body.encode() if isinstance(body, str) else body
+        request = urllib.request.Request(self.url + path, data=data, headers=headers or {})
+        try:
+            with urllib.request.urlopen(request, timeout=60) as r:
+                status, text = r.status, r.read().decode()
+        except urllib.error.HTTPError as e:
+            status, text = e.code, e.read().decode()
+        try:
+            return status, json.loads(text)
+        except json.JSONDecodeError:
+            return status, text
+
+    def metric(self, name):
+        _, text = self.raw("/metrics")
+        match = re.search(rf"^{name} (\S+)$", text, re.M)
+        return float(match.group(1))
+
+    def stop(self):
+        self.process.send_signal(signal.SIGTERM)
+        return self.process.wait(timeout=60)
+
+
+def check(condition, message):
+    if not condition:
+        raise AssertionError(message)
+    print("ok:", message)
+
+
+def train_adapter(out):
+    subprocess.run([FTRUN, "train", "recipes/ft_tiny_llama/lora.toml", "--set", "train.max_steps=12",
+                    "--set", f"output_dir={out}", "--set", "checkpoint.save_steps=12", "--set", "train.eval_steps=0",
+                    "--set", "train.learning_rate=0.02"], check=True, capture_output=True)
+
+
+def streamed_chat(client, **kwargs):
+    pieces, finish = [], None
+    for chunk in client.chat.completions.create(stream=True, **kwargs):
+        for choice in chunk.choices:
+            if choice.delta.content:
+                pieces.append(choice.delta.content)
+            finish = choice.finish_reason or finish
+    return "".join(pieces), finish
+
+
+def streamed_completion(client, **kwargs):
+    texts, finish = {}, {}
+    for chunk in client.completions.create(stream=True, **kwargs):
+        for choice in chunk.choices:
+            texts[choice.index] = texts.get(choice.index, "") + choice.text
+            if choice.finish_reason:
+                finish[choice.index] = choice.finish_reason
+    return texts, finish
+
+
+def main():
+    with tempfile.TemporaryDirectory() as tmp:
+        run = os.path.join(tmp, "run")
+        train_adapter(run)
+        server = Server(BASE, "--served-model-name", "base", "--adapter", f"tuned={run}/adapter",
+                        "--max-num-seqs", "4", "--max-queue", "60")
+        client = server.client()
+        try:
+            exercise(server, client, run)
+        finally:
+            code = server.stop()
+        check(code == 0, "SIGTERM stops an idle server with exit 0")
+        graceful_shutdown()
+        limits()
+    print("all checks passed")
+
+
+def exercise(server, client, run):
+    models = sorted(m.id for m in client.models.list().data)
+    check(models == ["base", "tuned"], f"/v1/models lists the base model and the adapter: {models}")
+    status, health = server.raw("/health")
+    check(status == 200 and health["status"] == "ok", "/health answers 200")
+
+    # Chat, streamed and not: the same text.
+    messages = [{"role": "system", "content": "You explain jargon."}, {"role": "user", "content": "What is a hack?"}]
+    whole = client.chat.completions.create(model="base", messages=messages, max_tokens=24, temperature=0)
+    text = whole.choices[0].message.content
+    check(whole.object == "chat.completion" and whole.choices[0].message.role == "assistant" and len(text) > 0,
+          "chat completion answers as the assistant")
+    check(whole.usage.completion_tokens == 24 and whole.usage.total_tokens ==
+          whole.usage.prompt_tokens + 24 and whole.choices[0].finish_reason == "length",
+          "usage counts the prompt and the 24 tokens; finish_reason length")
+    streamed, finish = streamed_chat(client, model="base", messages=messages, max_tokens=24, temperature=0)
+    check(streamed == text and finish == "length", "streamed chat text equals the non-streamed text")
+
+    # Completions, streamed and not.
+    prompt = PROMPTS[0]
+    whole = client.completions.create(model="base", prompt=prompt, max_tokens=20, temperature=0)
+    text = whole.choices[0].text
+    texts, finish = streamed_completion(client, model="base", prompt=prompt, max_tokens=20, temperature=0)
+    check(whole.object == "text_completion" and texts == {0: text} and finish == {0: "length"},
+          "streamed completion text equals the non-streamed text")
+
+    # n = 2: greedy choices are equal; seeded sampling is reproducible.
+    two = client.completions.create(model="base", prompt=prompt, max_tokens=20, temperature=0, n=2)
+    check([c.text for c in two.choices] == [text, text] and [c.index for c in two.choices] == [0, 1],
+          "n = 2 greedy gives two equal choices")
+    a = client.completions.create(model="base", prompt=prompt, max_tokens=20, temperature=1.0, n=2, seed=5)
+    b = client.completions.create(model="base", prompt=prompt, max_tokens=20, temperature=1.0, n=2, seed=5)
+    check([c.text for c in a.choices] == [c.text for c in b.choices], "n = 2 sampling with a seed is reproducible")
+    texts, _ = streamed_completion(client, model="base", prompt=prompt, max_tokens=20, temperature=1.0, n=2, seed=5)
+    check(texts == {0: a.choices[0].text, 1: a.choices[1].text}, "streamed n = 2 gives the same two choices")
+
+    # Stop strings: the answer ends before the first one, streamed or not.
+    stop = text[len(text) // 2: len(text) // 2 + 3]
+    cut = text[:text.find(stop)]
+    stopped = client.completions.create(model="base", prompt=prompt, max_tokens=20, temperature=0, stop=[stop])
+    check(stopped.choices[0].text == cut and stopped.choices[0].finish_reason == "stop",
+          f"stop string {stop!r} ends the answer before it")
+    texts, finish = streamed_completion(client, model="base", prompt=prompt, max_tokens=20, temperature=0, stop=stop)
+    check(texts == {0: cut} and finish == {0: "stop"}, "streamed, the stop string is cut the same way")
+
+    # Logprobs: one per token, each <= 0.
+    chat = client.chat.completions.create(model="base", messages=messages, max_tokens=8, temperature=0, logprobs=True)
+    values = [t.logprob for t in chat.choices[0].logprobs.content]
+    check(len(values) == 8 and all(v <= 0 for v in values), "chat logprobs: one per token")
+    done = client.completions.create(model="base", prompt=prompt, max_tokens=8, temperature=0, logprobs=0)
+    check(len(done.choices[0].logprobs.token_logprobs) == 8, "completion logprobs: one per token")
+
+    # The adapter by name: what ftrun generate gives on the run's newest checkpoint.
+    tuned = client.completions.create(model="tuned", prompt=prompt, max_tokens=16, temperature=0, logprobs=0)
+    base = client.completions.create(model="base", prompt=prompt, max_tokens=16, temperature=0, logprobs=0)
+    local = subprocess.run([FTRUN, "generate", run, "-c", "latest", "--raw", "-p", prompt, "--max-tokens", "16",
+                            "--json"], check=True, capture_output=True, text=True)
+    check(tuned.choices[0].text == json.loads(local.stdout)["text"],
+          "the adapter by name answers as ftrun generate -c latest on the training run")
+    check(tuned.choices[0].logprobs.token_logprobs != base.choices[0].logprobs.token_logprobs,
+          "the adapter changes the answer's probabilities")
+
+    # 32 concurrent streaming clients get what each gets alone.
+    jobs = [("base" if i % 2 else "tuned", PROMPTS[i % len(PROMPTS)] + " " * (i // len(PROMPTS))) for i in range(32)]
+    alone = [client.completions.create(model=m, prompt=p, max_tokens=16, temperature=0).choices[0].text for m, p in jobs]
+    with concurrent.futures.ThreadPoolExecutor(32) as pool:
+        together = list(pool.map(lambda job: streamed_completion(client, model=job[0], prompt=job[1], max_tokens=16,
+                                                                 temperature=0)[0][0], jobs))
+    check(together == alone, "32 concurrent streaming clients get exactly what each gets alone")
+
+    refusals(server, client)
+
+    # A client that goes away mid-stream: its slot is freed long before its 900 tokens, the server goes on.
+    before = server.metric("ft_generation_tokens_total")
+    with socket.create_connection(("127.0.0.1", int(server.url.rsplit(":", 1)[1]))) as s:
+        body = json.dumps({"model": "base", "prompt": prompt, "max_tokens": 900, "stream": True})
+        s.sendall(f"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                  f"Content-Length: {len(body)}\r\n\r\n{body}".encode())
+        s.recv(4096)  # the first event
+    deadline = time.time() + 20
+    while server.metric("ft_generation_tokens_total") == before and time.time() < deadline:
+        time.sleep(0.01)  # until it runs
+    while server.metric("ft_requests_running") > 0 and time.time() < deadline:
+        time.sleep(0.01)  # until it is dropped
+    generated = server.metric("ft_generation_tokens_total") - before
+    check(server.metric("ft_requests_running") == 0 and generated < 900,
+          f"a client that disconnects mid-stream is dropped after {generated:.0f} of its 900 tokens")
+    again = client.completions.create(model="base", prompt=prompt, max_tokens=20, temperature=0)
+    check(again.choices[0].text == text, "after every refusal and the disconnect, a good request is answered")
+
+    _, metrics = server.raw("/metrics")
+    check('ft_requests_total{endpoint="/v1/completions",status="200"}' in metrics and
+          "ft_time_to_first_token_seconds_count" in metrics and server.metric("ft_generation_tokens_total") > 0,
+          "/metrics reports requests, tokens and latency")
+
+
+def refusals(server, client):
+    def expect(status, code_or_text, body):
+        got, answer = server.raw("/v1/completions", body, {"Content-Type": "application/json"})
+        error = answer.get("error", {}) if isinstance(answer, dict) else {}
+        check(got == status and (code_or_text in (error.get("code") or "") or code_or_text in error.get("message", "")),
+              f"HTTP {status} ({code_or_text}) for {body[:60]!r}: {error.get('message')}")
+
+    expect(400, "invalid_json", '{"model": "base", "prompt": ')
+    expect(400, "invalid_type", json.dumps({"model": "base", "prompt": "a", "temperature": "hot"}))
+    expect(400, "invalid_type", json.dumps({"model": "base", "prompt": 5}))
+    expect(404, "model_not_found", json.dumps({"model": "gpt-4", "prompt": "a"}))
+    expect(400, "context_length_exceeded", json.dumps({"model": "base", "prompt": "jargon " * 3000}))
+    expect(400, "max_tokens", json.dumps({"model": "base", "prompt": "a", "max_tokens": 0}))
+    try:
+        client.chat.completions.create(model="nope", messages=[{"role": "user", "content": "hi"}])
+        check(False, "an unknown model is refused")
+    except openai.NotFoundError as e:
+        check(e.status_code == 404, "the openai client raises NotFoundError for an unknown model")
+    try:
+        client.chat.completions.create(model="base", messages=[{"role": "user", "content": "hi"}], max_tokens=0)
+        check(False, "max_tokens = 0 is refused")
+    except openai.BadRequestError:
+        check(True, "the openai client raises BadRequestError for max_tokens = 0")
+
+
+def graceful_shutdown():
+    """SIGTERM while a request streams: it finishes, then the server exits 0."""
+    server = Server(BASE, "--shutdown-timeout", "60")
+    client = server.client()
+    stream = client.completions.create(model=BASE, prompt=PROMPTS[1], max_tokens=600, temperature=0, stream=True)
+    first = next(iter(stream))
+    server.process.send_signal(signal.SIGTERM)
+    rest = list(stream)
+    finish = [c.choices[0].finish_reason for c in rest if c.choices and c.choices[0].finish_reason]
+    code = server.process.wait(timeout=60)
+    check(first.choices[0].text is not None and finish == ["length"] and code == 0,
+          "SIGTERM lets the streaming request finish all 600 tokens, then exits 0")
+
+
+def limits():
+    """A full queue answers 429; an API key is required when set."""
+    server = Server(BASE, "--max-num-seqs", "1", "--max-queue", "1", "--api-key", "secret")
+    try:
+        try:
+            server.client("wrong").models.list()
+            check(False, "a wrong API key is refused")
+        except openai.AuthenticationError as e:
+            check(e.status_code == 401, "a wrong API key gets 401")
+        client = server.client("secret")
+        long_ones = [client.completions.create(model=BASE, prompt=p, max_tokens=900, temperature=0, stream=True)
+                     for p in PROMPTS[:2]]  # one running, one waiting
+        try:
+            client.completions.create(model=BASE, prompt=PROMPTS[2], max_tokens=4)
+            check(False, "a request beyond the queue is refused")
+        except openai.RateLimitError as e:
+            check(e.status_code == 429, "a request beyond --max-queue gets 429")
+        for s in long_ones:
+            s.close()
+    finally:
+        server.stop()
+
+
+if __name__ == "__main__":
+    main()
