@@ -90,6 +90,21 @@ struct ServeOptions {
 };
 int run_serve(const ServeOptions& options);
 
+struct ChatOptions {
+  std::string model;         // load this model here (HF model, PEFT adapter or training output_dir)
+  std::string checkpoint;    // -c: one of an output_dir's checkpoints
+  std::string url;           // or talk to this server
+  std::string served_model;  // --model: the server's model to use; its first by default
+  std::string api_key;
+  std::string system;        // the system message
+  std::string message;       // one question, then exit
+  long max_tokens = 512;
+  double temperature = 0, top_p = 1;
+  long seed = 0;
+  std::string dtype = "float32";
+};
+int run_chat(const ChatOptions& options);
+
 struct InitOptions {
   std::string source, destination;  // destination: the source directory when empty
   long seed = 0;

@@ -109,6 +109,21 @@ int main(int argc, char** argv) {
   serve->add_option("--dtype", serve_options.dtype, "Compute dtype")->check(CLI::IsMember({"float32", "bfloat16"}))->capture_default_str();
   serve->add_option("--shutdown-timeout", serve_options.shutdown_timeout, "Seconds in-flight requests get to finish after SIGTERM")->check(CLI::NonNegativeNumber)->capture_default_str();
 
+  ftrun::ChatOptions chat_options;
+  auto* chat = app.add_subcommand("chat", "Chat in the terminal with a model, loaded here or served (--url)");
+  chat->add_option("model", chat_options.model, "HF model directory, PEFT adapter directory, or training output_dir");
+  chat->add_option("-c,--checkpoint", chat_options.checkpoint, "Use one of the output_dir's checkpoints: latest, or a step number");
+  chat->add_option("--url", chat_options.url, "A running OpenAI-compatible server, e.g. http://127.0.0.1:8000");
+  chat->add_option("--model", chat_options.served_model, "With --url: the server's model (default: its first)");
+  chat->add_option("--api-key", chat_options.api_key, "With --url: the server's API key")->envname("OPENAI_API_KEY");
+  chat->add_option("--system", chat_options.system, "The system message");
+  chat->add_option("-m,--message", chat_options.message, "Ask this one question, print the answer and exit");
+  chat->add_option("--max-tokens", chat_options.max_tokens, "Longest answer, in tokens")->check(CLI::PositiveNumber)->capture_default_str();
+  chat->add_option("--temperature", chat_options.temperature, "0: greedy")->check(CLI::NonNegativeNumber)->capture_default_str();
+  chat->add_option("--top-p", chat_options.top_p, "Keep the most likely tokens whose probabilities sum to p");
+  chat->add_option("--seed", chat_options.seed, "Seed of the sampling")->capture_default_str();
+  chat->add_option("--dtype", chat_options.dtype, "Compute dtype (a model loaded here)")->check(CLI::IsMember({"float32", "bfloat16"}))->capture_default_str();
+
   ftrun::InitOptions init_options;
   auto* init = app.add_subcommand("init", "Write randomly initialised weights for a config.json (HF layout, deterministic)");
   init->add_option("source", init_options.source, "Directory with config.json (and tokenizer files to copy)")->required();
@@ -138,5 +153,6 @@ int main(int argc, char** argv) {
   if (*schedule) return ftrun::run_schedule(schedule_options);
   if (*generate) return ftrun::run_generate(gen);
   if (*serve) return ftrun::run_serve(serve_options);
+  if (*chat) return ftrun::run_chat(chat_options);
   return ftrun::bad_input;
 }

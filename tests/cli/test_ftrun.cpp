@@ -327,3 +327,29 @@ TEST_CASE("ftrun generate answers through the chat template, reproducibly, and r
   CHECK(bad_value.code == 2);
   CHECK(bad_value.err.find("top_p must be in (0, 1]") != std::string::npos);
 }
+
+TEST_CASE("ftrun chat answers as ftrun generate does, keeps the conversation, and takes its commands") {
+  const std::string model = std::string(FT_SOURCE_DIR) + "/models/ft-tiny-llama";
+  const Run one = ftrun("chat " + model + " -m 'What is a hacker?' --max-tokens 6");
+  const Run generated = ftrun("generate " + model + " -p 'What is a hacker?' --max-tokens 6");
+  INFO(one.err);
+  REQUIRE(one.code == 0);
+  CHECK(one.out == generated.out);
+  fs::create_directories(scratch);
+  // Two turns: the second answer is the one generate gives for the whole conversation.
+  std::ofstream(scratch / "turns.txt") << "What is a hacker?\n/help\nDefine foo.\n";
+  const Run turns = ftrun("chat " + model + " --max-tokens 6 < " + (scratch / "turns.txt").string());
+  REQUIRE(turns.code == 0);
+  CHECK(turns.out.starts_with(one.out));
+  CHECK(turns.err.find("/clear") != std::string::npos);  // the help text
+  nlohmann::json conversation = {{"messages", nlohmann::json::array({
+      {{"role", "user"}, {"content", "What is a hacker?"}},
+      {{"role", "assistant"}, {"content", one.out.substr(0, one.out.size() - 1)}},
+      {{"role", "user"}, {"content", "Define foo."}}})}};
+  std::ofstream(scratch / "conversation.jsonl") << conversation.dump() << "\n";
+  const Run second = ftrun("generate " + model + " --max-tokens 6 --prompts " + (scratch / "conversation.jsonl").string());
+  CHECK(turns.out == one.out + second.out);
+  const Run neither = ftrun("chat");
+  CHECK(neither.code == 2);
+  CHECK(one_line(neither.err));
+}
