@@ -328,6 +328,37 @@ TEST_CASE("ftrun generate answers through the chat template, reproducibly, and r
   CHECK(bad_value.err.find("top_p must be in (0, 1]") != std::string::npos);
 }
 
+TEST_CASE("ftrun generate on SmolLM2-135M-Instruct (the GGUF, converted) answers as HF generate, token for token") {
+  // tools/make_smollm2_generate_fixture.py wrote HF's answers; the GGUF is fetched, not shipped.
+  const fs::path gguf = fs::path(FT_SOURCE_DIR) / "models/smollm2-135m-instruct/SmolLM2-135M-Instruct.Q4_1.gguf";
+  if (!fs::exists(gguf)) {
+    MESSAGE("skipped: no " << gguf.string() << " (bash tools/fetch_smollm2.sh fetches it)");
+    return;
+  }
+  const fs::path hf = scratch / "smollm2";
+  const Run converted = ftrun("convert " + gguf.string() + " " + hf.string() + " --force");
+  INFO(converted.err);
+  REQUIRE(converted.code == 0);
+  const auto expected =
+      nlohmann::json::parse(std::ifstream(std::string(FT_SOURCE_DIR) + "/tests/fixtures/smollm2/generate_expected.json"));
+  std::string prompts;
+  for (const auto& a : expected["answers"]) prompts += " -p '" + a["prompt"].get<std::string>() + "'";
+  const Run run = ftrun("generate " + hf.string() + prompts + " --json --max-tokens " + expected["max_tokens"].dump());
+  INFO(run.err);
+  REQUIRE(run.code == 0);
+  std::istringstream lines(run.out);
+  for (const auto& a : expected["answers"]) {
+    std::string line;
+    REQUIRE(std::getline(lines, line));
+    const auto got = nlohmann::json::parse(line);
+    CAPTURE(a["prompt"]);
+    CHECK(got["prompt_tokens"] == a["prompt_tokens"]);
+    CHECK(got["token_ids"] == a["token_ids"]);
+    CHECK(got["finish_reason"] == (a["eos"].get<bool>() ? "stop" : "length"));
+    CHECK(got["text"] == a["text"]);
+  }
+}
+
 TEST_CASE("ftrun chat answers as ftrun generate does, keeps the conversation, and takes its commands") {
   const std::string model = std::string(FT_SOURCE_DIR) + "/models/ft-tiny-llama";
   const Run one = ftrun("chat " + model + " -m 'What is a hacker?' --max-tokens 6");
