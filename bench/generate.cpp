@@ -1,0 +1,96 @@
+// Inference speed of the KV-cache engine (include/ft/infer/) on a model
+// directory: prefill tokens/s (a whole prompt in one step), decode tokens/s
+// (one new token per sequence per step) at batch 1 and batch 16, time to the
+// first token of one request, and the key/value cache bytes each concurrent
+// request holds. HF transformers' figures on the same machine and threads:
+// tools/bench_hf_generate.py.
+//
+//   build/release/bin/bench_generate MODEL_DIR [--prompt 128] [--decode 64] [--dtype float32|bfloat16]
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include <ft/infer/engine.hpp>
+#include <ft/models/load.hpp>
+
+namespace {
+
+using ft::index_t;
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+
+struct Figures {
+  double prefill_seconds, decode_seconds;
+};
+
+// One prefill of `batch` prompts of `prompt` tokens, then `decode` steps of one token each.
+template <ft::element T>
+Figures run(ft::infer::Engine<T>& engine, const ft::models::TransformerConfig& c, index_t batch, index_t prompt,
+            index_t decode) {
+  ft::infer::KvPool<T> pool(c, prompt + decode, batch);
+  std::vector<ft::infer::KvCache<T>*> caches;
+  for (index_t b = 0; b < batch; ++b) caches.push_back(pool.acquire());
+  auto tokens = std::vector<std::vector<std::int32_t>>(std::size_t(batch));
+  for (index_t b = 0; b < batch; ++b)
+    for (index_t i = 0; i < prompt; ++i) tokens[std::size_t(b)].push_back(std::int32_t((b * 7919 + i * 31) % c.vocab_size));
+  std::vector<float> logits(std::size_t(batch * c.vocab_size));
+  auto step = [&] {
+    std::vector<ft::infer::SequenceStep<T>> steps;
+    for (index_t b = 0; b < batch; ++b) steps.push_back({caches[std::size_t(b)], tokens[std::size_t(b)]});
+    engine.step(steps, logits.data());
+    for (index_t b = 0; b < batch; ++b) {  // greedy: the next token is the argmax
+      const float* row = logits.data() + b * c.vocab_size;
+      tokens[std::size_t(b)].assign(1, std::int32_t(std::max_element(row, row + c.vocab_size) - row));
+    }
+  };
+  const auto t0 = Clock::now();
+  step();
+  const double prefill = seconds_since(t0);
+  const auto t1 = Clock::now();
+  for (index_t i = 0; i < decode; ++i) step();
+  return {prefill, seconds_since(t1)};
+}
+
+template <ft::element T>
+int bench(const std::string& dir, index_t prompt, index_t decode) {
+  auto model = ft::models::load_pretrained<T>(dir);
+  const auto& c = model->config();
+  ft::infer::Engine<T> engine(*model);
+  run(engine, c, 1, 8, 2);  // warm-up: threads, first-touch pages
+  std::printf("%s: prompt %lld tokens, %lld decode steps\n", dir.c_str(), (long long)prompt, (long long)decode);
+  std::printf("| batch | prefill tok/s | first token ms | decode tok/s | decode ms/step |\n|---|---|---|---|---|\n");
+  for (const index_t batch : {1, 16}) {
+    const Figures f = run(engine, c, batch, prompt, decode);
+    std::printf("| %lld | %.0f | %.1f | %.1f | %.2f |\n", (long long)batch, double(batch * prompt) / f.prefill_seconds,
+                1e3 * f.prefill_seconds, double(batch * decode) / f.decode_seconds, 1e3 * f.decode_seconds / double(decode));
+  }
+  const ft::infer::KvCache<T> one(c, 2048);
+  std::printf("key/value cache per request: %.1f MiB at 2048 tokens (%.1f KiB per token)\n",
+              double(one.bytes()) / (1 << 20), double(one.bytes()) / 2048 / 1024);
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc < 2) {
+    std::fprintf(stderr, "usage: bench_generate MODEL_DIR [--prompt N] [--decode N] [--dtype float32|bfloat16]\n");
+    return 2;
+  }
+  index_t prompt = 128, decode = 64;
+  std::string dtype = "float32";
+  for (int i = 2; i + 1 < argc; i += 2) {
+    if (!std::strcmp(argv[i], "--prompt")) prompt = std::stoll(argv[i + 1]);
+    else if (!std::strcmp(argv[i], "--decode")) decode = std::stoll(argv[i + 1]);
+    else if (!std::strcmp(argv[i], "--dtype")) dtype = argv[i + 1];
+  }
+  try {
+    return dtype == "bfloat16" ? bench<ft::bf16>(argv[1], prompt, decode) : bench<float>(argv[1], prompt, decode);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "bench_generate: %s\n", e.what());
+    return 1;
+  }
+}

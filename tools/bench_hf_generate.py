@@ -1,0 +1,49 @@
+#!/usr/bin/env python3
+"""HF transformers' inference speed, the peer of bench/generate.cpp: the same
+prompts (token ids (b * 7919 + i * 31) % vocab), prefill then greedy decode
+with the KV cache, at batch 1 and 16, on the same threads.
+
+    tools/.venv/bin/python tools/bench_hf_generate.py MODEL_DIR [--prompt 128] [--decode 64] [--threads 2]
+"""
+import argparse
+import time
+
+import torch
+from transformers import AutoModelForCausalLM, DynamicCache
+
+
+def run(model, batch, prompt, decode):
+    vocab = model.config.vocab_size
+    ids = torch.tensor([[(b * 7919 + i * 31) % vocab for i in range(prompt)] for b in range(batch)])
+    cache = DynamicCache()
+    with torch.no_grad():
+        t0 = time.perf_counter()
+        out = model(input_ids=ids, past_key_values=cache, use_cache=True)
+        prefill = time.perf_counter() - t0
+        t1 = time.perf_counter()
+        for _ in range(decode):
+            nxt = out.logits[:, -1].argmax(-1, keepdim=True)
+            out = model(input_ids=nxt, past_key_values=out.past_key_values, use_cache=True)
+        return prefill, time.perf_counter() - t1
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("model")
+    p.add_argument("--prompt", type=int, default=128)
+    p.add_argument("--decode", type=int, default=64)
+    p.add_argument("--threads", type=int, default=2)
+    a = p.parse_args()
+    torch.set_num_threads(a.threads)
+    model = AutoModelForCausalLM.from_pretrained(a.model, dtype=torch.float32).eval()
+    run(model, 1, 8, 2)
+    print(f"{a.model}: prompt {a.prompt} tokens, {a.decode} decode steps (transformers {torch.__version__})")
+    print("| batch | prefill tok/s | first token ms | decode tok/s | decode ms/step |\n|---|---|---|---|---|")
+    for batch in (1, 16):
+        prefill, decode = run(model, batch, a.prompt, a.decode)
+        print(f"| {batch} | {batch * a.prompt / prefill:.0f} | {1e3 * prefill:.1f} | {batch * a.decode / decode:.1f} "
+              f"| {1e3 * decode / a.decode:.2f} |")
+
+
+if __name__ == "__main__":
+    main()
