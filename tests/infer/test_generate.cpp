@@ -6,12 +6,16 @@
 // (tools/make_adapter_generate_fixtures.py).
 #include <doctest/doctest.h>
 
+#include <atomic>
 #include <cmath>
 #include <cstring>
+#include <mutex>
+#include <thread>
 #include <string>
 #include <vector>
 
 #include <ft/infer/generate.hpp>
+#include <ft/infer/service.hpp>
 #include <ft/infer/text_stream.hpp>
 #include <ft/io/safetensors.hpp>
 #include <ft/models/load.hpp>
@@ -296,4 +300,64 @@ TEST_CASE("sampling: the same seed gives the same tokens; top_k = 1 is greedy; p
   CHECK_THROWS_WITH_AS(infer::Sampler{bad}, "top_p must be in (0, 1]", Error);
   CHECK(infer::Sampler::log_probability(logits, 1) ==
         doctest::Approx(3.0 - std::log(std::exp(1.0) + std::exp(3.0) + std::exp(2.0) + std::exp(-1.0))));
+}
+
+TEST_CASE("a service batches requests from many threads, bounds its queue, and cancels what is left at shutdown") {
+  auto model = models::load_pretrained<float>(parity + "llama_gqa");
+  infer::Engine<float> engine(*model);
+  const std::vector<Expected> cases = expected(parity + "llama_gqa");
+  {
+    infer::KvPool<float> pool(model->config(), 64, 4);
+    infer::Service<float> service(engine, pool, 64);
+    // 6 threads x 3 requests, each a fixture prompt: every answer is HF's.
+    std::mutex mutex;
+    std::vector<std::pair<std::size_t, infer::Completion>> done;
+    std::vector<std::thread> clients;
+    for (int t = 0; t < 6; ++t)
+      clients.emplace_back([&, t] {
+        std::vector<infer::Request> requests;
+        for (std::size_t i = 0; i < 3; ++i) {
+          const std::size_t which = (std::size_t(t) + i) % cases.size();
+          infer::Request r = greedy(cases[which].prompt, index_t(cases[which].tokens.size()));
+          r.on_done = [&, which](infer::Completion&& c) {
+            const std::lock_guard lock(mutex);
+            done.emplace_back(which, std::move(c));
+          };
+          requests.push_back(std::move(r));
+        }
+        CHECK(service.submit(std::move(requests)) == infer::Service<float>::Admission::queued);
+      });
+    for (auto& c : clients) c.join();
+    service.shutdown(std::chrono::seconds(60));  // finishes everything in flight
+    REQUIRE(done.size() == 18);
+    for (const auto& [which, c] : done) {
+      CHECK(c.tokens == cases[which].tokens);
+      CHECK(c.finish_reason == "length");
+    }
+    CHECK(service.submit({greedy(cases[0].prompt, 2)}) == infer::Service<float>::Admission::closed);
+  }
+  {
+    // One slot and one waiting place: a third request is turned away until one is done.
+    infer::KvPool<float> pool(model->config(), 64, 1);
+    infer::Service<float> service(engine, pool, 1);
+    std::atomic<int> cancelled = 0, finished = 0;
+    auto long_request = [&] {
+      infer::Request r = greedy(cases[0].prompt, 60);
+      r.on_token = [](std::int32_t, float) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(5));  // slow enough to stay in flight
+        return false;
+      };
+      r.on_done = [&](infer::Completion&& c) { ++(c.finish_reason == "cancelled" ? cancelled : finished); };
+      return r;
+    };
+    CHECK(service.submit({long_request()}) == infer::Service<float>::Admission::queued);
+    CHECK(service.submit({long_request()}) == infer::Service<float>::Admission::queued);
+    CHECK(service.submit({long_request()}) == infer::Service<float>::Admission::full);
+    CHECK_THROWS_WITH_AS(service.submit({greedy(cases[0].prompt, 100)}), doctest::Contains("exceeds max_model_len"),
+                         Error);
+    service.shutdown(std::chrono::milliseconds(0));  // no grace: both are cancelled
+    CHECK(cancelled == 2);
+    CHECK(finished == 0);
+    CHECK(pool.free_slots() == 1);
+  }
 }
