@@ -29,6 +29,8 @@ from safetensors.torch import save_file
 from transformers import AutoModelForCausalLM
 from transformers.utils import logging as hf_logging
 
+from make_generate_fixtures import greedy_generations
+
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 PARITY = ROOT / "tests" / "fixtures" / "parity"
 OUT = ROOT / "tests" / "fixtures" / "peft" / "generate"
@@ -63,20 +65,8 @@ def main():
         config_file.write_text(config_file.read_text().replace(str(PARITY / base), f"tests/fixtures/parity/{base}"))
         (target / "README.md").unlink(missing_ok=True)
 
-        vocab = model.config.vocab_size
-        gen = torch.Generator().manual_seed(4321)
-        tensors = {}
-        for i, length in enumerate(PROMPT_LENGTHS):
-            prompt = torch.randint(3, vocab, (1, length), generator=gen)
-            with torch.no_grad():
-                out = model.generate(input_ids=prompt, attention_mask=torch.ones_like(prompt), do_sample=False,
-                                     max_new_tokens=NEW_TOKENS, min_new_tokens=NEW_TOKENS, eos_token_id=None,
-                                     pad_token_id=0, output_logits=True, return_dict_in_generate=True)
-            # PEFT returns the prompt's ids and the new ones (virtual tokens are not ids).
-            tensors[f"prompt_{i}"] = prompt[0].to(torch.int32)
-            tensors[f"tokens_{i}"] = out.sequences[0, length:].to(torch.int32).contiguous()
-            tensors[f"logits_{i}"] = torch.stack([s[0] for s in out.logits]).to(torch.float32).contiguous()
-            assert tensors[f"tokens_{i}"].numel() == NEW_TOKENS
+        # PEFT's generate returns the prompt's ids and the new ones (virtual tokens are not ids).
+        tensors = greedy_generations(model, 4321, PROMPT_LENGTHS, NEW_TOKENS)
         save_file(tensors, str(target / "generate_expected.safetensors"))
         print(f"{name}: {len(PROMPT_LENGTHS)} prompts x {NEW_TOKENS} tokens")
 

@@ -29,24 +29,31 @@ PROMPT_LENGTHS = (1, 7, 19)
 NEW_TOKENS = 24
 
 
+def greedy_generations(model, seed, prompt_lengths, new_tokens):
+    """prompt_<i>, tokens_<i>, logits_<i> of greedy generate from random prompts
+    (ids from 3 up) of the given lengths; EOS does not stop it."""
+    gen = torch.Generator().manual_seed(seed)
+    tensors = {}
+    for i, length in enumerate(prompt_lengths):
+        prompt = torch.randint(3, model.config.vocab_size, (1, length), generator=gen)
+        with torch.no_grad():
+            out = model.generate(input_ids=prompt, attention_mask=torch.ones_like(prompt), do_sample=False,
+                                 max_new_tokens=new_tokens, min_new_tokens=new_tokens, eos_token_id=None,
+                                 pad_token_id=0, output_logits=True, return_dict_in_generate=True)
+        tensors[f"prompt_{i}"] = prompt[0].to(torch.int32)
+        tensors[f"tokens_{i}"] = out.sequences[0, length:].to(torch.int32).contiguous()
+        tensors[f"logits_{i}"] = torch.stack([s[0] for s in out.logits]).to(torch.float32).contiguous()
+        assert tensors[f"tokens_{i}"].numel() == new_tokens
+    return tensors
+
+
 def main():
     torch.set_num_threads(1)
     hf_logging.set_verbosity_error()
     for case in sorted(p for p in PARITY.iterdir() if (p / "config.json").exists()):
         model = AutoModelForCausalLM.from_pretrained(case, torch_dtype=torch.float32)
         model.eval()
-        vocab = model.config.vocab_size
-        gen = torch.Generator().manual_seed(1234)
-        tensors = {}
-        for i, length in enumerate(PROMPT_LENGTHS):
-            prompt = torch.randint(3, vocab, (1, length), generator=gen)
-            with torch.no_grad():
-                out = model.generate(prompt, attention_mask=torch.ones_like(prompt), do_sample=False,
-                                     max_new_tokens=NEW_TOKENS, min_new_tokens=NEW_TOKENS, eos_token_id=None,
-                                     pad_token_id=0, output_logits=True, return_dict_in_generate=True)
-            tensors[f"prompt_{i}"] = prompt[0].to(torch.int32)
-            tensors[f"tokens_{i}"] = out.sequences[0, length:].to(torch.int32).contiguous()
-            tensors[f"logits_{i}"] = torch.stack([s[0] for s in out.logits]).to(torch.float32).contiguous()
+        tensors = greedy_generations(model, 1234, PROMPT_LENGTHS, NEW_TOKENS)
         save_file(tensors, str(case / "generate_expected.safetensors"))
         print(f"{case.name}: {len(PROMPT_LENGTHS)} prompts x {NEW_TOKENS} tokens")
 
