@@ -16,7 +16,7 @@
 #include <string>
 #include <vector>
 
-#include <ft/data/tokenizer.hpp>
+#include <ft/text/tokenizer.hpp>
 
 namespace {
 
@@ -38,7 +38,7 @@ std::string jargon_text() {
     ::pclose(p);
   }
   std::string utf8;
-  for (char c : latin1) ft::data::tokenization::utf8_append(utf8, static_cast<unsigned char>(c));
+  for (char c : latin1) ft::text::tokenization::utf8_append(utf8, static_cast<unsigned char>(c));
   return utf8;
 }
 
@@ -60,11 +60,11 @@ std::vector<std::string> lines_of(const std::string& s) {
   return lines;
 }
 
-const ft::data::Tokenizer& tokenizer(const std::string& kind) {
-  static std::map<std::string, ft::data::Tokenizer> loaded;
+const ft::text::Tokenizer& tokenizer(const std::string& kind) {
+  static std::map<std::string, ft::text::Tokenizer> loaded;
   auto it = loaded.find(kind);
   if (it == loaded.end())
-    it = loaded.emplace(kind, ft::data::Tokenizer::from_file(fixtures / kind / "tokenizer.json")).first;
+    it = loaded.emplace(kind, ft::text::Tokenizer::from_file(fixtures / kind / "tokenizer.json")).first;
   return it->second;
 }
 

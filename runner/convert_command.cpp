@@ -21,7 +21,7 @@
 #include <map>
 #include <memory>
 
-#include <ft/data/chat_template.hpp>
+#include <ft/text/chat_template.hpp>
 #include <ft/data/token_additions.hpp>
 #include <ft/io/gguf_to_hf.hpp>
 #include <ft/io/hf_config.hpp>
@@ -140,7 +140,7 @@ void add_tokens(const fs::path& src, const fs::path& out, Staged& staged, const 
   nlohmann::json tokenizer = ft::io::read_json_file(tokenizer_file);
   const std::int64_t size = ft::data::add_tokens(tokenizer, additions, tokenizer_file.string());
   write_json(tokenizer_file, tokenizer);
-  const ft::data::Tokenizer updated = ft::data::Tokenizer::from_json(tokenizer, tokenizer_file.string());
+  const ft::text::Tokenizer updated = ft::text::Tokenizer::from_json(tokenizer, tokenizer_file.string());
 
   nlohmann::json config = ft::io::read_json_file(out / "config.json");
   const ft::models::ModelSpec spec = ft::models::read_model_spec(src);
@@ -184,7 +184,7 @@ void set_chat_template(const fs::path& out, const std::string& file) {
   std::ifstream in(file);
   if (!in) throw ft::Error(file + ": cannot be opened");
   std::string text{std::istreambuf_iterator<char>(in), {}};
-  ft::data::ChatTemplate::parse(text, file);
+  ft::text::ChatTemplate::parse(text, file);
   nlohmann::json tokenizer_config = read_or_empty(out / "tokenizer_config.json");
   tokenizer_config["chat_template"] = text;
   write_json(out / "tokenizer_config.json", tokenizer_config);

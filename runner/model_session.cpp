@@ -58,7 +58,7 @@ ModelSource resolve_model_source(const std::string& model, const std::string& ch
   throw ft::Error(model + ": not an HF model directory, a PEFT adapter or a training output_dir");
 }
 
-std::vector<std::int32_t> stop_tokens_of(const fs::path& dir, const ft::data::ModelText& text) {
+std::vector<std::int32_t> stop_tokens_of(const fs::path& dir, const ft::text::ModelText& text) {
   std::vector<std::int32_t> ids;
   const auto file = dir / "generation_config.json";
   if (fs::exists(file)) {

@@ -12,7 +12,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include <ft/data/model_text.hpp>
+#include <ft/text/model_text.hpp>
 #include <ft/infer/generate.hpp>
 #include <ft/models/load.hpp>
 
@@ -32,14 +32,14 @@ ModelSource resolve_model_source(const std::string& model, const std::string& ch
 
 // The tokens that end an answer: generation_config.json's eos_token_id (a
 // number or a list), else the tokenizer's EOS.
-std::vector<std::int32_t> stop_tokens_of(const std::filesystem::path& dir, const ft::data::ModelText& text);
+std::vector<std::int32_t> stop_tokens_of(const std::filesystem::path& dir, const ft::text::ModelText& text);
 
 template <ft::element T>
 class ModelSession {
 public:
   // `adapters`: name -> PEFT directory, each loaded beside the base.
   ModelSession(const ModelSource& source, const std::map<std::string, std::string>& adapters)
-      : model_(ft::models::load_pretrained<T>(source.base)), text_(ft::data::ModelText::load(source.base)),
+      : model_(ft::models::load_pretrained<T>(source.base)), text_(ft::text::ModelText::load(source.base)),
         stop_tokens_(stop_tokens_of(source.base, text_)), engine_(*model_) {
     if (!source.adapter.empty()) default_adapter_ = engine_.load_adapter(source.adapter);
     for (const auto& [name, dir] : adapters) adapters_[name] = engine_.load_adapter(dir);
@@ -47,7 +47,7 @@ public:
 
   ft::infer::Engine<T>& engine() { return engine_; }
   const ft::models::TransformerConfig& config() const { return model_->config(); }
-  const ft::data::ModelText& text() const { return text_; }
+  const ft::text::ModelText& text() const { return text_; }
   const std::vector<std::int32_t>& stop_tokens() const { return stop_tokens_; }
   // The adapter MODEL itself brought (-1 for none), and those added by name.
   int default_adapter() const { return default_adapter_; }
@@ -58,12 +58,12 @@ public:
   // A conversation through the model's chat template, ready for the answer.
   std::vector<std::int32_t> encode_chat(const nlohmann::ordered_json& messages) const {
     if (!text_.chat) throw ft::Error("the model has no chat template; send a plain prompt instead");
-    ft::data::ChatOptions options = text_.special;
+    ft::text::ChatOptions options = text_.special;
     options.add_generation_prompt = true;
     std::string rendered;
     {
       const std::lock_guard lock(template_mutex_);  // the template engine is not shared between threads
-      rendered = ft::data::apply_chat_template(*text_.chat, messages, options);
+      rendered = ft::text::apply_chat_template(*text_.chat, messages, options);
     }
     return text_.tokenizer->encode(rendered, false);
   }
@@ -73,7 +73,7 @@ public:
 
 private:
   std::unique_ptr<ft::models::Transformer<T>> model_;
-  ft::data::ModelText text_;
+  ft::text::ModelText text_;
   std::vector<std::int32_t> stop_tokens_;
   ft::infer::Engine<T> engine_;
   int default_adapter_ = -1;

@@ -18,7 +18,7 @@ int run_prepare(const PrepareOptions& options) {
   try {
     const auto loaded = ft::recipe::load<ft::recipe::Recipe>(options.recipe, options.sets);
     const ft::recipe::Recipe& r = loaded.recipe;
-    const ft::data::ModelText text = ft::data::ModelText::load(r.model.path);
+    const ft::text::ModelText text = ft::text::ModelText::load(r.model.path);
     const auto start = std::chrono::steady_clock::now();
     ft::Progress bar("prepare", 100);
     const ft::data::PreparedData prepared =

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Generates include/ft/data/tokenizer/unicode_tables.hpp: the data NFC needs.
+"""Generates include/ft/text/tokenizer/unicode_tables.hpp: the data NFC needs.
 
 ft's tokenizers must give the ids HF `tokenizers` gives, and HF normalises with
 a Rust crate frozen at an older Unicode version than Python's `unicodedata`.
@@ -16,7 +16,7 @@ import unicodedata
 
 from tokenizers import normalizers
 
-OUT = pathlib.Path(__file__).resolve().parent.parent / "include/ft/data/tokenizer/unicode_tables.hpp"
+OUT = pathlib.Path(__file__).resolve().parent.parent / "include/ft/text/tokenizer/unicode_tables.hpp"
 HANGUL = range(0xAC00, 0xD7A4)
 NFC, NFD = normalizers.NFC(), normalizers.NFD()
 
@@ -91,7 +91,7 @@ def main():
 // normaliser knows, so that ft's NFC gives HF's bytes. Do not edit; rerun the script.
 #include <cstdint>
 
-namespace ft::data::tokenization::unicode_tables {{
+namespace ft::text::tokenization::unicode_tables {{
 
 struct ClassRange {{ char32_t first, last; std::uint8_t ccc; }};
 struct Decomposition {{ char32_t cp, first, second; }};  // second is 0 for a singleton
@@ -118,7 +118,7 @@ inline constexpr Range nfc_unstable[] = {{
 {rows([f"{{0x{a:X},0x{b:X}}}," for a, b in unstable_ranges], 7)}
 }};
 
-}}  // namespace ft::data::tokenization::unicode_tables
+}}  // namespace ft::text::tokenization::unicode_tables
 """
     OUT.write_text(text)
     print(f"{OUT}: {len(ranges)} class ranges, {len(decompositions)} decompositions, "

@@ -19,7 +19,7 @@
 
 #include <ft/adapters/prompt_tuning.hpp>
 #include <ft/data/batches.hpp>
-#include <ft/data/tokenizer.hpp>
+#include <ft/text/tokenizer.hpp>
 #include <ft/io/hf_config.hpp>
 #include <ft/io/model_weights.hpp>
 #include <ft/models/load.hpp>
@@ -117,7 +117,7 @@ TEST_CASE("virtual tokens initialised from a text are PEFT's, bit for bit") {
   for (const std::string name : models_under_test) {
     CAPTURE(name);
     Prompted<float> p(name, false);
-    const auto tokenizer = data::Tokenizer::from_file(train_dir(name) / "tokenizer.json");
+    const auto tokenizer = text::Tokenizer::from_file(train_dir(name) / "tokenizer.json");
     const auto ids = tokenizer.encode(init_text, true);
     REQUIRE(ids.size() > std::size_t(virtual_tokens));  // the fixture's text is cut
     p.prompt->init_from_tokens(adapters::prompt_init_ids(ids, virtual_tokens));

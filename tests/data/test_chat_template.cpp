@@ -16,11 +16,11 @@
 
 #include <nlohmann/json.hpp>
 
-#include <ft/data/chat_template.hpp>
+#include <ft/text/chat_template.hpp>
 
 namespace fs = std::filesystem;
-using ft::data::ChatOptions;
-using ft::data::ChatTemplate;
+using ft::text::ChatOptions;
+using ft::text::ChatTemplate;
 using json = nlohmann::ordered_json;
 
 namespace {
@@ -38,24 +38,24 @@ bool ends_with(std::string_view s, std::string_view suffix) {
 }
 
 // What ft::Error's message must end with for an exception transformers raised.
-std::string expected_message(const json& c) { return ft::data::jinja::one_line(c["error"].get<std::string>()); }
+std::string expected_message(const json& c) { return ft::text::jinja::one_line(c["error"].get<std::string>()); }
 
 std::string first_difference(const std::string& got, const std::string& want) {
   std::size_t i = 0;
   while (i < got.size() && i < want.size() && got[i] == want[i]) ++i;
   const auto around = [&](const std::string& s) {
     const std::size_t from = i < 40 ? 0 : i - 40;
-    return ft::data::jinja::one_line(s.substr(from, 80));
+    return ft::text::jinja::one_line(s.substr(from, 80));
   };
   return "byte " + std::to_string(i) + ": got [" + around(got) + "] want [" + around(want) + "]";
 }
 
-std::string render_source(const std::string& source, const json& context, const ft::data::jinja::Limits& limits = {}) {
+std::string render_source(const std::string& source, const json& context, const ft::text::jinja::Limits& limits = {}) {
   return ChatTemplate::parse(source, "t").render(context, limits);
 }
 
 std::string error_of(const std::string& source, const json& context = json::object(),
-                     const ft::data::jinja::Limits& limits = {}) {
+                     const ft::text::jinja::Limits& limits = {}) {
   try {
     render_source(source, context, limits);
   } catch (const ft::Error& e) {
@@ -106,9 +106,9 @@ TEST_CASE("chat templates render every conversation byte for byte as transformer
     const json& messages = expected["conversations"][conversation];
     if (c.contains("expected")) {
       const std::string want = c["expected"];
-      ft::data::jinja::Rendered got;
+      ft::text::jinja::Rendered got;
       try {
-        got = ft::data::render_chat(tmpl, messages, options);
+        got = ft::text::render_chat(tmpl, messages, options);
       } catch (const ft::Error& e) {
         FAIL_CHECK("unexpected error: " << e.what());
         continue;
@@ -123,7 +123,7 @@ TEST_CASE("chat templates render every conversation byte for byte as transformer
     } else {
       std::string error = "(no error)";
       try {
-        ft::data::apply_chat_template(tmpl, messages, options);
+        ft::text::apply_chat_template(tmpl, messages, options);
       } catch (const ft::Error& e) {
         error = e.what();
       }
@@ -221,7 +221,7 @@ TEST_CASE("raise_exception fails with the template's message, its origin and pos
 }
 
 TEST_CASE("every rendering is bounded: steps, output, values, recursion and nesting") {
-  ft::data::jinja::Limits small;
+  ft::text::jinja::Limits small;
   small.max_steps = 1'000'000;
   small.max_output_bytes = 1 << 20;
   small.max_call_depth = 20;
@@ -286,18 +286,18 @@ TEST_CASE("apply_chat_template builds the context as transformers does") {
     {"role": "assistant", "content": "a", "reasoning": "r"},
     {"role": "assistant", "content": "b", "thinking": "t", "reasoning_content": "rc"}
   ])");
-  CHECK(ft::data::apply_chat_template(t, messages, options) ==
+  CHECK(ft::text::apply_chat_template(t, messages, options) ==
         R"({"role": "user", "content": "hi"};)"
         R"({"thinking": "r", "role": "assistant", "content": "a", "reasoning": "r", "reasoning_content": "r"};)"
         R"({"thinking": "t", "role": "assistant", "content": "b", "reasoning_content": "rc"};)"
         "[None|None|True|<s>|<|end|>|today]");
   options.tools = json::parse(R"([{"type": "function", "function": {"name": "f"}}])");
-  CHECK(ft::data::apply_chat_template(t, json::parse(R"([{"role": "user", "content": "x"}])"), options)
+  CHECK(ft::text::apply_chat_template(t, json::parse(R"([{"role": "user", "content": "x"}])"), options)
             .find("[[{'type': 'function', 'function': {'name': 'f'}}]|None|") != std::string::npos);
 
   const auto refused = [&](const json& msgs, const ChatOptions& o = {}) {
     try {
-      ft::data::apply_chat_template(t, msgs, o);
+      ft::text::apply_chat_template(t, msgs, o);
     } catch (const ft::Error& e) {
       return std::string(e.what());
     }
@@ -320,7 +320,7 @@ TEST_CASE("apply_chat_template builds the context as transformers does") {
 TEST_CASE("templates load from a model directory as transformers finds them") {
   const json expected = read_json(fixtures / "expected.json");
   const json user_only = expected["conversations"]["user_only"];
-  const auto render = [&](const ChatTemplate& t, const ChatOptions& o) { return ft::data::apply_chat_template(t, user_only, o); };
+  const auto render = [&](const ChatTemplate& t, const ChatOptions& o) { return ft::text::apply_chat_template(t, user_only, o); };
   // The fixture renders with tools only with the generation prompt.
   const auto want = [&](const std::string& name, bool tools) {
     for (const json& c : expected["cases"])
@@ -380,7 +380,7 @@ TEST_CASE("generation blocks report the byte range of the assistant text") {
       "{% else %}{{ m.content }}{% endif %}{% endfor %}{% macro inner() %}{% generation %}no{% endgeneration %}{% endmacro %}"
       "{{ inner() }}",
       "t");
-  const auto r = ft::data::render_chat(
+  const auto r = ft::text::render_chat(
       t, json::parse(R"([{"role": "user", "content": "é"}, {"role": "assistant", "content": "añb"}, {"role": "assistant", "content": ""}])"));
   CHECK(r.text == "<user>é<assistant>añb<assistant>no");
   // Byte offsets; only blocks rendered straight into the result are tracked.

@@ -36,13 +36,13 @@
 
 namespace fs = std::filesystem;
 using ft::data::BatchPlan;
-using ft::data::ChatOptions;
-using ft::data::ChatTemplate;
+using ft::text::ChatOptions;
+using ft::text::ChatTemplate;
 using ft::data::Example;
 using ft::data::ExampleOptions;
 using ft::data::Examples;
 using ft::data::epoch_order;
-using ft::data::Tokenizer;
+using ft::text::Tokenizer;
 using ft::testing::error_of;
 using ft::testing::TempDir;
 using ft::testing::write_bytes;
@@ -804,7 +804,7 @@ TEST_CASE("prepared cache: the mapped tokens are the examples, in order, and a s
   r.data.train = (root / "tests/fixtures/train/jargon_small.jsonl").string();
   r.data.max_seq_length = 128;
   r.data.validation_split = 0.25;
-  const ft::data::ModelText text = ft::data::ModelText::load(r.model.path);
+  const ft::text::ModelText text = ft::text::ModelText::load(r.model.path);
   const ft::data::PreparedData first = ft::data::load_prepared(r, text);
   CHECK(!first.reused);
   CHECK(fs::exists(dir / "run/data-cache/metadata.json"));

@@ -13,7 +13,7 @@
 #include "support/compare.hpp"
 #include <ft/data/batches.hpp>
 #include <ft/data/examples.hpp>
-#include <ft/data/model_text.hpp>
+#include <ft/text/model_text.hpp>
 #include <ft/models/load.hpp>
 
 namespace fs = std::filesystem;
@@ -51,7 +51,7 @@ std::map<std::int64_t, double> document_losses(const data::BatchPlan& plan, cons
 }  // namespace
 
 TEST_CASE("packing: the same documents packed or padded give the same per-document losses and gradients") {
-  const data::ModelText text = data::ModelText::load(model_dir);
+  const text::ModelText text = text::ModelText::load(model_dir);
   data::ExampleOptions options;
   options.max_seq_length = 128;
   data::Examples examples = data::read_examples(fs::path(FT_SOURCE_DIR) / "tests/fixtures/train/jargon_small.jsonl",

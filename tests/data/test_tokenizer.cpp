@@ -19,11 +19,11 @@
 
 #include <nlohmann/json.hpp>
 
-#include <ft/data/tokenizer.hpp>
+#include <ft/text/tokenizer.hpp>
 
 namespace fs = std::filesystem;
-using ft::data::AddedToken;
-using ft::data::Tokenizer;
+using ft::text::AddedToken;
+using ft::text::Tokenizer;
 using nlohmann::json;
 
 namespace {

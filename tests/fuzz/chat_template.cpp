@@ -9,7 +9,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include <ft/data/chat_template.hpp>
+#include <ft/text/chat_template.hpp>
 
 namespace {
 
@@ -26,9 +26,9 @@ const nlohmann::ordered_json& messages() {
   return m;
 }
 
-const ft::data::ChatOptions& options() {
-  static const ft::data::ChatOptions o = [] {
-    ft::data::ChatOptions opts;
+const ft::text::ChatOptions& options() {
+  static const ft::text::ChatOptions o = [] {
+    ft::text::ChatOptions opts;
     opts.add_generation_prompt = true;
     opts.bos_token = "<s>";
     opts.eos_token = "</s>";
@@ -48,8 +48,8 @@ const ft::data::ChatOptions& options() {
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   try {
-    const auto t = ft::data::ChatTemplate::parse(std::string(reinterpret_cast<const char*>(data), size), "fuzz");
-    ft::data::render_chat(t, messages(), options());
+    const auto t = ft::text::ChatTemplate::parse(std::string(reinterpret_cast<const char*>(data), size), "fuzz");
+    ft::text::render_chat(t, messages(), options());
   } catch (const ft::Error&) {
   }
   return 0;

@@ -15,7 +15,7 @@
 #include <string_view>
 #include <vector>
 
-#include <ft/data/tokenizer.hpp>
+#include <ft/text/tokenizer.hpp>
 
 namespace {
 
@@ -27,11 +27,11 @@ constexpr Kind kinds[] = {{"gpt2", Kind::exact},         {"llama3", Kind::exact}
                           {"gpt_neox", Kind::normalising}, {"qwen2", Kind::normalising}, {"llama2", Kind::other},
                           {"mistral", Kind::other},       {"sp_metaspace", Kind::other}, {"misc", Kind::other}};
 
-const std::vector<ft::data::Tokenizer>& fixture_tokenizers() {
-  static const std::vector<ft::data::Tokenizer> all = [] {
+const std::vector<ft::text::Tokenizer>& fixture_tokenizers() {
+  static const std::vector<ft::text::Tokenizer> all = [] {
     const auto dir = std::filesystem::path(__FILE__).parent_path().parent_path() / "fixtures/tokenizers";
-    std::vector<ft::data::Tokenizer> v;
-    for (const Kind& k : kinds) v.push_back(ft::data::Tokenizer::from_file(dir / k.name / "tokenizer.json"));
+    std::vector<ft::text::Tokenizer> v;
+    for (const Kind& k : kinds) v.push_back(ft::text::Tokenizer::from_file(dir / k.name / "tokenizer.json"));
     return v;
   }();
   return all;
@@ -39,13 +39,13 @@ const std::vector<ft::data::Tokenizer>& fixture_tokenizers() {
 
 void fuzz_text(std::uint8_t selector, std::string_view text) {
   const std::size_t k = selector % std::size(kinds);
-  const ft::data::Tokenizer& tok = fixture_tokenizers()[k];
+  const ft::text::Tokenizer& tok = fixture_tokenizers()[k];
   std::vector<std::int32_t> ids;
   try {
     ids = tok.encode(text, selector & 0x80);
   } catch (const ft::Error&) {
     // Only invalid UTF-8 may be refused.
-    if (ft::data::tokenization::utf8_invalid_at(text) == std::string_view::npos) std::abort();
+    if (ft::text::tokenization::utf8_invalid_at(text) == std::string_view::npos) std::abort();
     return;
   }
   const std::string decoded = tok.decode(ids, false);
@@ -63,7 +63,7 @@ void fuzz_json(std::string_view content) {
     out.write(content.data(), std::streamsize(content.size()));
   }
   try {
-    const auto tok = ft::data::Tokenizer::from_file(file);
+    const auto tok = ft::text::Tokenizer::from_file(file);
     const auto ids = tok.encode("Hello, world! <s> 12345 caf\xC3\xA9 \xE4\xB8\xAD\xE6\x96\x87  \t\n end");
     tok.decode(ids, false);
     tok.decode(ids, true);

@@ -18,7 +18,7 @@ class FullRuntime final : public Runtime<T> {
 public:
   explicit FullRuntime(const recipe::Recipe& r) : source_(r.model.path) {}
 
-  std::vector<Trainable<T>> attach(models::Transformer<T>& model, const data::ModelText&) override {
+  std::vector<Trainable<T>> attach(models::Transformer<T>& model, const text::ModelText&) override {
     model_ = &model;
     std::vector<Trainable<T>> out{{"embed", -1, &model.embedding().parameters()}};
     for (auto& b : model.blocks()) out.push_back({"layers." + std::to_string(b.layer()), b.layer(), &b.parameters()});

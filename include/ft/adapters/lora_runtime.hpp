@@ -30,7 +30,7 @@ public:
       throw Error("internal: the LoRA policy resolves lora.target_modules before training");
   }
 
-  std::vector<Trainable<T>> attach(models::Transformer<T>& model, const data::ModelText&) override {
+  std::vector<Trainable<T>> attach(models::Transformer<T>& model, const text::ModelText&) override {
     model_ = &model;
     lora_ = std::make_unique<LoraModel<T>>(model, options_);
     std::vector<Trainable<T>> out;

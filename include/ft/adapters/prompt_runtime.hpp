@@ -20,7 +20,7 @@ public:
       : source_(r.model.path), init_text_(r.prompt_tuning.init_text), tokens_(r.prompt_tuning.num_virtual_tokens),
         seed_(std::uint64_t(r.seed)) {}
 
-  std::vector<Trainable<T>> attach(models::Transformer<T>& model, const data::ModelText& text) override {
+  std::vector<Trainable<T>> attach(models::Transformer<T>& model, const text::ModelText& text) override {
     model_ = &model;
     prompt_ = std::make_unique<PromptTuning<T>>(model, tokens_, seed_);
     if (!init_text_.empty())

@@ -13,7 +13,7 @@
 #include <string>
 #include <vector>
 
-#include "ft/data/model_text.hpp"
+#include "ft/text/model_text.hpp"
 #include "ft/models/parameters.hpp"
 #include "ft/models/transformer.hpp"
 #include "ft/recipe/recipe.hpp"
@@ -36,7 +36,7 @@ public:
 
   // Attaches to the loaded model (which keeps gradients only when the policy
   // trains base weights) and returns the buffers that train.
-  virtual std::vector<Trainable<T>> attach(models::Transformer<T>& model, const data::ModelText& text) = 0;
+  virtual std::vector<Trainable<T>> attach(models::Transformer<T>& model, const text::ModelText& text) = 0;
   // Placeholder positions the batch plan puts before every row (prompt tuning).
   virtual index_t virtual_tokens() const { return 0; }
   // Before a training micro-batch (key: its position in the data stream, for

@@ -67,9 +67,9 @@
 #include <range/v3/view/facade.hpp>
 
 #include "ft/core/error.hpp"
-#include "ft/data/chat_template.hpp"
-#include "ft/data/tokenizer.hpp"
-#include "ft/data/tokenizer/utf8.hpp"
+#include "ft/text/chat_template.hpp"
+#include "ft/text/tokenizer.hpp"
+#include "ft/text/tokenizer/utf8.hpp"
 #include "ft/io/mapped_file.hpp"
 #include "ft/kernels/cpu/launch.hpp"
 
@@ -287,7 +287,7 @@ class ExampleBuilder {
 public:
   // Checks the options and the special tokens once; the tokenizer and the
   // template must outlive the builder. `chat` may be null (no template).
-  ExampleBuilder(const Tokenizer& tokenizer, const ChatTemplate* chat, const ChatOptions& special,
+  ExampleBuilder(const text::Tokenizer& tokenizer, const text::ChatTemplate* chat, const text::ChatOptions& special,
                  const ExampleOptions& options)
       : tokenizer_(tokenizer), chat_(chat), special_(special), options_(options) {
     if (options.format != "alpaca" && options.format != "chat" && options.format != "text" &&
@@ -458,8 +458,8 @@ private:
 
   // Renders the messages and scores the assistant messages (see the top of this file).
   Example conversation(const nlohmann::ordered_json& messages) const {
-    ChatOptions opts = special_;
-    const jinja::Rendered full = render_chat(*chat_, messages, opts);
+    text::ChatOptions opts = special_;
+    const text::jinja::Rendered full = text::render_chat(*chat_, messages, opts);
     std::vector<std::int32_t> full_ids = tokenizer_.encode(full.text, false);
     std::vector<std::pair<std::size_t, std::size_t>> spans;
     bool prefix = true;
@@ -468,9 +468,9 @@ private:
       const nlohmann::ordered_json before(messages.begin(), messages.begin() + std::ptrdiff_t(k));
       const nlohmann::ordered_json through(messages.begin(), messages.begin() + std::ptrdiff_t(k + 1));
       opts.add_generation_prompt = true;
-      const std::string prompt = render_chat(*chat_, before, opts).text;
+      const std::string prompt = text::render_chat(*chat_, before, opts).text;
       opts.add_generation_prompt = false;
-      const std::string done = k + 1 == messages.size() ? full.text : render_chat(*chat_, through, opts).text;
+      const std::string done = k + 1 == messages.size() ? full.text : text::render_chat(*chat_, through, opts).text;
       prefix = full.text.compare(0, prompt.size(), prompt) == 0 && full.text.compare(0, done.size(), done) == 0 &&
                prompt.size() <= done.size();
       spans.emplace_back(prompt.size(), done.size());
@@ -573,9 +573,9 @@ private:
     return e;
   }
 
-  const Tokenizer& tokenizer_;
-  const ChatTemplate* chat_;
-  ChatOptions special_;
+  const text::Tokenizer& tokenizer_;
+  const text::ChatTemplate* chat_;
+  text::ChatOptions special_;
   ExampleOptions options_;
   std::optional<std::int32_t> eos_id_;
 };
@@ -592,8 +592,8 @@ private:
 // called after every block of rows with the rows read and the fraction of
 // the file's bytes behind them. A file that cannot be read, is not well-formed as a
 // whole, or yields no example is an error.
-inline Examples scan_examples(const std::filesystem::path& file, const Tokenizer& tokenizer, const ChatTemplate* chat,
-                              const ChatOptions& special, const ExampleOptions& options,
+inline Examples scan_examples(const std::filesystem::path& file, const text::Tokenizer& tokenizer, const text::ChatTemplate* chat,
+                              const text::ChatOptions& special, const ExampleOptions& options,
                               const std::function<void(Example&&)>& take,
                               const std::function<void(std::int64_t, double)>& progress = {}) {
   constexpr std::size_t kept_messages = 5;
@@ -627,7 +627,7 @@ inline Examples scan_examples(const std::filesystem::path& file, const Tokenizer
   auto build = [&](const JsonRecord& record) {
     Outcome o;
     try {
-      if (const auto bad = tokenization::utf8_invalid_at(record.text); bad != std::string_view::npos)
+      if (const auto bad = text::tokenization::utf8_invalid_at(record.text); bad != std::string_view::npos)
         throw BadRow("the row is not valid UTF-8 (byte " + std::to_string(bad + 1) + "), allowed: UTF-8 text");
       nlohmann::json row;
       try {
@@ -699,8 +699,8 @@ inline Examples scan_examples(const std::filesystem::path& file, const Tokenizer
 }
 
 // All the examples of a dataset file, in memory (scan_examples, kept).
-inline Examples read_examples(const std::filesystem::path& file, const Tokenizer& tokenizer, const ChatTemplate* chat,
-                              const ChatOptions& special, const ExampleOptions& options) {
+inline Examples read_examples(const std::filesystem::path& file, const text::Tokenizer& tokenizer, const text::ChatTemplate* chat,
+                              const text::ChatOptions& special, const ExampleOptions& options) {
   std::vector<Example> rows;
   Examples out = scan_examples(file, tokenizer, chat, special, options,
                                [&](Example&& e) { rows.push_back(std::move(e)); });

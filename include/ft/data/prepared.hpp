@@ -38,7 +38,7 @@
 #include "ft/core/fingerprint.hpp"
 #include "ft/core/progress.hpp"
 #include "ft/data/artificial.hpp"
-#include "ft/data/model_text.hpp"
+#include "ft/text/model_text.hpp"
 #include "ft/data/token_corpus.hpp"
 #include "ft/io/hf_config.hpp"
 #include "ft/io/staged_directory.hpp"
@@ -133,7 +133,7 @@ inline std::string first_difference(const nlohmann::json& want, const nlohmann::
 }
 
 // Tokenises the recipe's data into `dir` (replacing what is there).
-inline nlohmann::json prepare_data(const recipe::Recipe& r, const ModelText& text, const std::filesystem::path& dir,
+inline nlohmann::json prepare_data(const recipe::Recipe& r, const text::ModelText& text, const std::filesystem::path& dir,
                                    const PrepareProgress& progress = {}) {
   const ExampleOptions options = detail::example_options(r.data);
   nlohmann::json counts;
@@ -190,7 +190,7 @@ inline nlohmann::json prepare_data(const recipe::Recipe& r, const ModelText& tex
 }
 
 // The recipe's data from its cache, prepared first when the cache is missing or was built for other inputs.
-inline PreparedData load_prepared(const recipe::Recipe& r, const ModelText& text, const PrepareProgress& progress = {},
+inline PreparedData load_prepared(const recipe::Recipe& r, const text::ModelText& text, const PrepareProgress& progress = {},
                                   bool force = false) {
   const std::filesystem::path dir = cache_dir_of(r);
   PreparedData out;

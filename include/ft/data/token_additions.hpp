@@ -24,7 +24,7 @@
 #include <toml++/toml.h>
 
 #include "ft/core/error.hpp"
-#include "ft/data/tokenizer.hpp"
+#include "ft/text/tokenizer.hpp"
 
 namespace ft::data {
 
@@ -71,7 +71,7 @@ inline TokenAdditions read_token_additions(const std::filesystem::path& file) {
 // size (model vocabulary plus added tokens).
 inline std::int32_t add_tokens(nlohmann::json& tokenizer_json, const TokenAdditions& additions,
                                const std::string& origin) {
-  Tokenizer tokenizer = Tokenizer::from_json(tokenizer_json, origin);
+  text::Tokenizer tokenizer = text::Tokenizer::from_json(tokenizer_json, origin);
   auto add = [&](const std::string& content, bool special) {
     if (tokenizer.token_to_id(content)) return;
     std::string contents[] = {content};

@@ -20,9 +20,9 @@ std::string preview(Run<T, M>& run) {
   const recipe::PreviewSection& p = run.recipe.preview;
   std::string prompt = p.prompt;
   if (run.text.chat) {
-    data::ChatOptions options = run.text.special;
+    text::ChatOptions options = run.text.special;
     options.add_generation_prompt = true;
-    prompt = data::apply_chat_template(*run.text.chat,
+    prompt = text::apply_chat_template(*run.text.chat,
                                        nlohmann::ordered_json::array({{{"role", "user"}, {"content", prompt}}}), options);
   } else {
     prompt = data::alpaca_prompt(prompt, "");

@@ -24,7 +24,7 @@
 #include "ft/adapters/runtime.hpp"
 #include "ft/comm/communicator.hpp"
 #include "ft/data/batches.hpp"
-#include "ft/data/model_text.hpp"
+#include "ft/text/model_text.hpp"
 #include "ft/models/transformer.hpp"
 #include "ft/parallel/runtime.hpp"
 #include "ft/recipe/recipe.hpp"
@@ -61,7 +61,7 @@ struct Run {
   std::filesystem::path out;
   comm::Communicator* comm = nullptr;
 
-  data::ModelText text;
+  text::ModelText text;
   std::string data_cache;  // where the tokenised data came from, for the run's header
   std::unique_ptr<data::BatchPlan> train_plan, eval_plan;
   std::int64_t train_rows = 0, skipped_rows = 0, total_steps = 0;

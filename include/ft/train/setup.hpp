@@ -68,7 +68,7 @@ void agree_on_run(Run<T, M>& run) {
 // runtimes (the batch plans need the virtual tokens and the data shard).
 template <element T, class M>
 void load_text(Run<T, M>& run) {
-  run.text = data::ModelText::load(run.recipe.model.path);
+  run.text = text::ModelText::load(run.recipe.model.path);
   run.adapter = run.policies.adapter(run.recipe);
   run.parallel = run.policies.parallel(*run.comm, run.recipe);
 }
