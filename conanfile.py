@@ -13,18 +13,18 @@ class FtConan(ConanFile):
     name = "ft"
     version = "0.1.0"
     license = "MIT"
-    description = "Fine-tuning of large language models in C++: header-only library, ftrun and plugins"
+    description = "Fine-tuning of large language models in C++: header-only template library (its text tools compiled), ftrun and plugins"
     topics = ("llm", "fine-tuning", "lora", "header-only")
     settings = "os", "arch", "compiler", "build_type"
     options = {"runner": [True, False]}
     default_options = {"runner": True}
-    exports_sources = ("CMakeLists.txt", "LICENSE", "cmake/*", "include/*", "runner/*", "plugins/*", "recipes/*")
+    exports_sources = ("CMakeLists.txt", "LICENSE", "cmake/*", "include/*", "src/*", "runner/*", "plugins/*", "recipes/*")
 
     def system_requirements(self):
         packages = ["libeigen3-dev", "librange-v3-dev", "libboost-dev", "libtomlplusplus-dev", "nlohmann-json3-dev",
                     "libopenblas-dev", "libopenblas0-openmp", "libpcre2-dev", "pkg-config", "libopenmpi-dev", "openmpi-bin"]
         if self.options.runner:
-            packages.append("libcli11-dev")
+            packages += ["libcli11-dev", "libcpp-httplib-dev"]
         Apt(self).install(packages)
 
     def layout(self):

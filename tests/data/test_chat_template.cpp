@@ -17,6 +17,7 @@
 #include <nlohmann/json.hpp>
 
 #include <ft/text/chat_template.hpp>
+#include <ft/text/jinja/failure.hpp>
 
 namespace fs = std::filesystem;
 using ft::text::ChatOptions;

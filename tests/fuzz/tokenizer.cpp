@@ -16,6 +16,7 @@
 #include <vector>
 
 #include <ft/text/tokenizer.hpp>
+#include <ft/text/tokenizer/utf8.hpp>
 
 namespace {
 

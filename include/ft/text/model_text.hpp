@@ -1,7 +1,7 @@
 #pragma once
 // What a model directory says about text: its tokenizer (tokenizer.json), its
 // chat template (tokenizer_config.json or chat_template.jinja) and its special
-// tokens. Training, data preparation and previews all read it the same way.
+// tokens. Training, data preparation, previews and serving read it the same way.
 #include <cstdint>
 #include <filesystem>
 #include <memory>
@@ -12,7 +12,6 @@
 #include "ft/core/error.hpp"
 #include "ft/text/chat_template.hpp"
 #include "ft/text/tokenizer.hpp"
-#include "ft/io/hf_config.hpp"
 
 namespace ft::text {
 
@@ -23,25 +22,8 @@ struct ModelText {
   std::int32_t eos_id = -1;            // -1: no EOS token known
   std::int32_t pad_id = 0;             // the pad token, else EOS, else 0 (padding is never scored)
 
-  static ModelText load(const std::filesystem::path& dir) {
-    if (!std::filesystem::exists(dir / "tokenizer.json"))
-      throw Error(dir.string() + ": has no tokenizer.json (ft needs the model's HF tokenizer to read the data)");
-    ModelText t;
-    t.tokenizer = std::make_unique<Tokenizer>(Tokenizer::from_file(dir / "tokenizer.json"));
-    const auto config_file = dir / "tokenizer_config.json";
-    nlohmann::ordered_json config = nlohmann::ordered_json::object();
-    if (std::filesystem::exists(config_file)) config = io::read_json_file<nlohmann::ordered_json>(config_file);
-    t.special = ChatOptions::from_tokenizer_config(config);
-    const bool has_template = std::filesystem::exists(dir / "chat_template.jinja") ||
-                              (config.contains("chat_template") && !config["chat_template"].is_null());
-    if (has_template) t.chat = std::make_unique<ChatTemplate>(ChatTemplate::load(dir));
-    if (t.special.eos_token)
-      if (auto id = t.tokenizer->token_to_id(*t.special.eos_token)) t.eos_id = std::int32_t(*id);
-    t.pad_id = t.eos_id >= 0 ? t.eos_id : 0;
-    if (config.contains("pad_token") && config["pad_token"].is_string())
-      if (auto id = t.tokenizer->token_to_id(config["pad_token"].get<std::string>())) t.pad_id = std::int32_t(*id);
-    return t;
-  }
+  // Reads dir/tokenizer.json (required), its chat template and special tokens.
+  static ModelText load(const std::filesystem::path& dir);
 };
 
 }  // namespace ft::text

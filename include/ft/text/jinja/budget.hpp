@@ -17,17 +17,9 @@
 #include <string>
 
 #include "ft/text/jinja/failure.hpp"
+#include "ft/text/jinja/rendered.hpp"
 
 namespace ft::text::jinja {
-
-struct Limits {
-  // The rendered text, and every string or list built along the way.
-  std::size_t max_output_bytes = std::size_t(64) << 20;
-  // Steps of work (see above): a second or two of rendering at most.
-  std::uint64_t max_steps = 20'000'000;
-  // Macro calls in progress at once (recursion).
-  std::size_t max_call_depth = 100;
-};
 
 class Budget {
 public:

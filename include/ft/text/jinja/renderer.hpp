@@ -29,6 +29,7 @@
 #include "ft/text/jinja/access.hpp"
 #include "ft/text/jinja/ast.hpp"
 #include "ft/text/jinja/budget.hpp"
+#include "ft/text/jinja/rendered.hpp"
 #include "ft/text/jinja/call.hpp"
 #include "ft/text/jinja/filters.hpp"
 #include "ft/text/jinja/globals.hpp"
@@ -40,12 +41,6 @@ namespace ft::text::jinja {
 // Nested evaluation (expressions within expressions, macro calls, blocks)
 // is bounded so that the stack holds out whatever the template does.
 inline constexpr std::size_t kMaxEvalDepth = 400;
-
-struct Rendered {
-  std::string text;
-  // [begin, end) byte offsets in `text` of what {% generation %} blocks produced.
-  std::vector<std::pair<std::size_t, std::size_t>> generation_spans;
-};
 
 struct Scope {
   Scope* parent = nullptr;

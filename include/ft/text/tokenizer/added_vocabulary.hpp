@@ -32,29 +32,11 @@
 #include <vector>
 
 #include "ft/core/error.hpp"
+#include "ft/text/added_token.hpp"
 #include "ft/text/tokenizer/bpe.hpp"
 #include "ft/text/tokenizer/normalizer.hpp"
 #include "ft/text/tokenizer/regex.hpp"
 #include "ft/text/tokenizer/utf8.hpp"
-
-namespace ft::text {
-
-// A token matched in text before the model. Like HF's AddedToken(content,
-// special): special tokens are matched in raw text, others after normalisation.
-struct AddedToken {
-  std::string content;
-  bool single_word = false;  // only when not inside a word
-  bool lstrip = false;       // takes in the whitespace on its left
-  bool rstrip = false;       // and on its right
-  bool normalized = true;    // matched in normalised text, against its normalised content
-  bool special = false;      // left out by decode(..., skip_special_tokens = true)
-
-  AddedToken() = default;
-  explicit AddedToken(std::string text, bool is_special = false)
-      : content(std::move(text)), normalized(!is_special), special(is_special) {}
-};
-
-}  // namespace ft::text
 
 namespace ft::text::tokenization {
 
