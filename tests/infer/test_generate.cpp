@@ -90,6 +90,24 @@ TEST_CASE("greedy generation with a KV cache matches HF generate token for token
   }
 }
 
+TEST_CASE("a sequence's logits are the same bit for bit alone and batched with others") {
+  for (const std::string name : {"llama_gqa", "neox_parallel"}) {
+    CAPTURE(name);
+    const std::vector<Expected> cases = expected(parity + name);
+    auto model = models::load_pretrained<float>(parity + name);
+    infer::Engine<float> engine(*model);
+    std::vector<infer::Request> requests;
+    for (const Expected& e : cases) requests.push_back(greedy(e.prompt, index_t(e.tokens.size())));
+    infer::KvPool<float> one(model->config(), 64, 1), three(model->config(), 64, 3);
+    const auto alone = infer::generate(engine, one, requests, true);
+    const auto together = infer::generate(engine, three, requests, true);
+    for (std::size_t i = 0; i < cases.size(); ++i) {
+      CAPTURE(i);
+      CHECK(alone[i].step_logits == together[i].step_logits);
+    }
+  }
+}
+
 TEST_CASE("generation stops at a stop token, when on_token says so and at max_tokens, and refuses what does not fit") {
   auto model = models::load_pretrained<float>(parity + "llama_gqa");
   infer::Engine<float> engine(*model);

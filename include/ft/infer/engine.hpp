@@ -57,7 +57,13 @@ public:
   // Runs the new tokens of each sequence through the model and appends
   // their keys and values to the sequence's cache. logits [S, V] receive the
   // next-token logits after each sequence's last new token.
+  //
+  // A sequence's logits do not depend on what else is in the batch: every
+  // product is row-invariant (kernels/row_invariant_gemm.hpp) and the rest
+  // of the step is row by row or per sequence. So greedy output is the same
+  // served alone or among many.
   void step(std::span<const SequenceStep<T>> sequences, float* logits) {
+    const RowInvariantGemm row_invariant;
     const models::TransformerConfig& c = model_.config();
     const index_t S = index_t(sequences.size()), C = c.hidden_size, V = c.vocab_size;
     batch_.B = 1;

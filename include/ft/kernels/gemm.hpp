@@ -6,13 +6,15 @@
 // f32 and f64 go straight to BLAS (OpenBLAS reaches about 1.5x Eigen's own
 // GEMM on this class of CPU; bench/bench_kernels measures both). 16-bit
 // inputs are widened to f32, multiplied with f32 accumulation, and rounded
-// back once: the arithmetic a bf16 tensor core does.
+// back once: the arithmetic a bf16 tensor core does. Inference asks for
+// products whose rows do not depend on the batch (row_invariant_gemm.hpp).
 #include <cblas.h>
 
 #include <vector>
 
 #include "ft/core/numeric.hpp"
 #include "ft/kernels/cpu/launch.hpp"
+#include "ft/kernels/row_invariant_gemm.hpp"
 #include "ft/tensor/memory.hpp"
 #include "ft/tensor/shape.hpp"
 
@@ -38,6 +40,10 @@ template <element T>
 void gemm(Op op_a, Op op_b, index_t M, index_t N, index_t K, acc_t<T> alpha, const T* A, index_t lda,
           const T* B, index_t ldb, acc_t<T> beta, T* C, index_t ldc) {
   if (M == 0 || N == 0) return;
+  if constexpr (!std::is_same_v<T, double>) {
+    if (detail::row_invariant_gemm && op_a == Op::none && op_b == Op::transpose)
+      return gemm_row_invariant(M, N, K, float(alpha), A, lda, B, ldb, float(beta), C, ldc);
+  }
   if constexpr (std::is_same_v<T, float>) {
     cblas_sgemm(CblasRowMajor, detail::cblas_op(op_a), detail::cblas_op(op_b), int(M), int(N), int(K), alpha,
                 A, int(lda), B, int(ldb), beta, C, int(ldc));
