@@ -106,6 +106,16 @@ TEST_CASE("a sequence's logits are the same bit for bit alone and batched with o
       CHECK(alone[i].step_logits == together[i].step_logits);
     }
   }
+  // bf16 weights and activations take their own product code: invariant too.
+  const std::vector<Expected> cases = expected(parity + "llama_gqa");
+  auto model = models::load_pretrained<bf16>(parity + "llama_gqa");
+  infer::Engine<bf16> engine(*model);
+  std::vector<infer::Request> requests;
+  for (const Expected& e : cases) requests.push_back(greedy(e.prompt, 8));
+  infer::KvPool<bf16> one(model->config(), 64, 1), three(model->config(), 64, 3);
+  const auto alone = infer::generate(engine, one, requests, true);
+  const auto together = infer::generate(engine, three, requests, true);
+  for (std::size_t i = 0; i < cases.size(); ++i) CHECK(alone[i].step_logits == together[i].step_logits);
 }
 
 TEST_CASE("generation stops at a stop token, when on_token says so and at max_tokens, and refuses what does not fit") {
