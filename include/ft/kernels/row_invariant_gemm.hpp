@@ -144,9 +144,6 @@ void vector_tile(const T* const* a, int rows, const T* const* b, index_t K, floa
     default: return vector_tile4(a, b, K, out);
   }
 }
-#else
-template <class T>
-constexpr bool has_vector_tile = false;
 #endif
 }  // namespace detail
 
@@ -176,6 +173,7 @@ void gemm_row_invariant(index_t M, index_t N, index_t K, float alpha, const T* A
         T& c = C[(m0 + r) * ldc + n];
         c = T(beta == 0.0f ? alpha * d : alpha * d + beta * float(c));
       };
+#if defined(__AVX2__) && defined(__FMA__)
       if constexpr (detail::has_vector_tile<T>) {
         for (index_t n = n0; n < n1; n += 2) {
           const int cols = int(std::min<index_t>(2, n1 - n));
@@ -185,12 +183,13 @@ void gemm_row_invariant(index_t M, index_t N, index_t K, float alpha, const T* A
           for (int r = 0; r < rows; ++r)
             for (int c = 0; c < cols; ++c) store(n + c, r, d[r][c]);
         }
-      } else {
-        for (index_t n = n0; n < n1; ++n) {
-          float d[4];
-          detail::fixed_order_dots(a, rows, B + n * ldb, K, d);
-          for (int r = 0; r < rows; ++r) store(n, r, d[r]);
-        }
+        continue;
+      }
+#endif
+      for (index_t n = n0; n < n1; ++n) {
+        float d[4];
+        detail::fixed_order_dots(a, rows, B + n * ldb, K, d);
+        for (int r = 0; r < rows; ++r) store(n, r, d[r]);
       }
     }
   });
