@@ -5,9 +5,17 @@
 // request holds. HF transformers' figures on the same machine and threads:
 // tools/bench_hf_generate.py.
 //
-//   build/release/bin/bench_generate MODEL_DIR [--prompt 128] [--decode 64] [--dtype float32|bfloat16]
+// Decode is read against two limits: at small batches a step streams every
+// weight from memory once, whatever the batch; at large ones the matrix
+// products are bound by arithmetic. "x batch 1" is the speed-up over one
+// sequence, "GEMM GFLOP/s" the rate of the weight products alone (2 flops per
+// weight per sequence) over the whole step, to hold against
+// bench_kernels' peak/openblas_sgemm.
+//
+//   build/release/bin/bench_generate MODEL_DIR [--prompt 128] [--decode 64] [--batches 1,16] [--dtype float32|bfloat16]
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -54,18 +62,32 @@ Figures run(ft::infer::Engine<T>& engine, const ft::models::TransformerConfig& c
   return {prefill, seconds_since(t1)};
 }
 
+// Flops of the weight products for one token: every linear layer and the LM head.
+double weight_flops_per_token(const ft::models::TransformerConfig& c) {
+  const double C = double(c.hidden_size);
+  const double layer = C * double(c.qkv_width()) + double(c.num_heads * c.head_dim) * C +
+                       C * double(c.mlp_in_width()) + double(c.intermediate_size) * C;
+  return 2.0 * (double(c.num_layers) * layer + C * double(c.vocab_size));
+}
+
 template <ft::element T>
-int bench(const std::string& dir, index_t prompt, index_t decode) {
+int bench(const std::string& dir, index_t prompt, index_t decode, const std::vector<index_t>& batches) {
   auto model = ft::models::load_pretrained<T>(dir);
   const auto& c = model->config();
   ft::infer::Engine<T> engine(*model);
   run(engine, c, 1, 8, 2);  // warm-up: threads, first-touch pages
   std::printf("%s: prompt %lld tokens, %lld decode steps\n", dir.c_str(), (long long)prompt, (long long)decode);
-  std::printf("| batch | prefill tok/s | first token ms | decode tok/s | decode ms/step |\n|---|---|---|---|---|\n");
-  for (const index_t batch : {1, 16}) {
+  std::printf("| batch | prefill tok/s | first token ms | decode tok/s | decode ms/step | x batch 1 | GEMM GFLOP/s |\n"
+              "|---|---|---|---|---|---|---|\n");
+  double one_sequence = 0;
+  for (const index_t batch : batches) {
     const Figures f = run(engine, c, batch, prompt, decode);
-    std::printf("| %lld | %.0f | %.1f | %.1f | %.2f |\n", (long long)batch, double(batch * prompt) / f.prefill_seconds,
-                1e3 * f.prefill_seconds, double(batch * decode) / f.decode_seconds, 1e3 * f.decode_seconds / double(decode));
+    const double tokens_per_second = double(batch * decode) / f.decode_seconds;
+    if (one_sequence == 0) one_sequence = tokens_per_second / double(batch);
+    std::printf("| %lld | %.0f | %.1f | %.1f | %.2f | %.2f | %.1f |\n", (long long)batch,
+                double(batch * prompt) / f.prefill_seconds, 1e3 * f.prefill_seconds, tokens_per_second,
+                1e3 * f.decode_seconds / double(decode), tokens_per_second / one_sequence,
+                tokens_per_second * weight_flops_per_token(c) * 1e-9);
   }
   const ft::infer::KvCache<T> one(c, 2048);
   std::printf("key/value cache per request: %.1f MiB at 2048 tokens (%.1f KiB per token)\n",
@@ -77,18 +99,33 @@ int bench(const std::string& dir, index_t prompt, index_t decode) {
 
 int main(int argc, char** argv) {
   if (argc < 2) {
-    std::fprintf(stderr, "usage: bench_generate MODEL_DIR [--prompt N] [--decode N] [--dtype float32|bfloat16]\n");
+    std::fprintf(stderr,
+                 "usage: bench_generate MODEL_DIR [--prompt N] [--decode N] [--batches 1,16] [--dtype float32|bfloat16]\n");
     return 2;
   }
   index_t prompt = 128, decode = 64;
   std::string dtype = "float32";
+  std::vector<index_t> batches = {1, 16};
   for (int i = 2; i + 1 < argc; i += 2) {
     if (!std::strcmp(argv[i], "--prompt")) prompt = std::stoll(argv[i + 1]);
     else if (!std::strcmp(argv[i], "--decode")) decode = std::stoll(argv[i + 1]);
     else if (!std::strcmp(argv[i], "--dtype")) dtype = argv[i + 1];
+    else if (!std::strcmp(argv[i], "--batches")) {
+      batches.clear();
+      for (const char* p = argv[i + 1]; *p;) {
+        char* end = nullptr;
+        batches.push_back(std::strtoll(p, &end, 10));
+        if (end == p || batches.back() < 1) {
+          std::fprintf(stderr, "bench_generate: --batches takes positive integers separated by commas\n");
+          return 2;
+        }
+        p = *end == ',' ? end + 1 : end;
+      }
+    }
   }
   try {
-    return dtype == "bfloat16" ? bench<ft::bf16>(argv[1], prompt, decode) : bench<float>(argv[1], prompt, decode);
+    return dtype == "bfloat16" ? bench<ft::bf16>(argv[1], prompt, decode, batches)
+                               : bench<float>(argv[1], prompt, decode, batches);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "bench_generate: %s\n", e.what());
     return 1;

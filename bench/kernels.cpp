@@ -84,6 +84,29 @@ void linear_gemms(benchmark::State& state) {
 }
 BENCHMARK(linear_gemms)->Name("gemm/linear")->ArgsProduct({{0, 1, 2, 3, 4}, {0, 1, 2}})->Unit(benchmark::kMillisecond)->UseRealTime();
 
+// The same forward products at decode sizes (M = rows = sequences in the
+// batch): row-invariant as inference runs them (kernels/row_invariant_gemm.hpp),
+// and through BLAS for comparison.
+void decode_gemms(benchmark::State& state) {
+  const LinearShape& s = linear_shapes[state.range(0)];
+  const ft::index_t M = state.range(1);
+  const bool row_invariant = state.range(2) != 0;
+  auto x = random_floats(std::size_t(M * s.in)), w = random_floats(std::size_t(s.out * s.in));
+  auto y = random_floats(std::size_t(M * s.out));
+  for (auto _ : state) {
+    if (row_invariant) {
+      const ft::RowInvariantGemm scope;
+      ft::gemm<float>(ft::Op::none, ft::Op::transpose, M, s.out, s.in, 1, x.data(), s.in, w.data(), s.in, 0, y.data(), s.out);
+    } else {
+      ft::gemm<float>(ft::Op::none, ft::Op::transpose, M, s.out, s.in, 1, x.data(), s.in, w.data(), s.in, 0, y.data(), s.out);
+    }
+    benchmark::ClobberMemory();
+  }
+  state.SetLabel(std::string(s.name) + (row_invariant ? " row-invariant" : " blas"));
+  set_flops(state, 2.0 * double(M) * double(s.in) * double(s.out));
+}
+BENCHMARK(decode_gemms)->Name("gemm/decode")->ArgsProduct({{0, 1, 2, 3, 4}, {1, 4, 16, 64}, {1, 0}})->Unit(benchmark::kMicrosecond)->UseRealTime();
+
 // Causal attention, one micro-batch of 4 x 512 or 1 x 2048 tokens.
 void attention(benchmark::State& state) {
   const ft::index_t T = state.range(0), B = 2048 / T;

@@ -9,10 +9,10 @@
 // every product of that form).
 //
 // Each task holds a block of B's rows in cache while all rows of A pass over
-// it, up to four at a time sharing each load of B: at inference B is a
-// weight matrix and A a few rows of activations. x86-64-v3 builds run float
-// and bf16 through AVX2 tiles; other types and CPUs through portable code
-// (16 running sums, a fixed tree). Either is fixed for a build and a type.
+// it, up to four at a time: at inference B is a weight matrix read from
+// memory once per step and A a few rows of activations. x86-64-v3 builds run
+// float and bf16 through AVX2 tiles; other types and CPUs through portable
+// code (16 running sums, a fixed tree). Either is fixed for a build and a type.
 #include <algorithm>
 #include <cstdint>
 #include <type_traits>
@@ -59,10 +59,9 @@ void fixed_order_dots(const T* const* a, int rows, const T* b, index_t K, float*
 }
 
 #if defined(__AVX2__) && defined(__FMA__)
-// With AVX2 and FMA (x86-64-v3 builds), float and bf16 take tiles of up to
-// four rows of A by two of B: per element, 8-lane sums over k in fused
-// multiply-adds, the last partial chunk through zero-filled loads, then one
-// fixed horizontal sum. A lone last row of B is paired with itself.
+// With AVX2 and FMA (x86-64-v3 builds), float and bf16 take register tiles:
+// per element, 8-lane sums over k in fused multiply-adds, the last partial
+// chunk through zero-filled loads, then one fixed horizontal sum.
 inline __m256 load8(const float* p, index_t n) {
   alignas(32) static const std::int32_t ones_then_zeros[16] = {-1, -1, -1, -1, -1, -1, -1, -1, 0, 0, 0, 0, 0, 0, 0, 0};
   if (n >= 8) return _mm256_loadu_ps(p);
@@ -89,61 +88,67 @@ inline float horizontal_sum(__m256 v) {
 template <class T>
 constexpr bool has_vector_tile = std::is_same_v<T, float> || std::is_same_v<T, bf16>;
 
-// R rows of A (1 to 4) by two rows of B. Each element gets the same
-// operations whatever R is (its own accumulator, the same loads, the same
-// fused multiply-adds in k order, the same horizontal sum), so fewer rows
-// cost less without changing a bit.
-template <int R, class T>
-void vector_tile(const T* const* a, const T* const* b, index_t K, float out[4][2]) {
-  __m256 sum[R][2];
-  for (int r = 0; r < R; ++r) sum[r][0] = sum[r][1] = _mm256_setzero_ps();
-  for (index_t k = 0; k < K; k += 8) {
-    const index_t n = K - k;
-    const __m256 w0 = load8(b[0] + k, n), w1 = load8(b[1] + k, n);
-    for (int r = 0; r < R; ++r) {
-      const __m256 x = load8(a[r] + k, n);
-      sum[r][0] = _mm256_fmadd_ps(x, w0, sum[r][0]);
-      sum[r][1] = _mm256_fmadd_ps(x, w1, sum[r][1]);
-    }
-  }
+// R rows of A by C rows of B, R*C sums in registers. Each element gets the
+// same operations whatever the tile (its own accumulator, the same loads,
+// the same fused multiply-adds in k order, the same horizontal sum), so the
+// tile's shape changes the speed and never a bit. The side with fewer rows
+// stays in registers across a step of k; the other streams past it.
+// `next` (or null) names the rows of B the following tile reads: fetching
+// them while this tile computes overlaps reading the weights from memory
+// with the arithmetic, which otherwise take turns.
+template <int R, int C, class T>
+[[gnu::always_inline]] inline void vector_tile(const T* const* a, const T* const* b, const T* const* next, index_t K,
+                                               float* out) {
+  __m256 sum[R][C];
+#pragma GCC unroll 4
   for (int r = 0; r < R; ++r)
-    for (int c = 0; c < 2; ++c) out[r][c] = horizontal_sum(sum[r][c]);
+#pragma GCC unroll 8
+    for (int c = 0; c < C; ++c) sum[r][c] = _mm256_setzero_ps();
+  // One step of k: eight lanes, or the last n < 8 through zero-filled loads.
+  auto step = [&](index_t k, index_t n) {
+    if constexpr (R <= C) {
+      __m256 x[R];
+#pragma GCC unroll 4
+      for (int r = 0; r < R; ++r) x[r] = load8(a[r] + k, n);
+#pragma GCC unroll 8
+      for (int c = 0; c < C; ++c) {
+        const __m256 w = load8(b[c] + k, n);
+#pragma GCC unroll 4
+        for (int r = 0; r < R; ++r) sum[r][c] = _mm256_fmadd_ps(x[r], w, sum[r][c]);
+      }
+    } else {
+      __m256 w[C];
+#pragma GCC unroll 8
+      for (int c = 0; c < C; ++c) w[c] = load8(b[c] + k, n);
+#pragma GCC unroll 4
+      for (int r = 0; r < R; ++r) {
+        const __m256 x = load8(a[r] + k, n);
+#pragma GCC unroll 8
+        for (int c = 0; c < C; ++c) sum[r][c] = _mm256_fmadd_ps(x, w[c], sum[r][c]);
+      }
+    }
+  };
+  // Whole steps apart from the last partial one, so the main loop holds no
+  // mask and every sum stays in a register.
+  index_t k = 0;
+  constexpr index_t per_line = 64 / sizeof(T);
+  for (; k + 8 <= K; k += 8) {
+    if (next && k % per_line == 0) {
+#pragma GCC unroll 8
+      for (int c = 0; c < C; ++c) _mm_prefetch(reinterpret_cast<const char*>(next[c] + k), _MM_HINT_T0);
+    }
+    step(k, 8);
+  }
+  if (k < K) step(k, K - k);
+#pragma GCC unroll 4
+  for (int r = 0; r < R; ++r)
+#pragma GCC unroll 8
+    for (int c = 0; c < C; ++c) out[r * C + c] = horizontal_sum(sum[r][c]);
 }
 
-// Four rows, written out: the compiler keeps all eight sums in registers.
-template <class T>
-void vector_tile4(const T* const* a, const T* const* b, index_t K, float out[4][2]) {
-  __m256 s00 = _mm256_setzero_ps(), s01 = s00, s10 = s00, s11 = s00, s20 = s00, s21 = s00, s30 = s00, s31 = s00;
-  for (index_t k = 0; k < K; k += 8) {
-    const index_t n = K - k;
-    const __m256 w0 = load8(b[0] + k, n), w1 = load8(b[1] + k, n);
-    __m256 x = load8(a[0] + k, n);
-    s00 = _mm256_fmadd_ps(x, w0, s00);
-    s01 = _mm256_fmadd_ps(x, w1, s01);
-    x = load8(a[1] + k, n);
-    s10 = _mm256_fmadd_ps(x, w0, s10);
-    s11 = _mm256_fmadd_ps(x, w1, s11);
-    x = load8(a[2] + k, n);
-    s20 = _mm256_fmadd_ps(x, w0, s20);
-    s21 = _mm256_fmadd_ps(x, w1, s21);
-    x = load8(a[3] + k, n);
-    s30 = _mm256_fmadd_ps(x, w0, s30);
-    s31 = _mm256_fmadd_ps(x, w1, s31);
-  }
-  const __m256 sums[4][2] = {{s00, s01}, {s10, s11}, {s20, s21}, {s30, s31}};
-  for (int r = 0; r < 4; ++r)
-    for (int c = 0; c < 2; ++c) out[r][c] = horizontal_sum(sums[r][c]);
-}
-
-template <class T>
-void vector_tile(const T* const* a, int rows, const T* const* b, index_t K, float out[4][2]) {
-  switch (rows) {
-    case 1: return vector_tile<1>(a, b, K, out);
-    case 2: return vector_tile<2>(a, b, K, out);
-    case 3: return vector_tile<3>(a, b, K, out);
-    default: return vector_tile4(a, b, K, out);
-  }
-}
+// Rows of B per tile for a tile of R rows of A: 8 to 12 sums in registers,
+// and with the values they meet no more than the 16 vector registers.
+constexpr int tile_columns(int rows) { return rows == 1 ? 8 : rows == 2 ? 6 : rows == 3 ? 4 : 3; }
 #endif
 }  // namespace detail
 
@@ -162,26 +167,39 @@ private:
 template <element T>
 void gemm_row_invariant(index_t M, index_t N, index_t K, float alpha, const T* A, index_t lda, const T* B,
                         index_t ldb, float beta, T* C, index_t ldc) {
-  constexpr index_t block = 16;  // rows of B per task
+  constexpr index_t block = 24;  // rows of B per task: a multiple of every tile's width
   cpu::parallel_for((N + block - 1) / block, [=](index_t task) {
     const index_t n0 = task * block, n1 = std::min(N, n0 + block);
+    auto store = [&](index_t m, index_t n, float d) {
+      T& c = C[m * ldc + n];
+      c = T(beta == 0.0f ? alpha * d : alpha * d + beta * float(c));
+    };
     for (index_t m0 = 0; m0 < M; m0 += 4) {
       const int rows = int(std::min<index_t>(4, M - m0));
       const T* a[4];
       for (int r = 0; r < rows; ++r) a[r] = A + (m0 + r) * lda;
-      auto store = [&](index_t n, int r, float d) {
-        T& c = C[(m0 + r) * ldc + n];
-        c = T(beta == 0.0f ? alpha * d : alpha * d + beta * float(c));
-      };
 #if defined(__AVX2__) && defined(__FMA__)
       if constexpr (detail::has_vector_tile<T>) {
-        for (index_t n = n0; n < n1; n += 2) {
-          const int cols = int(std::min<index_t>(2, n1 - n));
-          const T* b[2] = {B + n * ldb, B + (n + cols - 1) * ldb};
-          float d[4][2];
-          detail::vector_tile(a, rows, b, K, d);
+        const int width = detail::tile_columns(rows);
+        for (index_t n = n0; n < n1; n += width) {
+          // A short last tile repeats its last row of B.
+          const int cols = int(std::min<index_t>(width, n1 - n));
+          const T* b[8];
+          for (int c = 0; c < width; ++c) b[c] = B + (n + std::min(c, cols - 1)) * ldb;
+          // One row of A streams B fastest with the hardware's own prefetch.
+          const T* next_rows[8];
+          const bool prefetch = m0 == 0 && rows >= 2 && n + width < n1;
+          for (int c = 0; prefetch && c < width; ++c) next_rows[c] = B + std::min(n + width + c, n1 - 1) * ldb;
+          const T* const* next = prefetch ? next_rows : nullptr;
+          float d[12];
+          switch (rows) {
+            case 1: detail::vector_tile<1, detail::tile_columns(1)>(a, b, next, K, d); break;
+            case 2: detail::vector_tile<2, detail::tile_columns(2)>(a, b, next, K, d); break;
+            case 3: detail::vector_tile<3, detail::tile_columns(3)>(a, b, next, K, d); break;
+            default: detail::vector_tile<4, detail::tile_columns(4)>(a, b, next, K, d); break;
+          }
           for (int r = 0; r < rows; ++r)
-            for (int c = 0; c < cols; ++c) store(n + c, r, d[r][c]);
+            for (int c = 0; c < cols; ++c) store(m0 + r, n + c, d[r * width + c]);
         }
         continue;
       }
@@ -189,7 +207,7 @@ void gemm_row_invariant(index_t M, index_t N, index_t K, float alpha, const T* A
       for (index_t n = n0; n < n1; ++n) {
         float d[4];
         detail::fixed_order_dots(a, rows, B + n * ldb, K, d);
-        for (int r = 0; r < rows; ++r) store(n, r, d[r]);
+        for (int r = 0; r < rows; ++r) store(m0 + r, n, d[r]);
       }
     }
   });
