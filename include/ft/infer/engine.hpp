@@ -107,6 +107,7 @@ public:
       router_.layer = l;
       block.set_adapter(lora ? &router_ : nullptr);
       block.forward(y_.data(), x_.data(), batch_, activations_, [&](models::BlockActivations<T>& a) {
+        cached_.clear();
         for (index_t i = 0; i < S; ++i) {
           const SequenceStep<T>& s = sequences[std::size_t(i)];
           const index_t n = rows_[std::size_t(i)].count, r0 = rows_[std::size_t(i)].first, p0 = s.cache->length();
@@ -115,9 +116,10 @@ public:
             std::copy_n(rows + r * qkv_width + HD, width, s.cache->keys(l) + (p0 + r) * width);
             std::copy_n(rows + r * qkv_width + HD + width, width, s.cache->values(l) + (p0 + r) * width);
           }
-          cached_attention(a.attention.data() + r0 * HD, rows, batch_.positions.data() + r0, n, s.cache->keys(l),
-                           s.cache->values(l), shape);
+          cached_.push_back({a.attention.data() + r0 * HD, rows, batch_.positions.data() + r0, n, s.cache->keys(l),
+                             s.cache->values(l)});
         }
+        cached_attention<T>(cached_, shape);
       });
       block.set_adapter(nullptr);
       std::swap(x_, y_);
@@ -174,6 +176,7 @@ private:
   models::Transformer<T>& model_;
   std::vector<std::unique_ptr<Adapter<T>>> adapters_;
   std::vector<Rows> rows_;
+  std::vector<CachedSequence<T>> cached_;  // this layer's attention work, one entry per sequence
   LoraRouter router_;
   models::Batch batch_;
   models::BlockActivations<T> activations_;  // one set, reused by every block: nothing is kept for a backward
