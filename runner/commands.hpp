@@ -84,6 +84,7 @@ struct ServeOptions {
   long max_num_seqs = 8;              // sequences in the running batch (key/value cache slots)
   long max_queue = 64;                // requests waiting beyond those; more get 429
   long max_tokens = 0;                // the most a request may ask for; 0: up to the context
+  long prefill_chunk = 512;           // prompt tokens of one request fed per step; 0: whole prompts
   std::string api_key;
   std::string dtype = "float32";
   double shutdown_timeout = 30;       // seconds in-flight requests get after SIGTERM

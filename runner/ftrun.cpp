@@ -105,6 +105,7 @@ int main(int argc, char** argv) {
   serve->add_option("--max-num-seqs", serve_options.max_num_seqs, "Sequences generated at once")->check(CLI::PositiveNumber)->capture_default_str();
   serve->add_option("--max-queue", serve_options.max_queue, "Requests that may wait for a slot; more get HTTP 429")->check(CLI::NonNegativeNumber)->capture_default_str();
   serve->add_option("--max-tokens", serve_options.max_tokens, "The most tokens a request may ask for (0: up to the context)")->check(CLI::NonNegativeNumber);
+  serve->add_option("--prefill-chunk", serve_options.prefill_chunk, "Prompt tokens of one request fed per step, so a long prompt does not stall the others (0: whole prompts)")->check(CLI::NonNegativeNumber)->capture_default_str();
   serve->add_option("--api-key", serve_options.api_key, "Require \"Authorization: Bearer KEY\" on /v1/");
   serve->add_option("--dtype", serve_options.dtype, "Compute dtype")->check(CLI::IsMember({"float32", "bfloat16"}))->capture_default_str();
   serve->add_option("--shutdown-timeout", serve_options.shutdown_timeout, "Seconds in-flight requests get to finish after SIGTERM")->check(CLI::NonNegativeNumber)->capture_default_str();

@@ -230,7 +230,7 @@ public:
                                                                    : 2048,
                                                                2048)),
         pool_(session.config(), max_model_len_, o.max_num_seqs),
-        service_(session.engine(), pool_, std::size_t(o.max_queue)) {
+        service_(session.engine(), pool_, std::size_t(o.max_queue), o.prefill_chunk) {
     models_[base_name_] = session.default_adapter();
     for (const auto& [name, index] : session.adapters()) {
       if (models_.contains(name)) throw ft::Error("--adapter " + name + ": the name is already the base model's");

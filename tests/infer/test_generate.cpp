@@ -226,6 +226,47 @@ TEST_CASE("a cancelled request leaves the batch and frees its slot; the others g
   CHECK(pool.free_slots() == 2);
 }
 
+TEST_CASE("a prompt fed in chunks gives HF's tokens, while the running sequences get a token every step") {
+  auto model = models::load_pretrained<float>(parity + "llama_gqa");
+  infer::Engine<float> engine(*model);
+  const std::vector<Expected> cases = expected(parity + "llama_gqa");
+  constexpr index_t chunk = 3;
+  const auto steps_to_first_token = [&](std::size_t i) { return (index_t(cases[i].prompt.size()) + chunk - 1) / chunk; };
+  REQUIRE(steps_to_first_token(1) > 1);
+  infer::KvPool<float> pool(model->config(), 64, 2);
+  infer::Batcher<float> batcher(engine, pool, chunk);
+  std::vector<infer::Completion> done(2);
+  std::vector<index_t> received(2, 0);
+  auto add = [&](std::size_t i) {
+    infer::Request r = greedy(cases[i].prompt, index_t(cases[i].tokens.size()));
+    r.keep_logits = true;
+    r.on_token = [&received, i](std::int32_t, float) { return ++received[i], false; };
+    r.on_done = [&done, i](infer::Completion&& c) { done[i] = std::move(c); };
+    batcher.add(std::move(r));
+  };
+  add(0);
+  for (index_t s = 0; s < steps_to_first_token(0); ++s) batcher.step();
+  CHECK(received[0] == 1);
+  add(1);
+  for (index_t s = 1; s <= steps_to_first_token(1) && !batcher.idle(); ++s) {
+    const index_t before = received[0];
+    batcher.step();
+    if (before < index_t(cases[0].tokens.size())) CHECK(received[0] == before + 1);
+    CHECK(received[1] == (s == steps_to_first_token(1) ? 1 : 0));
+  }
+  while (!batcher.idle()) batcher.step();
+  for (std::size_t i = 0; i < 2; ++i) {
+    CAPTURE(i);
+    CHECK(done[i].tokens == cases[i].tokens);
+    REQUIRE(done[i].step_logits.size() == cases[i].logits.size());
+    double worst = 0;
+    for (std::size_t k = 0; k < done[i].step_logits.size(); ++k)
+      worst = std::max(worst, double(std::abs(done[i].step_logits[k] - cases[i].logits[k])));
+    CHECK(worst < 1e-4);
+  }
+  CHECK_THROWS_WITH_AS(infer::Batcher<float>(engine, pool, -1), doctest::Contains("prefill_chunk"), Error);
+}
+
 TEST_CASE("a text stream holds back unfinished characters and possible stop strings, and cuts at a stop string") {
   // Each "token" is a byte of this text; decode joins them and marks an unfinished UTF-8 tail as U+FFFD.
   const std::string text = "caf\xC3\xA9 ok###done";

@@ -51,7 +51,15 @@ struct Request {
 template <element T>
 class Batcher {
 public:
-  Batcher(Engine<T>& engine, KvPool<T>& pool) : engine_(engine), pool_(pool) {}
+  // prefill_chunk > 0 feeds a prompt at most that many tokens per step, so a
+  // long prompt joining the batch delays the running sequences' next tokens
+  // by one chunk's work rather than by the whole prompt's. The chunks depend
+  // on the request alone, so a sequence is computed the same way whatever
+  // else is in the batch. 0 feeds a whole prompt in one step.
+  Batcher(Engine<T>& engine, KvPool<T>& pool, index_t prefill_chunk = 0)
+      : engine_(engine), pool_(pool), prefill_chunk_(prefill_chunk) {
+    if (prefill_chunk < 0) throw Error("prefill_chunk must be 0 (whole prompts) or positive");
+  }
 
   // Throws Error for a request that cannot run: no prompt, or longer than max_model_len.
   // Reads only what does not change while serving, so any thread may ask.
@@ -93,12 +101,21 @@ public:
 
     const index_t V = engine_.model().config().vocab_size;
     steps_.clear();
-    for (Running& s : running_) steps_.push_back({s.cache, s.next, s.request.adapter});
+    for (Running& s : running_) {
+      const std::span<const std::int32_t> next(s.next);
+      const std::size_t fed = prefill_chunk_ > 0 ? std::min(next.size(), std::size_t(prefill_chunk_)) : next.size();
+      steps_.push_back({s.cache, next.first(fed), s.request.adapter});
+    }
     logits_.resize(running_.size() * std::size_t(V));
     engine_.step(steps_, logits_.data());
     std::vector<Running> still;
     for (std::size_t i = 0; i < running_.size(); ++i) {
       Running& s = running_[i];
+      if (const std::size_t fed = steps_[i].tokens.size(); fed < s.next.size()) {  // more of the prompt to come
+        s.next.erase(s.next.begin(), s.next.begin() + std::ptrdiff_t(fed));
+        still.push_back(std::move(s));
+        continue;
+      }
       const Request& r = s.request;
       Completion& c = s.completion;
       std::span<float> row(logits_.data() + i * std::size_t(V), std::size_t(V));
@@ -152,6 +169,7 @@ private:
 
   Engine<T>& engine_;
   KvPool<T>& pool_;
+  index_t prefill_chunk_;
   std::deque<Request> waiting_;
   std::vector<Running> running_;
   std::vector<SequenceStep<T>> steps_;

@@ -27,8 +27,8 @@ class Service {
 public:
   enum class Admission { queued, full, closed };
 
-  Service(Engine<T>& engine, KvPool<T>& pool, std::size_t max_waiting)
-      : batcher_(engine, pool), pool_(pool), max_waiting_(max_waiting), thread_([this] { loop(); }) {}
+  Service(Engine<T>& engine, KvPool<T>& pool, std::size_t max_waiting, index_t prefill_chunk = 0)
+      : batcher_(engine, pool, prefill_chunk), pool_(pool), max_waiting_(max_waiting), thread_([this] { loop(); }) {}
   ~Service() { shutdown(std::chrono::seconds(0)); }
   Service(const Service&) = delete;
   Service& operator=(const Service&) = delete;
