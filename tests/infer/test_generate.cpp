@@ -10,6 +10,8 @@
 #include <cmath>
 #include <cstring>
 #include <mutex>
+#include <numeric>
+#include <random>
 #include <thread>
 #include <string>
 #include <vector>
@@ -362,6 +364,58 @@ TEST_CASE("sampling: the same seed gives the same tokens; top_k = 1 is greedy; p
     for (int i = 0; i < 100; ++i) {
       auto x = logits, y = logits;
       CHECK(a.next(x, context, 0) == b.next(y, context, 0));
+    }
+  }
+  {
+    // A vocabulary of 5000: each cut keeps exactly the tokens a full sort
+    // keeps, and draws follow the kept probabilities.
+    std::mt19937 rng(5);
+    std::normal_distribution<float> normal(0.0f, 3.0f);
+    std::vector<float> wide(5000);
+    for (float& x : wide) x = normal(rng);
+    std::vector<double> q(wide.size());
+    const float top = *std::max_element(wide.begin(), wide.end());
+    double sum = 0;
+    for (std::size_t i = 0; i < q.size(); ++i) sum += q[i] = std::exp(double(wide[i]) - top);
+    for (double& x : q) x /= sum;
+    std::vector<std::int32_t> order(q.size());
+    std::iota(order.begin(), order.end(), 0);
+    std::stable_sort(order.begin(), order.end(), [&](std::int32_t a, std::int32_t b) { return q[std::size_t(a)] > q[std::size_t(b)]; });
+    struct Cut {
+      std::int64_t top_k;
+      double top_p, min_p;
+    };
+    for (const Cut cut : {Cut{0, 0.9, 0}, Cut{300, 1, 0}, Cut{0, 1, 0.01}, Cut{0, 1, 0}}) {
+      CAPTURE(cut.top_k);
+      CAPTURE(cut.top_p);
+      CAPTURE(cut.min_p);
+      std::size_t keep = cut.top_k > 0 ? std::size_t(cut.top_k) : q.size();
+      double cumulative = 0;
+      for (std::size_t i = 0; i < keep; ++i) {
+        if (cut.min_p > 0 && q[std::size_t(order[i])] < cut.min_p * q[std::size_t(order[0])]) keep = i;
+        else if ((cumulative += q[std::size_t(order[i])]) >= cut.top_p && cut.top_p < 1) keep = i + 1;
+      }
+      REQUIRE(keep > 64);  // more than the first partial sort holds
+      std::vector<bool> kept(q.size(), false);
+      double kept_mass = 0;
+      for (std::size_t i = 0; i < keep; ++i) kept[std::size_t(order[i])] = true, kept_mass += q[std::size_t(order[i])];
+      infer::SamplingParams p;
+      p.top_k = cut.top_k;
+      p.top_p = cut.top_p;
+      p.min_p = cut.min_p;
+      p.seed = 9;
+      infer::Sampler sampler(p);
+      constexpr int draws = 4000;
+      int outside = 0, most_likely = 0;
+      for (int i = 0; i < draws; ++i) {
+        auto l = wide;
+        const std::int32_t t = sampler.next(l, context, 0);
+        outside += kept[std::size_t(t)] ? 0 : 1;
+        most_likely += t == order[0] ? 1 : 0;
+      }
+      CHECK(outside == 0);
+      const double expect = q[std::size_t(order[0])] / kept_mass;
+      CHECK(std::abs(double(most_likely) / draws - expect) < 5 * std::sqrt(expect * (1 - expect) / draws));
     }
   }
   infer::SamplingParams bad;

@@ -64,41 +64,40 @@ public:
     if (p_.greedy()) return std::int32_t(std::max_element(logits.begin(), logits.end()) - logits.begin());
     const std::size_t V = logits.size();
     const float top = *std::max_element(logits.begin(), logits.end());
-    std::vector<std::int32_t> order(V);
-    std::iota(order.begin(), order.end(), 0);
     probabilities_.resize(V);
     double sum = 0;
     for (std::size_t i = 0; i < V; ++i) sum += probabilities_[i] = std::exp((double(logits[i]) - top) / p_.temperature);
     for (double& q : probabilities_) q /= sum;
-    // Most likely first; ties keep the lower id first.
-    std::stable_sort(order.begin(), order.end(),
-                     [&](std::int32_t a, std::int32_t b) { return probabilities_[std::size_t(a)] > probabilities_[std::size_t(b)]; });
-    std::size_t keep = V;
-    if (p_.top_k > 0) keep = std::min(keep, std::size_t(p_.top_k));
-    if (p_.top_p < 1) {
-      double cumulative = 0;
-      for (std::size_t i = 0; i < keep; ++i) {
-        cumulative += probabilities_[std::size_t(order[i])];
-        if (cumulative >= p_.top_p) {
-          keep = i + 1;
-          break;
-        }
-      }
+    const std::size_t top_k = p_.top_k > 0 ? std::min(V, std::size_t(p_.top_k)) : V;
+    if (top_k == V && p_.top_p >= 1 && p_.min_p <= 0) {  // nothing cut: draw over the ids as they are
+      double u = std::uniform_real_distribution<double>(0, 1)(engine_);
+      for (std::size_t i = 0; i < V; ++i)
+        if ((u -= probabilities_[i]) < 0) return std::int32_t(i);
+      return std::int32_t(std::max_element(probabilities_.begin(), probabilities_.end()) - probabilities_.begin());
     }
-    if (p_.min_p > 0) {
-      const double floor = p_.min_p * probabilities_[std::size_t(order[0])];
-      std::size_t k = 1;
-      while (k < keep && probabilities_[std::size_t(order[k])] >= floor) ++k;
-      keep = k;
+    // Most likely first, ties by the lower id; only as long a prefix is put
+    // in order as the cuts need (a few dozen tokens, not the vocabulary).
+    order_.resize(V);
+    std::iota(order_.begin(), order_.end(), 0);
+    auto more_likely = [&](std::int32_t a, std::int32_t b) {
+      const double pa = probabilities_[std::size_t(a)], pb = probabilities_[std::size_t(b)];
+      return pa > pb || (pa == pb && a < b);
+    };
+    std::size_t keep = 0;
+    for (std::size_t sorted = std::min(V, std::size_t(64));; sorted = std::min(V, sorted * 4)) {
+      std::partial_sort(order_.begin(), order_.begin() + std::ptrdiff_t(sorted), order_.end(), more_likely);
+      keep = kept_prefix(sorted, top_k);
+      if (keep > 0 || sorted == V) break;
     }
+    if (keep == 0) keep = top_k;
     double kept = 0;
-    for (std::size_t i = 0; i < keep; ++i) kept += probabilities_[std::size_t(order[i])];
+    for (std::size_t i = 0; i < keep; ++i) kept += probabilities_[std::size_t(order_[i])];
     double u = std::uniform_real_distribution<double>(0, kept)(engine_);
     for (std::size_t i = 0; i < keep; ++i) {
-      u -= probabilities_[std::size_t(order[i])];
-      if (u < 0) return order[i];
+      u -= probabilities_[std::size_t(order_[i])];
+      if (u < 0) return order_[i];
     }
-    return order[keep - 1];
+    return order_[keep - 1];
   }
 
   // log p(token) under logits (the model's distribution).
@@ -110,6 +109,22 @@ public:
   }
 
 private:
+  // How many of the most likely tokens top_k, top_p and min_p keep (the
+  // shortest of their prefixes), read from the first `sorted` of order_; 0
+  // when that is not enough to tell.
+  std::size_t kept_prefix(std::size_t sorted, std::size_t top_k) const {
+    const double floor = p_.min_p * probabilities_[std::size_t(order_[0])];
+    double cumulative = 0;
+    for (std::size_t i = 0; i < sorted; ++i) {
+      if (i == top_k) return top_k;
+      const double q = probabilities_[std::size_t(order_[i])];
+      if (p_.min_p > 0 && i > 0 && q < floor) return i;
+      cumulative += q;
+      if (p_.top_p < 1 && cumulative >= p_.top_p) return i + 1;
+    }
+    return sorted == top_k ? top_k : 0;
+  }
+
   void penalise(std::span<float> logits, std::span<const std::int32_t> context, std::size_t output) {
     if (p_.repetition_penalty != 1) {
       std::vector<bool> seen(logits.size(), false);
@@ -129,6 +144,7 @@ private:
   SamplingParams p_;
   std::mt19937_64 engine_;
   std::vector<double> probabilities_;
+  std::vector<std::int32_t> order_;
 };
 
 }  // namespace ft::infer
