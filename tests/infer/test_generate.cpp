@@ -21,6 +21,7 @@
 #include <ft/infer/text_stream.hpp>
 #include <ft/io/safetensors.hpp>
 #include <ft/models/load.hpp>
+#include <ft/text/tokenizer.hpp>
 
 #include "support/compare.hpp"
 
@@ -297,6 +298,25 @@ TEST_CASE("a text stream holds back unfinished characters and possible stop stri
   all += plain.finish();
   CHECK(all == text);
   CHECK_FALSE(plain.stopped());
+}
+
+TEST_CASE("a text stream over real tokenizers releases exactly the whole decode, however long the answer") {
+  std::string text;
+  for (int i = 0; i < 12; ++i)
+    text += "Line " + std::to_string(i) + ":  caf\xC3\xA9, na\xC3\xAFve \xE6\x97\xA5\xE6\x9C\xAC\xE8\xAA\x9E \xF0\x9F\x98\x80 "
+            "don't stop...\n\t  x = f(y) + 3.14;\n";
+  for (const std::string name : {"smollm2", "llama2", "llama3", "sp_metaspace", "mistral", "gpt_neox", "qwen2"}) {
+    CAPTURE(name);
+    const auto tokenizer =
+        text::Tokenizer::from_file(std::string(FT_SOURCE_DIR) + "/tests/fixtures/tokenizers/" + name + "/tokenizer.json");
+    const std::vector<std::int32_t> ids = tokenizer.encode(text, false);
+    REQUIRE(ids.size() > 100);
+    infer::TextStream stream([&](std::span<const std::int32_t> t) { return tokenizer.decode(t, true); }, {});
+    std::string joined;
+    for (std::int32_t id : ids) joined += stream.push(id);
+    joined += stream.finish();
+    CHECK(joined == tokenizer.decode(ids, true));
+  }
 }
 
 TEST_CASE("sampling: the same seed gives the same tokens; top_k = 1 is greedy; penalties and filters act as defined") {
