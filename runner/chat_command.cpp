@@ -57,8 +57,8 @@ Answerer local_answerer(const ChatOptions& o) {
     r.stop_tokens = session->stop_tokens();
     r.adapter = session->default_adapter();
     ft::infer::TextStream text([&](std::span<const std::int32_t> ids) { return session->decode(ids); }, {});
-    r.on_token = [&](std::int32_t token, float) {
-      print(text.push(token));
+    r.on_token = [&](const ft::infer::Generated& g) {
+      print(text.push(g.token));
       return false;
     };
     ft::infer::Batcher<T> batcher(session->engine(), *pool);

@@ -78,8 +78,8 @@ int generate(const GenerateOptions& o) {
     r.adapter = session.default_adapter();
     answers.push_back(std::make_unique<ft::infer::TextStream>(
         [&session](std::span<const std::int32_t> ids) { return session.decode(ids); }, o.stop));
-    r.on_token = [answer = answers.back().get()](std::int32_t token, float) {
-      answer->push(token);
+    r.on_token = [answer = answers.back().get()](const ft::infer::Generated& g) {
+      answer->push(g.token);
       return answer->stopped();
     };
     requests.push_back(std::move(r));

@@ -122,6 +122,7 @@ struct Call {
   bool seeded = false;
   std::size_t n = 1;
   bool stream = false, include_usage = false, logprobs = false;
+  int top_logprobs = 0;  // alternatives per token (chat: top_logprobs; completions: logprobs = N)
   std::vector<std::string> stop;
 };
 
@@ -207,6 +208,7 @@ struct Exchange {
     std::string text;
     std::int32_t token;
     float logprob;
+    std::vector<ft::infer::TokenLogprob> top_logprobs;
   };
   std::mutex mutex;
   std::condition_variable changed;
@@ -469,11 +471,11 @@ private:
     }
     if (chat) {
       c.logprobs = f.boolean("logprobs").value_or(false);
-      if (f.integer("top_logprobs", 0, 20).value_or(0) > 0)
-        throw invalid("'top_logprobs' is not supported; 'logprobs' gives each chosen token's", "top_logprobs");
+      c.top_logprobs = int(f.integer("top_logprobs", 0, 20).value_or(0));
+      if (c.top_logprobs > 0 && !c.logprobs) throw invalid("'top_logprobs' needs 'logprobs': true", "top_logprobs");
     } else if (auto k = f.integer("logprobs", 0, 5)) {
-      if (*k > 0) throw invalid("'logprobs' above 0 (alternatives) is not supported; 0 gives each chosen token's", "logprobs");
       c.logprobs = true;
+      c.top_logprobs = int(*k);
     }
     try {
       s.check();
@@ -494,19 +496,20 @@ private:
     r.stop_tokens = session_.stop_tokens();
     r.adapter = call.adapter;
     r.logprobs = call.logprobs;
+    r.top_logprobs = call.top_logprobs;
     const std::size_t choice = exchange->texts.size();
     exchange->texts.push_back(std::make_unique<ft::infer::TextStream>(
         [this](std::span<const std::int32_t> ids) { return session_.decode(ids); }, call.stop));
-    r.on_token = [this, e = exchange, choice](std::int32_t token, float logprob) {
+    r.on_token = [this, e = exchange, choice](const ft::infer::Generated& g) {
       ft::infer::TextStream& text = *e->texts[choice];
-      std::string piece = text.push(token);
+      std::string piece = text.push(g.token);
       ++metrics_.generation_tokens;
       const std::lock_guard lock(e->mutex);
       if (!e->first_token_seen) {
         e->first_token_seen = true;
         metrics_.first_token.observe(std::chrono::duration<double>(Clock::now() - e->start).count());
       }
-      e->pieces.push_back({choice, std::move(piece), token, logprob});
+      e->pieces.push_back({choice, std::move(piece), g.token, g.logprob, {g.top_logprobs.begin(), g.top_logprobs.end()}});
       e->changed.notify_all();
       return text.stopped();
     };
@@ -514,7 +517,7 @@ private:
     r.on_done = [e = exchange, choice](ft::infer::Completion&& c) {
       std::string rest = e->texts[choice]->finish();
       const std::lock_guard lock(e->mutex);
-      if (!rest.empty()) e->pieces.push_back({choice, std::move(rest), -1, 0});
+      if (!rest.empty()) e->pieces.push_back({choice, std::move(rest), -1, 0, {}});
       e->done[choice] = std::move(c);
       ++e->finished;
       e->changed.notify_all();
@@ -530,19 +533,32 @@ private:
     std::size_t prompt_tokens;
   };
 
-  // Chat's logprobs of some tokens: {"content": [{"token", "logprob", "bytes", "top_logprobs"}]}.
-  json chat_logprobs(std::span<const std::int32_t> tokens, std::span<const float> logprobs) const {
-    json content = json::array();
-    for (std::size_t i = 0; i < tokens.size(); ++i) {
-      const std::string token = session_.decode(tokens.subspan(i, 1));
+  // Log-probabilities of some tokens, and of each one's most likely
+  // alternatives (empty, or one list per token), as the OpenAI API shapes them.
+  using Alternatives = std::span<const std::vector<ft::infer::TokenLogprob>>;
+  // Chat: {"content": [{"token", "logprob", "bytes", "top_logprobs": [{"token", "logprob", "bytes"}]}]}.
+  json chat_logprobs(std::span<const std::int32_t> tokens, std::span<const float> logprobs, Alternatives top) const {
+    auto entry = [&](std::int32_t id, float logprob) {
+      const std::int32_t ids[] = {id};
+      const std::string token = session_.decode(ids);
       json bytes = json::array();
       for (const unsigned char b : token) bytes.push_back(int(b));
-      content.push_back({{"token", token}, {"logprob", logprobs[i]}, {"bytes", bytes}, {"top_logprobs", json::array()}});
+      return json{{"token", token}, {"logprob", logprob}, {"bytes", bytes}};
+    };
+    json content = json::array();
+    for (std::size_t i = 0; i < tokens.size(); ++i) {
+      json item = entry(tokens[i], logprobs[i]);
+      item["top_logprobs"] = json::array();
+      if (i < top.size())
+        for (const auto& t : top[i]) item["top_logprobs"].push_back(entry(t.token, t.logprob));
+      content.push_back(std::move(item));
     }
     return {{"content", content}};
   }
-  json completion_logprobs(std::span<const std::int32_t> tokens, std::span<const float> logprobs) const {
-    json strings = json::array(), values = json::array(), offsets = json::array();
+  // Completions: {"tokens", "token_logprobs", "top_logprobs": [{text: logprob}] or null, "text_offset"};
+  // as vLLM, each token's alternatives include the token itself.
+  json completion_logprobs(std::span<const std::int32_t> tokens, std::span<const float> logprobs, Alternatives top) const {
+    json strings = json::array(), values = json::array(), offsets = json::array(), alternatives = json::array();
     std::size_t offset = 0;
     for (std::size_t i = 0; i < tokens.size(); ++i) {
       const std::string token = session_.decode(tokens.subspan(i, 1));
@@ -550,8 +566,18 @@ private:
       values.push_back(logprobs[i]);
       offsets.push_back(offset);
       offset += token.size();
+      if (i < top.size()) {
+        json these = json::object();
+        for (const auto& t : top[i]) {
+          const std::int32_t ids[] = {t.token};
+          these[session_.decode(ids)] = t.logprob;
+        }
+        these[token] = logprobs[i];
+        alternatives.push_back(std::move(these));
+      }
     }
-    return {{"tokens", strings}, {"token_logprobs", values}, {"top_logprobs", nullptr}, {"text_offset", offsets}};
+    return {{"tokens", strings}, {"token_logprobs", values},
+            {"top_logprobs", top.empty() ? json() : alternatives}, {"text_offset", offsets}};
   }
 
   static std::string finish_reason(const ft::infer::Completion& c) {
@@ -578,10 +604,10 @@ private:
       json choice = {{"index", i}};
       if (a.chat) {
         choice["message"] = {{"role", "assistant"}, {"content", text}};
-        choice["logprobs"] = a.logprobs ? chat_logprobs(c.tokens, c.logprobs) : json();
+        choice["logprobs"] = a.logprobs ? chat_logprobs(c.tokens, c.logprobs, c.top_logprobs) : json();
       } else {
         choice["text"] = text;
-        choice["logprobs"] = a.logprobs ? completion_logprobs(c.tokens, c.logprobs) : json();
+        choice["logprobs"] = a.logprobs ? completion_logprobs(c.tokens, c.logprobs, c.top_logprobs) : json();
       }
       choice["finish_reason"] = finish_reason(c);
       choices.push_back(choice);
@@ -639,7 +665,8 @@ private:
               if (has_logprob) {
                 const std::int32_t t[] = {p.token};
                 const float l[] = {p.logprob};
-                logprobs = a.chat ? chat_logprobs(t, l) : completion_logprobs(t, l);
+                const Alternatives top = p.top_logprobs.empty() ? Alternatives() : Alternatives(&p.top_logprobs, 1);
+                logprobs = a.chat ? chat_logprobs(t, l, top) : completion_logprobs(t, l, top);
               }
               ok = send(json::array({piece_choice(p.choice, p.text, logprobs, nullptr)}));
             }

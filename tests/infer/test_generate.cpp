@@ -129,7 +129,7 @@ TEST_CASE("generation stops at a stop token, when on_token says so and at max_to
   infer::Request by_token = greedy(e.prompt, 24), by_callback = greedy(e.prompt, 24), short_one = greedy(e.prompt, 3);
   by_token.stop_tokens = {e.tokens[5]};
   int seen = 0;
-  by_callback.on_token = [&seen](std::int32_t, float) { return ++seen == 4; };
+  by_callback.on_token = [&seen](const infer::Generated&) { return ++seen == 4; };
   const auto got = infer::generate(engine, pool, {by_token, by_callback, short_one});
   // The first occurrence of the stop token ends the output, without it.
   const auto first = std::find(e.tokens.begin(), e.tokens.end(), e.tokens[5]) - e.tokens.begin();
@@ -243,7 +243,7 @@ TEST_CASE("a prompt fed in chunks gives HF's tokens, while the running sequences
   auto add = [&](std::size_t i) {
     infer::Request r = greedy(cases[i].prompt, index_t(cases[i].tokens.size()));
     r.keep_logits = true;
-    r.on_token = [&received, i](std::int32_t, float) { return ++received[i], false; };
+    r.on_token = [&received, i](const infer::Generated&) { return ++received[i], false; };
     r.on_done = [&done, i](infer::Completion&& c) { done[i] = std::move(c); };
     batcher.add(std::move(r));
   };
@@ -268,6 +268,45 @@ TEST_CASE("a prompt fed in chunks gives HF's tokens, while the running sequences
     CHECK(worst < 1e-4);
   }
   CHECK_THROWS_WITH_AS(infer::Batcher<float>(engine, pool, -1), doctest::Contains("prefill_chunk"), Error);
+}
+
+TEST_CASE("top_logprobs gives each step's most likely tokens and their log-probabilities, most likely first") {
+  auto model = models::load_pretrained<float>(parity + "llama_gqa");
+  infer::Engine<float> engine(*model);
+  const std::vector<Expected> cases = expected(parity + "llama_gqa");
+  const index_t V = model->config().vocab_size;
+  infer::Request r = greedy(cases[0].prompt, 4);
+  r.logprobs = true;
+  r.top_logprobs = 5;
+  r.keep_logits = true;
+  std::vector<std::vector<infer::TokenLogprob>> heard;
+  r.on_token = [&heard](const infer::Generated& g) {
+    heard.emplace_back(g.top_logprobs.begin(), g.top_logprobs.end());
+    return false;
+  };
+  infer::KvPool<float> pool(model->config(), 64, 1);
+  const infer::Completion c = infer::generate(engine, pool, {r}, true)[0];
+  REQUIRE(c.top_logprobs.size() == 4);
+  for (std::size_t i = 0; i < 4; ++i) {
+    CAPTURE(i);
+    const std::span<const float> logits(c.step_logits.data() + i * std::size_t(V), std::size_t(V));
+    auto order = std::vector<std::int32_t>(std::size_t(V));
+    std::iota(order.begin(), order.end(), 0);
+    std::stable_sort(order.begin(), order.end(), [&](std::int32_t a, std::int32_t b) { return logits[std::size_t(a)] > logits[std::size_t(b)]; });
+    const std::vector<infer::TokenLogprob>& top = c.top_logprobs[i];
+    REQUIRE(top.size() == 5);
+    CHECK(top[0].token == c.tokens[i]);
+    CHECK(top[0].logprob == doctest::Approx(c.logprobs[i]).epsilon(1e-6));
+    for (std::size_t k = 0; k < 5; ++k) {
+      CHECK(top[k].token == order[k]);
+      CHECK(top[k].logprob == doctest::Approx(infer::Sampler::log_probability(logits, order[k])).epsilon(1e-6));
+    }
+    CHECK(heard[i].size() == 5);
+    CHECK(heard[i][4].token == top[4].token);
+  }
+  r.logprobs = false;
+  infer::Batcher<float> batcher(engine, pool);
+  CHECK_THROWS_WITH_AS(batcher.check(r), doctest::Contains("top_logprobs needs logprobs"), Error);
 }
 
 TEST_CASE("a text stream holds back unfinished characters and possible stop strings, and cuts at a stop string") {
@@ -486,7 +525,7 @@ TEST_CASE("a service batches requests from many threads, bounds its queue, and c
     std::atomic<int> cancelled = 0, finished = 0;
     auto long_request = [&] {
       infer::Request r = greedy(cases[0].prompt, 60);
-      r.on_token = [](std::int32_t, float) {
+      r.on_token = [](const infer::Generated&) {
         std::this_thread::sleep_for(std::chrono::milliseconds(5));  // slow enough to stay in flight
         return false;
       };

@@ -15,6 +15,7 @@ Usage: test_openai_client.py FTRUN   (run from the repository root)
 """
 import concurrent.futures
 import json
+import math
 import os
 import re
 import signal
@@ -174,6 +175,27 @@ def exercise(server, client, run):
     done = client.completions.create(model="base", prompt=prompt, max_tokens=8, temperature=0, logprobs=0)
     check(len(done.choices[0].logprobs.token_logprobs) == 8, "completion logprobs: one per token")
 
+    # Alternatives: greedy picks the most likely, which heads its token's list, most likely first.
+    chat = client.chat.completions.create(model="base", messages=messages, max_tokens=8, temperature=0, logprobs=True,
+                                          top_logprobs=3)
+    content = chat.choices[0].logprobs.content
+    check(all(len(t.top_logprobs) == 3 for t in content), "chat top_logprobs: three alternatives per token")
+    check(all(t.top_logprobs[0].token == t.token and abs(t.top_logprobs[0].logprob - t.logprob) < 1e-6 and
+              t.top_logprobs[0].logprob >= t.top_logprobs[1].logprob >= t.top_logprobs[2].logprob
+              for t in content), "chat top_logprobs: the chosen token first, in order")
+    check(all(sum(math.exp(a.logprob) for a in t.top_logprobs) <= 1 + 1e-5 for t in content),
+          "chat top_logprobs: probabilities of distinct tokens")
+    streamed = [t for chunk in client.chat.completions.create(model="base", messages=messages, max_tokens=8,
+                                                              temperature=0, logprobs=True, top_logprobs=3, stream=True)
+                if chunk.choices and chunk.choices[0].logprobs for t in chunk.choices[0].logprobs.content]
+    check([(t.token, [a.token for a in t.top_logprobs]) for t in streamed] ==
+          [(t.token, [a.token for a in t.top_logprobs]) for t in content], "streamed top_logprobs are the same")
+    done = client.completions.create(model="base", prompt=prompt, max_tokens=8, temperature=0, logprobs=2)
+    tops = done.choices[0].logprobs.top_logprobs
+    check(len(tops) == 8 and all(1 <= len(t) <= 3 for t in tops) and
+          all(max(t, key=t.get) == token for t, token in zip(tops, done.choices[0].logprobs.tokens)),
+          "completion logprobs = 2: the alternatives of each token, the chosen one the most likely")
+
     # The adapter by name: what ftrun generate gives on the run's newest checkpoint.
     tuned = client.completions.create(model="tuned", prompt=prompt, max_tokens=16, temperature=0, logprobs=0)
     base = client.completions.create(model="base", prompt=prompt, max_tokens=16, temperature=0, logprobs=0)
@@ -231,6 +253,12 @@ def refusals(server, client):
     expect(404, "model_not_found", json.dumps({"model": "gpt-4", "prompt": "a"}))
     expect(400, "context_length_exceeded", json.dumps({"model": "base", "prompt": "jargon " * 3000}))
     expect(400, "max_tokens", json.dumps({"model": "base", "prompt": "a", "max_tokens": 0}))
+    expect(400, "logprobs", json.dumps({"model": "base", "prompt": "a", "logprobs": 6}))
+    try:
+        client.chat.completions.create(model="base", messages=[{"role": "user", "content": "hi"}], top_logprobs=2)
+        check(False, "top_logprobs without logprobs is refused")
+    except openai.BadRequestError as e:
+        check("top_logprobs" in str(e), "top_logprobs without logprobs: 400 naming the field")
     try:
         client.chat.completions.create(model="nope", messages=[{"role": "user", "content": "hi"}])
         check(False, "an unknown model is refused")

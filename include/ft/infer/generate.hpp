@@ -16,6 +16,7 @@
 #include <cstdint>
 #include <deque>
 #include <functional>
+#include <numeric>
 #include <span>
 #include <string>
 #include <vector>
@@ -25,9 +26,23 @@
 
 namespace ft::infer {
 
+// A token and its log-probability under the model's distribution.
+struct TokenLogprob {
+  std::int32_t token;
+  float logprob;
+};
+
+// What on_token hears about each new token.
+struct Generated {
+  std::int32_t token;
+  float logprob;                                // 0 unless the request asked for logprobs
+  std::span<const TokenLogprob> top_logprobs;  // the request's top_logprobs most likely, most likely first
+};
+
 struct Completion {
   std::vector<std::int32_t> tokens;
-  std::vector<float> logprobs;     // per token, when asked for
+  std::vector<float> logprobs;                         // per token, when asked for
+  std::vector<std::vector<TokenLogprob>> top_logprobs;  // per token, with top_logprobs > 0
   std::string finish_reason;       // "stop" or "length" as the OpenAI API says, or "cancelled"
   std::vector<float> step_logits;  // with keep_logits: [steps, V], the logits each token was chosen from
 };
@@ -39,9 +54,10 @@ struct Request {
   std::vector<std::int32_t> stop_tokens;
   int adapter = -1;  // one of the engine's adapters, -1 for the base model
   bool logprobs = false;
+  int top_logprobs = 0;  // with logprobs: the most likely tokens at each step, this many
   bool keep_logits = false;
-  // Called after each new token (logprob is 0 unless `logprobs`); true ends the request.
-  std::function<bool(std::int32_t token, float logprob)> on_token;
+  // Called after each new token; true ends the request.
+  std::function<bool(const Generated&)> on_token;
   // Asked before every step; true drops the request and frees its slot.
   std::function<bool()> cancelled;
   // Receives the completion when the request ends, however it ends.
@@ -65,6 +81,7 @@ public:
   // Reads only what does not change while serving, so any thread may ask.
   void check(const Request& r) const {
     if (r.prompt.empty()) throw Error("a request needs at least one prompt token");
+    if (r.top_logprobs < 0 || (r.top_logprobs > 0 && !r.logprobs)) throw Error("top_logprobs needs logprobs and must be >= 0");
     if (r.max_tokens < 1) throw Error("max_tokens must be at least 1");
     if (r.adapter < -1 || r.adapter >= engine_.adapters()) throw Error("internal: no adapter " + std::to_string(r.adapter));
     const index_t length = engine_.virtual_tokens(r.adapter) + index_t(r.prompt.size()) + r.max_tokens;
@@ -129,9 +146,11 @@ public:
       const float logprob = r.logprobs ? Sampler::log_probability(raw_, token) : 0.0f;
       c.tokens.push_back(token);
       if (r.logprobs) c.logprobs.push_back(logprob);
+      std::span<const TokenLogprob> top;
+      if (r.logprobs && r.top_logprobs > 0) top = c.top_logprobs.emplace_back(most_likely(raw_, r.top_logprobs));
       s.context.push_back(token);
       s.next.assign(1, token);
-      if (r.on_token && r.on_token(token, logprob)) end(s, "stop");
+      if (r.on_token && r.on_token({token, logprob, top})) end(s, "stop");
       else if (index_t(c.tokens.size()) >= r.max_tokens) end(s, "length");
       else still.push_back(std::move(s));
     }
@@ -157,6 +176,19 @@ private:
   };
 
   static bool cancelled(const Request& r) { return r.cancelled && r.cancelled(); }
+  // The n most likely tokens of raw logits (ties: the lower id first) and their log-probabilities.
+  static std::vector<TokenLogprob> most_likely(std::span<const float> logits, int n) {
+    std::vector<std::int32_t> ids(logits.size());
+    std::iota(ids.begin(), ids.end(), 0);
+    const auto count = std::ptrdiff_t(std::min(ids.size(), std::size_t(n)));
+    std::partial_sort(ids.begin(), ids.begin() + count, ids.end(), [&](std::int32_t a, std::int32_t b) {
+      return logits[std::size_t(a)] > logits[std::size_t(b)] || (logits[std::size_t(a)] == logits[std::size_t(b)] && a < b);
+    });
+    const float normaliser = Sampler::log_probability(logits, ids[0]) - logits[std::size_t(ids[0])];
+    std::vector<TokenLogprob> top;
+    for (std::ptrdiff_t i = 0; i < count; ++i) top.push_back({ids[std::size_t(i)], logits[std::size_t(ids[std::size_t(i)])] + normaliser});
+    return top;
+  }
   static bool finish(Request& r, Completion&& c, const char* reason) {
     c.finish_reason = reason;
     if (r.on_done) r.on_done(std::move(c));
