@@ -1,14 +1,55 @@
 # The CUDA backend: built for sm_80 (A100) and sm_90 (H100/H200) unless the
-# caller chose other architectures.
-if(NOT DEFINED CMAKE_CUDA_ARCHITECTURES)
-  set(CMAKE_CUDA_ARCHITECTURES 80 90)
+# caller chose other architectures. FT_ENABLE_CUDA=AUTO builds it where nvcc
+# is found (this machine has nvcc and no GPU: CUDA code is compiled and
+# linked on every build, and its tests skip), ON requires it, OFF skips it.
+# Sets FT_CUDA to whether it is built.
+set(FT_CUDA OFF)
+
+# What CUDA sources that include ft's headers need, carried by ft::ft
+# whether or not this build has CUDA:
+#  - constexpr functions callable in device code: bf16 and fp16 convert
+#    through std::bit_cast;
+#  - Eigen 3.4's defaulted host/device members warn under nvcc 12+ (#20012)
+#    although they are right; the warning is silenced, nothing else;
+#  - OpenMP in the host compiler: the host side of a CUDA source runs the
+#    CPU launcher too (the reference a device result is checked against).
+target_compile_options(ft INTERFACE
+  $<$<COMPILE_LANGUAGE:CUDA>:--expt-relaxed-constexpr -diag-suppress=20012 -Xcompiler=-fopenmp>)
+
+if(FT_ENABLE_CUDA STREQUAL "OFF")
+  return()
 endif()
 if(NOT CMAKE_CUDA_COMPILER AND EXISTS /usr/local/cuda/bin/nvcc)
   set(CMAKE_CUDA_COMPILER /usr/local/cuda/bin/nvcc)
 endif()
+include(CheckLanguage)
+check_language(CUDA)
+if(NOT CMAKE_CUDA_COMPILER)
+  if(FT_ENABLE_CUDA STREQUAL "ON")
+    message(FATAL_ERROR "FT_ENABLE_CUDA=ON but no nvcc was found (set CMAKE_CUDA_COMPILER)")
+  endif()
+  message(STATUS "ft: CUDA backend not built (no nvcc)")
+  return()
+endif()
+if(NOT DEFINED CMAKE_CUDA_ARCHITECTURES)
+  set(CMAKE_CUDA_ARCHITECTURES 80 90)
+endif()
 enable_language(CUDA)
-# CMake 3.25 does not know nvcc 13's C++20 dialect flag (CUDA_STANDARD 20
-# fails at generation), so CUDA sources are C++17 until CMake is newer.
-set(CMAKE_CUDA_STANDARD 17)
+# CUDA sources are C++20, as the headers are. CMake 3.25 does not know
+# nvcc's flag for it (3.26 does) and would refuse the dialect, so it is told.
+if(NOT DEFINED CMAKE_CUDA20_STANDARD_COMPILE_OPTION)
+  set(CMAKE_CUDA20_STANDARD_COMPILE_OPTION "-std=c++20")
+  set(CMAKE_CUDA20_EXTENSION_COMPILE_OPTION "-std=c++20")
+  list(APPEND CMAKE_CUDA_COMPILE_FEATURES cuda_std_20)
+endif()
+set(CMAKE_CUDA_STANDARD 20)
 set(CMAKE_CUDA_STANDARD_REQUIRED ON)
+set(CMAKE_CUDA_EXTENSIONS OFF)
 find_package(CUDAToolkit REQUIRED)
+set(FT_CUDA ON)
+message(STATUS "ft: CUDA backend built for sm_${CMAKE_CUDA_ARCHITECTURES}")
+
+# ft's own CUDA targets build without a warning.
+function(ft_cuda_strict target)
+  target_compile_options(${target} PRIVATE $<$<COMPILE_LANGUAGE:CUDA>:--Werror all-warnings -Xcompiler=-Wall,-Wextra,-Werror>)
+endfunction()
