@@ -1,0 +1,214 @@
+// The numerical core's row and element functors, run by the CPU launcher
+// and by the CUDA launcher over the same inputs, forward and backward, in
+// f32 and bf16: one line per op x shape x dtype with the largest difference
+// against its tolerance. The device rounds transcendental functions and
+// contracts multiply-adds differently from the host, so results agree to a
+// few units in the last place of the accumulation, not bit for bit.
+// Exits 77 (ctest: skipped) where there is no GPU.
+#include <cmath>
+#include <cstdio>
+#include <random>
+#include <string>
+#include <vector>
+
+#include <ft/kernels/cuda/launch.cuh>
+#include <ft/nn/mlp.hpp>
+#include <ft/nn/norm.hpp>
+#include <ft/nn/rope.hpp>
+#include <ft/optim/update.hpp>
+
+namespace {
+
+using ft::index_t;
+
+// The same values on the host and on the device.
+template <class T>
+class Buffer {
+public:
+  explicit Buffer(std::vector<T> values) : host_(std::move(values)) {
+    FT_CUDA_CHECK(cudaMalloc(&device_, bytes()));
+    FT_CUDA_CHECK(cudaMemcpy(device_, host_.data(), bytes(), cudaMemcpyHostToDevice));
+  }
+  ~Buffer() { cudaFree(device_); }
+  Buffer(const Buffer&) = delete;
+  Buffer& operator=(const Buffer&) = delete;
+
+  T* at(bool device) { return device ? device_ : host_.data(); }
+  const std::vector<T>& host() const { return host_; }
+  std::vector<T> device() const {
+    std::vector<T> out(host_.size());
+    FT_CUDA_CHECK(cudaMemcpy(out.data(), device_, bytes(), cudaMemcpyDeviceToHost));
+    return out;
+  }
+
+private:
+  std::size_t bytes() const { return host_.size() * sizeof(T); }
+  std::vector<T> host_;
+  T* device_ = nullptr;
+};
+
+template <class T>
+std::vector<T> random_values(std::size_t n, float scale, unsigned seed, float shift = 0) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> normal(shift, scale);
+  std::vector<T> v(n);
+  for (T& x : v) x = T(normal(rng));
+  return v;
+}
+
+template <class T>
+std::vector<T> zeros(index_t n) {
+  return std::vector<T>(std::size_t(n), T{});
+}
+
+template <class T>
+const char* dtype() {
+  return sizeof(T) == 4 ? "f32" : "bf16";
+}
+template <class T>
+double tolerance() {
+  return sizeof(T) == 4 ? 2e-5 : 1.6e-2;  // relative to 1 + |host value|; bf16: two units in the last place
+}
+
+int failures = 0;
+
+// Runs make(false) on the CPU and make(true) on the device over n indices.
+template <class Make>
+void run(index_t n, Make make) {
+  ft::cpu::parallel_for(n, make(false));
+  ft::cuda::parallel_for(n, make(true));
+  FT_CUDA_CHECK(cudaDeviceSynchronize());
+}
+
+template <class T>
+void compare(const std::string& op, const std::string& shape, const Buffer<T>& b) {
+  const std::vector<T> device = b.device();
+  double worst = 0;
+  for (std::size_t i = 0; i < device.size(); ++i) {
+    const double h = double(b.host()[i]), d = double(device[i]);
+    worst = std::max(worst, std::isfinite(d) ? std::abs(h - d) / (1 + std::abs(h)) : INFINITY);
+  }
+  const bool ok = worst <= tolerance<T>();
+  failures += ok ? 0 : 1;
+  std::printf("| %-28s | %-14s | %-4s | %9.2e | %7.1e | %s |\n", op.c_str(), shape.c_str(), dtype<T>(), worst,
+              tolerance<T>(), ok ? "ok" : "FAILED");
+}
+
+template <class T>
+void norms(index_t N, index_t C) {
+  using A = ft::acc_t<T>;
+  const std::string shape = std::to_string(N) + "x" + std::to_string(C);
+  for (const bool layer : {false, true}) {
+    const std::string name = layer ? "layer_norm" : "rms_norm";
+    Buffer<T> out(zeros<T>(N * C)), in(random_values<T>(std::size_t(N * C), 1.0f, 1, 0.3f));
+    Buffer<T> weight(random_values<T>(std::size_t(C), 0.2f, 2, 1.0f)), bias(random_values<T>(std::size_t(C), 0.1f, 3));
+    Buffer<A> mean(zeros<A>(N)), rstd(zeros<A>(N));
+    run(N, [&](bool d) {
+      return ft::nn::NormForwardRow<T>{out.at(d), layer ? mean.at(d) : nullptr, rstd.at(d), in.at(d),
+                                       weight.at(d), layer ? bias.at(d) : nullptr, C, A(1e-5)};
+    });
+    compare(name + " forward", shape, out);
+    compare(name + " forward rstd", shape, rstd);
+
+    Buffer<T> dout(random_values<T>(std::size_t(N * C), 1.0f, 4)), din(random_values<T>(std::size_t(N * C), 0.1f, 5));
+    run(N, [&](bool d) {
+      return ft::nn::NormBackwardInputRow<T>{din.at(d), dout.at(d), in.at(d), weight.at(d),
+                                             layer ? mean.at(d) : nullptr, rstd.at(d), C};
+    });
+    compare(name + " backward input", shape, din);
+    Buffer<T> dweight(zeros<T>(C)), dbias(zeros<T>(C));
+    run(C, [&](bool d) {
+      return ft::nn::NormBackwardParamColumn<T>{dweight.at(d), layer ? dbias.at(d) : nullptr, dout.at(d), in.at(d),
+                                                layer ? mean.at(d) : nullptr, rstd.at(d), N, C};
+    });
+    compare(name + " backward weight", shape, dweight);
+  }
+}
+
+template <class T>
+void mlps(index_t N, index_t F) {
+  const std::string shape = std::to_string(N) + "x" + std::to_string(F);
+  for (const auto act : {ft::nn::Activation::silu, ft::nn::Activation::gelu, ft::nn::Activation::gelu_tanh})
+    for (const bool gated : {true, false}) {
+      const std::string name = std::string(act == ft::nn::Activation::silu ? "silu" : act == ft::nn::Activation::gelu ? "gelu" : "gelu_tanh") +
+                               (gated ? " gated" : "");
+      const std::size_t width = std::size_t(gated ? 2 * F : F);
+      Buffer<T> h(zeros<T>(N * F)), in(random_values<T>(std::size_t(N) * width, 2.0f, 6));
+      run(N, [&](bool d) { return ft::nn::MlpForwardRow<T>{h.at(d), in.at(d), F, gated, act}; });
+      compare(name + " forward", shape, h);
+      Buffer<T> dh(random_values<T>(std::size_t(N * F), 1.0f, 7)), din(random_values<T>(std::size_t(N) * width, 0.1f, 8));
+      run(N, [&](bool d) { return ft::nn::MlpBackwardRow<T>{din.at(d), dh.at(d), in.at(d), F, gated, act}; });
+      compare(name + " backward", shape, din);
+    }
+}
+
+template <class T>
+void ropes(index_t N, index_t H, index_t G, index_t D) {
+  const std::string shape = std::to_string(N) + "x" + std::to_string(H) + "/" + std::to_string(G) + "x" + std::to_string(D);
+  std::vector<std::int32_t> positions = zeros<std::int32_t>(N);
+  for (index_t n = 0; n < N; ++n) positions[std::size_t(n)] = std::int32_t((n * 37) % 4096);
+  Buffer<std::int32_t> pos(positions);
+  ft::nn::RopeConfig rope;
+  rope.rotary_dim = D;
+  Buffer<float> inv_freq(ft::nn::rope_inverse_frequencies(rope));
+  for (const float sign : {1.0f, -1.0f}) {
+    Buffer<T> qkv(random_values<T>(std::size_t(N * (H + 2 * G) * D), 1.0f, 9));
+    run(N, [&](bool d) {
+      return ft::nn::RopeRow<T>{qkv.at(d), pos.at(d), inv_freq.at(d), H + G, (H + 2 * G) * D, D, D, ft::acc_t<T>(sign)};
+    });
+    compare(sign > 0 ? "rope forward" : "rope backward", shape, qkv);
+  }
+}
+
+template <class T>
+void optimizers(index_t n) {
+  const std::string shape = std::to_string(n);
+  using A = ft::acc_t<T>;
+  Buffer<T> p(random_values<T>(std::size_t(n), 1.0f, 10)), g(random_values<T>(std::size_t(n), 0.1f, 11));
+  Buffer<A> m(random_values<A>(std::size_t(n), 0.01f, 12)), v(random_values<A>(std::size_t(n), 0.001f, 13, 0.002f));
+  run(n, [&](bool d) {
+    return ft::optim::AdamWUpdate<T, T>{p.at(d), g.at(d), m.at(d), v.at(d), A(1e-3), A(0.01), A(0.9), A(0.999),
+                                        A(1e-8), A(1 - 0.9 * 0.9 * 0.9), A(std::sqrt(1 - 0.999 * 0.999 * 0.999))};
+  });
+  compare("adamw step", shape, p);
+  compare("adamw exp_avg_sq", shape, v);
+  run(n, [&](bool d) {
+    return ft::optim::LionUpdate<T, T>{p.at(d), g.at(d), m.at(d), A(1e-4), A(0.1), A(0.9), A(0.99)};
+  });
+  compare("lion step", shape, p);
+  run(n, [&](bool d) {
+    return ft::optim::SgdUpdate<T, T>{p.at(d), g.at(d), m.at(d), A(1e-2), A(0.0), A(0.9), A(0.1), true, false};
+  });
+  compare("sgd nesterov step", shape, p);
+}
+
+template <class T>
+void every_op() {
+  norms<T>(7, 64);
+  norms<T>(33, 576);
+  mlps<T>(5, 1536);
+  ropes<T>(9, 9, 3, 64);
+  ropes<T>(4, 32, 8, 128);
+  optimizers<T>(100003);
+}
+
+}  // namespace
+
+int main() {
+  int devices = 0;
+  if (cudaGetDeviceCount(&devices) != cudaSuccess || devices == 0) {
+    std::puts("no CUDA device: skipped");
+    return 77;
+  }
+  try {
+    std::printf("| %-28s | %-14s | %-4s | %9s | %7s |    |\n|---|---|---|---|---|---|\n", "op", "shape", "type",
+                "max diff", "tol");
+    every_op<float>();
+    every_op<ft::bf16>();
+  } catch (const ft::Error& e) {
+    std::printf("%s\n", e.what());
+    return 1;
+  }
+  std::printf("%s\n", failures == 0 ? "every op agrees with the CPU" : "some ops differ from the CPU");
+  return failures == 0 ? 0 : 1;
+}
