@@ -4,7 +4,8 @@
 // against its tolerance. The device rounds transcendental functions and
 // contracts multiply-adds differently from the host, so results agree to a
 // few units in the last place of the accumulation, not bit for bit.
-// Exits 77 (ctest: skipped) where there is no GPU.
+// Buffers live in the caching allocator's device memory. Exits 77 (ctest:
+// skipped) where there is no GPU.
 #include <cmath>
 #include <cstdio>
 #include <random>
@@ -16,6 +17,7 @@
 #include <ft/nn/norm.hpp>
 #include <ft/nn/rope.hpp>
 #include <ft/optim/update.hpp>
+#include <ft/tensor/cuda_memory.hpp>
 
 namespace {
 
@@ -26,10 +28,10 @@ template <class T>
 class Buffer {
 public:
   explicit Buffer(std::vector<T> values) : host_(std::move(values)) {
-    FT_CUDA_CHECK(cudaMalloc(&device_, bytes()));
+    device_ = static_cast<T*>(ft::memory::CudaDevice::allocate(bytes()));
     FT_CUDA_CHECK(cudaMemcpy(device_, host_.data(), bytes(), cudaMemcpyHostToDevice));
   }
-  ~Buffer() { cudaFree(device_); }
+  ~Buffer() { ft::memory::CudaDevice::deallocate(device_, bytes()); }
   Buffer(const Buffer&) = delete;
   Buffer& operator=(const Buffer&) = delete;
 
@@ -209,6 +211,11 @@ int main() {
     std::printf("%s\n", e.what());
     return 1;
   }
+  // Every buffer was freed into the cache: nothing is allocated, the blocks stay reserved.
+  const ft::memory::Stats &allocated = ft::memory::CudaDevice::stats(), &reserved = ft::memory::CudaDevice::reserved();
+  std::printf("device memory: peak allocated %zu bytes, reserved %zu (peak %zu), allocated now %zu\n", allocated.peak(),
+              reserved.current(), reserved.peak(), allocated.current());
+  failures += allocated.current() == 0 && reserved.current() > 0 ? 0 : 1;
   std::printf("%s\n", failures == 0 ? "every op agrees with the CPU" : "some ops differ from the CPU");
   return failures == 0 ? 0 : 1;
 }
