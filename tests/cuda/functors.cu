@@ -1,6 +1,7 @@
-// The numerical core's row and element functors, run by the CPU launcher
-// and by the CUDA launcher over the same inputs, forward and backward, in
-// f32 and bf16: one line per op x shape x dtype with the largest difference
+// The numerical core's layers and updates, run on device::Cpu and on
+// device::Cuda over the same inputs (the same nn:: calls, the same
+// functors), forward and backward, in f32 and bf16, and cuBLASLt against
+// BLAS: one line per op x shape x dtype with the largest difference
 // against its tolerance. The device rounds transcendental functions and
 // contracts multiply-adds differently from the host, so results agree to a
 // few units in the last place of the accumulation, not bit for bit.
@@ -12,8 +13,9 @@
 #include <string>
 #include <vector>
 
+#include <ft/device/cuda.cuh>
 #include <ft/kernels/cuda/gemm.hpp>
-#include <ft/kernels/cuda/launch.cuh>
+#include <ft/nn/embedding.hpp>
 #include <ft/nn/mlp.hpp>
 #include <ft/nn/norm.hpp>
 #include <ft/nn/rope.hpp>
@@ -75,7 +77,16 @@ double tolerance() {
 
 int failures = 0;
 
-// Runs make(false) on the CPU and make(true) on the device over n indices.
+// Runs the same nn:: call on the CPU (call(Cpu, false)) and on the device (call(Cuda, true)).
+template <class Call>
+void on_both(Call call) {
+  call(ft::device::Cpu{}, false);
+  call(ft::device::Cuda{}, true);
+  FT_CUDA_CHECK(cudaDeviceSynchronize());
+}
+
+// Runs make(false) on the CPU and make(true) on the device over n indices:
+// functors that no nn:: function wraps yet (the optimizers' updates).
 template <class Make>
 void run(index_t n, Make make) {
   ft::cpu::parallel_for(n, make(false));
@@ -103,30 +114,26 @@ template <class T>
 void norms(index_t N, index_t C) {
   using A = ft::acc_t<T>;
   const std::string shape = std::to_string(N) + "x" + std::to_string(C);
-  for (const bool layer : {false, true}) {
-    const std::string name = layer ? "layer_norm" : "rms_norm";
+  for (const auto kind : {ft::nn::NormKind::rms, ft::nn::NormKind::layer}) {
+    const std::string name = kind == ft::nn::NormKind::layer ? "layer_norm" : "rms_norm";
     Buffer<T> out(zeros<T>(N * C)), in(random_values<T>(std::size_t(N * C), 1.0f, 1, 0.3f));
     Buffer<T> weight(random_values<T>(std::size_t(C), 0.2f, 2, 1.0f)), bias(random_values<T>(std::size_t(C), 0.1f, 3));
     Buffer<A> mean(zeros<A>(N)), rstd(zeros<A>(N));
-    run(N, [&](bool d) {
-      return ft::nn::NormForwardRow<T>{out.at(d), layer ? mean.at(d) : nullptr, rstd.at(d), in.at(d),
-                                       weight.at(d), layer ? bias.at(d) : nullptr, C, A(1e-5)};
+    on_both([&](auto device, bool d) {
+      ft::nn::norm_forward<decltype(device)>(kind, out.at(d), mean.at(d), rstd.at(d), in.at(d), weight.at(d),
+                                             bias.at(d), N, C, A(1e-5));
     });
     compare(name + " forward", shape, out);
     compare(name + " forward rstd", shape, rstd);
-
     Buffer<T> dout(random_values<T>(std::size_t(N * C), 1.0f, 4)), din(random_values<T>(std::size_t(N * C), 0.1f, 5));
-    run(N, [&](bool d) {
-      return ft::nn::NormBackwardInputRow<T>{din.at(d), dout.at(d), in.at(d), weight.at(d),
-                                             layer ? mean.at(d) : nullptr, rstd.at(d), C};
+    Buffer<T> dweight(zeros<T>(C)), dbias(zeros<T>(C));
+    on_both([&](auto device, bool d) {
+      ft::nn::norm_backward<decltype(device)>(kind, din.at(d), dweight.at(d), dbias.at(d), dout.at(d), in.at(d),
+                                              weight.at(d), mean.at(d), rstd.at(d), N, C);
     });
     compare(name + " backward input", shape, din);
-    Buffer<T> dweight(zeros<T>(C)), dbias(zeros<T>(C));
-    run(C, [&](bool d) {
-      return ft::nn::NormBackwardParamColumn<T>{dweight.at(d), layer ? dbias.at(d) : nullptr, dout.at(d), in.at(d),
-                                                layer ? mean.at(d) : nullptr, rstd.at(d), N, C};
-    });
-    compare(name + " backward weight", shape, dweight);
+    compare(name + " backward weight", shape, dweight, std::sqrt(double(N)));
+    if (kind == ft::nn::NormKind::layer) compare(name + " backward bias", shape, dbias, std::sqrt(double(N)));
   }
 }
 
@@ -139,10 +146,12 @@ void mlps(index_t N, index_t F) {
                                (gated ? " gated" : "");
       const std::size_t width = std::size_t(gated ? 2 * F : F);
       Buffer<T> h(zeros<T>(N * F)), in(random_values<T>(std::size_t(N) * width, 2.0f, 6));
-      run(N, [&](bool d) { return ft::nn::MlpForwardRow<T>{h.at(d), in.at(d), F, gated, act}; });
+      on_both([&](auto device, bool d) { ft::nn::mlp_forward<decltype(device)>(h.at(d), in.at(d), N, F, gated, act); });
       compare(name + " forward", shape, h);
       Buffer<T> dh(random_values<T>(std::size_t(N * F), 1.0f, 7)), din(random_values<T>(std::size_t(N) * width, 0.1f, 8));
-      run(N, [&](bool d) { return ft::nn::MlpBackwardRow<T>{din.at(d), dh.at(d), in.at(d), F, gated, act}; });
+      on_both([&](auto device, bool d) {
+        ft::nn::mlp_backward<decltype(device)>(din.at(d), dh.at(d), in.at(d), N, F, gated, act);
+      });
       compare(name + " backward", shape, din);
     }
 }
@@ -156,13 +165,34 @@ void ropes(index_t N, index_t H, index_t G, index_t D) {
   ft::nn::RopeConfig rope;
   rope.rotary_dim = D;
   Buffer<float> inv_freq(ft::nn::rope_inverse_frequencies(rope));
-  for (const float sign : {1.0f, -1.0f}) {
-    Buffer<T> qkv(random_values<T>(std::size_t(N * (H + 2 * G) * D), 1.0f, 9));
-    run(N, [&](bool d) {
-      return ft::nn::RopeRow<T>{qkv.at(d), pos.at(d), inv_freq.at(d), H + G, (H + 2 * G) * D, D, D, ft::acc_t<T>(sign)};
-    });
-    compare(sign > 0 ? "rope forward" : "rope backward", shape, qkv);
-  }
+  const std::size_t half = std::size_t(D / 2);
+  Buffer<T> qkv(random_values<T>(std::size_t(N * (H + 2 * G) * D), 1.0f, 9));
+  on_both([&](auto device, bool d) {
+    ft::nn::rope_forward<decltype(device)>(qkv.at(d), pos.at(d), {inv_freq.at(d), half}, N, H, G, D);
+  });
+  compare("rope forward", shape, qkv);
+  on_both([&](auto device, bool d) {
+    ft::nn::rope_backward<decltype(device)>(qkv.at(d), pos.at(d), {inv_freq.at(d), half}, N, H, G, D);
+  });
+  compare("rope backward", shape, qkv);
+}
+
+template <class T>
+void embeddings(index_t N, index_t C, index_t V) {
+  const std::string shape = std::to_string(N) + "x" + std::to_string(C) + " of " + std::to_string(V);
+  std::vector<std::int32_t> tokens = zeros<std::int32_t>(N);
+  for (index_t n = 0; n < N; ++n) tokens[std::size_t(n)] = std::int32_t((n * 7919) % V);  // ids repeat
+  Buffer<std::int32_t> ids(tokens);
+  Buffer<T> table(random_values<T>(std::size_t(V * C), 1.0f, 17)), out(zeros<T>(N * C));
+  on_both([&](auto device, bool d) {
+    ft::nn::embedding_forward<decltype(device)>(out.at(d), ids.at(d), table.at(d), N, C);
+  });
+  compare("embedding forward", shape, out);
+  Buffer<T> dout(random_values<T>(std::size_t(N * C), 1.0f, 18)), dtable(zeros<T>(V * C));
+  on_both([&](auto device, bool d) {
+    ft::nn::embedding_backward<decltype(device)>(dtable.at(d), ids.at(d), dout.at(d), N, C);
+  });
+  compare("embedding backward", shape, dtable, 4);
 }
 
 template <class T>
@@ -216,6 +246,7 @@ void every_op() {
   mlps<T>(5, 1536);
   ropes<T>(9, 9, 3, 64);
   ropes<T>(4, 32, 8, 128);
+  embeddings<T>(300, 576, 1000);
   optimizers<T>(100003);
   ft::cuda::Blas blas;
   gemms<T>(blas, 64, 48, 96);

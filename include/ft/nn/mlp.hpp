@@ -8,7 +8,7 @@
 // makes both halves.
 #include "ft/core/host_device.hpp"
 #include "ft/core/numeric.hpp"
-#include "ft/kernels/cpu/launch.hpp"
+#include "ft/device/cpu.hpp"
 #include "ft/nn/activation.hpp"
 #include "ft/tensor/shape.hpp"
 
@@ -55,14 +55,14 @@ struct MlpBackwardRow {
   }
 };
 
-template <class T>
+template <class Device = device::Cpu, class T>
 void mlp_forward(T* h, const T* in, index_t N, index_t F, bool gated, Activation act) {
-  cpu::parallel_for(N, MlpForwardRow<T>{h, in, F, gated, act});
+  Device::parallel_for(N, MlpForwardRow<T>{h, in, F, gated, act});
 }
 
-template <class T>
+template <class Device = device::Cpu, class T>
 void mlp_backward(T* din, const T* dh, const T* in, index_t N, index_t F, bool gated, Activation act) {
-  cpu::parallel_for(N, MlpBackwardRow<T>{din, dh, in, F, gated, act});
+  Device::parallel_for(N, MlpBackwardRow<T>{din, dh, in, F, gated, act});
 }
 
 }  // namespace ft::nn

@@ -11,7 +11,7 @@
 
 #include "ft/core/host_device.hpp"
 #include "ft/core/numeric.hpp"
-#include "ft/kernels/cpu/launch.hpp"
+#include "ft/device/cpu.hpp"
 #include "ft/tensor/shape.hpp"
 
 namespace ft::nn {
@@ -111,21 +111,21 @@ struct NormBackwardParamColumn {
   }
 };
 
-template <class T>
+template <class Device = device::Cpu, class T>
 void norm_forward(NormKind kind, T* out, acc_t<T>* mean, acc_t<T>* rstd, const T* in, const T* weight,
                   const T* bias, index_t N, index_t C, acc_t<T> eps) {
-  cpu::parallel_for(N, NormForwardRow<T>{out, kind == NormKind::layer ? mean : nullptr, rstd, in, weight,
+  Device::parallel_for(N, NormForwardRow<T>{out, kind == NormKind::layer ? mean : nullptr, rstd, in, weight,
                                          kind == NormKind::layer ? bias : nullptr, C, eps});
 }
 
 // dweight/dbias may be null for a frozen norm.
-template <class T>
+template <class Device = device::Cpu, class T>
 void norm_backward(NormKind kind, T* din, T* dweight, T* dbias, const T* dout, const T* in, const T* weight,
                    const acc_t<T>* mean, const acc_t<T>* rstd, index_t N, index_t C) {
   const acc_t<T>* mu = kind == NormKind::layer ? mean : nullptr;
-  cpu::parallel_for(N, NormBackwardInputRow<T>{din, dout, in, weight, mu, rstd, C});
+  Device::parallel_for(N, NormBackwardInputRow<T>{din, dout, in, weight, mu, rstd, C});
   if (dweight)
-    cpu::parallel_for(C, NormBackwardParamColumn<T>{dweight, kind == NormKind::layer ? dbias : nullptr, dout,
+    Device::parallel_for(C, NormBackwardParamColumn<T>{dweight, kind == NormKind::layer ? dbias : nullptr, dout,
                                                     in, mu, rstd, N, C});
 }
 

@@ -13,11 +13,12 @@
 #include <cmath>
 #include <cstdint>
 #include <numbers>
+#include <span>
 #include <vector>
 
 #include "ft/core/host_device.hpp"
 #include "ft/core/numeric.hpp"
-#include "ft/kernels/cpu/launch.hpp"
+#include "ft/device/cpu.hpp"
 #include "ft/tensor/shape.hpp"
 
 namespace ft::nn {
@@ -89,19 +90,20 @@ struct RopeRow {
   }
 };
 
-template <class T>
-void rope_forward(T* qkv, const std::int32_t* positions, const std::vector<float>& inv_freq, index_t N,
+// inv_freq (rope_inverse_frequencies) is in the device's memory.
+template <class Device = device::Cpu, class T>
+void rope_forward(T* qkv, const std::int32_t* positions, std::span<const float> inv_freq, index_t N,
                   index_t H, index_t G, index_t D) {
   index_t R = index_t(inv_freq.size()) * 2;
-  cpu::parallel_for(N, RopeRow<T>{qkv, positions, inv_freq.data(), H + G, (H + 2 * G) * D, D, R, 1});
+  Device::parallel_for(N, RopeRow<T>{qkv, positions, inv_freq.data(), H + G, (H + 2 * G) * D, D, R, 1});
 }
 
 // In place on the gradient of the rotated rows.
-template <class T>
-void rope_backward(T* dqkv, const std::int32_t* positions, const std::vector<float>& inv_freq, index_t N,
+template <class Device = device::Cpu, class T>
+void rope_backward(T* dqkv, const std::int32_t* positions, std::span<const float> inv_freq, index_t N,
                    index_t H, index_t G, index_t D) {
   index_t R = index_t(inv_freq.size()) * 2;
-  cpu::parallel_for(N, RopeRow<T>{dqkv, positions, inv_freq.data(), H + G, (H + 2 * G) * D, D, R, -1});
+  Device::parallel_for(N, RopeRow<T>{dqkv, positions, inv_freq.data(), H + G, (H + 2 * G) * D, D, R, -1});
 }
 
 }  // namespace ft::nn

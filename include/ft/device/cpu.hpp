@@ -1,0 +1,32 @@
+#pragma once
+// Devices are policies: where a layer's buffers live (a memory space) and
+// how its row and element functors run (a launcher). The nn:: functions take
+// one as their first template argument, Cpu by default, so the same layer
+// code runs on the host and, with device::Cuda (device/cuda.cuh, nvcc only),
+// on a GPU. Functors capture by value and are FT_HOST_DEVICE; pointers they
+// hold must be the device's memory.
+#include <concepts>
+#include <string_view>
+
+#include "ft/kernels/cpu/launch.hpp"
+#include "ft/tensor/memory.hpp"
+#include "ft/tensor/shape.hpp"
+
+namespace ft::device {
+
+struct Cpu {
+  static constexpr std::string_view name = "cpu";
+  using Memory = memory::Host;
+  template <class F>
+  static void parallel_for(index_t n, const F& f) {
+    cpu::parallel_for(n, f);
+  }
+};
+
+template <class D>
+concept device = memory::memory_space<typename D::Memory> && requires {
+  { D::name } -> std::convertible_to<std::string_view>;
+};
+static_assert(device<Cpu>);
+
+}  // namespace ft::device
