@@ -5,7 +5,7 @@ get_filename_component(SOURCE_PATH "${CMAKE_CURRENT_LIST_DIR}/../.." ABSOLUTE)
 
 vcpkg_cmake_configure(
   SOURCE_PATH "${SOURCE_PATH}"
-  OPTIONS -DFT_BUILD_TESTS=OFF -DFT_BUILD_EXAMPLES=OFF)
+  OPTIONS -DFT_BUILD_TESTS=OFF -DFT_BUILD_EXAMPLES=OFF -DFT_ENABLE_CUDA=OFF)
 vcpkg_cmake_install()
 vcpkg_cmake_config_fixup(CONFIG_PATH lib/cmake/ft)
 vcpkg_copy_tools(TOOL_NAMES ftrun AUTO_CLEAN)
