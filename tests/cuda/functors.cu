@@ -16,6 +16,7 @@
 #include <ft/device/cuda.cuh>
 #include <ft/kernels/cuda/gemm.hpp>
 #include <ft/nn/embedding.hpp>
+#include <ft/nn/linear.hpp>
 #include <ft/nn/mlp.hpp>
 #include <ft/nn/norm.hpp>
 #include <ft/nn/rope.hpp>
@@ -178,6 +179,26 @@ void ropes(index_t N, index_t H, index_t G, index_t D) {
 }
 
 template <class T>
+void linears(index_t N, index_t I, index_t O) {
+  const std::string shape = std::to_string(N) + "x" + std::to_string(I) + "->" + std::to_string(O);
+  Buffer<T> in(random_values<T>(std::size_t(N * I), 1.0f, 19)), weight(random_values<T>(std::size_t(O * I), 0.05f, 20));
+  Buffer<T> bias(random_values<T>(std::size_t(O), 0.1f, 21)), out(zeros<T>(N * O));
+  on_both([&](auto device, bool d) {
+    ft::nn::linear_forward<decltype(device)>(out.at(d), in.at(d), weight.at(d), bias.at(d), N, I, O);
+  });
+  compare("linear forward", shape, out, std::sqrt(double(I)));
+  Buffer<T> dout(random_values<T>(std::size_t(N * O), 1.0f, 22)), din(zeros<T>(N * I));
+  Buffer<T> dweight(zeros<T>(O * I)), dbias(zeros<T>(O));
+  on_both([&](auto device, bool d) {
+    ft::nn::linear_backward<decltype(device)>(din.at(d), dweight.at(d), dbias.at(d), dout.at(d), in.at(d),
+                                              weight.at(d), N, I, O);
+  });
+  compare("linear backward input", shape, din, std::sqrt(double(O)));
+  compare("linear backward weight", shape, dweight, std::sqrt(double(N)));
+  compare("linear backward bias", shape, dbias, std::sqrt(double(N)));
+}
+
+template <class T>
 void embeddings(index_t N, index_t C, index_t V) {
   const std::string shape = std::to_string(N) + "x" + std::to_string(C) + " of " + std::to_string(V);
   std::vector<std::int32_t> tokens = zeros<std::int32_t>(N);
@@ -247,6 +268,7 @@ void every_op() {
   ropes<T>(9, 9, 3, 64);
   ropes<T>(4, 32, 8, 128);
   embeddings<T>(300, 576, 1000);
+  linears<T>(37, 576, 960);
   optimizers<T>(100003);
   ft::cuda::Blas blas;
   gemms<T>(blas, 64, 48, 96);

@@ -1,14 +1,16 @@
 #pragma once
 // Devices are policies: where a layer's buffers live (a memory space) and
-// how its row and element functors run (a launcher). The nn:: functions take
-// one as their first template argument, Cpu by default, so the same layer
-// code runs on the host and, with device::Cuda (device/cuda.cuh, nvcc only),
-// on a GPU. Functors capture by value and are FT_HOST_DEVICE; pointers they
+// how its row and element functors run (a launcher), and how it multiplies
+// matrices (ft::gemm's meaning: row-major, C = alpha op(A) op(B) + beta C).
+// The nn:: functions take one as their first template argument, Cpu by
+// default, so the same layer code runs on the host and, with device::Cuda
+// (device/cuda.cuh, nvcc only), on a GPU. Functors capture by value and are FT_HOST_DEVICE; pointers they
 // hold must be the device's memory.
 #include <concepts>
 #include <string_view>
 
 #include "ft/kernels/cpu/launch.hpp"
+#include "ft/kernels/gemm.hpp"
 #include "ft/tensor/memory.hpp"
 #include "ft/tensor/shape.hpp"
 
@@ -20,6 +22,11 @@ struct Cpu {
   template <class F>
   static void parallel_for(index_t n, const F& f) {
     cpu::parallel_for(n, f);
+  }
+  template <element T>
+  static void gemm(Op op_a, Op op_b, index_t M, index_t N, index_t K, acc_t<T> alpha, const T* A, index_t lda,
+                   const T* B, index_t ldb, acc_t<T> beta, T* C, index_t ldc) {
+    ft::gemm<T>(op_a, op_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
   }
 };
 

@@ -6,6 +6,7 @@
 #include <string_view>
 
 #include "ft/device/cpu.hpp"
+#include "ft/kernels/cuda/gemm.hpp"
 #include "ft/kernels/cuda/launch.cuh"
 #include "ft/tensor/cuda_memory.hpp"
 
@@ -17,6 +18,18 @@ struct Cuda {
   template <class F>
   static void parallel_for(index_t n, const F& f) {
     cuda::parallel_for(n, f);
+  }
+  template <element T>
+  static void gemm(Op op_a, Op op_b, index_t M, index_t N, index_t K, acc_t<T> alpha, const T* A, index_t lda,
+                   const T* B, index_t ldb, acc_t<T> beta, T* C, index_t ldc) {
+    blas().template gemm<T>(op_a, op_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+  }
+  // One cuBLASLt handle, workspace and plan cache per host thread (the plan
+  // cache is not shared). Never destroyed: at exit the CUDA context may
+  // already be gone.
+  static cuda::Blas& blas() {
+    thread_local auto* handle = new cuda::Blas();
+    return *handle;
   }
 };
 static_assert(device<Cuda>);

@@ -130,13 +130,13 @@ public:
     const BlockActivations<T>& a = context.activations(layer_);
     const DeferredGradients<T>& d = context.deferred(layer_);
     auto g = [&](const char* name) { return params_.grad(name); };
-    nn::linear_backward<T>(nullptr, g("mlp_out.weight"), g("mlp_out.bias"), d.output.data(), a.hidden.data(), nullptr,
+    nn::linear_backward<device::Cpu, T>(nullptr, g("mlp_out.weight"), g("mlp_out.bias"), d.output.data(), a.hidden.data(), nullptr,
                            N, c_.intermediate_size, C);
-    nn::linear_backward<T>(nullptr, g("mlp_in.weight"), g("mlp_in.bias"), d.mlp_in.data(), a.n2.data(), nullptr, N, C,
+    nn::linear_backward<device::Cpu, T>(nullptr, g("mlp_in.weight"), g("mlp_in.bias"), d.mlp_in.data(), a.n2.data(), nullptr, N, C,
                            c_.mlp_in_width());
-    nn::linear_backward<T>(nullptr, g("o.weight"), g("o.bias"), d.attention_output.data(), a.attention.data(), nullptr,
+    nn::linear_backward<device::Cpu, T>(nullptr, g("o.weight"), g("o.bias"), d.attention_output.data(), a.attention.data(), nullptr,
                            N, HD, C);
-    nn::linear_backward<T>(nullptr, g("qkv.weight"), g("qkv.bias"), d.qkv.data(), a.n1.data(), nullptr, N, C,
+    nn::linear_backward<device::Cpu, T>(nullptr, g("qkv.weight"), g("qkv.bias"), d.qkv.data(), a.n1.data(), nullptr, N, C,
                            c_.qkv_width());
   }
 
