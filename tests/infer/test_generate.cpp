@@ -52,6 +52,14 @@ std::vector<Expected> expected(const std::string& dir) {
   return out;
 }
 
+// The logits each token was chosen from, against HF's, within 1e-4.
+void check_logits(const std::vector<float>& got, const std::vector<float>& hf) {
+  REQUIRE(got.size() == hf.size());
+  double worst = 0;
+  for (std::size_t k = 0; k < got.size(); ++k) worst = std::max(worst, double(std::abs(got[k] - hf[k])));
+  CHECK(worst < 1e-4);
+}
+
 infer::Request greedy(const std::vector<std::int32_t>& prompt, index_t max_tokens) {
   infer::Request r;
   r.prompt = prompt;
@@ -81,11 +89,7 @@ TEST_CASE("greedy generation with a KV cache matches HF generate token for token
         CAPTURE(i);
         CHECK(got[i].tokens == cases[i].tokens);
         CHECK(got[i].finish_reason == "length");
-        REQUIRE(got[i].step_logits.size() == cases[i].logits.size());
-        double worst = 0;
-        for (std::size_t k = 0; k < got[i].step_logits.size(); ++k)
-          worst = std::max(worst, double(std::abs(got[i].step_logits[k] - cases[i].logits[k])));
-        CHECK(worst < 1e-4);
+        check_logits(got[i].step_logits, cases[i].logits);
         CHECK(got[i].step_logits.size() == cases[i].tokens.size() * std::size_t(V));
       }
       CHECK(pool.free_slots() == slots);
@@ -151,11 +155,7 @@ void check_completions(const std::vector<infer::Completion>& got, const std::vec
   for (std::size_t i = 0; i < cases.size(); ++i) {
     CAPTURE(i);
     CHECK(got[i].tokens == cases[i].tokens);
-    REQUIRE(got[i].step_logits.size() == cases[i].logits.size());
-    double worst = 0;
-    for (std::size_t k = 0; k < got[i].step_logits.size(); ++k)
-      worst = std::max(worst, double(std::abs(got[i].step_logits[k] - cases[i].logits[k])));
-    CHECK(worst < 1e-4);
+    check_logits(got[i].step_logits, cases[i].logits);
   }
 }
 
@@ -261,11 +261,7 @@ TEST_CASE("a prompt fed in chunks gives HF's tokens, while the running sequences
   for (std::size_t i = 0; i < 2; ++i) {
     CAPTURE(i);
     CHECK(done[i].tokens == cases[i].tokens);
-    REQUIRE(done[i].step_logits.size() == cases[i].logits.size());
-    double worst = 0;
-    for (std::size_t k = 0; k < done[i].step_logits.size(); ++k)
-      worst = std::max(worst, double(std::abs(done[i].step_logits[k] - cases[i].logits[k])));
-    CHECK(worst < 1e-4);
+    check_logits(done[i].step_logits, cases[i].logits);
   }
   CHECK_THROWS_WITH_AS(infer::Batcher<float>(engine, pool, -1), doctest::Contains("prefill_chunk"), Error);
 }
