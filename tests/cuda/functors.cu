@@ -15,6 +15,7 @@
 
 #include <ft/device/cuda.cuh>
 #include <ft/kernels/cuda/gemm.hpp>
+#include <ft/nn/attention_rows.hpp>
 #include <ft/nn/embedding.hpp>
 #include <ft/nn/linear.hpp>
 #include <ft/nn/mlp.hpp>
@@ -198,6 +199,35 @@ void linears(index_t N, index_t I, index_t O) {
   compare("linear backward bias", shape, dbias, std::sqrt(double(N)));
 }
 
+// The row path on the device against the CPU's tiled attention: causal,
+// grouped-query, documents packed in a row, a sliding window.
+template <class T>
+void attentions(ft::nn::AttentionShape s, bool packed) {
+  using A = ft::acc_t<T>;
+  const index_t N = s.B * s.T;
+  const std::string shape = std::to_string(s.B) + "x" + std::to_string(s.T) + " " + std::to_string(s.H) + "/" +
+                            std::to_string(s.G) + "x" + std::to_string(s.D) + (packed ? " docs" : "") +
+                            (s.window > 0 ? " w" + std::to_string(s.window) : "");
+  std::vector<std::int32_t> docs = zeros<std::int32_t>(N);
+  for (index_t n = 0; n < N; ++n) docs[std::size_t(n)] = std::int32_t(n % s.T < s.T / 3 ? 0 : 1);
+  Buffer<std::int32_t> documents(docs);
+  Buffer<T> qkv(random_values<T>(std::size_t(N * (s.H + 2 * s.G) * s.D), 1.0f, 23)), out(zeros<T>(N * s.H * s.D));
+  Buffer<A> lse(zeros<A>(s.B * s.H * s.T));
+  ft::nn::attention_forward(out.at(false), lse.at(false), qkv.at(false), packed ? documents.at(false) : nullptr, s);
+  ft::nn::attention_forward_rows<ft::device::Cuda>(out.at(true), lse.at(true), qkv.at(true),
+                                                   packed ? documents.at(true) : nullptr, s);
+  FT_CUDA_CHECK(cudaDeviceSynchronize());
+  compare("attention forward", shape, out);
+  compare("attention forward lse", shape, lse);
+  Buffer<T> dout(random_values<T>(std::size_t(N * s.H * s.D), 1.0f, 24)), dqkv(zeros<T>(N * (s.H + 2 * s.G) * s.D));
+  ft::nn::attention_backward(dqkv.at(false), dout.at(false), out.at(false), lse.at(false), qkv.at(false),
+                             packed ? documents.at(false) : nullptr, s);
+  ft::nn::attention_backward_rows<ft::device::Cuda>(dqkv.at(true), dout.at(true), out.at(true), lse.at(true),
+                                                    qkv.at(true), packed ? documents.at(true) : nullptr, s);
+  FT_CUDA_CHECK(cudaDeviceSynchronize());
+  compare("attention backward", shape, dqkv, std::sqrt(double(s.T)));
+}
+
 template <class T>
 void embeddings(index_t N, index_t C, index_t V) {
   const std::string shape = std::to_string(N) + "x" + std::to_string(C) + " of " + std::to_string(V);
@@ -269,6 +299,9 @@ void every_op() {
   ropes<T>(4, 32, 8, 128);
   embeddings<T>(300, 576, 1000);
   linears<T>(37, 576, 960);
+  attentions<T>({2, 130, 9, 3, 64, 0}, false);
+  attentions<T>({1, 200, 4, 1, 128, 0}, true);
+  attentions<T>({2, 100, 8, 8, 64, 17}, true);
   optimizers<T>(100003);
   ft::cuda::Blas blas;
   gemms<T>(blas, 64, 48, 96);

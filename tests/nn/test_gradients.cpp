@@ -2,6 +2,7 @@
 #include <doctest/doctest.h>
 
 #include <ft/nn/attention.hpp>
+#include <ft/nn/attention_rows.hpp>
 #include <ft/nn/cross_entropy.hpp>
 #include <ft/nn/embedding.hpp>
 #include <ft/nn/linear.hpp>
@@ -136,7 +137,7 @@ Vec naive_attention(const Vec& qkv, const std::vector<std::int32_t>* docs, const
 }
 }  // namespace
 
-TEST_CASE("tiled attention equals full-softmax attention and its backward matches finite differences") {
+TEST_CASE("tiled attention equals full-softmax attention, its backward matches finite differences, and the row path equals both") {
   std::mt19937 rng(5);
   struct Case {
     const char* name;
@@ -171,6 +172,19 @@ TEST_CASE("tiled attention equals full-softmax attention and its backward matche
     Vec dqkv(qkv.size());
     attention_backward(dqkv.data(), w.data(), out.data(), lse.data(), qkv.data(), doc_ptr, s);
     expect_gradient("qkv", qkv, dqkv, loss);
+
+    // The row path (what a GPU runs, nn/attention_rows.hpp) on the CPU: the same outputs,
+    // log-sum-exps and gradient (the finite differences left out and lse perturbed: recomputed).
+    attention_forward(out.data(), lse.data(), qkv.data(), doc_ptr, s);
+    Vec row_out(out.size()), row_lse(lse.size()), row_dqkv(qkv.size());
+    attention_forward_rows<device::Cpu>(row_out.data(), row_lse.data(), qkv.data(), doc_ptr, s);
+    attention_backward_rows<device::Cpu>(row_dqkv.data(), w.data(), row_out.data(), row_lse.data(), qkv.data(),
+                                         doc_ptr, s);
+    double row_worst = 0;
+    for (std::size_t i = 0; i < out.size(); ++i) row_worst = std::max(row_worst, std::abs(row_out[i] - out[i]));
+    for (std::size_t i = 0; i < lse.size(); ++i) row_worst = std::max(row_worst, std::abs(row_lse[i] - lse[i]));
+    for (std::size_t i = 0; i < dqkv.size(); ++i) row_worst = std::max(row_worst, std::abs(row_dqkv[i] - dqkv[i]));
+    CHECK(row_worst < 1e-12);
   }
 }
 

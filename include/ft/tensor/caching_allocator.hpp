@@ -11,7 +11,10 @@
 // repeating sizes hit the cache from the second step on. When the raw
 // allocator fails, every cached block is released and the request tried
 // once more; failing again, ft::OutOfMemory reports the request and both
-// figures. Blocks are not split or merged (a larger class is not used for
+// figures. A freed block may still be read by kernels queued before the
+// free; reuse is safe because every kernel runs on one stream, in order
+// (a second stream would need the block's stream recorded, as PyTorch's
+// allocator does). Blocks are not split or merged (a larger class is not used for
 // a smaller request), which keeps the accounting exact and simple; the
 // rounding bounds what that wastes.
 //
