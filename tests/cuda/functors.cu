@@ -87,15 +87,6 @@ void on_both(Call call) {
   FT_CUDA_CHECK(cudaDeviceSynchronize());
 }
 
-// Runs make(false) on the CPU and make(true) on the device over n indices:
-// functors that no nn:: function wraps yet (the optimizers' updates).
-template <class Make>
-void run(index_t n, Make make) {
-  ft::cpu::parallel_for(n, make(false));
-  ft::cuda::parallel_for(n, make(true));
-  FT_CUDA_CHECK(cudaDeviceSynchronize());
-}
-
 // scale widens the tolerance for results that sum many products (sqrt(K) for a GEMM).
 template <class T>
 void compare(const std::string& op, const std::string& shape, const Buffer<T>& b, double scale = 1) {
@@ -252,19 +243,17 @@ void optimizers(index_t n) {
   using A = ft::acc_t<T>;
   Buffer<T> p(random_values<T>(std::size_t(n), 1.0f, 10)), g(random_values<T>(std::size_t(n), 0.1f, 11));
   Buffer<A> m(random_values<A>(std::size_t(n), 0.01f, 12)), v(random_values<A>(std::size_t(n), 0.001f, 13, 0.002f));
-  run(n, [&](bool d) {
-    return ft::optim::AdamWUpdate<T, T>{p.at(d), g.at(d), m.at(d), v.at(d), A(1e-3), A(0.01), A(0.9), A(0.999),
-                                        A(1e-8), A(1 - 0.9 * 0.9 * 0.9), A(std::sqrt(1 - 0.999 * 0.999 * 0.999))};
-  });
+  ft::optim::Hyperparameters h;
+  h.weight_decay = 0.01;
+  on_both([&](auto device, bool d) { ft::optim::adamw_step<decltype(device)>(p.at(d), g.at(d), m.at(d), v.at(d), n, h, 3); });
   compare("adamw step", shape, p);
   compare("adamw exp_avg_sq", shape, v);
-  run(n, [&](bool d) {
-    return ft::optim::LionUpdate<T, T>{p.at(d), g.at(d), m.at(d), A(1e-4), A(0.1), A(0.9), A(0.99)};
-  });
+  h.beta2 = 0.99;
+  on_both([&](auto device, bool d) { ft::optim::lion_step<decltype(device)>(p.at(d), g.at(d), m.at(d), n, h); });
   compare("lion step", shape, p);
-  run(n, [&](bool d) {
-    return ft::optim::SgdUpdate<T, T>{p.at(d), g.at(d), m.at(d), A(1e-2), A(0.0), A(0.9), A(0.1), true, false};
-  });
+  h.momentum = 0.9;
+  h.nesterov = true;
+  on_both([&](auto device, bool d) { ft::optim::sgd_step<decltype(device)>(p.at(d), g.at(d), m.at(d), n, h, 2); });
   compare("sgd nesterov step", shape, p);
 }
 

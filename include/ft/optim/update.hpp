@@ -19,7 +19,7 @@
 
 #include "ft/core/host_device.hpp"
 #include "ft/core/numeric.hpp"
-#include "ft/kernels/cpu/launch.hpp"
+#include "ft/device/cpu.hpp"
 #include "ft/tensor/shape.hpp"
 
 namespace ft::optim {
@@ -90,26 +90,26 @@ struct LionUpdate {
   }
 };
 
-// One step over a flat shard; `step` counts from 1.
-template <class T, class G, class S = acc_t<T>>
+// One step over a flat shard, on a device (device/cpu.hpp); `step` counts from 1.
+template <class Device = device::Cpu, class T, class G, class S = acc_t<T>>
 void sgd_step(T* p, const G* g, S* buffer, index_t n, const Hyperparameters& h, std::int64_t step) {
   using A = acc_t<T>;
-  cpu::parallel_for(n, SgdUpdate<T, G, S>{p, g, buffer, A(h.lr), A(h.weight_decay), A(h.momentum), A(h.dampening),
+  Device::parallel_for(n, SgdUpdate<T, G, S>{p, g, buffer, A(h.lr), A(h.weight_decay), A(h.momentum), A(h.dampening),
                                        h.nesterov, step == 1});
 }
 
-template <class T, class G, class S = acc_t<T>>
+template <class Device = device::Cpu, class T, class G, class S = acc_t<T>>
 void adamw_step(T* p, const G* g, S* m, S* v, index_t n, const Hyperparameters& h, std::int64_t step) {
   using A = acc_t<T>;
   A bias1 = A(1) - std::pow(A(h.beta1), A(step)), bias2 = A(1) - std::pow(A(h.beta2), A(step));
-  cpu::parallel_for(n, AdamWUpdate<T, G, S>{p, g, m, v, A(h.lr), A(h.weight_decay), A(h.beta1), A(h.beta2), A(h.eps),
+  Device::parallel_for(n, AdamWUpdate<T, G, S>{p, g, m, v, A(h.lr), A(h.weight_decay), A(h.beta1), A(h.beta2), A(h.eps),
                                          bias1, std::sqrt(bias2)});
 }
 
-template <class T, class G, class S = acc_t<T>>
+template <class Device = device::Cpu, class T, class G, class S = acc_t<T>>
 void lion_step(T* p, const G* g, S* m, index_t n, const Hyperparameters& h) {
   using A = acc_t<T>;
-  cpu::parallel_for(n, LionUpdate<T, G, S>{p, g, m, A(h.lr), A(h.weight_decay), A(h.beta1), A(h.beta2)});
+  Device::parallel_for(n, LionUpdate<T, G, S>{p, g, m, A(h.lr), A(h.weight_decay), A(h.beta1), A(h.beta2)});
 }
 
 }  // namespace ft::optim
