@@ -16,6 +16,7 @@
 #include <ft/device/cuda.cuh>
 #include <ft/kernels/cuda/gemm.hpp>
 #include <ft/nn/attention_rows.hpp>
+#include <ft/nn/cross_entropy.hpp>
 #include <ft/nn/embedding.hpp>
 #include <ft/nn/linear.hpp>
 #include <ft/nn/mlp.hpp>
@@ -87,7 +88,18 @@ void on_both(Call call) {
   FT_CUDA_CHECK(cudaDeviceSynchronize());
 }
 
-// scale widens the tolerance for results that sum many products (sqrt(K) for a GEMM).
+// One line of the table: the largest relative difference of a result
+// against its tolerance; scale widens the tolerance for results that sum
+// many products (sqrt(K) for a GEMM).
+template <class T>
+void report(const std::string& op, const std::string& shape, double worst, double scale = 1) {
+  const double allowed = tolerance<T>() * scale;
+  const bool ok = worst <= allowed;
+  failures += ok ? 0 : 1;
+  std::printf("| %-28s | %-14s | %-4s | %9.2e | %7.1e | %s |\n", op.c_str(), shape.c_str(), dtype<T>(), worst, allowed,
+              ok ? "ok" : "FAILED");
+}
+
 template <class T>
 void compare(const std::string& op, const std::string& shape, const Buffer<T>& b, double scale = 1) {
   const std::vector<T> device = b.device();
@@ -96,11 +108,7 @@ void compare(const std::string& op, const std::string& shape, const Buffer<T>& b
     const double h = double(b.host()[i]), d = double(device[i]);
     worst = std::max(worst, std::isfinite(d) ? std::abs(h - d) / (1 + std::abs(h)) : INFINITY);
   }
-  const double allowed = tolerance<T>() * scale;
-  const bool ok = worst <= allowed;
-  failures += ok ? 0 : 1;
-  std::printf("| %-28s | %-14s | %-4s | %9.2e | %7.1e | %s |\n", op.c_str(), shape.c_str(), dtype<T>(), worst, allowed,
-              ok ? "ok" : "FAILED");
+  report<T>(op, shape, worst, scale);
 }
 
 template <class T>
@@ -219,6 +227,29 @@ void attentions(ft::nn::AttentionShape s, bool packed) {
   compare("attention backward", shape, dqkv, std::sqrt(double(s.T)));
 }
 
+// The LM head with cross-entropy in chunks: the summed loss, dh and dW, with
+// ignored rows and a last chunk shorter than the others.
+template <class T>
+void lm_heads(index_t N, index_t C, index_t V) {
+  const std::string shape = std::to_string(N) + "x" + std::to_string(C) + "->" + std::to_string(V);
+  std::vector<std::int32_t> labels = zeros<std::int32_t>(N);
+  for (index_t n = 0; n < N; ++n) labels[std::size_t(n)] = n % 7 == 3 ? ft::nn::ignore_index : std::int32_t((n * 131) % V);
+  Buffer<std::int32_t> targets(labels);
+  Buffer<T> h(random_values<T>(std::size_t(N * C), 1.0f, 25)), weight(random_values<T>(std::size_t(V * C), 0.05f, 26));
+  Buffer<T> dh(zeros<T>(N * C)), dweight(zeros<T>(V * C));
+  ft::nn::CrossEntropyOptions options;
+  options.chunk_rows = 48;
+  options.token_count = double(N);
+  double loss[2] = {};
+  on_both([&](auto device, bool d) {
+    loss[d] = ft::nn::lm_head_cross_entropy<decltype(device)>(dh.at(d), dweight.at(d), h.at(d), weight.at(d),
+                                                              targets.at(d), N, C, V, options);
+  });
+  report<T>("lm head loss", shape, std::abs(loss[0] - loss[1]) / (1 + std::abs(loss[0])), std::sqrt(double(C)));
+  compare("lm head d hidden", shape, dh, std::sqrt(double(V)));
+  compare("lm head d weight", shape, dweight, std::sqrt(double(N)));
+}
+
 template <class T>
 void embeddings(index_t N, index_t C, index_t V) {
   const std::string shape = std::to_string(N) + "x" + std::to_string(C) + " of " + std::to_string(V);
@@ -288,6 +319,7 @@ void every_op() {
   ropes<T>(4, 32, 8, 128);
   embeddings<T>(300, 576, 1000);
   linears<T>(37, 576, 960);
+  lm_heads<T>(100, 576, 4099);
   attentions<T>({2, 130, 9, 3, 64, 0}, false);
   attentions<T>({1, 200, 4, 1, 128, 0}, true);
   attentions<T>({2, 100, 8, 8, 64, 17}, true);

@@ -235,7 +235,7 @@ TEST_CASE("fused LM head cross-entropy: loss, ignore index, chunking and token c
     auto probe = [&] {
       CrossEntropyOptions eval = options;
       eval.backward = false;
-      return lm_head_cross_entropy<double>(nullptr, nullptr, h.data(), W.data(), targets.data(), N, C, V, eval) /
+      return lm_head_cross_entropy<device::Cpu, double>(nullptr, nullptr, h.data(), W.data(), targets.data(), N, C, V, eval) /
              count;
     };
     expect_gradient("hidden", h, dh, probe);

@@ -7,6 +7,7 @@
 // (device/cuda.cuh, nvcc only), on a GPU. Functors capture by value and are FT_HOST_DEVICE; pointers they
 // hold must be the device's memory.
 #include <concepts>
+#include <cstring>
 #include <string_view>
 
 #include "ft/kernels/cpu/launch.hpp"
@@ -28,6 +29,9 @@ struct Cpu {
                    const T* B, index_t ldb, acc_t<T> beta, T* C, index_t ldc) {
     ft::gemm<T>(op_a, op_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
   }
+  // Copies within the device's memory, and from it to the host (waiting for the device).
+  static void copy(void* to, const void* from, std::size_t bytes) { std::memcpy(to, from, bytes); }
+  static void to_host(void* to, const void* from, std::size_t bytes) { std::memcpy(to, from, bytes); }
 };
 
 template <class D>

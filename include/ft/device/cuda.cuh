@@ -24,6 +24,12 @@ struct Cuda {
                    const T* B, index_t ldb, acc_t<T> beta, T* C, index_t ldc) {
     blas().template gemm<T>(op_a, op_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
   }
+  static void copy(void* to, const void* from, std::size_t bytes) {
+    FT_CUDA_CHECK(cudaMemcpyAsync(to, from, bytes, cudaMemcpyDeviceToDevice));
+  }
+  static void to_host(void* to, const void* from, std::size_t bytes) {
+    FT_CUDA_CHECK(cudaMemcpy(to, from, bytes, cudaMemcpyDeviceToHost));
+  }
   // One cuBLASLt handle, workspace and plan cache per host thread (the plan
   // cache is not shared). Never destroyed: at exit the CUDA context may
   // already be gone.

@@ -18,6 +18,7 @@
 #include "ft/core/host_device.hpp"
 #include "ft/core/numeric.hpp"
 #include "ft/nn/attention.hpp"
+#include "ft/tensor/scratch.hpp"
 #include "ft/tensor/shape.hpp"
 
 namespace ft::nn {
@@ -191,21 +192,6 @@ struct KeyValueGradRow {
   }
 };
 
-// Scratch in a device's memory for the length of a call.
-template <class T, class Space>
-class Scratch {
-public:
-  explicit Scratch(index_t n) : bytes_(std::size_t(n) * sizeof(T)), data_(static_cast<T*>(Space::allocate(bytes_))) {}
-  ~Scratch() { Space::deallocate(data_, bytes_); }
-  Scratch(const Scratch&) = delete;
-  Scratch& operator=(const Scratch&) = delete;
-  T* data() const { return data_; }
-
-private:
-  std::size_t bytes_;
-  T* data_;
-};
-
 inline void check_head_dim(index_t D) {
   if (D > max_head_dim)
     throw Error("attention on this device supports head dimensions up to " + std::to_string(max_head_dim) +
@@ -219,7 +205,7 @@ template <class Device, class T>
 void attention_forward_rows(T* out, acc_t<T>* lse, const T* qkv, const std::int32_t* documents, const AttentionShape& s) {
   using namespace attention_rows;
   check_head_dim(s.D);
-  Scratch<std::int32_t, typename Device::Memory> first(s.B * s.T);
+  memory::Scratch<std::int32_t, typename Device::Memory> first(s.B * s.T);
   Device::parallel_for(s.B, FirstKeys{first.data(), documents, s.T, s.window});
   const Layout at{s.T, s.H, s.G, s.D};
   Device::parallel_for(s.B * s.T * s.H, ForwardRow<T>{out, lse, qkv, first.data(), at, acc_t<T>(1) / std::sqrt(acc_t<T>(s.D))});
@@ -232,8 +218,8 @@ void attention_backward_rows(T* dqkv, const T* dout, const T* out, const acc_t<T
   using namespace attention_rows;
   using A = acc_t<T>;
   check_head_dim(s.D);
-  Scratch<std::int32_t, typename Device::Memory> first(s.B * s.T);
-  Scratch<A, typename Device::Memory> delta(s.B * s.H * s.T);
+  memory::Scratch<std::int32_t, typename Device::Memory> first(s.B * s.T);
+  memory::Scratch<A, typename Device::Memory> delta(s.B * s.H * s.T);
   Device::parallel_for(s.B, FirstKeys{first.data(), documents, s.T, s.window});
   const Layout at{s.T, s.H, s.G, s.D};
   const A scale = A(1) / std::sqrt(A(s.D));

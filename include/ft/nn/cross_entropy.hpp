@@ -12,11 +12,14 @@
 // every micro-batch's gradient is already in the final scale.
 #include <cmath>
 #include <cstdint>
+#include <type_traits>
 #include <vector>
 
 #include <Eigen/Core>
 
-#include "ft/kernels/gemm.hpp"
+#include "ft/core/host_device.hpp"
+#include "ft/device/cpu.hpp"
+#include "ft/tensor/scratch.hpp"
 
 namespace ft::nn {
 
@@ -28,60 +31,81 @@ struct CrossEntropyOptions {
   bool backward = true;    // false: loss only (evaluation)
 };
 
+// One row of a chunk of logits: its loss, and in place (when training) its
+// gradient (softmax - onehot) * scale; an ignored row scores nothing and
+// gets a zero gradient. On the host, f32 and f64 rows take Eigen's
+// vectorised max, exp and sum; elsewhere plain loops.
+template <class T>
+struct CrossEntropyRow {
+  using A = acc_t<T>;
+  T* logits;
+  const std::int32_t* targets;
+  double* row_loss;
+  index_t V;
+  A scale;
+  bool backward;
+
+  FT_HOST_DEVICE void operator()(index_t r) const {
+    T* z = logits + r * V;
+    const std::int32_t target = targets[r];
+    row_loss[r] = 0;
+    if (target == ignore_index) {
+      for (index_t v = 0; v < V; ++v) z[v] = T(0.0f);
+      return;
+    }
+#ifndef __CUDA_ARCH__
+    if constexpr (std::is_same_v<T, A>) {
+      Eigen::Map<Eigen::Array<A, Eigen::Dynamic, 1>> row(z, V);
+      A lse = row.maxCoeff();
+      lse += std::log((row - lse).exp().sum());
+      row_loss[r] = double(lse - row(target));
+      if (!backward) return;
+      row = (row - lse).exp() * scale;
+      row(target) -= scale;
+      return;
+    }
+#endif
+    A max = A(z[0]);
+    for (index_t v = 1; v < V; ++v) max = A(z[v]) > max ? A(z[v]) : max;
+    A sum = 0;
+    for (index_t v = 0; v < V; ++v) sum += std::exp(A(z[v]) - max);
+    const A lse = max + std::log(sum);
+    row_loss[r] = double(lse - A(z[target]));
+    if (!backward) return;
+    for (index_t v = 0; v < V; ++v) {
+      const A p = std::exp(A(z[v]) - lse);
+      z[v] = T((p - (v == target ? A(1) : A(0))) * scale);
+    }
+  }
+};
+
 // Returns the summed loss. dh, dweight may be null (frozen head, no backward).
 // logits_out [N, V], when not null, receives the logits (tests, generation).
-template <class T>
+// Every pointer is in the device's memory.
+template <class Device = device::Cpu, class T>
 double lm_head_cross_entropy(T* dh, T* dweight, const T* h, const T* weight, const std::int32_t* targets,
                              index_t N, index_t C, index_t V, const CrossEntropyOptions& options,
                              T* logits_out = nullptr) {
   using A = acc_t<T>;
-  const index_t chunk = std::max<index_t>(1, options.chunk_rows);
-  memory::HostVector<T> logits(std::size_t(std::min(chunk, N) * V));
-  std::vector<double> row_loss(std::size_t(std::min(chunk, N)));
+  const index_t chunk = std::max<index_t>(1, options.chunk_rows), most = std::min(chunk, N);
+  memory::Scratch<T, typename Device::Memory> logits(most * V);
+  memory::Scratch<double, typename Device::Memory> row_loss(most);
+  auto host_loss = std::vector<double>(std::size_t(most));
   const A scale = A(1.0 / options.token_count);
   double total = 0;
 
   for (index_t n0 = 0; n0 < N; n0 += chunk) {
     index_t rows = std::min(chunk, N - n0);
-    gemm<T>(Op::none, Op::transpose, rows, V, C, 1, h + n0 * C, C, weight, C, 0, logits.data(), V);
-    if (logits_out) std::copy_n(logits.data(), rows * V, logits_out + n0 * V);
-
-    cpu::parallel_for(rows, [&](index_t r) {
-      T* z = logits.data() + r * V;
-      std::int32_t target = targets[n0 + r];
-      row_loss[std::size_t(r)] = 0;
-      if (target == ignore_index) {
-        for (index_t v = 0; v < V; ++v) z[v] = T(0.0f);
-        return;
-      }
-      if constexpr (std::is_same_v<T, A>) {
-        // float and double rows: Eigen's vectorised max, exp and sum.
-        Eigen::Map<Eigen::Array<A, Eigen::Dynamic, 1>> row(z, V);
-        A lse = row.maxCoeff();
-        lse += std::log((row - lse).exp().sum());
-        row_loss[std::size_t(r)] = double(lse - row(target));
-        if (!options.backward) return;
-        row = (row - lse).exp() * scale;
-        row(target) -= scale;
-      } else {
-        A max = A(z[0]);
-        for (index_t v = 1; v < V; ++v) max = std::max(max, A(z[v]));
-        A sum = 0;
-        for (index_t v = 0; v < V; ++v) sum += std::exp(A(z[v]) - max);
-        A lse = max + std::log(sum);
-        row_loss[std::size_t(r)] = double(lse - A(z[target]));
-        if (!options.backward) return;
-        for (index_t v = 0; v < V; ++v) {
-          A p = std::exp(A(z[v]) - lse);
-          z[v] = T((p - (v == target ? A(1) : A(0))) * scale);
-        }
-      }
-    });
-    for (index_t r = 0; r < rows; ++r) total += row_loss[std::size_t(r)];
+    Device::template gemm<T>(Op::none, Op::transpose, rows, V, C, 1, h + n0 * C, C, weight, C, 0, logits.data(), V);
+    if (logits_out) Device::copy(logits_out + n0 * V, logits.data(), std::size_t(rows * V) * sizeof(T));
+    Device::parallel_for(rows, CrossEntropyRow<T>{logits.data(), targets + n0, row_loss.data(), V, scale, options.backward});
+    Device::to_host(host_loss.data(), row_loss.data(), std::size_t(rows) * sizeof(double));
+    for (index_t r = 0; r < rows; ++r) total += host_loss[std::size_t(r)];
 
     if (!options.backward) continue;
-    if (dh) gemm<T>(Op::none, Op::none, rows, C, V, 1, logits.data(), V, weight, C, 1, dh + n0 * C, C);
-    if (dweight) gemm<T>(Op::transpose, Op::none, V, C, rows, 1, logits.data(), V, h + n0 * C, C, 1, dweight, C);
+    if (dh) Device::template gemm<T>(Op::none, Op::none, rows, C, V, 1, logits.data(), V, weight, C, 1, dh + n0 * C, C);
+    if (dweight)
+      Device::template gemm<T>(Op::transpose, Op::none, V, C, rows, 1, logits.data(), V, h + n0 * C, C, 1, dweight, C);
   }
   return total;
 }
