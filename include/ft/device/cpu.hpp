@@ -29,14 +29,25 @@ struct Cpu {
                    const T* B, index_t ldb, acc_t<T> beta, T* C, index_t ldc) {
     ft::gemm<T>(op_a, op_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
   }
-  // Copies within the device's memory, and from it to the host (waiting for the device).
-  static void copy(void* to, const void* from, std::size_t bytes) { std::memcpy(to, from, bytes); }
-  static void to_host(void* to, const void* from, std::size_t bytes) { std::memcpy(to, from, bytes); }
+  // Copies within the device's memory, from it to the host (waiting for the
+  // device) and from the host to it.
+  static void copy(void* to, const void* from, std::size_t bytes) {
+    if (bytes) std::memcpy(to, from, bytes);
+  }
+  static void to_host(void* to, const void* from, std::size_t bytes) {
+    if (bytes) std::memcpy(to, from, bytes);
+  }
+  static void from_host(void* to, const void* from, std::size_t bytes) {
+    if (bytes) std::memcpy(to, from, bytes);
+  }
 };
 
 template <class D>
-concept device = memory::memory_space<typename D::Memory> && requires {
+concept device = memory::memory_space<typename D::Memory> && requires(void* p, const void* q, std::size_t n) {
   { D::name } -> std::convertible_to<std::string_view>;
+  D::copy(p, q, n);
+  D::to_host(p, q, n);
+  D::from_host(p, q, n);
 };
 static_assert(device<Cpu>);
 

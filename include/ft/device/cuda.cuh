@@ -30,6 +30,9 @@ struct Cuda {
   static void to_host(void* to, const void* from, std::size_t bytes) {
     FT_CUDA_CHECK(cudaMemcpy(to, from, bytes, cudaMemcpyDeviceToHost));
   }
+  static void from_host(void* to, const void* from, std::size_t bytes) {
+    FT_CUDA_CHECK(cudaMemcpy(to, from, bytes, cudaMemcpyHostToDevice));
+  }
   // One cuBLASLt handle, workspace and plan cache per host thread (the plan
   // cache is not shared). Never destroyed: at exit the CUDA context may
   // already be gone.

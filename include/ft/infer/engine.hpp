@@ -106,7 +106,7 @@ public:
       const CachedAttentionShape shape{c.num_heads, c.num_kv_heads, c.head_dim, c.sliding_window[std::size_t(l)]};
       router_.layer = l;
       block.set_adapter(lora ? &router_ : nullptr);
-      block.forward(y_.data(), x_.data(), batch_, activations_, [&](models::BlockActivations<T>& a) {
+      block.forward(y_.data(), x_.data(), N, batch_.positions.data(), activations_, [&](models::BlockActivations<T>& a) {
         cached_.clear();
         for (index_t i = 0; i < S; ++i) {
           const SequenceStep<T>& s = sequences[std::size_t(i)];

@@ -15,13 +15,19 @@
 //                  block's input goes to a host copy after its forward and
 //                  comes back for its backward
 // Buffers are made on first use, for the stages that run on this context,
-// and kept while the batch keeps its shape.
+// and kept while the batch keeps its shape. They live in the device's
+// memory, and so does the copy of the batch's token arrays the stages read
+// (on the CPU, the batch's own arrays).
 #include <cstdint>
+#include <memory>
+#include <type_traits>
 #include <vector>
 
+#include "ft/device/cpu.hpp"
 #include "ft/models/batch.hpp"
 #include "ft/models/transformer_config.hpp"
 #include "ft/tensor/memory.hpp"
+#include "ft/tensor/scratch.hpp"
 #include "ft/tensor/tensor.hpp"
 
 namespace ft::models {
@@ -43,86 +49,127 @@ struct MemoryOptions {
 };
 
 // What a block's forward keeps for its backward.
-template <element T>
+template <element T, memory::memory_space Space = memory::Host>
 struct BlockActivations {
   using A = acc_t<T>;
-  Tensor<T> n1, qkv, attention, mid, n2, mlp_in, hidden;
-  Tensor<A> n1_mean, n1_rstd, lse, n2_mean, n2_rstd;
+  Tensor<T, Space> n1, qkv, attention, mid, n2, mlp_in, hidden;
+  Tensor<A, Space> n1_mean, n1_rstd, lse, n2_mean, n2_rstd;
 
   void resize(const TransformerConfig& c, const Batch& batch) {
     const index_t N = batch.rows(), C = c.hidden_size;
     if (n1.size(0) == N && lse.numel() == batch.B * c.num_heads * batch.T) return;
-    n1 = Tensor<T>(Shape{N, C});
-    n1_mean = Tensor<A>(Shape{N});
-    n1_rstd = Tensor<A>(Shape{N});
-    qkv = Tensor<T>(Shape{N, c.qkv_width()});
-    attention = Tensor<T>(Shape{N, c.num_heads * c.head_dim});
-    lse = Tensor<A>(Shape{batch.B * c.num_heads * batch.T});
-    mid = Tensor<T>(Shape{N, C});
-    n2 = Tensor<T>(Shape{N, C});
-    n2_mean = Tensor<A>(Shape{N});
-    n2_rstd = Tensor<A>(Shape{N});
-    mlp_in = Tensor<T>(Shape{N, c.mlp_in_width()});
-    hidden = Tensor<T>(Shape{N, c.intermediate_size});
+    n1 = Tensor<T, Space>(Shape{N, C});
+    n1_mean = Tensor<A, Space>(Shape{N});
+    n1_rstd = Tensor<A, Space>(Shape{N});
+    qkv = Tensor<T, Space>(Shape{N, c.qkv_width()});
+    attention = Tensor<T, Space>(Shape{N, c.num_heads * c.head_dim});
+    lse = Tensor<A, Space>(Shape{batch.B * c.num_heads * batch.T});
+    mid = Tensor<T, Space>(Shape{N, C});
+    n2 = Tensor<T, Space>(Shape{N, C});
+    n2_mean = Tensor<A, Space>(Shape{N});
+    n2_rstd = Tensor<A, Space>(Shape{N});
+    mlp_in = Tensor<T, Space>(Shape{N, c.mlp_in_width()});
+    hidden = Tensor<T, Space>(Shape{N, c.intermediate_size});
   }
 };
 
 // Gradient buffers of one block's backward; one set serves every block and
 // every context, since one backward runs at a time.
-template <element T>
+template <element T, memory::memory_space Space = memory::Host>
 struct BlockScratch {
-  Tensor<T> d_norm_a, d_norm_b, d_attention, d_qkv, d_mlp_in, d_hidden;
+  Tensor<T, Space> d_norm_a, d_norm_b, d_attention, d_qkv, d_mlp_in, d_hidden;
 
   void resize(const TransformerConfig& c, index_t N) {
     if (d_norm_a.size(0) == N) return;
-    d_norm_a = Tensor<T>(Shape{N, c.hidden_size});
-    d_norm_b = Tensor<T>(Shape{N, c.hidden_size});
-    d_attention = Tensor<T>(Shape{N, c.num_heads * c.head_dim});
-    d_qkv = Tensor<T>(Shape{N, c.qkv_width()});
-    d_mlp_in = Tensor<T>(Shape{N, c.mlp_in_width()});
-    d_hidden = Tensor<T>(Shape{N, c.intermediate_size});
+    d_norm_a = Tensor<T, Space>(Shape{N, c.hidden_size});
+    d_norm_b = Tensor<T, Space>(Shape{N, c.hidden_size});
+    d_attention = Tensor<T, Space>(Shape{N, c.num_heads * c.head_dim});
+    d_qkv = Tensor<T, Space>(Shape{N, c.qkv_width()});
+    d_mlp_in = Tensor<T, Space>(Shape{N, c.mlp_in_width()});
+    d_hidden = Tensor<T, Space>(Shape{N, c.intermediate_size});
   }
 };
 
 // A block's projections' output gradients, kept from its backward for its
 // deferred weight gradients: the MLP's output (d y), the MLP's first
 // projection, the attention's output projection, the rotated q, k, v.
-template <element T>
+template <element T, memory::memory_space Space = memory::Host>
 struct DeferredGradients {
-  Tensor<T> output, mlp_in, attention_output, qkv;
+  Tensor<T, Space> output, mlp_in, attention_output, qkv;
 
   void resize(const TransformerConfig& c, index_t N) {
     if (output.size(0) == N) return;
-    output = Tensor<T>(Shape{N, c.hidden_size});
-    mlp_in = Tensor<T>(Shape{N, c.mlp_in_width()});
-    attention_output = Tensor<T>(Shape{N, c.hidden_size});
-    qkv = Tensor<T>(Shape{N, c.qkv_width()});
+    output = Tensor<T, Space>(Shape{N, c.hidden_size});
+    mlp_in = Tensor<T, Space>(Shape{N, c.mlp_in_width()});
+    attention_output = Tensor<T, Space>(Shape{N, c.hidden_size});
+    qkv = Tensor<T, Space>(Shape{N, c.qkv_width()});
   }
 };
 
 // What the head keeps: its normalised input and, when training, that
 // input's gradient, which its forward already computes.
-template <element T>
+template <element T, memory::memory_space Space = memory::Host>
 struct HeadActivations {
   using A = acc_t<T>;
-  Tensor<T> normed, d_normed;
-  Tensor<A> mean, rstd;
+  Tensor<T, Space> normed, d_normed;
+  Tensor<A, Space> mean, rstd;
 
   void resize(index_t N, index_t C) {
     if (normed.size(0) == N) return;
-    normed = Tensor<T>(Shape{N, C});
-    d_normed = Tensor<T>(Shape{N, C});
-    mean = Tensor<A>(Shape{N});
-    rstd = Tensor<A>(Shape{N});
+    normed = Tensor<T, Space>(Shape{N, C});
+    d_normed = Tensor<T, Space>(Shape{N, C});
+    mean = Tensor<A, Space>(Shape{N});
+    rstd = Tensor<A, Space>(Shape{N});
   }
 };
 
 // What the model's stages share across contexts: the activations every
 // checkpointed block recomputes into, and the backward scratch.
-template <element T>
+template <element T, memory::memory_space Space = memory::Host>
 struct SharedActivations {
-  BlockActivations<T> checkpointed;
-  BlockScratch<T> scratch;
+  BlockActivations<T, Space> checkpointed;
+  BlockScratch<T, Space> scratch;
+};
+
+// A batch's token arrays where a device's kernels read them: the batch's
+// own vectors on the host, a copy in the device's memory elsewhere.
+template <class Device>
+class BatchArrays {
+public:
+  void upload(const Batch& batch) {
+    if constexpr (std::is_same_v<typename Device::Memory, memory::Host>) {
+      input_ids_ = batch.input_ids.data();
+      targets_ = batch.targets.data();
+      positions_ = batch.positions.data();
+      documents_ = batch.documents.empty() ? nullptr : batch.documents.data();
+    } else {
+      input_ids_ = copy(input_ids_copy_, batch.input_ids);
+      targets_ = copy(targets_copy_, batch.targets);
+      positions_ = copy(positions_copy_, batch.positions);
+      documents_ = batch.documents.empty() ? nullptr : copy(documents_copy_, batch.documents);
+    }
+  }
+  const std::int32_t* input_ids() const { return input_ids_; }
+  const std::int32_t* targets() const { return targets_; }
+  const std::int32_t* positions() const { return positions_; }
+  const std::int32_t* documents() const { return documents_; }  // null: one document per row
+
+private:
+  struct Copy {
+    std::unique_ptr<memory::Scratch<std::int32_t, typename Device::Memory>> buffer;
+    std::size_t size = 0;
+  };
+  static const std::int32_t* copy(Copy& to, const std::vector<std::int32_t>& from) {
+    if (!to.buffer || to.size != from.size()) {
+      to.buffer = std::make_unique<memory::Scratch<std::int32_t, typename Device::Memory>>(index_t(from.size()));
+      to.size = from.size();
+    }
+    Device::from_host(to.buffer->data(), from.data(), from.size() * sizeof(std::int32_t));
+    return to.buffer->data();
+  }
+
+  const std::int32_t *input_ids_ = nullptr, *targets_ = nullptr, *positions_ = nullptr, *documents_ = nullptr;
+  Copy input_ids_copy_, targets_copy_, positions_copy_, documents_copy_;
 };
 
 // How a context's forward ends.
@@ -132,10 +179,12 @@ struct HeadOptions {
   index_t chunk_rows = 256;
 };
 
-template <element T>
+template <element T, class Device = device::Cpu>
 class Context {
 public:
-  Context(const TransformerConfig& config, const MemoryOptions& memory, SharedActivations<T>& shared)
+  using Memory = typename Device::Memory;
+
+  Context(const TransformerConfig& config, const MemoryOptions& memory, SharedActivations<T, Memory>& shared)
       : config_(&config), memory_(memory), shared_(&shared), blocks_(std::size_t(config.num_layers)) {}
   Context(const Context&) = delete;  // stages keep pointers into it
   Context& operator=(const Context&) = delete;
@@ -147,24 +196,27 @@ public:
     if (batch.positions.size() != std::size_t(N) || batch.targets.size() != std::size_t(N))
       throw Error("a batch needs positions and targets for each of its " + std::to_string(N) + " tokens");
     batch_ = &batch;
+    arrays_.upload(batch);
     options_ = options;
     logits_ = logits;
     loss = 0;
   }
 
   const Batch& batch() const { return *batch_; }
+  // The batch's token arrays in the device's memory.
+  const BatchArrays<Device>& arrays() const { return arrays_; }
   const HeadOptions& options() const { return options_; }
   T* logits() const { return logits_; }
   const TransformerConfig& config() const { return *config_; }
   const MemoryOptions& memory() const { return memory_; }
-  BlockScratch<T>& scratch() { return shared_->scratch; }
+  BlockScratch<T, Memory>& scratch() { return shared_->scratch; }
 
   // The summed loss over the batch's scored targets, once the head has run.
   double loss = 0;
   // Backward leaves the blocks' weight gradients for Transformer::weights
   // (zero-bubble pipelines run them where the pipeline would wait).
   bool defer_weight_gradients = false;
-  DeferredGradients<T>& deferred(index_t l) {
+  DeferredGradients<T, Memory>& deferred(index_t l) {
     if (deferred_.size() != std::size_t(config_->num_layers)) deferred_.resize(std::size_t(config_->num_layers));
     return deferred_[std::size_t(l)];
   }
@@ -183,13 +235,13 @@ public:
 
   // Where block l's forward saves what its backward reads: its own set, or
   // the shared set when the block is checkpointed.
-  BlockActivations<T>& activations(index_t l) {
-    BlockActivations<T>& a = recomputes(l) ? shared_->checkpointed : blocks_[std::size_t(l)];
+  BlockActivations<T, Memory>& activations(index_t l) {
+    BlockActivations<T, Memory>& a = recomputes(l) ? shared_->checkpointed : blocks_[std::size_t(l)];
     a.resize(*config_, *batch_);
     return a;
   }
   bool recomputes(index_t l) const { return memory_.checkpoints(l); }
-  HeadActivations<T>& head() {
+  HeadActivations<T, Memory>& head() {
     head_.resize(batch_->rows(), config_->hidden_size);
     return head_;
   }
@@ -200,34 +252,36 @@ public:
     const index_t n = batch_->rows() * config_->hidden_size;
     if (offloaded_.size() != std::size_t(config_->num_layers)) offloaded_.resize(std::size_t(config_->num_layers));
     offloaded_[std::size_t(l)].resize(std::size_t(n));
-    std::copy_n(stream(l), n, offloaded_[std::size_t(l)].data());
+    Device::to_host(offloaded_[std::size_t(l)].data(), stream(l), std::size_t(n) * sizeof(T));
   }
   // ... and comes back before its backward.
   void restore_input(index_t l) {
     if (!memory_.offload_inputs) return;
-    std::copy_n(offloaded_[std::size_t(l)].data(), batch_->rows() * config_->hidden_size, sized(restored_));
+    Device::from_host(sized(restored_), offloaded_[std::size_t(l)].data(),
+                      std::size_t(batch_->rows() * config_->hidden_size) * sizeof(T));
   }
   // The input block l's backward reads: where its forward read it, or its restored copy.
   const T* saved_input(index_t l) { return memory_.offload_inputs ? restored_.data() : stream(l); }
 
 private:
-  T* sized(Tensor<T>& t) {
+  T* sized(Tensor<T, Memory>& t) {
     const index_t N = batch_->rows();
-    if (t.size(0) != N) t = Tensor<T>(Shape{N, config_->hidden_size});
+    if (t.size(0) != N) t = Tensor<T, Memory>(Shape{N, config_->hidden_size});
     return t.data();
   }
 
   const TransformerConfig* config_;
   MemoryOptions memory_;
-  SharedActivations<T>* shared_;
+  SharedActivations<T, Memory>* shared_;
   const Batch* batch_ = nullptr;
+  BatchArrays<Device> arrays_;
   HeadOptions options_;
   T* logits_ = nullptr;
-  std::vector<Tensor<T>> streams_;
-  Tensor<T> gradient_, restored_;
-  std::vector<BlockActivations<T>> blocks_;
-  HeadActivations<T> head_;
-  std::vector<DeferredGradients<T>> deferred_;
+  std::vector<Tensor<T, Memory>> streams_;
+  Tensor<T, Memory> gradient_, restored_;
+  std::vector<BlockActivations<T, Memory>> blocks_;
+  HeadActivations<T, Memory> head_;
+  std::vector<DeferredGradients<T, Memory>> deferred_;
   std::vector<memory::HostVector<T>> offloaded_;
 };
 

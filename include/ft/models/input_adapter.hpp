@@ -4,11 +4,13 @@
 // and take their gradient in backward. Prompt tuning is one such adapter
 // (ft/adapters/prompt_tuning.hpp); the model knows nothing else about it.
 #include "ft/core/numeric.hpp"
+#include "ft/device/cpu.hpp"
 #include "ft/models/batch.hpp"
 
 namespace ft::models {
 
-template <element T>
+// Device: where the pointers it is given live.
+template <element T, class Device = device::Cpu>
 class InputAdapter {
 public:
   virtual ~InputAdapter() = default;

@@ -8,6 +8,7 @@
 // next to the base linear's backward, with the same dy and the input x the
 // forward saw. Parameter gradients the adapter keeps are its own business.
 #include "ft/core/numeric.hpp"
+#include "ft/device/cpu.hpp"
 #include "ft/tensor/shape.hpp"
 
 namespace ft::models {
@@ -19,7 +20,8 @@ namespace ft::models {
 //   mlp_out  down_proj (dense_4h_to_h)
 enum class LinearSlot { qkv, o, mlp_in, mlp_out };
 
-template <element T>
+// Device: where the pointers it is given live.
+template <element T, class Device = device::Cpu>
 class LinearAdapter {
 public:
   virtual ~LinearAdapter() = default;

@@ -3,7 +3,8 @@
 // gradient buffer of the same layout. Flat buffers are what every policy
 // works on: an optimizer steps a buffer, ZeRO shards it, DDP all-reduces it,
 // a checkpoint writes it. Names are ft's own ("layers.3.qkv.weight"); the
-// family's weight map says how HF tensors land in them.
+// family's weight map says how HF tensors land in them. Both buffers live in
+// one memory space: the host's, or a device's for a model that runs there.
 #include <string>
 #include <vector>
 
@@ -19,10 +20,11 @@ struct ParameterEntry {
   index_t offset = 0;
 };
 
-template <element T>
+template <element T, memory::memory_space Space = memory::Host>
 class ParameterBuffer {
 public:
   using Entry = ParameterEntry;
+  using Values = Tensor<T, Space>;
 
   // Declares a parameter; call before allocate().
   void declare(std::string name, Shape shape) {
@@ -33,15 +35,15 @@ public:
   // A frozen buffer (trainable = false) has no gradient: grad() gives null,
   // which every backward kernel reads as "this gradient is not wanted".
   void allocate(bool trainable = true) {
-    values_ = Tensor<T>(Shape{size_});
-    if (trainable) grads_ = Tensor<T>(Shape{size_});
+    values_ = Values(Shape{size_});
+    if (trainable) grads_ = Values(Shape{size_});
     trainable_ = trainable;
   }
   bool trainable() const { return trainable_; }
   // Gradients in `storage` (same size), shared with other buffers of the same
   // layout: when an optimizer steps each buffer as soon as its gradient is
   // complete (fused into backward), one gradient's memory serves them all.
-  void share_gradients(const Tensor<T>& storage) {
+  void share_gradients(const Values& storage) {
     if (!trainable_ || storage.numel() != size_) throw Error("internal: shared gradient storage of the wrong size");
     grads_ = storage;
   }
@@ -50,19 +52,19 @@ public:
   // runs: these drop them (the memory returns once no collective holds it)
   // and make them anew: values unwritten (a gather fills them), gradients
   // zero-filled.
-  void release_values() { values_ = Tensor<T>(); }
-  void allocate_values() { values_ = Tensor<T>(Shape{size_}, typename Tensor<T>::Uninitialized{}); }
-  void release_grads() { grads_ = Tensor<T>(); }
+  void release_values() { values_ = Values(); }
+  void allocate_values() { values_ = Values(Shape{size_}, typename Values::Uninitialized{}); }
+  void release_grads() { grads_ = Values(); }
   void allocate_grads() {
-    if (trainable_) grads_ = Tensor<T>(Shape{size_});
+    if (trainable_) grads_ = Values(Shape{size_});
   }
 
   const std::vector<Entry>& entries() const { return entries_; }
   index_t size() const { return size_; }
-  Tensor<T>& values() { return values_; }
-  Tensor<T>& grads() { return grads_; }
+  Values& values() { return values_; }
+  Values& grads() { return grads_; }
   void zero_grads() {
-    if (trainable_ && grads_.data()) std::fill_n(grads_.data(), size_, T(0.0f));
+    if (trainable_ && grads_.data()) Space::zero(grads_.data(), std::size_t(size_) * sizeof(T));
   }
 
   const Entry* find(std::string_view name) const {
@@ -76,7 +78,7 @@ public:
   T* grad(std::string_view name) const { return pointer(grads_, name); }
 
 private:
-  T* pointer(const Tensor<T>& buffer, std::string_view name) const {
+  T* pointer(const Values& buffer, std::string_view name) const {
     const Entry* e = find(name);
     return e && buffer.data() ? buffer.data() + e->offset : nullptr;
   }
@@ -84,7 +86,7 @@ private:
   std::vector<Entry> entries_;
   index_t size_ = 0;
   bool trainable_ = true;
-  Tensor<T> values_, grads_;
+  Values values_, grads_;
 };
 
 }  // namespace ft::models

@@ -14,21 +14,23 @@
 
 namespace ft::models {
 
-template <element T>
+template <element T, class Device = device::Cpu>
 class Stage {
 public:
+  using Parameters = ParameterBuffer<T, typename Device::Memory>;
+
   virtual ~Stage() = default;
-  virtual ParameterBuffer<T>& parameters() = 0;
+  virtual Parameters& parameters() = 0;
   // What this stage's parameter names start with ("layers.3.").
   virtual std::string prefix() const = 0;
-  virtual void forward(Context<T>& context) = 0;
+  virtual void forward(Context<T, Device>& context) = 0;
   // context.gradient() holds the gradient of the stage's output and leaves
   // with the gradient of its input; parameter gradients are added to the
   // stage's buffer.
-  virtual void backward(Context<T>& context) = 0;
+  virtual void backward(Context<T, Device>& context) = 0;
   // The weight gradients a backward left for later (zero-bubble schedules:
   // Context::defer_weight_gradients); nothing for a stage that never defers.
-  virtual void weight_gradients(Context<T>&) {}
+  virtual void weight_gradients(Context<T, Device>&) {}
 };
 
 }  // namespace ft::models

@@ -21,20 +21,22 @@
 
 namespace ft::models {
 
-template <element T>
-class EmbeddingStage final : public Stage<T> {
+template <element T, class Device = device::Cpu>
+class EmbeddingStage final : public Stage<T, Device> {
 public:
+  using Parameters = ParameterBuffer<T, typename Device::Memory>;
+
   explicit EmbeddingStage(const TransformerConfig& c, bool trainable = true) : C_(c.hidden_size), V_(c.vocab_size) {
     params_.declare("weight", {c.vocab_size, c.hidden_size});
     params_.allocate(trainable);
   }
-  ParameterBuffer<T>& parameters() override { return params_; }
-  const ParameterBuffer<T>& parameters() const { return params_; }
+  Parameters& parameters() override { return params_; }
+  const Parameters& parameters() const { return params_; }
   std::string prefix() const override { return "embed."; }
   // The adapter that fills a batch's virtual tokens; null detaches it.
-  void set_adapter(InputAdapter<T>* adapter) { adapter_ = adapter; }
+  void set_adapter(InputAdapter<T, Device>* adapter) { adapter_ = adapter; }
 
-  void forward(Context<T>& context) override {
+  void forward(Context<T, Device>& context) override {
     const Batch& batch = context.batch();
     T* y = context.stream(0);
     for (std::int32_t id : batch.input_ids)
@@ -43,30 +45,32 @@ public:
     if (batch.virtual_tokens > 0 && !adapter_)
       throw Error("the batch starts with " + std::to_string(batch.virtual_tokens) +
                   " virtual tokens, but no prompt adapter is attached to fill them");
-    nn::embedding_forward(y, batch.input_ids.data(), params_.value("weight"), batch.rows(), C_);
+    nn::embedding_forward<Device>(y, context.arrays().input_ids(), params_.value("weight"), batch.rows(), C_);
     if (batch.virtual_tokens > 0) adapter_->forward(y, batch);
   }
   // The virtual tokens' rows of dres reach the adapter; their placeholder ids
   // also receive them in the table's gradient, which only a full fine-tune
   // keeps, and a full fine-tune has no virtual tokens.
-  void backward(Context<T>& context) override {
+  void backward(Context<T, Device>& context) override {
     const Batch& batch = context.batch();
     const T* dres = context.gradient();
     if (batch.virtual_tokens > 0 && adapter_) adapter_->backward(dres, batch);
     if (!params_.trainable()) return;
-    nn::embedding_backward(params_.grad("weight"), batch.input_ids.data(), dres, batch.rows(), C_);
+    nn::embedding_backward<Device>(params_.grad("weight"), context.arrays().input_ids(), dres, batch.rows(), C_);
   }
 
 private:
   index_t C_, V_;
-  ParameterBuffer<T> params_;
-  InputAdapter<T>* adapter_ = nullptr;
+  Parameters params_;
+  InputAdapter<T, Device>* adapter_ = nullptr;
 };
 
-template <element T>
-class HeadStage final : public Stage<T> {
+template <element T, class Device = device::Cpu>
+class HeadStage final : public Stage<T, Device> {
 public:
   using A = acc_t<T>;
+  using Memory = typename Device::Memory;
+  using Parameters = ParameterBuffer<T, Memory>;
 
   explicit HeadStage(const TransformerConfig& c, bool trainable = true) : c_(c) {
     params_.declare("final_norm.weight", {c.hidden_size});
@@ -74,18 +78,18 @@ public:
     if (!c.tie_embeddings) params_.declare("lm_head.weight", {c.vocab_size, c.hidden_size});
     params_.allocate(trainable);
   }
-  ParameterBuffer<T>& parameters() override { return params_; }
-  const ParameterBuffer<T>& parameters() const { return params_; }
+  Parameters& parameters() override { return params_; }
+  const Parameters& parameters() const { return params_; }
   std::string prefix() const override { return ""; }
 
   // Ties the LM head to the embedding table (weights and gradients), read
   // from the embedding's buffer at each use: its memory may change between
   // steps (ZeRO-3 gathers it anew, a fused optimizer shares gradients).
-  void tie_to(EmbeddingStage<T>& embedding) { tied_ = &embedding.parameters(); }
+  void tie_to(EmbeddingStage<T, Device>& embedding) { tied_ = &embedding.parameters(); }
 
   // Sets context.loss, the summed loss over scored targets; writes the
-  // context's logits [N, V] when it has them.
-  void forward(Context<T>& context) override {
+  // context's logits [N, V] (the device's memory) when it has them.
+  void forward(Context<T, Device>& context) override {
     const Batch& batch = context.batch();
     const HeadOptions& options = context.options();
     const index_t N = batch.rows(), C = c_.hidden_size;
@@ -93,24 +97,25 @@ public:
       if (t != nn::ignore_index && (t < 0 || t >= c_.vocab_size))
         throw Error("label " + std::to_string(t) + " is outside the vocabulary [0, " +
                     std::to_string(c_.vocab_size) + ") and is not -100");
-    HeadActivations<T>& h = context.head();
+    HeadActivations<T, Memory>& h = context.head();
     const T* x = context.stream(c_.num_layers);
-    nn::norm_forward(c_.norm, h.normed.data(), h.mean.data(), h.rstd.data(), x, params_.value("final_norm.weight"),
+    nn::norm_forward<Device>(c_.norm, h.normed.data(), h.mean.data(), h.rstd.data(), x, params_.value("final_norm.weight"),
                      params_.value("final_norm.bias"), N, C, A(c_.norm_eps));
-    if (options.backward) std::fill_n(h.d_normed.data(), N * C, T(0.0f));  // evaluation writes no gradient
+    if (options.backward) Memory::zero(h.d_normed.data(), std::size_t(N * C) * sizeof(T));  // evaluation writes no gradient
     nn::CrossEntropyOptions ce{.chunk_rows = options.chunk_rows, .token_count = options.token_count,
                                .backward = options.backward};
-    context.loss = nn::lm_head_cross_entropy(h.d_normed.data(), lm_grad(), h.normed.data(), lm_weight(),
-                                             batch.targets.data(), N, C, c_.vocab_size, ce, context.logits());
+    context.loss = nn::lm_head_cross_entropy<Device>(h.d_normed.data(), lm_grad(), h.normed.data(), lm_weight(),
+                                                     context.arrays().targets(), N, C, c_.vocab_size, ce,
+                                                     context.logits());
   }
 
   // Writes (=) the gradient of the head's input into the context's gradient.
-  void backward(Context<T>& context) override {
+  void backward(Context<T, Device>& context) override {
     const index_t N = context.batch().rows(), C = c_.hidden_size;
-    HeadActivations<T>& h = context.head();
+    HeadActivations<T, Memory>& h = context.head();
     T* dres = context.gradient();
-    std::fill_n(dres, N * C, T(0.0f));
-    nn::norm_backward(c_.norm, dres, params_.grad("final_norm.weight"), params_.grad("final_norm.bias"),
+    Memory::zero(dres, std::size_t(N * C) * sizeof(T));
+    nn::norm_backward<Device>(c_.norm, dres, params_.grad("final_norm.weight"), params_.grad("final_norm.bias"),
                       h.d_normed.data(), context.stream(c_.num_layers), params_.value("final_norm.weight"),
                       h.mean.data(), h.rstd.data(), N, C);
   }
@@ -122,8 +127,8 @@ private:
   T* lm_grad() const { return tied_ ? tied_->grad("weight") : params_.grad("lm_head.weight"); }
 
   TransformerConfig c_;
-  ParameterBuffer<T> params_;
-  const ParameterBuffer<T>* tied_ = nullptr;
+  Parameters params_;
+  const Parameters* tied_ = nullptr;
 };
 
 }  // namespace ft::models

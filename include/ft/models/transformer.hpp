@@ -7,7 +7,8 @@
 // stage forward then every stage backward), parallel/pipeline.hpp has others.
 //
 // Backward adds every parameter's gradient into its stage's buffer, scaled
-// by 1 / token_count.
+// by 1 / token_count. The device holds the weights and every context's
+// buffers; loading and reading HF tensors copy through the host.
 #include <filesystem>
 #include <functional>
 #include <memory>
@@ -37,9 +38,13 @@ struct StageHooks {
   std::function<void(index_t stage)> before_forward, after_forward, before_backward, after_backward;
 };
 
-template <element T>
+template <element T, class Device = device::Cpu>
 class Transformer {
 public:
+  using Memory = typename Device::Memory;
+  using Parameters = ParameterBuffer<T, Memory>;
+  using Context = models::Context<T, Device>;
+
   // A frozen model (trainable = false) keeps no parameter gradients: adapters
   // train beside it, and backward only carries gradients through it.
   explicit Transformer(ModelSpec spec, bool trainable = true)
@@ -57,29 +62,27 @@ public:
     sequential_.reset();
   }
   // A context for one micro-batch in flight at a time; the model must outlive it.
-  std::unique_ptr<Context<T>> make_context() {
-    return std::make_unique<Context<T>>(spec_.config, memory_, shared_);
-  }
+  std::unique_ptr<Context> make_context() { return std::make_unique<Context>(spec_.config, memory_, shared_); }
 
   const TransformerConfig& config() const { return spec_.config; }
   const ModelSpec& spec() const { return spec_; }
-  EmbeddingStage<T>& embedding() { return embedding_; }
-  std::vector<Block<T>>& blocks() { return blocks_; }
-  HeadStage<T>& head() { return head_; }
+  EmbeddingStage<T, Device>& embedding() { return embedding_; }
+  std::vector<Block<T, Device>>& blocks() { return blocks_; }
+  HeadStage<T, Device>& head() { return head_; }
   // A stage, by the index StageHooks use.
-  Stage<T>& stage(index_t s) {
+  Stage<T, Device>& stage(index_t s) {
     if (s < 0) return embedding_;
     if (s >= spec_.config.num_layers) return head_;
     return blocks_[std::size_t(s)];
   }
-  ParameterBuffer<T>& stage_parameters(index_t s) { return stage(s).parameters(); }
+  Parameters& stage_parameters(index_t s) { return stage(s).parameters(); }
 
   // The sequential schedule, one micro-batch: the summed loss over the
   // batch's scored targets; logits [N, V] are written when not null.
   double forward_backward(const Batch& batch, const HeadOptions& options, T* logits = nullptr,
                           const StageHooks& hooks = {}) {
     if (!sequential_) sequential_ = make_context();
-    Context<T>& context = *sequential_;
+    Context& context = *sequential_;
     context.begin(batch, options, logits);
     const index_t L = spec_.config.num_layers;
     forward(context, -1, L, hooks);
@@ -89,7 +92,7 @@ public:
 
   // Stages first..last forward on a context; stage `first` reads
   // context.stream(first) (the embedding: the batch).
-  void forward(Context<T>& context, index_t first, index_t last, const StageHooks& hooks = {}) {
+  void forward(Context& context, index_t first, index_t last, const StageHooks& hooks = {}) {
     const index_t L = spec_.config.num_layers;
     for (index_t s = first; s <= last; ++s) {
       call(hooks.before_forward, s);
@@ -104,7 +107,7 @@ public:
   // gradient of stage last's output (none for the head). When the context
   // defers weight gradients, a stage's gradient is complete (after_backward)
   // only once weights() has run.
-  void backward(Context<T>& context, index_t first, index_t last, const StageHooks& hooks = {}) {
+  void backward(Context& context, index_t first, index_t last, const StageHooks& hooks = {}) {
     const index_t L = spec_.config.num_layers;
     for (index_t s = last; s >= first; --s) {
       if (s < L) call(hooks.before_backward, s);
@@ -115,7 +118,7 @@ public:
   }
 
   // The weight gradients backward deferred, stages last..first.
-  void weights(Context<T>& context, index_t first, index_t last, const StageHooks& hooks = {}) {
+  void weights(Context& context, index_t first, index_t last, const StageHooks& hooks = {}) {
     for (index_t s = last; s >= first; --s) {
       stage(s).weight_gradients(context);
       call(hooks.after_backward, s);
@@ -135,9 +138,8 @@ public:
   }
 
   // The stage buffer that holds an ft parameter name ("layers.3.qkv.weight").
-  std::pair<ParameterBuffer<T>*, const typename ParameterBuffer<T>::Entry*> find_parameter(const std::string& name) {
-    auto look = [&](ParameterBuffer<T>& buffer, const std::string& prefix)
-        -> std::pair<ParameterBuffer<T>*, const typename ParameterBuffer<T>::Entry*> {
+  std::pair<Parameters*, const ParameterEntry*> find_parameter(const std::string& name) {
+    auto look = [&](Parameters& buffer, const std::string& prefix) -> std::pair<Parameters*, const ParameterEntry*> {
       if (name.compare(0, prefix.size(), prefix) != 0) return {nullptr, nullptr};
       const auto* entry = buffer.find(std::string_view(name).substr(prefix.size()));
       return {entry ? &buffer : nullptr, entry};
@@ -165,13 +167,14 @@ public:
       if (t->shape != expected)
         throw Error(weights.source().string() + ": tensor \"" + t->name + "\" has shape " + shape_string(t->shape) +
                     ", the configuration implies " + shape_string(expected));
-      std::vector<T> staged(std::size_t(t->numel()));
+      std::vector<T> staged(std::size_t(t->numel())), ordered(staged.size());
       io::copy_elements(weights.file_of(t->name), *t, staged.data(), t->numel());
-      T* dst = buffer->values().data() + entry->offset + w.row_offset * cols;
       for (index_t r = 0; r < rows; ++r) {
         index_t src = hf_row(w.order, r, rows, spec_.config.num_heads);
-        std::copy_n(staged.data() + src * cols, cols, dst + r * cols);
+        std::copy_n(staged.data() + src * cols, cols, ordered.data() + r * cols);
       }
+      Device::from_host(buffer->values().data() + entry->offset + w.row_offset * cols, ordered.data(),
+                        ordered.size() * sizeof(T));
     }
   }
 
@@ -184,11 +187,14 @@ public:
         if (&stage_parameters(s) == buffer) stage_reader_(s);
     const index_t cols = entry->shape.rank == 2 ? entry->shape[1] : 1;
     const index_t rows = binding_rows(spec_, w, entry->shape[0]);
-    const T* src = (gradient ? buffer->grads() : buffer->values()).data() + entry->offset + w.row_offset * cols;
+    std::vector<T> src(std::size_t(rows * cols));
+    Device::to_host(src.data(),
+                    (gradient ? buffer->grads() : buffer->values()).data() + entry->offset + w.row_offset * cols,
+                    src.size() * sizeof(T));
     std::vector<float> out(std::size_t(rows * cols));
     for (index_t r = 0; r < rows; ++r) {
       const index_t dst = hf_row(w.order, r, rows, spec_.config.num_heads);
-      for (index_t c = 0; c < cols; ++c) out[std::size_t(dst * cols + c)] = float(src[r * cols + c]);
+      for (index_t c = 0; c < cols; ++c) out[std::size_t(dst * cols + c)] = float(src[std::size_t(r * cols + c)]);
     }
     shape = hf_shape(w);
     return out;
@@ -228,12 +234,12 @@ private:
 
   ModelSpec spec_;
   std::function<void(index_t)> stage_reader_;
-  EmbeddingStage<T> embedding_;
-  std::vector<Block<T>> blocks_;
-  HeadStage<T> head_;
+  EmbeddingStage<T, Device> embedding_;
+  std::vector<Block<T, Device>> blocks_;
+  HeadStage<T, Device> head_;
   MemoryOptions memory_;
-  SharedActivations<T> shared_;
-  std::unique_ptr<Context<T>> sequential_;
+  SharedActivations<T, Memory> shared_;
+  std::unique_ptr<Context> sequential_;
 };
 
 }  // namespace ft::models

@@ -13,10 +13,12 @@
 #include <cmath>
 #include <cstdint>
 #include <limits>
+#include <type_traits>
 
 #include "ft/core/error.hpp"
 #include "ft/core/host_device.hpp"
 #include "ft/core/numeric.hpp"
+#include "ft/device/cpu.hpp"
 #include "ft/nn/attention.hpp"
 #include "ft/tensor/scratch.hpp"
 #include "ft/tensor/shape.hpp"
@@ -226,6 +228,25 @@ void attention_backward_rows(T* dqkv, const T* dout, const T* out, const acc_t<T
   Device::parallel_for(s.B * s.T * s.H, DeltaRow<T>{delta.data(), dout, out, at});
   Device::parallel_for(s.B * s.T * s.H, QueryGradRow<T>{dqkv, dout, lse, delta.data(), qkv, first.data(), at, scale});
   Device::parallel_for(s.B * s.T * s.G, KeyValueGradRow<T>{dqkv, dout, lse, delta.data(), qkv, first.data(), at, scale});
+}
+
+// A device's causal attention: the CPU's tiled kernels, the row functors
+// on other devices until they have their own.
+template <class Device = device::Cpu, class T>
+void attention_forward_on(T* out, acc_t<T>* lse, const T* qkv, const std::int32_t* documents, const AttentionShape& s) {
+  if constexpr (std::is_same_v<Device, device::Cpu>)
+    attention_forward(out, lse, qkv, documents, s);
+  else
+    attention_forward_rows<Device>(out, lse, qkv, documents, s);
+}
+
+template <class Device = device::Cpu, class T>
+void attention_backward_on(T* dqkv, const T* dout, const T* out, const acc_t<T>* lse, const T* qkv,
+                           const std::int32_t* documents, const AttentionShape& s) {
+  if constexpr (std::is_same_v<Device, device::Cpu>)
+    attention_backward(dqkv, dout, out, lse, qkv, documents, s);
+  else
+    attention_backward_rows<Device>(dqkv, dout, out, lse, qkv, documents, s);
 }
 
 }  // namespace ft::nn

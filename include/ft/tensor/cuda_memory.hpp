@@ -1,6 +1,6 @@
 #pragma once
 // The CUDA memory spaces, on the protocol of memory.hpp (allocate,
-// deallocate, stats), so buffers and tensors can name where they live:
+// deallocate, zero, stats), so buffers and tensors can name where they live:
 //   CudaDevice  device memory through the caching allocator: stats() is the
 //               allocated figure, reserved() what is held from cudaMalloc;
 //   CudaPinned  page-locked host memory, which offload copies to and from
@@ -8,6 +8,7 @@
 // One process drives one device (a rank per GPU), so the cache serves the
 // current device. Needs the CUDA runtime's C API, not nvcc.
 #include <cstddef>
+#include <cstring>
 #include <string_view>
 
 #include <cuda_runtime_api.h>
@@ -41,6 +42,10 @@ struct CudaDevice {
   static Stats& reserved() { return cache().reserved(); }
   static void* allocate(std::size_t bytes) { return cache().allocate(bytes); }
   static void deallocate(void* p, std::size_t bytes) { cache().deallocate(p, bytes); }
+  // Ordered on the default stream before the kernels that read the buffer.
+  static void zero(void* p, std::size_t bytes) {
+    if (bytes) cuda::check(cudaMemsetAsync(p, 0, bytes), "cudaMemsetAsync", bytes);
+  }
 };
 
 struct CudaPinned {
@@ -61,6 +66,9 @@ struct CudaPinned {
     if (!p) return;
     cuda::check(cudaFreeHost(p), "cudaFreeHost");
     stats().remove(bytes);
+  }
+  static void zero(void* p, std::size_t bytes) {
+    if (bytes) std::memset(p, 0, bytes);
   }
 };
 

@@ -4,11 +4,12 @@
 // used and a plan can be checked against what was really allocated.
 //
 // Host memory is 64-byte aligned (a cache line, and the widest vector load).
-// The CUDA space joins with the CUDA backend and follows the same protocol:
-// `allocate(bytes)`, `deallocate(p, bytes)`, `stats()`.
+// The CUDA spaces (cuda_memory.hpp) follow the same protocol:
+// `allocate(bytes)`, `deallocate(p, bytes)`, `zero(p, bytes)`, `stats()`.
 #include <atomic>
 #include <cstddef>
 #include <cstdlib>
+#include <cstring>
 #include <new>
 #include <string_view>
 #include <vector>
@@ -56,6 +57,9 @@ struct Host {
     std::free(p);
     stats().remove(bytes);
   }
+  static void zero(void* p, std::size_t bytes) {
+    if (bytes) std::memset(p, 0, bytes);
+  }
 };
 
 template <class S>
@@ -63,6 +67,7 @@ concept memory_space = requires(void* p, std::size_t n) {
   { S::name } -> std::convertible_to<std::string_view>;
   { S::allocate(n) } -> std::same_as<void*>;
   S::deallocate(p, n);
+  S::zero(p, n);
   { S::stats() } -> std::same_as<Stats&>;
 };
 static_assert(memory_space<Host>);

@@ -23,10 +23,9 @@ public:
 
   Tensor() = default;
 
-  // New storage, zero-filled on the host.
+  // New storage, zero-filled (every element type's zero is all zero bits).
   explicit Tensor(Shape shape) : Tensor(shape, Uninitialized{}) {
-    if constexpr (std::is_same_v<Space, memory::Host>)
-      for (index_t i = 0; i < shape.numel(); ++i) data_[i] = T(0.0f);
+    Space::zero(data_, std::size_t(shape.numel()) * sizeof(T));
   }
   // New storage left as it is, for a caller that writes every element first
   // (a collective's output).
