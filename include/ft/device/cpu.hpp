@@ -24,6 +24,16 @@ struct Cpu {
   static void parallel_for(index_t n, const F& f) {
     cpu::parallel_for(n, f);
   }
+  // f(row, team) for each of n rows of `columns` values: a team of one
+  // lane here (cpu::SoloTeam).
+  template <class F>
+  static void parallel_rows(index_t n, index_t columns, const F& f) {
+    cpu::parallel_rows(n, columns, f);
+  }
+  // How many rows one task sums when a column is reduced (a norm's or a
+  // bias's gradient): all of them here, where the columns alone keep the
+  // threads busy; a GPU splits them (partial sums, then their sum).
+  static constexpr index_t column_rows = 0;
   template <element T>
   static void gemm(Op op_a, Op op_b, index_t M, index_t N, index_t K, acc_t<T> alpha, const T* A, index_t lda,
                    const T* B, index_t ldb, acc_t<T> beta, T* C, index_t ldc) {

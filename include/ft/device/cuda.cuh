@@ -6,6 +6,7 @@
 #include <string_view>
 
 #include "ft/device/cpu.hpp"
+#include "ft/kernels/cuda/flash_attention.cuh"
 #include "ft/kernels/cuda/gemm.hpp"
 #include "ft/kernels/cuda/launch.cuh"
 #include "ft/tensor/cuda_memory.hpp"
@@ -19,6 +20,12 @@ struct Cuda {
   static void parallel_for(index_t n, const F& f) {
     cuda::parallel_for(n, f);
   }
+  template <class F>
+  static void parallel_rows(index_t n, index_t columns, const F& f) {
+    cuda::parallel_rows(n, columns, f);
+  }
+  // Columns alone are too few threads for a GPU: each task sums this many rows.
+  static constexpr index_t column_rows = 128;
   template <element T>
   static void gemm(Op op_a, Op op_b, index_t M, index_t N, index_t K, acc_t<T> alpha, const T* A, index_t lda,
                    const T* B, index_t ldb, acc_t<T> beta, T* C, index_t ldc) {
@@ -32,6 +39,18 @@ struct Cuda {
   }
   static void from_host(void* to, const void* from, std::size_t bytes) {
     FT_CUDA_CHECK(cudaMemcpy(to, from, bytes, cudaMemcpyHostToDevice));
+  }
+  // Causal attention on tensor cores (bf16, f16; head dimensions 64, 128);
+  // false where the shape is not theirs and the caller runs the row functors.
+  template <element T>
+  static bool attention_forward(T* out, acc_t<T>* lse, const T* qkv, const std::int32_t* documents,
+                                const nn::AttentionShape& s) {
+    return cuda::flash::attention_forward(out, lse, qkv, documents, s);
+  }
+  template <element T>
+  static bool attention_backward(T* dqkv, const T* dout, const T* out, const acc_t<T>* lse, const T* qkv,
+                                 const std::int32_t* documents, const nn::AttentionShape& s) {
+    return cuda::flash::attention_backward(dqkv, dout, out, lse, qkv, documents, s);
   }
   // One cuBLASLt handle, workspace and plan cache per host thread (the plan
   // cache is not shared). Never destroyed: at exit the CUDA context may

@@ -48,9 +48,11 @@ ModelSpec read_model_spec_of(const std::filesystem::path& dir) {
 // The families ft ships.
 inline ModelSpec read_model_spec(const std::filesystem::path& dir) { return read_model_spec_of<Llama, GptNeox>(dir); }
 
-template <element T>
-std::unique_ptr<Transformer<T>> load_pretrained(const std::filesystem::path& dir) {
-  auto model = std::make_unique<Transformer<T>>(read_model_spec(dir));
+// On a device (device/cpu.hpp, device/cuda.cuh): the weights are read on
+// the host and copied there.
+template <element T, class Device = device::Cpu>
+std::unique_ptr<Transformer<T, Device>> load_pretrained(const std::filesystem::path& dir) {
+  auto model = std::make_unique<Transformer<T, Device>>(read_model_spec(dir));
   model->load(io::ModelWeights::open(dir));
   return model;
 }

@@ -56,7 +56,7 @@ public:
     const T* dres = context.gradient();
     if (batch.virtual_tokens > 0 && adapter_) adapter_->backward(dres, batch);
     if (!params_.trainable()) return;
-    nn::embedding_backward<Device>(params_.grad("weight"), context.arrays().input_ids(), dres, batch.rows(), C_);
+    nn::embedding_backward<Device>(params_.grad("weight"), batch.input_ids.data(), dres, batch.rows(), C_);
   }
 
 private:

@@ -230,13 +230,14 @@ void attention_backward_rows(T* dqkv, const T* dout, const T* out, const acc_t<T
   Device::parallel_for(s.B * s.T * s.G, KeyValueGradRow<T>{dqkv, dout, lse, delta.data(), qkv, first.data(), at, scale});
 }
 
-// A device's causal attention: the CPU's tiled kernels, the row functors
-// on other devices until they have their own.
+// A device's causal attention: the CPU's tiled kernels; another device's
+// own kernels (Device::attention_forward) where they take the shape, the
+// row functors where they do not.
 template <class Device = device::Cpu, class T>
 void attention_forward_on(T* out, acc_t<T>* lse, const T* qkv, const std::int32_t* documents, const AttentionShape& s) {
   if constexpr (std::is_same_v<Device, device::Cpu>)
     attention_forward(out, lse, qkv, documents, s);
-  else
+  else if (!Device::attention_forward(out, lse, qkv, documents, s))
     attention_forward_rows<Device>(out, lse, qkv, documents, s);
 }
 
@@ -245,7 +246,7 @@ void attention_backward_on(T* dqkv, const T* dout, const T* out, const acc_t<T>*
                            const std::int32_t* documents, const AttentionShape& s) {
   if constexpr (std::is_same_v<Device, device::Cpu>)
     attention_backward(dqkv, dout, out, lse, qkv, documents, s);
-  else
+  else if (!Device::attention_backward(dqkv, dout, out, lse, qkv, documents, s))
     attention_backward_rows<Device>(dqkv, dout, out, lse, qkv, documents, s);
 }
 

@@ -33,8 +33,9 @@ struct CrossEntropyOptions {
 
 // One row of a chunk of logits: its loss, and in place (when training) its
 // gradient (softmax - onehot) * scale; an ignored row scores nothing and
-// gets a zero gradient. On the host, f32 and f64 rows take Eigen's
-// vectorised max, exp and sum; elsewhere plain loops.
+// gets a zero gradient. The row's columns are shared by a team of lanes
+// (kernels/cpu/launch.hpp): one on the CPU, where f32 and f64 rows take
+// Eigen's vectorised max, exp and sum, a warp on a GPU.
 template <class T>
 struct CrossEntropyRow {
   using A = acc_t<T>;
@@ -45,16 +46,17 @@ struct CrossEntropyRow {
   A scale;
   bool backward;
 
-  FT_HOST_DEVICE void operator()(index_t r) const {
+  template <class Team>
+  FT_HOST_DEVICE void operator()(index_t r, const Team& team) const {
     T* z = logits + r * V;
     const std::int32_t target = targets[r];
-    row_loss[r] = 0;
+    if (team.rank == 0) row_loss[r] = 0;
     if (target == ignore_index) {
-      for (index_t v = 0; v < V; ++v) z[v] = T(0.0f);
+      for (index_t v = team.rank; v < V; v += team.size) z[v] = T(0.0f);
       return;
     }
 #ifndef __CUDA_ARCH__
-    if constexpr (std::is_same_v<T, A>) {
+    if constexpr (std::is_same_v<T, A> && Team::size == 1) {
       Eigen::Map<Eigen::Array<A, Eigen::Dynamic, 1>> row(z, V);
       A lse = row.maxCoeff();
       lse += std::log((row - lse).exp().sum());
@@ -65,14 +67,15 @@ struct CrossEntropyRow {
       return;
     }
 #endif
-    A max = A(z[0]);
-    for (index_t v = 1; v < V; ++v) max = A(z[v]) > max ? A(z[v]) : max;
+    A max = A(z[team.rank < V ? team.rank : 0]);
+    for (index_t v = team.rank; v < V; v += team.size) max = A(z[v]) > max ? A(z[v]) : max;
+    max = team.max(max);
     A sum = 0;
-    for (index_t v = 0; v < V; ++v) sum += std::exp(A(z[v]) - max);
-    const A lse = max + std::log(sum);
-    row_loss[r] = double(lse - A(z[target]));
+    for (index_t v = team.rank; v < V; v += team.size) sum += std::exp(A(z[v]) - max);
+    const A lse = max + std::log(team.sum(sum));
+    if (team.rank == 0) row_loss[r] = double(lse - A(z[target]));
     if (!backward) return;
-    for (index_t v = 0; v < V; ++v) {
+    for (index_t v = team.rank; v < V; v += team.size) {
       const A p = std::exp(A(z[v]) - lse);
       z[v] = T((p - (v == target ? A(1) : A(0))) * scale);
     }
@@ -98,7 +101,7 @@ double lm_head_cross_entropy(T* dh, T* dweight, const T* h, const T* weight, con
     index_t rows = std::min(chunk, N - n0);
     Device::template gemm<T>(Op::none, Op::transpose, rows, V, C, 1, h + n0 * C, C, weight, C, 0, logits.data(), V);
     if (logits_out) Device::copy(logits_out + n0 * V, logits.data(), std::size_t(rows * V) * sizeof(T));
-    Device::parallel_for(rows, CrossEntropyRow<T>{logits.data(), targets + n0, row_loss.data(), V, scale, options.backward});
+    Device::parallel_rows(rows, V, CrossEntropyRow<T>{logits.data(), targets + n0, row_loss.data(), V, scale, options.backward});
     Device::to_host(host_loss.data(), row_loss.data(), std::size_t(rows) * sizeof(double));
     for (index_t r = 0; r < rows; ++r) total += host_loss[std::size_t(r)];
 

@@ -1,14 +1,20 @@
 #pragma once
 // Token embedding: out[n, :] = table[ids[n], :].
+#include <algorithm>
 #include <cstdint>
+#include <memory>
+#include <numeric>
+#include <vector>
 
 #include "ft/core/host_device.hpp"
 #include "ft/core/numeric.hpp"
 #include "ft/device/cpu.hpp"
+#include "ft/tensor/scratch.hpp"
 #include "ft/tensor/shape.hpp"
 
 namespace ft::nn {
 
+// One row per call, its columns shared by a team of lanes.
 template <class T>
 struct EmbeddingForwardRow {
   T* out;
@@ -16,39 +22,68 @@ struct EmbeddingForwardRow {
   const T* table;
   index_t C;
 
-  FT_HOST_DEVICE void operator()(index_t n) const {
+  template <class Team>
+  FT_HOST_DEVICE void operator()(index_t n, const Team& team) const {
     const T* row = table + index_t(ids[n]) * C;
-    for (index_t c = 0; c < C; ++c) out[n * C + c] = row[c];
+    for (index_t c = team.rank; c < C; c += team.size) out[n * C + c] = row[c];
   }
 };
 
-// Rows with the same id would race if split by row, so tasks split the
-// channels instead (`width` per task) and each walks every row.
+// A batch's rows grouped by token id, so that each table row's gradient has
+// one owner: rows[starts[u] .. starts[u + 1]) are the rows of token ids[u],
+// in increasing order. Made on the host, where a batch's ids are.
+struct TokenRows {
+  std::vector<std::int32_t> ids, starts, rows;
+
+  TokenRows(const std::int32_t* host_ids, index_t N) : rows(std::size_t(N)) {
+    std::iota(rows.begin(), rows.end(), 0);
+    std::stable_sort(rows.begin(), rows.end(), [&](std::int32_t a, std::int32_t b) { return host_ids[a] < host_ids[b]; });
+    for (index_t k = 0; k < N; ++k)
+      if (k == 0 || host_ids[rows[std::size_t(k)]] != host_ids[rows[std::size_t(k - 1)]]) {
+        ids.push_back(host_ids[rows[std::size_t(k)]]);
+        starts.push_back(std::int32_t(k));
+      }
+    starts.push_back(std::int32_t(N));
+  }
+};
+
+// Index u C + c: the table's element (ids[u], c) adds the gradient of every
+// row of that token, in row order (each sum rounded to T as it goes, as a
+// walk down the batch would).
 template <class T>
-struct EmbeddingBackwardColumns {
+struct EmbeddingBackwardElement {
   T* dtable;
   const std::int32_t* ids;
+  const std::int32_t* starts;
+  const std::int32_t* rows;
   const T* dout;
-  index_t N, C, width;
+  index_t C;
 
-  FT_HOST_DEVICE void operator()(index_t task) const {
-    const index_t c0 = task * width, c1 = c0 + width < C ? c0 + width : C;
-    for (index_t n = 0; n < N; ++n) {
-      T* drow = dtable + index_t(ids[n]) * C;
-      for (index_t c = c0; c < c1; ++c) drow[c] = T(acc_t<T>(drow[c]) + acc_t<T>(dout[n * C + c]));
-    }
+  FT_HOST_DEVICE void operator()(index_t i) const {
+    const index_t u = i / C, c = i % C;
+    T* d = dtable + index_t(ids[u]) * C + c;
+    for (std::int32_t k = starts[u]; k < starts[u + 1]; ++k) *d = T(acc_t<T>(*d) + acc_t<T>(dout[index_t(rows[k]) * C + c]));
   }
 };
 
 template <class Device = device::Cpu, class T>
 void embedding_forward(T* out, const std::int32_t* ids, const T* table, index_t N, index_t C) {
-  Device::parallel_for(N, EmbeddingForwardRow<T>{out, ids, table, C});
+  Device::parallel_rows(N, C, EmbeddingForwardRow<T>{out, ids, table, C});
 }
 
+// host_ids: the batch's ids on the host (the grouping is made there).
 template <class Device = device::Cpu, class T>
-void embedding_backward(T* dtable, const std::int32_t* ids, const T* dout, index_t N, index_t C) {
-  constexpr index_t width = 64;
-  Device::parallel_for((C + width - 1) / width, EmbeddingBackwardColumns<T>{dtable, ids, dout, N, C, width});
+void embedding_backward(T* dtable, const std::int32_t* host_ids, const T* dout, index_t N, index_t C) {
+  const TokenRows groups(host_ids, N);
+  using Memory = typename Device::Memory;
+  auto upload = [](const std::vector<std::int32_t>& v) {
+    auto buffer = std::make_unique<memory::Scratch<std::int32_t, Memory>>(index_t(v.size()));
+    Device::from_host(buffer->data(), v.data(), v.size() * sizeof(std::int32_t));
+    return buffer;
+  };
+  const auto ids = upload(groups.ids), starts = upload(groups.starts), rows = upload(groups.rows);
+  Device::parallel_for(index_t(groups.ids.size()) * C,
+                       EmbeddingBackwardElement<T>{dtable, ids->data(), starts->data(), rows->data(), dout, C});
 }
 
 }  // namespace ft::nn

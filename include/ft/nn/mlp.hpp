@@ -14,6 +14,9 @@
 
 namespace ft::nn {
 
+// One row per call, its F columns shared by a team of lanes
+// (kernels/cpu/launch.hpp): the plain loop on the CPU, a warp or a block on
+// a GPU.
 template <class T>
 struct MlpForwardRow {
   using A = acc_t<T>;
@@ -23,9 +26,10 @@ struct MlpForwardRow {
   bool gated;
   Activation act;
 
-  FT_HOST_DEVICE void operator()(index_t n) const {
+  template <class Team>
+  FT_HOST_DEVICE void operator()(index_t n, const Team& team) const {
     const T* x = in + n * (gated ? 2 * F : F);
-    for (index_t f = 0; f < F; ++f) {
+    for (index_t f = team.rank; f < F; f += team.size) {
       A a = activate(act, A(x[f]));
       h[n * F + f] = T(gated ? a * A(x[F + f]) : a);
     }
@@ -42,11 +46,12 @@ struct MlpBackwardRow {
   bool gated;
   Activation act;
 
-  FT_HOST_DEVICE void operator()(index_t n) const {
+  template <class Team>
+  FT_HOST_DEVICE void operator()(index_t n, const Team& team) const {
     index_t width = gated ? 2 * F : F;
     const T* x = in + n * width;
     T* dx = din + n * width;
-    for (index_t f = 0; f < F; ++f) {
+    for (index_t f = team.rank; f < F; f += team.size) {
       A g = A(dh[n * F + f]);
       A up = gated ? A(x[F + f]) : A(1);
       dx[f] = T(A(dx[f]) + g * up * activate_derivative(act, A(x[f])));
@@ -57,12 +62,12 @@ struct MlpBackwardRow {
 
 template <class Device = device::Cpu, class T>
 void mlp_forward(T* h, const T* in, index_t N, index_t F, bool gated, Activation act) {
-  Device::parallel_for(N, MlpForwardRow<T>{h, in, F, gated, act});
+  Device::parallel_rows(N, F, MlpForwardRow<T>{h, in, F, gated, act});
 }
 
 template <class Device = device::Cpu, class T>
 void mlp_backward(T* din, const T* dh, const T* in, index_t N, index_t F, bool gated, Activation act) {
-  Device::parallel_for(N, MlpBackwardRow<T>{din, dh, in, F, gated, act});
+  Device::parallel_rows(N, F, MlpBackwardRow<T>{din, dh, in, F, gated, act});
 }
 
 }  // namespace ft::nn

@@ -5,19 +5,23 @@
 //   LayerNorm: y = w * (x - mean) * rstd + b,  rstd = 1 / sqrt(var(x) + eps)
 //
 // Forward saves mean (LayerNorm only) and rstd per row, in the accumulation
-// type, so backward needs only x. Each row is one functor call: the same
-// functor runs on the CPU launcher and, later, a GPU grid.
+// type, so backward needs only x. The same functors run on the CPU
+// launcher and a GPU grid.
 #include <cmath>
 
 #include "ft/core/host_device.hpp"
 #include "ft/core/numeric.hpp"
 #include "ft/device/cpu.hpp"
+#include "ft/nn/column_sums.hpp"
+#include "ft/tensor/scratch.hpp"
 #include "ft/tensor/shape.hpp"
 
 namespace ft::nn {
 
 enum class NormKind { rms, layer };
 
+// One row per call, its columns shared by a team of lanes (launch.hpp):
+// one lane on the CPU, a warp on a GPU.
 template <class T>
 struct NormForwardRow {
   using A = acc_t<T>;
@@ -30,24 +34,26 @@ struct NormForwardRow {
   index_t C;
   A eps;
 
-  FT_HOST_DEVICE void operator()(index_t n) const {
+  template <class Team>
+  FT_HOST_DEVICE void operator()(index_t n, const Team& team) const {
     const T* x = in + n * C;
     A mu = 0;
     if (mean) {
-      for (index_t c = 0; c < C; ++c) mu += A(x[c]);
-      mu /= A(C);
+      for (index_t c = team.rank; c < C; c += team.size) mu += A(x[c]);
+      mu = team.sum(mu) / A(C);
     }
     A var = 0;
-    for (index_t c = 0; c < C; ++c) {
+    for (index_t c = team.rank; c < C; c += team.size) {
       A d = A(x[c]) - mu;
       var += d * d;
     }
-    A r = A(1) / std::sqrt(var / A(C) + eps);
-    for (index_t c = 0; c < C; ++c) {
+    A r = A(1) / std::sqrt(team.sum(var) / A(C) + eps);
+    for (index_t c = team.rank; c < C; c += team.size) {
       A y = (A(x[c]) - mu) * r * A(weight[c]);
       if (bias) y += A(bias[c]);
       out[n * C + c] = T(y);
     }
+    if (team.rank != 0) return;
     if (mean) mean[n] = mu;
     rstd[n] = r;
   }
@@ -65,19 +71,20 @@ struct NormBackwardInputRow {
   const A* rstd;
   index_t C;
 
-  FT_HOST_DEVICE void operator()(index_t n) const {
+  template <class Team>
+  FT_HOST_DEVICE void operator()(index_t n, const Team& team) const {
     const T* x = in + n * C;
     const T* dy = dout + n * C;
     A mu = mean ? mean[n] : A(0), r = rstd[n];
     A mean_g = 0, mean_gx = 0;
-    for (index_t c = 0; c < C; ++c) {
+    for (index_t c = team.rank; c < C; c += team.size) {
       A g = A(dy[c]) * A(weight[c]);
       mean_g += g;
       mean_gx += g * (A(x[c]) - mu) * r;
     }
-    mean_g = mean ? mean_g / A(C) : A(0);
-    mean_gx /= A(C);
-    for (index_t c = 0; c < C; ++c) {
+    mean_g = mean ? team.sum(mean_g) / A(C) : A(0);
+    mean_gx = team.sum(mean_gx) / A(C);
+    for (index_t c = team.rank; c < C; c += team.size) {
       A xhat = (A(x[c]) - mu) * r;
       A g = A(dy[c]) * A(weight[c]);
       din[n * C + c] = T(A(din[n * C + c]) + r * (g - mean_g - xhat * mean_gx));
@@ -85,48 +92,55 @@ struct NormBackwardInputRow {
   }
 };
 
-// dw and db for one channel, summed over all rows (threads split channels so
-// that no two write the same parameter).
+// dw and db summed over rows in spans (nn/column_sums.hpp): each task sums
+// one column over one span of `rows` rows into partials [spans, C].
 template <class T>
-struct NormBackwardParamColumn {
+struct NormParamPartial {
   using A = acc_t<T>;
-  T* dweight;
-  T* dbias;  // may be null
+  A* partial_w;
+  A* partial_b;  // may be null
   const T* dout;
   const T* in;
   const A* mean;
   const A* rstd;
-  index_t N, C;
+  index_t N, C, rows;
 
-  FT_HOST_DEVICE void operator()(index_t c) const {
+  FT_HOST_DEVICE void operator()(index_t i) const {
+    const index_t c = i % C, n0 = i / C * rows, n1 = n0 + rows < N ? n0 + rows : N;
     A dw = 0, db = 0;
-    for (index_t n = 0; n < N; ++n) {
+    for (index_t n = n0; n < n1; ++n) {
       A mu = mean ? mean[n] : A(0);
       A dy = A(dout[n * C + c]);
       dw += dy * (A(in[n * C + c]) - mu) * rstd[n];
       db += dy;
     }
-    dweight[c] = T(A(dweight[c]) + dw);
-    if (dbias) dbias[c] = T(A(dbias[c]) + db);
+    partial_w[i] = dw;
+    if (partial_b) partial_b[i] = db;
   }
 };
 
 template <class Device = device::Cpu, class T>
 void norm_forward(NormKind kind, T* out, acc_t<T>* mean, acc_t<T>* rstd, const T* in, const T* weight,
                   const T* bias, index_t N, index_t C, acc_t<T> eps) {
-  Device::parallel_for(N, NormForwardRow<T>{out, kind == NormKind::layer ? mean : nullptr, rstd, in, weight,
-                                         kind == NormKind::layer ? bias : nullptr, C, eps});
+  Device::parallel_rows(N, C, NormForwardRow<T>{out, kind == NormKind::layer ? mean : nullptr, rstd, in, weight,
+                                          kind == NormKind::layer ? bias : nullptr, C, eps});
 }
 
 // dweight/dbias may be null for a frozen norm.
 template <class Device = device::Cpu, class T>
 void norm_backward(NormKind kind, T* din, T* dweight, T* dbias, const T* dout, const T* in, const T* weight,
                    const acc_t<T>* mean, const acc_t<T>* rstd, index_t N, index_t C) {
-  const acc_t<T>* mu = kind == NormKind::layer ? mean : nullptr;
-  Device::parallel_for(N, NormBackwardInputRow<T>{din, dout, in, weight, mu, rstd, C});
-  if (dweight)
-    Device::parallel_for(C, NormBackwardParamColumn<T>{dweight, kind == NormKind::layer ? dbias : nullptr, dout,
-                                                    in, mu, rstd, N, C});
+  using A = acc_t<T>;
+  const A* mu = kind == NormKind::layer ? mean : nullptr;
+  Device::parallel_rows(N, C, NormBackwardInputRow<T>{din, dout, in, weight, mu, rstd, C});
+  if (!dweight) return;
+  if (kind != NormKind::layer) dbias = nullptr;
+  const index_t rows = column_span_rows<Device>(N), spans = (N + rows - 1) / rows;
+  memory::Scratch<A, typename Device::Memory> partial_w(spans * C), partial_b(dbias ? spans * C : 0);
+  Device::parallel_for(spans * C, NormParamPartial<T>{partial_w.data(), dbias ? partial_b.data() : nullptr, dout,
+                                                      in, mu, rstd, N, C, rows});
+  Device::parallel_for(C, ColumnSpansSum<T>{dweight, partial_w.data(), spans, C});
+  if (dbias) Device::parallel_for(C, ColumnSpansSum<T>{dbias, partial_b.data(), spans, C});
 }
 
 }  // namespace ft::nn

@@ -62,10 +62,10 @@ inline std::vector<float> rope_inverse_frequencies(const RopeConfig& rope) {
   return inv;
 }
 
-// One token's row: rotate every query and key head. `sign` is +1 forward,
-// -1 backward (the inverse rotation).
+// Index n half + i: rotate pair i of every query and key head of token n.
+// `sign` is +1 forward, -1 backward (the inverse rotation).
 template <class T>
-struct RopeRow {
+struct RopePair {
   using A = acc_t<T>;
   T* qkv;
   const std::int32_t* positions;
@@ -74,18 +74,15 @@ struct RopeRow {
   index_t row_stride, D, R;
   A sign;
 
-  FT_HOST_DEVICE void operator()(index_t n) const {
-    index_t half = R / 2;
-    A pos = A(positions[n]);
-    for (index_t i = 0; i < half; ++i) {
-      A angle = pos * A(inv_freq[i]);
-      A c = std::cos(angle), s = sign * std::sin(angle);
-      for (index_t h = 0; h < heads; ++h) {
-        T* x = qkv + n * row_stride + h * D;
-        A x1 = A(x[i]), x2 = A(x[i + half]);
-        x[i] = T(x1 * c - x2 * s);
-        x[i + half] = T(x2 * c + x1 * s);
-      }
+  FT_HOST_DEVICE void operator()(index_t k) const {
+    const index_t half = R / 2, n = k / half, i = k % half;
+    A angle = A(positions[n]) * A(inv_freq[i]);
+    A c = std::cos(angle), s = sign * std::sin(angle);
+    for (index_t h = 0; h < heads; ++h) {
+      T* x = qkv + n * row_stride + h * D;
+      A x1 = A(x[i]), x2 = A(x[i + half]);
+      x[i] = T(x1 * c - x2 * s);
+      x[i + half] = T(x2 * c + x1 * s);
     }
   }
 };
@@ -95,7 +92,7 @@ template <class Device = device::Cpu, class T>
 void rope_forward(T* qkv, const std::int32_t* positions, std::span<const float> inv_freq, index_t N,
                   index_t H, index_t G, index_t D) {
   index_t R = index_t(inv_freq.size()) * 2;
-  Device::parallel_for(N, RopeRow<T>{qkv, positions, inv_freq.data(), H + G, (H + 2 * G) * D, D, R, 1});
+  Device::parallel_for(N * (R / 2), RopePair<T>{qkv, positions, inv_freq.data(), H + G, (H + 2 * G) * D, D, R, 1});
 }
 
 // In place on the gradient of the rotated rows.
@@ -103,7 +100,7 @@ template <class Device = device::Cpu, class T>
 void rope_backward(T* dqkv, const std::int32_t* positions, std::span<const float> inv_freq, index_t N,
                    index_t H, index_t G, index_t D) {
   index_t R = index_t(inv_freq.size()) * 2;
-  Device::parallel_for(N, RopeRow<T>{dqkv, positions, inv_freq.data(), H + G, (H + 2 * G) * D, D, R, -1});
+  Device::parallel_for(N * (R / 2), RopePair<T>{dqkv, positions, inv_freq.data(), H + G, (H + 2 * G) * D, D, R, -1});
 }
 
 }  // namespace ft::nn

@@ -60,6 +60,8 @@ public:
   }
   Blas(const Blas&) = delete;
   Blas& operator=(const Blas&) = delete;
+  // The device memory this handle holds for cuBLASLt's scratch.
+  std::size_t workspace_bytes() const { return workspace_bytes_; }
 
   template <element T>
   void gemm(Op op_a, Op op_b, index_t M, index_t N, index_t K, acc_t<T> alpha, const T* A, index_t lda,
