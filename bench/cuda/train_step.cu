@@ -1,10 +1,10 @@
-// A full fine-tuning step on the GPU (forward, backward, AdamW) of
-// Transformer<bf16, device::Cuda> with random weights, at the shapes
-// tools/bench_torch_cuda.py gives PyTorch: SmolLM2-135M (8 x 2048 tokens)
-// and a 1B Llama (Llama-3.2-1B's shape, 4 x 2048). bf16 weights, gradients
-// and activations, f32 optimizer state; tokens/s and MFU against the
-// measured bf16 GEMM peak (cuBLASLt, 8192^3), peak device memory from ft's
-// allocator.
+// A fine-tuning step on the GPU (forward, backward, AdamW) of
+// Transformer<bf16, device::Cuda> with random weights, full and LoRA, at the
+// shapes tools/bench_torch_cuda.py gives PyTorch: SmolLM2-135M (8 x 2048
+// tokens) and a 1B Llama (Llama-3.2-1B's shape, 4 x 2048). bf16 weights,
+// gradients and activations, f32 optimizer state; tokens/s and MFU against
+// the measured bf16 GEMM peak (cuBLASLt, 8192^3), peak device memory from
+// ft's allocator.
 //
 //   bench_cuda_train_step [steps=10]
 //
@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include <ft/adapters/lora.hpp>
 #include <ft/device/cuda.cuh>
 #include <ft/models/llama.hpp>
 #include <ft/models/transformer.hpp>
@@ -62,24 +63,38 @@ struct AdamState {
   }
 };
 
-void run(const Shape& shape, int steps, double peak) {
+// One configuration: full fine-tuning, or LoRA (r 16, alpha 32, every
+// linear layer, the model frozen) as tools/bench_torch_cuda.py runs PEFT.
+void run(const Shape& shape, bool lora, int steps, double peak) {
   ft::models::ConfigReader reader(shape.config, shape.name);
-  ft::models::Transformer<bf16, Cuda> model(ft::models::Llama::describe(reader));
+  ft::models::Transformer<bf16, Cuda> model(ft::models::Llama::describe(reader), !lora);
   const auto& c = model.config();
   std::mt19937 rng(7);
   std::normal_distribution<float> normal(0.0f, 0.02f);
-  std::vector<ft::models::ParameterBuffer<bf16, ft::memory::CudaDevice>*> buffers{&model.embedding().parameters()};
-  for (auto& b : model.blocks()) buffers.push_back(&b.parameters());
-  buffers.push_back(&model.head().parameters());
-  std::vector<std::unique_ptr<AdamState>> state;
-  for (auto* p : buffers) {
+  std::vector<ft::models::ParameterBuffer<bf16, ft::memory::CudaDevice>*> weights{&model.embedding().parameters()};
+  for (auto& b : model.blocks()) weights.push_back(&b.parameters());
+  weights.push_back(&model.head().parameters());
+  for (auto* p : weights) {
     std::vector<bf16> host(std::size_t(p->size()));
     for (bf16& x : host) x = bf16(normal(rng));
     for (const auto& e : p->entries())  // norm weights start at one, as HF initialises them
       if (e.name.find("norm") != std::string::npos) std::fill_n(host.data() + e.offset, e.shape.numel(), bf16(1.0f));
     Cuda::from_host(p->values().data(), host.data(), host.size() * sizeof(bf16));
-    state.push_back(std::make_unique<AdamState>(p->size()));
   }
+  std::unique_ptr<ft::adapters::LoraModel<bf16, Cuda>> adapters;
+  auto trained = weights;
+  double lora_parameters = 0;
+  if (lora) {
+    adapters = std::make_unique<ft::adapters::LoraModel<bf16, Cuda>>(
+        model, ft::adapters::LoraOptions{.r = 16, .alpha = 32, .target_modules = {"all-linear"}});
+    trained.clear();
+    for (auto& b : adapters->blocks()) {
+      trained.push_back(&b->parameters());
+      lora_parameters += double(b->parameters().size());
+    }
+  }
+  std::vector<std::unique_ptr<AdamState>> state;
+  for (auto* p : trained) state.push_back(std::make_unique<AdamState>(p->size()));
 
   std::vector<std::int32_t> ids(std::size_t(shape.B * shape.T));
   for (auto& id : ids) id = std::int32_t(rng() % std::uint32_t(c.vocab_size));
@@ -90,19 +105,19 @@ void run(const Shape& shape, int steps, double peak) {
   std::int64_t step = 0;
   double loss = 0;
   auto train_step = [&] {
-    model.zero_grads();
+    for (auto* p : trained) p->zero_grads();
     loss = model.forward_backward(batch, {.token_count = tokens, .chunk_rows = 4096}) / tokens;
     ++step;
-    for (std::size_t i = 0; i < buffers.size(); ++i)
-      ft::optim::adamw_step<Cuda>(buffers[i]->values().data(), buffers[i]->grads().data(), state[i]->m.data(),
-                                  state[i]->v.data(), buffers[i]->size(), h, step);
+    for (std::size_t i = 0; i < trained.size(); ++i)
+      ft::optim::adamw_step<Cuda>(trained[i]->values().data(), trained[i]->grads().data(), state[i]->m.data(),
+                                  state[i]->v.data(), trained[i]->size(), h, step);
   };
   ft::memory::CudaDevice::stats().reset_peak();
   const double s = ft::bench::median_seconds(train_step, 3, steps);
-  const double achieved = ft::train::flops_per_token(c, shape.T, true) * tokens / s;
-  std::printf("| %s | full | %lld x %lld | %.1f | %.0f | %.0f | %.1f%% | %.1f | %.3f |\n", shape.name,
-              (long long)shape.B, (long long)shape.T, s * 1e3, tokens / s, achieved / 1e12, 100 * achieved / peak,
-              double(ft::memory::CudaDevice::stats().peak()) / double(1 << 30), loss);
+  const double achieved = ft::train::flops_per_token(c, shape.T, !lora, lora_parameters) * tokens / s;
+  std::printf("| %s | %s | %lld x %lld | %.1f | %.0f | %.0f | %.1f%% | %.1f | %.3f |\n", shape.name,
+              lora ? "lora" : "full", (long long)shape.B, (long long)shape.T, s * 1e3, tokens / s, achieved / 1e12,
+              100 * achieved / peak, double(ft::memory::CudaDevice::stats().peak()) / double(1 << 30), loss);
 }
 
 }  // namespace
@@ -128,7 +143,8 @@ int main(int argc, char** argv) {
        4, 2048},
   };
   try {
-    for (const Shape& s : shapes) run(s, steps, peak);
+    for (const Shape& s : shapes)
+      for (const bool lora : {false, true}) run(s, lora, steps, peak);
   } catch (const ft::Error& e) {
     std::printf("%s\n", e.what());
     return 1;

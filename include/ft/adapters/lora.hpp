@@ -16,6 +16,9 @@
 // Dropout masks are hashes of (seed, micro-batch, layer, module, element)
 // (core/random.hpp): nothing is stored, and a recomputed forward sees the
 // same mask. Each module draws its own mask, as PEFT's per-module Dropout does.
+//
+// The adapters live on the model's device (device/cpu.hpp): their weights
+// and scratch in its memory, their products and masks run by it.
 #include <algorithm>
 #include <cmath>
 #include <memory>
@@ -23,8 +26,9 @@
 #include <vector>
 
 #include "ft/core/error.hpp"
+#include "ft/core/host_device.hpp"
 #include "ft/core/random.hpp"
-#include "ft/kernels/gemm.hpp"
+#include "ft/device/cpu.hpp"
 #include "ft/models/linear_adapter.hpp"
 #include "ft/models/parameters.hpp"
 #include "ft/models/transformer.hpp"
@@ -114,11 +118,41 @@ inline std::vector<LoraTarget> lora_targets(const models::ModelSpec& spec, const
   return out;
 }
 
+// Index i of x [N, in]: x with a module's dropout mask applied (an element
+// is kept when its hash draws below `keep`, then scaled by 1 / keep).
+template <class T>
+struct DropoutApply {
+  T* out;
+  const T* x;
+  std::uint64_t key;
+  float keep;
+  acc_t<T> inv_keep;
+
+  FT_HOST_DEVICE void operator()(index_t i) const {
+    out[i] = uniform01(key, std::uint64_t(i)) < keep ? T(acc_t<T>(x[i]) * inv_keep) : T(0.0f);
+  }
+};
+
+// Index i: dx += the mask's derivative applied to the gradient in `scratch`.
+template <class T>
+struct DropoutBackward {
+  T* dx;
+  const T* scratch;
+  std::uint64_t key;
+  float keep;
+  acc_t<T> inv_keep;
+
+  FT_HOST_DEVICE void operator()(index_t i) const {
+    if (uniform01(key, std::uint64_t(i)) < keep) dx[i] = T(acc_t<T>(dx[i]) + acc_t<T>(scratch[i]) * inv_keep);
+  }
+};
+
 // The adapters of one block: one flat buffer holding every module's A and B.
-template <element T>
-class LoraBlock final : public models::LinearAdapter<T> {
+template <element T, class Device = device::Cpu>
+class LoraBlock final : public models::LinearAdapter<T, Device> {
 public:
   using A_t = acc_t<T>;
+  using Memory = typename Device::Memory;
 
   LoraBlock(std::vector<LoraTarget> targets, const LoraOptions& options)
       : targets_(std::move(targets)), r_(options.r), scale_(options.scale()), dropout_(options.dropout) {
@@ -128,18 +162,18 @@ public:
       params_.declare(leaf + ".lora_B", {t.rows, r_});
     }
     params_.allocate();
-    // PEFT's initialisation: A uniform in +-1/sqrt(in), B zero.
+    // PEFT's initialisation: A uniform in +-1/sqrt(in), B zero (as allocated).
     for (std::size_t k = 0; k < targets_.size(); ++k) {
       const LoraTarget& t = targets_[k];
       Rng rng(derive_key(derive_key(options.seed, std::uint64_t(t.layer)), k));
-      T* a = a_of(k);
+      std::vector<T> a(std::size_t(r_ * t.in));
       const double bound = 1.0 / std::sqrt(double(t.in));
-      for (index_t i = 0; i < r_ * t.in; ++i) a[i] = T(float((2.0 * rng.uniform() - 1.0) * bound));
-      std::fill_n(b_of(k), t.rows * r_, T(0.0f));
+      for (T& v : a) v = T(float((2.0 * rng.uniform() - 1.0) * bound));
+      Device::from_host(a_of(k), a.data(), a.size() * sizeof(T));
     }
   }
 
-  models::ParameterBuffer<T>& parameters() { return params_; }
+  models::ParameterBuffer<T, Memory>& parameters() { return params_; }
   const std::vector<LoraTarget>& targets() const { return targets_; }
   T* a_of(std::size_t k) const { return params_.value(name_of(k, ".lora_A")); }
   T* b_of(std::size_t k) const { return params_.value(name_of(k, ".lora_B")); }
@@ -158,7 +192,7 @@ public:
       if (t.slot != slot) continue;
       const T* input = dropped_input(k, x, N);
       const T* down = project_down(k, input, N);
-      gemm<T>(Op::none, Op::transpose, N, t.rows, r_, A_t(scale_), down, r_, b_of(k), r_, 1, y + t.row_offset, t.out);
+      gemm(Op::none, Op::transpose, N, t.rows, r_, A_t(scale_), down, r_, b_of(k), r_, 1, y + t.row_offset, t.out);
     }
   }
 
@@ -170,29 +204,30 @@ public:
       const T* input = dropped_input(k, x, N);
       const T* down = project_down(k, input, N);
       // dB += scale dy^T (A x);  d(A x) = scale dy B
-      gemm<T>(Op::transpose, Op::none, t.rows, r_, N, A_t(scale_), dy_rows, t.out, down, r_, 1, db_of(k), r_);
-      if (d_down_.size(0) != N) d_down_ = Tensor<T>(Shape{N, r_});
-      gemm<T>(Op::none, Op::none, N, r_, t.rows, A_t(scale_), dy_rows, t.out, b_of(k), r_, 0, d_down_.data(), r_);
+      gemm(Op::transpose, Op::none, t.rows, r_, N, A_t(scale_), dy_rows, t.out, down, r_, 1, db_of(k), r_);
+      if (d_down_.size(0) != N) d_down_ = Tensor<T, Memory>(Shape{N, r_});
+      gemm(Op::none, Op::none, N, r_, t.rows, A_t(scale_), dy_rows, t.out, b_of(k), r_, 0, d_down_.data(), r_);
       // dA += d(A x)^T dropout(x);  dx += dropout'(d(A x) A)
-      gemm<T>(Op::transpose, Op::none, r_, t.in, N, 1, d_down_.data(), r_, input, t.in, 1, da_of(k), t.in);
+      gemm(Op::transpose, Op::none, r_, t.in, N, 1, d_down_.data(), r_, input, t.in, 1, da_of(k), t.in);
       if (!dropping()) {
-        gemm<T>(Op::none, Op::none, N, t.in, r_, 1, d_down_.data(), r_, a_of(k), t.in, 1, dx, t.in);
+        gemm(Op::none, Op::none, N, t.in, r_, 1, d_down_.data(), r_, a_of(k), t.in, 1, dx, t.in);
         continue;
       }
-      gemm<T>(Op::none, Op::none, N, t.in, r_, 1, d_down_.data(), r_, a_of(k), t.in, 0, dropped_.data(), t.in);
-      const std::uint64_t key = mask_key(k);
-      const A_t keep = A_t(1.0 - dropout_), inv_keep = A_t(1) / keep;
-      T* scratch = dropped_.data();
-      cpu::parallel_for(N * t.in, [=](index_t i) {
-        if (uniform01(key, std::uint64_t(i)) < float(keep)) dx[i] = T(A_t(dx[i]) + A_t(scratch[i]) * inv_keep);
-      });
+      gemm(Op::none, Op::none, N, t.in, r_, 1, d_down_.data(), r_, a_of(k), t.in, 0, dropped_.data(), t.in);
+      Device::parallel_for(N * t.in, DropoutBackward<T>{dx, dropped_.data(), mask_key(k), keep(), inv_keep()});
     }
   }
 
 private:
   bool dropping() const { return training_ && dropout_ > 0; }
+  float keep() const { return float(A_t(1.0 - dropout_)); }
+  A_t inv_keep() const { return A_t(1) / A_t(1.0 - dropout_); }
   std::uint64_t mask_key(std::size_t k) const {
     return derive_key(derive_key(key_, std::uint64_t(targets_[k].layer)), k);
+  }
+  static void gemm(Op op_a, Op op_b, index_t M, index_t N, index_t K, A_t alpha, const T* a, index_t lda, const T* b,
+                   index_t ldb, A_t beta, T* c, index_t ldc) {
+    Device::template gemm<T>(op_a, op_b, M, N, K, alpha, a, lda, b, ldb, beta, c, ldc);
   }
 
   // A dropout(x) [N, r], into scratch. Backward computes it again rather
@@ -200,9 +235,9 @@ private:
   // two, so micro-batches in flight at once (a pipeline) need nothing of it,
   // and the GEMM costs r / out of the base projection's.
   const T* project_down(std::size_t k, const T* input, index_t N) {
-    if (down_.size(0) != N) down_ = Tensor<T>(Shape{N, r_});
-    gemm<T>(Op::none, Op::transpose, N, r_, targets_[k].in, 1, input, targets_[k].in, a_of(k), targets_[k].in, 0,
-            down_.data(), r_);
+    if (down_.size(0) != N) down_ = Tensor<T, Memory>(Shape{N, r_});
+    gemm(Op::none, Op::transpose, N, r_, targets_[k].in, 1, input, targets_[k].in, a_of(k), targets_[k].in, 0,
+         down_.data(), r_);
     return down_.data();
   }
 
@@ -210,14 +245,9 @@ private:
   const T* dropped_input(std::size_t k, const T* x, index_t N) {
     if (!dropping()) return x;
     const index_t n = N * targets_[k].in;
-    if (dropped_.numel() < n) dropped_ = Tensor<T>(Shape{n});
-    const std::uint64_t key = mask_key(k);
-    const A_t keep = A_t(1.0 - dropout_), inv_keep = A_t(1) / keep;
-    T* out = dropped_.data();
-    cpu::parallel_for(n, [=](index_t i) {
-      out[i] = uniform01(key, std::uint64_t(i)) < float(keep) ? T(A_t(x[i]) * inv_keep) : T(0.0f);
-    });
-    return out;
+    if (dropped_.numel() < n) dropped_ = Tensor<T, Memory>(Shape{n});
+    Device::parallel_for(n, DropoutApply<T>{dropped_.data(), x, mask_key(k), keep(), inv_keep()});
+    return dropped_.data();
   }
 
   std::string name_of(std::size_t k, const char* what) const {
@@ -230,18 +260,18 @@ private:
   double scale_, dropout_;
   bool training_ = false;
   std::uint64_t key_ = 0;
-  models::ParameterBuffer<T> params_;
-  Tensor<T> down_, d_down_, dropped_;
+  models::ParameterBuffer<T, Memory> params_;
+  Tensor<T, Memory> down_, d_down_, dropped_;
 };
 
 // LoRA over a whole model: one LoraBlock per block that has targets, attached
 // to the model's blocks unless `attach` is false (inference applies an
 // adapter to some sequences of a batch only, infer/adapter.hpp). The model
 // must outlive it and be frozen.
-template <element T>
+template <element T, class Device = device::Cpu>
 class LoraModel {
 public:
-  LoraModel(models::Transformer<T>& model, const LoraOptions& options, bool attach = true)
+  LoraModel(models::Transformer<T, Device>& model, const LoraOptions& options, bool attach = true)
       : model_(&model), options_(options), attached_(attach) {
     auto targets = lora_targets(model.spec(), options.target_modules);
     if (targets.empty()) throw Error("lora.target_modules: no projection of this model is adapted");
@@ -250,7 +280,7 @@ public:
       for (const LoraTarget& t : targets)
         if (t.layer == block.layer()) mine.push_back(t);
       if (mine.empty()) continue;
-      blocks_.push_back(std::make_unique<LoraBlock<T>>(std::move(mine), options));
+      blocks_.push_back(std::make_unique<LoraBlock<T, Device>>(std::move(mine), options));
       if (attach) block.set_adapter(blocks_.back().get());
     }
   }
@@ -262,7 +292,7 @@ public:
   LoraModel& operator=(const LoraModel&) = delete;
 
   const LoraOptions& options() const { return options_; }
-  std::vector<std::unique_ptr<LoraBlock<T>>>& blocks() { return blocks_; }
+  std::vector<std::unique_ptr<LoraBlock<T, Device>>>& blocks() { return blocks_; }
 
   void set_dropout(bool training, std::uint64_t key) {
     for (auto& b : blocks_) b->set_dropout(training, key);
@@ -281,8 +311,8 @@ public:
                                return s.slot == t.slot;
                              })->suffix;
         T* w = block.parameters().value(suffix) + t.row_offset * t.in;
-        gemm<T>(Op::none, Op::none, t.rows, t.in, options_.r, acc_t<T>(options_.scale()), b->b_of(k), options_.r,
-                b->a_of(k), t.in, 1, w, t.in);
+        Device::template gemm<T>(Op::none, Op::none, t.rows, t.in, options_.r, acc_t<T>(options_.scale()),
+                                 b->b_of(k), options_.r, b->a_of(k), t.in, 1, w, t.in);
       }
     }
     for (auto& block : model_->blocks()) block.set_adapter(nullptr);
@@ -290,10 +320,10 @@ public:
   }
 
 private:
-  models::Transformer<T>* model_;
+  models::Transformer<T, Device>* model_;
   LoraOptions options_;
   bool attached_;
-  std::vector<std::unique_ptr<LoraBlock<T>>> blocks_;
+  std::vector<std::unique_ptr<LoraBlock<T, Device>>> blocks_;
 };
 
 }  // namespace ft::adapters

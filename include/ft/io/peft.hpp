@@ -109,15 +109,15 @@ private:
     const std::string where = weights_->path().string() + ": ";
     std::map<std::string, LoraModule> found;
     for (const TensorView& t : weights_->tensors()) {
-      std::string module;
+      std::string module_name;
       if (ends_with(t.name, ".lora_A.weight") || ends_with(t.name, ".lora_embedding_A")) {
         bool embedding = ends_with(t.name, ".lora_embedding_A");
-        module = module_of(t.name, embedding ? ".lora_embedding_A" : ".lora_A.weight");
-        found[module].A = &t;
-        found[module].embedding = embedding;
+        module_name = module_of(t.name, embedding ? ".lora_embedding_A" : ".lora_A.weight");
+        found[module_name].A = &t;
+        found[module_name].embedding = embedding;
       } else if (ends_with(t.name, ".lora_B.weight") || ends_with(t.name, ".lora_embedding_B")) {
-        module = module_of(t.name, ends_with(t.name, ".lora_B.weight") ? ".lora_B.weight" : ".lora_embedding_B");
-        found[module].B = &t;
+        module_name = module_of(t.name, ends_with(t.name, ".lora_B.weight") ? ".lora_B.weight" : ".lora_embedding_B");
+        found[module_name].B = &t;
       } else if (ends_with(t.name, ".base_layer.weight")) {
         whole_.emplace_back(module_of(t.name, ".base_layer.weight") + ".weight", &t);
       } else if (ends_with(t.name, ".weight") || ends_with(t.name, ".bias")) {
