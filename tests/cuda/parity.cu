@@ -23,6 +23,8 @@
 #include <ft/io/safetensors.hpp>
 #include <ft/models/load.hpp>
 
+#include "support/tensors.hpp"
+
 namespace {
 
 using ft::index_t;
@@ -33,10 +35,7 @@ const char* const cases[] = {"llama_gqa",       "smollm2_tied",  "llama3_rope_sc
 
 template <class T>
 std::vector<T> read(const ft::io::SafetensorsFile& file, const std::string& name) {
-  const ft::io::TensorView& t = file.at(name);
-  std::vector<T> out(std::size_t(t.numel()));
-  ft::io::copy_elements(file, t, out.data(), t.numel());
-  return out;
+  return ft::testing::read_tensor<T>(file, name);
 }
 
 // max |got - want| / max |want|, as the CPU's parity test measures.

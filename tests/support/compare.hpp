@@ -8,18 +8,9 @@
 #include <string>
 #include <vector>
 
-#include <ft/io/safetensors.hpp>
+#include "support/tensors.hpp"
 
 namespace ft::testing {
-
-// A whole tensor of a safetensors file, converted to T.
-template <class T>
-std::vector<T> read_tensor(const io::SafetensorsFile& file, const std::string& name) {
-  const io::TensorView& t = file.at(name);
-  std::vector<T> out(std::size_t(t.numel()));
-  io::copy_elements(file, t, out.data(), t.numel());
-  return out;
-}
 
 // max |got - want| / max |want|: the error relative to the tensor's scale.
 template <class A, class B>

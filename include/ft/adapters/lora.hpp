@@ -118,18 +118,25 @@ inline std::vector<LoraTarget> lora_targets(const models::ModelSpec& spec, const
   return out;
 }
 
-// Index i of x [N, in]: x with a module's dropout mask applied (an element
-// is kept when its hash draws below `keep`, then scaled by 1 / keep).
+// A module's dropout mask: element i is kept when its hash draws below
+// `keep`, and a kept value is scaled by 1 / keep.
+template <class A>
+struct DropoutMask {
+  std::uint64_t key;
+  float keep;
+  A inv_keep;
+  FT_HOST_DEVICE bool kept(index_t i) const { return uniform01(key, std::uint64_t(i)) < keep; }
+};
+
+// Index i of x [N, in]: x with the mask applied.
 template <class T>
 struct DropoutApply {
   T* out;
   const T* x;
-  std::uint64_t key;
-  float keep;
-  acc_t<T> inv_keep;
+  DropoutMask<acc_t<T>> mask;
 
   FT_HOST_DEVICE void operator()(index_t i) const {
-    out[i] = uniform01(key, std::uint64_t(i)) < keep ? T(acc_t<T>(x[i]) * inv_keep) : T(0.0f);
+    out[i] = mask.kept(i) ? T(acc_t<T>(x[i]) * mask.inv_keep) : T(0.0f);
   }
 };
 
@@ -138,12 +145,10 @@ template <class T>
 struct DropoutBackward {
   T* dx;
   const T* scratch;
-  std::uint64_t key;
-  float keep;
-  acc_t<T> inv_keep;
+  DropoutMask<acc_t<T>> mask;
 
   FT_HOST_DEVICE void operator()(index_t i) const {
-    if (uniform01(key, std::uint64_t(i)) < keep) dx[i] = T(acc_t<T>(dx[i]) + acc_t<T>(scratch[i]) * inv_keep);
+    if (mask.kept(i)) dx[i] = T(acc_t<T>(dx[i]) + acc_t<T>(scratch[i]) * mask.inv_keep);
   }
 };
 
@@ -214,16 +219,15 @@ public:
         continue;
       }
       gemm(Op::none, Op::none, N, t.in, r_, 1, d_down_.data(), r_, a_of(k), t.in, 0, dropped_.data(), t.in);
-      Device::parallel_for(N * t.in, DropoutBackward<T>{dx, dropped_.data(), mask_key(k), keep(), inv_keep()});
+      Device::parallel_for(N * t.in, DropoutBackward<T>{dx, dropped_.data(), mask(k)});
     }
   }
 
 private:
   bool dropping() const { return training_ && dropout_ > 0; }
-  float keep() const { return float(A_t(1.0 - dropout_)); }
-  A_t inv_keep() const { return A_t(1) / A_t(1.0 - dropout_); }
-  std::uint64_t mask_key(std::size_t k) const {
-    return derive_key(derive_key(key_, std::uint64_t(targets_[k].layer)), k);
+  DropoutMask<A_t> mask(std::size_t k) const {
+    return {derive_key(derive_key(key_, std::uint64_t(targets_[k].layer)), k), float(A_t(1.0 - dropout_)),
+            A_t(1) / A_t(1.0 - dropout_)};
   }
   static void gemm(Op op_a, Op op_b, index_t M, index_t N, index_t K, A_t alpha, const T* a, index_t lda, const T* b,
                    index_t ldb, A_t beta, T* c, index_t ldc) {
@@ -246,7 +250,7 @@ private:
     if (!dropping()) return x;
     const index_t n = N * targets_[k].in;
     if (dropped_.numel() < n) dropped_ = Tensor<T, Memory>(Shape{n});
-    Device::parallel_for(n, DropoutApply<T>{dropped_.data(), x, mask_key(k), keep(), inv_keep()});
+    Device::parallel_for(n, DropoutApply<T>{dropped_.data(), x, mask(k)});
     return dropped_.data();
   }
 

@@ -35,7 +35,7 @@ struct CrossEntropyOptions {
 // gradient (softmax - onehot) * scale; an ignored row scores nothing and
 // gets a zero gradient. The row's columns are shared by a team of lanes
 // (kernels/cpu/launch.hpp): one on the CPU, where f32 and f64 rows take
-// Eigen's vectorised max, exp and sum, a warp on a GPU.
+// Eigen's vectorised max, exp and sum, a warp or a block on a GPU.
 template <class T>
 struct CrossEntropyRow {
   using A = acc_t<T>;
@@ -67,13 +67,15 @@ struct CrossEntropyRow {
       return;
     }
 #endif
+    // Every lane reads the target's logit before any lane overwrites the row.
+    const A target_logit = A(z[target]);
     A max = A(z[team.rank < V ? team.rank : 0]);
     for (index_t v = team.rank; v < V; v += team.size) max = A(z[v]) > max ? A(z[v]) : max;
     max = team.max(max);
     A sum = 0;
     for (index_t v = team.rank; v < V; v += team.size) sum += std::exp(A(z[v]) - max);
     const A lse = max + std::log(team.sum(sum));
-    if (team.rank == 0) row_loss[r] = double(lse - A(z[target]));
+    if (team.rank == 0) row_loss[r] = double(lse - target_logit);
     if (!backward) return;
     for (index_t v = team.rank; v < V; v += team.size) {
       const A p = std::exp(A(z[v]) - lse);

@@ -47,11 +47,11 @@ struct TokenRows {
   }
 };
 
-// Index u C + c: the table's element (ids[u], c) adds the gradient of every
-// row of that token, in row order (each sum rounded to T as it goes, as a
-// walk down the batch would).
+// Group u per call, its columns shared by a team of lanes: table row
+// ids[u] adds the gradient of every row of that token, in row order (each
+// sum rounded to T as it goes, as a walk down the batch would).
 template <class T>
-struct EmbeddingBackwardElement {
+struct EmbeddingBackwardGroup {
   T* dtable;
   const std::int32_t* ids;
   const std::int32_t* starts;
@@ -59,10 +59,12 @@ struct EmbeddingBackwardElement {
   const T* dout;
   index_t C;
 
-  FT_HOST_DEVICE void operator()(index_t i) const {
-    const index_t u = i / C, c = i % C;
-    T* d = dtable + index_t(ids[u]) * C + c;
-    for (std::int32_t k = starts[u]; k < starts[u + 1]; ++k) *d = T(acc_t<T>(*d) + acc_t<T>(dout[index_t(rows[k]) * C + c]));
+  template <class Team>
+  FT_HOST_DEVICE void operator()(index_t u, const Team& team) const {
+    T* d = dtable + index_t(ids[u]) * C;
+    for (index_t c = team.rank; c < C; c += team.size)
+      for (std::int32_t k = starts[u]; k < starts[u + 1]; ++k)
+        d[c] = T(acc_t<T>(d[c]) + acc_t<T>(dout[index_t(rows[k]) * C + c]));
   }
 };
 
@@ -82,8 +84,8 @@ void embedding_backward(T* dtable, const std::int32_t* host_ids, const T* dout, 
     return buffer;
   };
   const auto ids = upload(groups.ids), starts = upload(groups.starts), rows = upload(groups.rows);
-  Device::parallel_for(index_t(groups.ids.size()) * C,
-                       EmbeddingBackwardElement<T>{dtable, ids->data(), starts->data(), rows->data(), dout, C});
+  Device::parallel_rows(index_t(groups.ids.size()), C,
+                        EmbeddingBackwardGroup<T>{dtable, ids->data(), starts->data(), rows->data(), dout, C});
 }
 
 }  // namespace ft::nn

@@ -21,7 +21,7 @@ namespace ft::nn {
 enum class NormKind { rms, layer };
 
 // One row per call, its columns shared by a team of lanes (launch.hpp):
-// one lane on the CPU, a warp on a GPU.
+// one lane on the CPU, a warp or a block on a GPU.
 template <class T>
 struct NormForwardRow {
   using A = acc_t<T>;
