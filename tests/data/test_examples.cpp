@@ -19,6 +19,7 @@
 #include <map>
 #include <numeric>
 #include <optional>
+#include <ranges>
 #include <set>
 #include <string>
 #include <vector>
@@ -570,7 +571,7 @@ TEST_CASE("batches: padding, targets and an epoch as a permutation") {
   CHECK(odd.batches_per_epoch() == 10.5);
   std::vector<std::int64_t> stream;
   bool capped = false;
-  for (const auto& m : odd.micro_batches() | ranges::views::take(21)) {  // two epochs
+  for (const auto& m : odd.micro_batches() | std::views::take(21)) {  // two epochs
     CHECK(m.batch.B == R);
     CHECK((m.batch.T % 8 == 0 || m.batch.T == 61));
     capped |= m.batch.T == 61;
@@ -721,7 +722,7 @@ TEST_CASE("batches: data-parallel ranks see disjoint rows, together every row on
     for (std::int64_t rank = 0; rank < world; ++rank) {
       const BatchPlan plan(examples, R, 32, false, pad, 9, ft::data::Cover::epochs, 0, {rank, world});
       CHECK(plan.batches_per_epoch() == double(n) / double(R * world));
-      for (const auto& m : plan.micro_batches() | ranges::views::take(steps)) {
+      for (const auto& m : plan.micro_batches() | std::views::take(steps)) {
         REQUIRE(m.batch.B == R);  // every rank, every step: a full batch
         for (std::int64_t j = 0; j < R; ++j)
           stream[std::size_t((m.index * R + j) * world + rank)] = owner(m.batch.input_ids[std::size_t(j * m.batch.T)]);

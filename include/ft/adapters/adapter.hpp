@@ -18,6 +18,7 @@
 #include <sstream>
 #include <string>
 #include <string_view>
+#include <utility>
 
 #include "ft/core/error.hpp"
 #include "ft/core/numeric.hpp"

@@ -51,12 +51,11 @@
 #include <utility>
 #include <vector>
 
-#include <range/v3/view/iota.hpp>
-#include <range/v3/view/transform.hpp>
+#include <ranges>
 
 #include "ft/core/error.hpp"
 #include "ft/core/random.hpp"
-#include "ft/data/examples.hpp"
+#include "ft/data/example.hpp"
 #include "ft/data/token_corpus.hpp"
 #include "ft/models/batch.hpp"
 
@@ -194,8 +193,8 @@ public:
   // Cover::one_pass. Each is made when the view is read.
   auto micro_batches(std::int64_t first = 0) const {
     const std::int64_t end = cover_ == Cover::epochs ? std::numeric_limits<std::int64_t>::max() : pass_batches();
-    return ranges::views::iota(std::min(first, end), end) |
-           ranges::views::transform([this](std::int64_t g) { return micro_batch(g); });
+    return std::views::iota(std::min(first, end), end) |
+           std::views::transform([this](std::int64_t g) { return micro_batch(g); });
   }
 
   // Micro-batch g of this rank's stream, shifted by causal_lm_batch.

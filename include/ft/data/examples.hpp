@@ -67,6 +67,7 @@
 #include <range/v3/view/facade.hpp>
 
 #include "ft/core/error.hpp"
+#include "ft/data/example.hpp"
 #include "ft/text/chat_template.hpp"
 #include "ft/text/tokenizer.hpp"
 #include "ft/text/tokenizer/utf8.hpp"
@@ -74,43 +75,6 @@
 #include "ft/kernels/cpu/launch.hpp"
 
 namespace ft::data {
-
-inline constexpr std::int32_t ignore_label = -100;
-
-struct Example {
-  std::vector<std::int32_t> input_ids, labels;  // same length; labels: ignore_label = not scored
-  std::int64_t line = 0;                        // where the row starts in its file (1-based)
-};
-
-// The row keys each format reads.
-struct FieldNames {
-  std::string instruction = "instruction", input = "input", output = "output";  // alpaca
-  std::string messages = "messages";                                            // chat (role, content inside)
-  std::string text = "text";                                                    // text, guanaco
-  std::string input_ids = "input_ids", labels = "labels";                       // tokens
-};
-
-struct ExampleOptions {
-  std::string format = "alpaca";      // alpaca | chat | text | guanaco | tokens
-  FieldNames fields;
-  std::string response_template;      // text: score only what follows it ("" scores everything)
-  std::string instruction_template;   // text, with response_template: where a scored part ends
-  std::int64_t max_seq_length = 512;  // longer examples are truncated
-  std::string on_bad_row = "fail";    // fail: the first bad row is an error; skip: count and go on
-};
-
-struct Examples {
-  std::vector<Example> rows;
-  std::int64_t skipped = 0;
-  std::vector<std::string> first_skips;  // the messages of the first few skipped rows
-};
-
-// A row that on_bad_row = "skip" may skip. Its message has no location;
-// read_examples() prefixes "<file>:<line>: ".
-class BadRow : public Error {
-public:
-  using Error::Error;
-};
 
 // ---------------------------------------------------------------------------
 // Rows of a file
@@ -266,22 +230,6 @@ private:
 
 // ---------------------------------------------------------------------------
 // One row to one example
-
-// Stanford Alpaca's prompt (its train.py): the response follows "### Response:"
-// directly.
-inline std::string alpaca_prompt(std::string_view instruction, std::string_view input) {
-  std::string p;
-  if (input.empty()) {
-    p = "Below is an instruction that describes a task. Write a response that appropriately completes the request.\n\n";
-  } else {
-    p = "Below is an instruction that describes a task, paired with an input that provides further context. Write a "
-        "response that appropriately completes the request.\n\n";
-  }
-  p.append("### Instruction:\n").append(instruction).append("\n\n");
-  if (!input.empty()) p.append("### Input:\n").append(input).append("\n\n");
-  p.append("### Response:");
-  return p;
-}
 
 class ExampleBuilder {
 public:

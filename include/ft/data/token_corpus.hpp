@@ -18,7 +18,7 @@
 #include <vector>
 
 #include "ft/core/error.hpp"
-#include "ft/data/examples.hpp"
+#include "ft/data/example.hpp"
 #include "ft/io/mapped_file.hpp"
 
 namespace ft::data {

@@ -235,7 +235,6 @@ inline std::vector<PipeOp> pipe_schedule(PipeSchedule s, const PipePartition& p,
   std::vector<PipeOp> ops;
   auto F = [&](int mb, int chunk) { ops.push_back({PipePass::forward, mb, chunk}); };
   auto B = [&](int mb, int chunk) { ops.push_back({PipePass::backward, mb, chunk}); };
-  auto W = [&](int mb, int chunk) { ops.push_back({PipePass::weights, mb, chunk}); };
   switch (s) {
     case PipeSchedule::gpipe:
       for (int i = 0; i < m; ++i) F(i, rank);

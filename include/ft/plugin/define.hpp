@@ -21,8 +21,7 @@
 #include "ft/core/error.hpp"
 #include "ft/plugin/abi.h"
 #include "ft/plugin/toolchain.hpp"
-#include "ft/recipe/load.hpp"
-#include "ft/recipe/recipe.hpp"
+#include "ft/recipe/resolved.hpp"
 #include "ft/train/trainer.hpp"
 #include "ft/version.hpp"
 
@@ -99,8 +98,7 @@ template <class T>
 struct entry_points {
   static int plan(const char* recipe_toml, ft_write_fn write, void* context) noexcept {
     try {
-      auto table = recipe::parse_toml(recipe_toml, "<resolved recipe>");
-      T trainer(recipe::from_table<recipe::Recipe>(table, "<resolved recipe>"));
+      T trainer(recipe::read_resolved(recipe_toml));
       write(context, trainer.plan().c_str());
       return 0;
     } catch (const std::exception& e) {
@@ -113,8 +111,7 @@ struct entry_points {
 
   static int train(const char* recipe_toml, ft_write_fn write, void* context) noexcept {
     try {
-      auto table = recipe::parse_toml(recipe_toml, "<resolved recipe>");
-      T trainer(recipe::from_table<recipe::Recipe>(table, "<resolved recipe>"));
+      T trainer(recipe::read_resolved(recipe_toml));
       trainer.train();
       return 0;
     } catch (const ft::train::TrainingStopped& e) {

@@ -9,7 +9,7 @@
 #include <toml++/toml.h>
 
 #include "ft/core/error.hpp"
-#include "ft/recipe/binding.hpp"
+#include "ft/recipe/reader.hpp"
 
 namespace ft::recipe {
 
@@ -76,14 +76,6 @@ Loaded<R> load(const std::filesystem::path& file, std::span<const std::string> a
   for (const std::string& a : assignments) apply_override(out.table, a, out.overrides);
   out.recipe = from_table<R>(out.table, out.file, out.overrides);
   return out;
-}
-
-// The recipe as documented TOML; from_table<R>(parse_toml(emit(r))) gives r back.
-template <class R>
-std::string emit(R recipe) {
-  Writer writer;
-  recipe.fields(writer);
-  return writer.str();
 }
 
 }  // namespace ft::recipe

@@ -7,7 +7,8 @@
 
 #include <nlohmann/json.hpp>
 
-#include "ft/data/examples.hpp"
+#include "ft/data/example.hpp"
+#include "ft/text/chat_template.hpp"
 #include "ft/train/generate.hpp"
 #include "ft/train/run.hpp"
 

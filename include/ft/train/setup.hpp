@@ -20,7 +20,7 @@
 #include "ft/data/prepared.hpp"
 #include "ft/io/hf_config.hpp"
 #include "ft/io/model_weights.hpp"
-#include "ft/recipe/load.hpp"
+#include "ft/recipe/recipe.hpp"
 #include "ft/train/flops.hpp"
 #include "ft/train/run.hpp"
 

@@ -18,9 +18,8 @@
 // loss scale: the Trainer checks) each stage is stepped inside backward.
 #include <chrono>
 #include <cmath>
+#include <ranges>
 #include <vector>
-
-#include <range/v3/view/take.hpp>
 
 #include "ft/core/random.hpp"
 #include "ft/tensor/memory.hpp"
@@ -48,7 +47,7 @@ StepResult train_step(Run<T, M>& run, std::int64_t step, double lr) {
   const std::int64_t accumulation = r.train.gradient_accumulation_steps;
   std::vector<models::Batch> batches;
   StepResult s;
-  for (data::MicroBatch m : run.train_plan->micro_batches(step * accumulation) | ranges::views::take(accumulation)) {
+  for (data::MicroBatch m : run.train_plan->micro_batches(step * accumulation) | std::views::take(accumulation)) {
     s.dataset_tokens += m.dataset_tokens;
     s.tokens += m.batch.rows();
     s.scored += m.batch.scored_tokens();
