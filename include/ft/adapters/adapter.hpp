@@ -25,12 +25,18 @@
 #include "ft/core/policy.hpp"
 #include "ft/recipe/recipe.hpp"
 
+namespace ft::device {
+struct Cpu;
+}
+
 namespace ft::adapters {
 struct Policy {};  // base tag of every adapter policy
 
-template <element T>
+// An adapter whose runtime also takes a device, runtime<T, Device>, runs on
+// devices other than the CPU.
+template <element T, class Device = device::Cpu>
 class FullRuntime;
-template <element T>
+template <element T, class Device = device::Cpu>
 class LoraRuntime;
 template <element T>
 class PromptRuntime;
@@ -62,8 +68,8 @@ struct Full : Policy {
   static constexpr std::string_view name = "full";
   static constexpr std::string_view type_name = "ft::adapters::Full";
   static constexpr bool trains_base_weights = true;
-  template <element T>
-  using runtime = FullRuntime<T>;
+  template <element T, class Device = device::Cpu>
+  using runtime = FullRuntime<T, Device>;
 
   static void resolve(recipe::Recipe&, const FamilyModules&) {}
   static std::string describe(const recipe::Recipe&) { return "full: every weight trains"; }
@@ -73,8 +79,8 @@ struct LoRA : Policy {
   static constexpr std::string_view name = "lora";
   static constexpr std::string_view type_name = "ft::adapters::LoRA";
   static constexpr bool trains_base_weights = false;
-  template <element T>
-  using runtime = LoraRuntime<T>;
+  template <element T, class Device = device::Cpu>
+  using runtime = LoraRuntime<T, Device>;
 
   // No targets means the family's default (PEFT's); every target must name
   // one of the family's projections, so a typo cannot leave a run training nothing.

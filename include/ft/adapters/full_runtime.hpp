@@ -13,14 +13,14 @@
 
 namespace ft::adapters {
 
-template <element T>
-class FullRuntime final : public Runtime<T> {
+template <element T, class Device>
+class FullRuntime final : public Runtime<T, Device> {
 public:
   explicit FullRuntime(const recipe::Recipe& r) : source_(r.model.path) {}
 
-  std::vector<Trainable<T>> attach(models::Transformer<T>& model, const text::ModelText&) override {
+  std::vector<Trainable<T, Device>> attach(models::Transformer<T, Device>& model, const text::ModelText&) override {
     model_ = &model;
-    std::vector<Trainable<T>> out{{"embed", -1, &model.embedding().parameters()}};
+    std::vector<Trainable<T, Device>> out{{"embed", -1, &model.embedding().parameters()}};
     for (auto& b : model.blocks()) out.push_back({"layers." + std::to_string(b.layer()), b.layer(), &b.parameters()});
     if (model.head().parameters().size() > 0)
       out.push_back({"head", model.config().num_layers, &model.head().parameters()});
@@ -40,7 +40,7 @@ public:
 
 private:
   std::filesystem::path source_;
-  models::Transformer<T>* model_ = nullptr;
+  models::Transformer<T, Device>* model_ = nullptr;
 };
 
 }  // namespace ft::adapters

@@ -30,8 +30,9 @@ void permute_rows(const LoraTarget& t, index_t heads, index_t r, const T* from, 
 }  // namespace detail
 
 // Writes adapter_config.json and adapter_model.safetensors (dtype "F32", "BF16" or "F16") into dir.
-template <element T>
-void save_peft_adapter(LoraModel<T>& lora, const models::TransformerConfig& config, const std::string& base_model,
+// The matrices are read through the host.
+template <element T, class Device>
+void save_peft_adapter(LoraModel<T, Device>& lora, const models::TransformerConfig& config, const std::string& base_model,
                        const std::filesystem::path& dir, const std::string& dtype) {
   const LoraOptions& o = lora.options();
   std::vector<std::vector<std::byte>> bytes;
@@ -41,14 +42,17 @@ void save_peft_adapter(LoraModel<T>& lora, const models::TransformerConfig& conf
     for (std::size_t k = 0; k < block->targets().size(); ++k) {
       const LoraTarget& t = block->targets()[k];
       const std::string prefix = "base_model.model." + t.module;
-      std::vector<float> a(block->a_of(k), block->a_of(k) + o.r * t.in);
+      std::vector<T> a_ft(std::size_t(o.r * t.in)), b_ft(std::size_t(t.rows * o.r));
+      Device::to_host(a_ft.data(), block->a_of(k), a_ft.size() * sizeof(T));
+      Device::to_host(b_ft.data(), block->b_of(k), b_ft.size() * sizeof(T));
+      std::vector<float> a(a_ft.begin(), a_ft.end());
       std::vector<T> b_hf(std::size_t(t.rows * o.r));
-      detail::permute_rows(t, config.num_heads, o.r, block->b_of(k), b_hf.data(), true);
+      detail::permute_rows(t, config.num_heads, o.r, b_ft.data(), b_hf.data(), true);
       std::vector<float> b(b_hf.begin(), b_hf.end());
       bytes.push_back(io::encode_floats(a, dtype));
-      tensors.push_back({prefix + ".lora_A.weight", dtype, {o.r, t.in}, {}});
+      tensors.push_back({prefix + ".lora_A.weight", dtype, {o.r, t.in}, {}, {}});
       bytes.push_back(io::encode_floats(b, dtype));
-      tensors.push_back({prefix + ".lora_B.weight", dtype, {t.rows, o.r}, {}});
+      tensors.push_back({prefix + ".lora_B.weight", dtype, {t.rows, o.r}, {}, {}});
       const std::string leaf = t.module.substr(t.module.rfind('.') + 1);
       if (std::ranges::find(leaves, leaf) == leaves.end()) leaves.push_back(leaf);
     }
@@ -75,8 +79,8 @@ void save_peft_adapter(LoraModel<T>& lora, const models::TransformerConfig& conf
 
 // Loads A and B of every module from a PEFT adapter directory into `lora`;
 // the adapter must have exactly this LoRA's modules, rank and scale.
-template <element T>
-void load_peft_adapter(LoraModel<T>& lora, const models::TransformerConfig& config, const std::filesystem::path& dir) {
+template <element T, class Device>
+void load_peft_adapter(LoraModel<T, Device>& lora, const models::TransformerConfig& config, const std::filesystem::path& dir) {
   const io::PeftAdapter adapter = io::PeftAdapter::open(dir);
   const std::string where = (dir / "adapter_model.safetensors").string() + ": ";
   const index_t r = lora.options().r;
@@ -97,10 +101,12 @@ void load_peft_adapter(LoraModel<T>& lora, const models::TransformerConfig& conf
         throw Error((dir / "adapter_config.json").string() + ": module \"" + t.module + "\" has scale " +
                     nlohmann::json(m->scale).dump() + ", this run's LoRA has scale " + nlohmann::json(scale).dump() +
                     " (alpha " + nlohmann::json(lora.options().alpha).dump() + " / r " + std::to_string(r) + ")");
-      io::copy_elements(adapter.file(), *a, block->a_of(k), a->numel());
-      std::vector<T> b_hf(std::size_t(b->numel()));
+      std::vector<T> a_ft(std::size_t(a->numel())), b_hf(std::size_t(b->numel())), b_ft(b_hf.size());
+      io::copy_elements(adapter.file(), *a, a_ft.data(), a->numel());
       io::copy_elements(adapter.file(), *b, b_hf.data(), b->numel());
-      detail::permute_rows(t, config.num_heads, r, b_hf.data(), block->b_of(k), false);
+      detail::permute_rows(t, config.num_heads, r, b_hf.data(), b_ft.data(), false);
+      Device::from_host(block->a_of(k), a_ft.data(), a_ft.size() * sizeof(T));
+      Device::from_host(block->b_of(k), b_ft.data(), b_ft.size() * sizeof(T));
     }
   if (adapter.modules().size() != expected)
     throw Error(where + "has " + std::to_string(adapter.modules().size()) + " LoRA modules, this run adapts " +

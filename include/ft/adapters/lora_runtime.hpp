@@ -17,8 +17,8 @@
 
 namespace ft::adapters {
 
-template <element T>
-class LoraRuntime final : public Runtime<T> {
+template <element T, class Device>
+class LoraRuntime final : public Runtime<T, Device> {
 public:
   explicit LoraRuntime(const recipe::Recipe& r) : source_(r.model.path), save_merged_(r.lora.save_merged) {
     options_.r = r.lora.r;
@@ -30,10 +30,10 @@ public:
       throw Error("internal: the LoRA policy resolves lora.target_modules before training");
   }
 
-  std::vector<Trainable<T>> attach(models::Transformer<T>& model, const text::ModelText&) override {
+  std::vector<Trainable<T, Device>> attach(models::Transformer<T, Device>& model, const text::ModelText&) override {
     model_ = &model;
-    lora_ = std::make_unique<LoraModel<T>>(model, options_);
-    std::vector<Trainable<T>> out;
+    lora_ = std::make_unique<LoraModel<T, Device>>(model, options_);
+    std::vector<Trainable<T, Device>> out;
     for (auto& b : lora_->blocks()) {
       const index_t layer = b->targets()[0].layer;
       out.push_back({"lora.layers." + std::to_string(layer), layer, &b->parameters()});
@@ -75,8 +75,8 @@ private:
   std::string source_;
   bool save_merged_;
   LoraOptions options_;
-  models::Transformer<T>* model_ = nullptr;
-  std::unique_ptr<LoraModel<T>> lora_;
+  models::Transformer<T, Device>* model_ = nullptr;
+  std::unique_ptr<LoraModel<T, Device>> lora_;
 };
 
 }  // namespace ft::adapters

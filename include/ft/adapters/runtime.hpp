@@ -22,21 +22,23 @@ namespace ft::adapters {
 
 // A flat buffer a run trains, and the model stage whose backward completes
 // its gradient (the index models::StageHooks use).
-template <element T>
+template <element T, class Device = device::Cpu>
 struct Trainable {
   std::string name;  // unique in the run: names its optimizer state in checkpoints
   index_t stage;
-  models::ParameterBuffer<T>* params;
+  models::ParameterBuffer<T, typename Device::Memory>* params;
 };
 
-template <element T>
+// Device: where the model runs (device/cpu.hpp); the buffers live there.
+template <element T, class Device = device::Cpu>
 class Runtime {
 public:
   virtual ~Runtime() = default;
 
   // Attaches to the loaded model (which keeps gradients only when the policy
   // trains base weights) and returns the buffers that train.
-  virtual std::vector<Trainable<T>> attach(models::Transformer<T>& model, const text::ModelText& text) = 0;
+  virtual std::vector<Trainable<T, Device>> attach(models::Transformer<T, Device>& model,
+                                                   const text::ModelText& text) = 0;
   // Placeholder positions the batch plan puts before every row (prompt tuning).
   virtual index_t virtual_tokens() const { return 0; }
   // Before a training micro-batch (key: its position in the data stream, for

@@ -19,6 +19,7 @@ namespace ft::device {
 
 struct Cpu {
   static constexpr std::string_view name = "cpu";
+  static constexpr std::string_view type_name = "ft::device::Cpu";
   using Memory = memory::Host;
   template <class F>
   static void parallel_for(index_t n, const F& f) {
@@ -55,6 +56,7 @@ struct Cpu {
 template <class D>
 concept device = memory::memory_space<typename D::Memory> && requires(void* p, const void* q, std::size_t n) {
   { D::name } -> std::convertible_to<std::string_view>;
+  { D::type_name } -> std::convertible_to<std::string_view>;
   D::copy(p, q, n);
   D::to_host(p, q, n);
   D::from_host(p, q, n);

@@ -3,6 +3,8 @@
 // on a grid of the current stream. Only nvcc compiles this header (the
 // launcher is a kernel template); host code that only allocates uses
 // tensor/cuda_memory.hpp.
+#include <cstdio>
+#include <string>
 #include <string_view>
 
 #include "ft/device/cpu.hpp"
@@ -15,6 +17,18 @@ namespace ft::device {
 
 struct Cuda {
   static constexpr std::string_view name = "cuda";
+  static constexpr std::string_view type_name = "ft::device::Cuda";
+  // "NVIDIA H100 80GB HBM3 (sm_90, 79.1 GiB)": the current device, for a run's header.
+  static std::string description() {
+    int index = 0;
+    FT_CUDA_CHECK(cudaGetDevice(&index));
+    cudaDeviceProp p{};
+    FT_CUDA_CHECK(cudaGetDeviceProperties(&p, index));
+    char text[320];
+    std::snprintf(text, sizeof text, "%s (sm_%d%d, %.1f GiB)", p.name, p.major, p.minor,
+                  double(p.totalGlobalMem) / double(1ull << 30));
+    return text;
+  }
   using Memory = memory::CudaDevice;
   template <class F>
   static void parallel_for(index_t n, const F& f) {

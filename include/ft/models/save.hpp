@@ -15,8 +15,8 @@ namespace ft::models {
 
 // Writes the model's weights (dtype "F32", "BF16" or "F16") and copies the
 // other files of `source_dir` into `dir`, which must exist.
-template <element T>
-void save_pretrained(Transformer<T>& model, const std::filesystem::path& source_dir, const std::filesystem::path& dir,
+template <element T, class Device>
+void save_pretrained(Transformer<T, Device>& model, const std::filesystem::path& source_dir, const std::filesystem::path& dir,
                      const std::string& dtype, std::uint64_t max_shard_bytes = 5'000'000'000ull) {
   namespace fs = std::filesystem;
   for (const auto& entry : fs::directory_iterator(source_dir))

@@ -2,15 +2,18 @@
 // Global-norm gradient clipping, as torch.nn.utils.clip_grad_norm_: the norm
 // is taken over every gradient buffer together, and all are scaled by
 // max_norm / (norm + 1e-6) when that is below one. Returns the norm before
-// clipping (what trainers log as grad_norm).
+// clipping (what trainers log as grad_norm). Buffers live on a device
+// (device/cpu.hpp); the functions take it as their first template argument.
+#include <algorithm>
 #include <cmath>
 #include <span>
 #include <vector>
-#include <algorithm>
 
+#include "ft/core/host_device.hpp"
 #include "ft/core/numeric.hpp"
-#include "ft/kernels/cpu/launch.hpp"
+#include "ft/device/cpu.hpp"
 #include "ft/tensor/shape.hpp"
+#include "ft/tensor/scratch.hpp"
 
 namespace ft::optim {
 
@@ -20,41 +23,72 @@ struct GradientBuffer {
   index_t size;
 };
 
+// The sum of squares of one chunk, by the team that owns it: each lane
+// walks its stride of the chunk in order, the team adds the lanes' sums.
+// On the CPU the team is one lane, so a chunk is summed in index order.
+template <class G>
+struct ChunkSquares {
+  static constexpr index_t chunk = 1 << 14;
+  const G* x;
+  index_t n;
+  double* partial;  // one per chunk
+
+  template <class Team>
+  FT_HOST_DEVICE void operator()(index_t c, const Team& team) const {
+    double s = 0;
+    const index_t end = c * chunk + chunk < n ? c * chunk + chunk : n;
+    for (index_t i = c * chunk + team.rank; i < end; i += team.size) s += double(x[i]) * double(x[i]);
+    s = team.sum(s);
+    if (team.rank == 0) partial[c] = s;
+  }
+};
+
+template <class G>
+struct ScaleElements {
+  G* x;
+  acc_t<G> factor;
+  FT_HOST_DEVICE void operator()(index_t i) const { x[i] = G(acc_t<G>(x[i]) * factor); }
+};
+
 // Sum of squares in fixed chunks added in a fixed order: the same bits for
 // any thread count or schedule (an OpenMP reduction combines in whatever
 // order threads finish), which bit-exact resume relies on.
-template <class G>
+template <class Device = device::Cpu, class G>
 double sum_of_squares(const G* x, index_t n) {
-  constexpr index_t chunk = 1 << 14;
+  constexpr index_t chunk = ChunkSquares<G>::chunk;
   const index_t chunks = (n + chunk - 1) / chunk;
-  std::vector<double> partial(std::size_t(chunks), 0.0);
-  cpu::parallel_for(chunks, [&](index_t c) {
-    double s = 0;
-    for (index_t i = c * chunk, end = std::min(n, i + chunk); i < end; ++i) s += double(x[i]) * double(x[i]);
-    partial[std::size_t(c)] = s;
-  });
+  if (chunks == 0) return 0;
+  memory::Scratch<double, typename Device::Memory> partial(chunks);
+  Device::parallel_rows(chunks, chunk, ChunkSquares<G>{x, n, partial.data()});
+  std::vector<double> host(static_cast<std::size_t>(chunks));
+  Device::to_host(host.data(), partial.data(), host.size() * sizeof(double));
   double sum = 0;
-  for (double s : partial) sum += s;
+  for (double s : host) sum += s;
   return sum;
+}
+
+// Multiplies n values by `factor`.
+template <class Device = device::Cpu, class G>
+void scale(G* x, index_t n, double factor) {
+  Device::parallel_for(n, ScaleElements<G>{x, acc_t<G>(factor)});
 }
 
 // Scales every buffer by max_norm / (norm + 1e-6) when that is below one;
 // `norm` is the global norm, which ranks holding parts of the gradient
 // compute together.
-template <class G>
+template <class Device = device::Cpu, class G>
 void clip_to_norm(std::span<const GradientBuffer<G>> buffers, double norm, double max_norm) {
   const double coefficient = max_norm / (norm + 1e-6);
   if (max_norm > 0 && coefficient < 1.0)
-    for (const auto& b : buffers)
-      cpu::parallel_for(b.size, [&](index_t i) { b.data[i] = G(acc_t<G>(b.data[i]) * acc_t<G>(coefficient)); });
+    for (const auto& b : buffers) scale<Device>(b.data, b.size, coefficient);
 }
 
-template <class G>
+template <class Device = device::Cpu, class G>
 double clip_grad_norm(std::span<const GradientBuffer<G>> buffers, double max_norm) {
   double sum = 0;
-  for (const auto& b : buffers) sum += sum_of_squares(b.data, b.size);
+  for (const auto& b : buffers) sum += sum_of_squares<Device>(b.data, b.size);
   const double norm = std::sqrt(sum);
-  clip_to_norm(buffers, norm, max_norm);
+  clip_to_norm<Device>(buffers, norm, max_norm);
   return norm;
 }
 

@@ -50,11 +50,17 @@
 
 namespace ft::parallel {
 
-template <element T, class M>
-class DataParallel final : public Runtime<T, M> {
-  using Set = train::TrainableSet<T, M>;
+// On a device other than the CPU, buffers live in its memory and the
+// element-wise work runs there; ZeRO-3 (whose stage shards are the host's)
+// is the CPU's for now.
+template <element T, class M, class Device>
+class DataParallel final : public Runtime<T, M, Device> {
+  using Set = train::TrainableSet<T, M, Device>;
   using Buffer = typename Set::Buffer;
-  using Scratch = memory::HostVector<M>;
+  using Memory = typename Device::Memory;
+  using Scratch = Tensor<M, Memory>;
+  using Model = models::Transformer<T, Device>;
+  static constexpr bool on_host = std::is_same_v<Device, device::Cpu>;
 
 public:
   DataParallel(comm::Communicator& comm, Sharding sharding) : comm_(comm), sharding_(sharding) {}
@@ -72,7 +78,7 @@ public:
 
   comm::Communicator& comm() override { return comm_; }
 
-  void attach(models::Transformer<T>& model, std::vector<adapters::Trainable<T>> trainables,
+  void attach(Model& model, std::vector<adapters::Trainable<T, Device>> trainables,
               const OptimizerMaker<M>& optimizer, bool fused) override {
     model_ = &model;
     by_element_ = optimizer.by_element;
@@ -83,7 +89,7 @@ public:
       replicas_ = comm_.split(comm_.rank() % G, "replicas of shard " + std::to_string(comm_.rank() % G));
     }
     const int rank = shards().rank(), world = sharding_.optimizer_state ? shards().size() : 1;
-    for (const adapters::Trainable<T>& t : trainables) {
+    for (const adapters::Trainable<T, Device>& t : trainables) {
       const auto& entries = t.params->entries();
       ShardLayout layout(entries, t.params->size(), world, optimizer.by_element);
       const int part = world > 1 ? rank : 0;
@@ -93,7 +99,11 @@ public:
       layouts_.push_back(layout);
     }
     if (fused) share_block_gradients();
-    if (sharding_.parameters) shard_model(world);
+    if (sharding_.parameters) {
+      if constexpr (on_host) shard_model(world);
+      else throw Error("ZeRO-3 shards the model's stages in host memory; on " + std::string(Device::name) +
+                       " use zero1 or zero2");
+    }
   }
 
   index_t trainable_parameters() const override { return set_.parameter_count(); }
@@ -125,8 +135,7 @@ public:
     for (Buffer& b : set_.buffers()) {
       if (b.stage != stage || !is_model_stage(b)) continue;
       if (b.sharded_grads) throw Error("internal: a tied gradient added to sharded gradients");
-      M* acc = b.whole_grads();
-      cpu::parallel_for(b.size(), [=](index_t k) { acc[k] = M(acc_t<M>(acc[k]) + acc_t<M>(float(g[k]))); });
+      Device::parallel_for(b.size(), train::AddInto<M, T>{b.whole_grads(), g});
     }
   }
 
@@ -157,10 +166,7 @@ public:
   }
 
   void scale_grads(double factor) override {
-    for (Buffer& b : set_.buffers()) {
-      M* g = b.owned_grads();
-      cpu::parallel_for(b.owned(), [=](index_t i) { g[i] = M(acc_t<M>(g[i]) * acc_t<M>(factor)); });
-    }
+    for (Buffer& b : set_.buffers()) optim::scale<Device>(b.owned_grads(), b.owned(), factor);
   }
 
   double clip(double max_norm) override {
@@ -168,10 +174,10 @@ public:
     double squares = 0;
     for (Buffer& b : set_.buffers()) {
       grads.push_back({b.owned_grads(), b.owned()});
-      squares += optim::sum_of_squares(grads.back().data, grads.back().size);
+      squares += optim::sum_of_squares<Device>(grads.back().data, grads.back().size);
     }
     const double norm = std::sqrt(job_squares(squares));
-    optim::clip_to_norm<M>(std::span<const optim::GradientBuffer<M>>(grads), norm, max_norm);
+    optim::clip_to_norm<Device, M>(std::span<const optim::GradientBuffer<M>>(grads), norm, max_norm);
     return norm;
   }
 
@@ -202,8 +208,9 @@ public:
       if (comm_.rank() == 0) use();
       return;
     }
-    read_stages_on_rank0<T>(
-        comm_, *model_, use, [this](index_t s) { shards_->gather(s); }, [this](index_t s) { shards_->release(s); });
+    if constexpr (on_host)
+      read_stages_on_rank0<T>(
+          comm_, *model_, use, [this](index_t s) { shards_->gather(s); }, [this](index_t s) { shards_->release(s); });
   }
 
   std::size_t state_bytes() const override {
@@ -217,7 +224,7 @@ public:
     }
     for (const Buffer& b : set_.buffers()) {
       if (!is_model_stage(b)) n += std::size_t(b.size()) * sizeof(T) * 2;  // an adapter's values and gradients
-      n += b.master.size() * sizeof(M) + b.grads.size() * sizeof(M);
+      n += (held(b.master) + held(b.grads)) * sizeof(M);
       for (const train::StateArray& a : b.optimizer->state()) n += a.bytes;
     }
     return n;
@@ -233,12 +240,13 @@ public:
       }
       if constexpr (Set::has_master)
         arrays.push_back({b.name + "/master", io::safetensors_dtype_of<M>(), b.master.data(),
-                          b.master.size() * sizeof(M), b.begin, b.size()});
+                          std::size_t(b.master.numel()) * sizeof(M), b.begin, b.size(), &Device::to_host,
+                          &Device::from_host});
     }
     return arrays;
   }
 
-  typename Runtime<T, M>::StateShard state_shard() const override {
+  typename Runtime<T, M, Device>::StateShard state_shard() const override {
     if (!sharding_.optimizer_state || shards().size() == 1) return {comm_.rank() == 0, 0, 0};
     return {!replicas_ || replicas_->rank() == 0, shards().rank(), shards().size()};
   }
@@ -332,18 +340,19 @@ private:
     auto whole = take_scratch(0), part = take_scratch(std::size_t(b.owned()));
     const M* source = gradient_in_m(b, *whole);
     comm::Work work = shards().reduce_scatter_sum(std::span<const M>(source, std::size_t(b.size())),
-                                                  std::span<M>(*part), layouts_[i].counts(), "gradients of " + b.name);
+                                                  std::span<M>(part->data(), held(*part)),
+                                                  layouts_[i].counts(), "gradients of " + b.name);
     if (replicas_) {
       // Hybrid: the shard group's sum, then the sum of that over the groups.
       pending_.push_back({work, [this, &b, part] {
-                            replicas_->all_reduce_sum(std::span<M>(*part), "gradients of " + b.name).wait();
+                            replicas_->all_reduce_sum(std::span<M>(part->data(), held(*part)),
+                                                      "gradients of " + b.name)
+                                .wait();
                           }});
       work = {};
     }
     pending_.push_back({work, [this, &b, whole, part]() mutable {
-                          M* acc = b.grads.data();
-                          const M* add = part->data();
-                          cpu::parallel_for(b.owned(), [=](index_t k) { acc[k] = M(acc_t<M>(acc[k]) + acc_t<M>(add[k])); });
+                          Device::parallel_for(b.owned(), train::AddInto<M, M>{b.grads.data(), part->data()});
                           if (b.values_shard) b.params->release_grads();  // ZeRO-3: made anew at the next backward
                           else b.params->zero_grads();
                           give_back(std::move(whole));
@@ -362,7 +371,7 @@ private:
     if (comm_.size() > 1)
       comm_.all_reduce_sum(std::span<M>(source, std::size_t(b.size())), "gradients of " + b.name).wait();
     const M* g = source + b.begin;
-    fused_squares_ += optim::sum_of_squares(g, b.owned());
+    fused_squares_ += optim::sum_of_squares<Device>(g, b.owned());
     Set::step(b, g, role.lr, role.optimizer_step);
     gather_values(i);
     end_micro_batch();
@@ -382,10 +391,9 @@ private:
   M* gradient_in_m(Buffer& b, Scratch& scratch) {
     T* g = b.params->grads().data();
     if constexpr (Set::has_master) {
-      scratch.resize(std::size_t(b.size()));
-      M* s = scratch.data();
-      cpu::parallel_for(b.size(), [=](index_t k) { s[k] = M(float(g[k])); });
-      return s;
+      resize(scratch, b.size());
+      Device::parallel_for(b.size(), train::Convert<M, T>{scratch.data(), g});
+      return scratch.data();
     } else {
       return g;
     }
@@ -409,7 +417,7 @@ private:
     const index_t size = blocks.front().parameters().size();
     for (auto& b : blocks)
       if (!b.parameters().trainable() || b.parameters().size() != size) return;  // frozen, or of different shapes
-    block_gradients_ = Tensor<T>(Shape{size});
+    block_gradients_ = Tensor<T, Memory>(Shape{size});
     for (auto& b : blocks) b.parameters().share_gradients(block_gradients_);
   }
 
@@ -420,8 +428,14 @@ private:
       s = std::move(free_scratch_.back());
       free_scratch_.pop_back();
     }
-    s->resize(n);
+    resize(*s, index_t(n));
     return s;
+  }
+  // Elements a buffer holds (a default tensor holds none).
+  static std::size_t held(const Tensor<M, Memory>& t) { return t.data() ? std::size_t(t.numel()) : 0; }
+  // Scratch of n values (unwritten); kept when it has that size already.
+  static void resize(Scratch& s, index_t n) {
+    if (!s.data() || s.numel() != n) s = n > 0 ? Scratch(Shape{n}, typename Scratch::Uninitialized{}) : Scratch();
   }
   void give_back(std::shared_ptr<Scratch> s) { free_scratch_.push_back(std::move(s)); }
 
@@ -430,12 +444,12 @@ private:
   comm::Communicator* across_ = nullptr;      // the gradient norm sums over these ranks too
   std::function<bool(index_t)> holds_;         // the stages this rank keeps; empty: all
   bool by_element_ = false;  // the optimizer's state is one value per parameter
-  models::Transformer<T>* model_ = nullptr;
+  Model* model_ = nullptr;
   Set set_;
   std::vector<ShardLayout> layouts_;  // one per buffer of set_, in order
   std::deque<Pending> pending_;
   std::vector<std::shared_ptr<Scratch>> free_scratch_;
-  Tensor<T> block_gradients_;  // shared by every block when the optimizer is fused into backward
+  Tensor<T, Memory> block_gradients_;  // shared by every block when the optimizer is fused into backward
   std::unique_ptr<StageShards<T>> shards_;  // ZeRO-3
   std::unique_ptr<comm::Communicator> shard_group_, replicas_;  // hybrid sharding
   double fused_squares_ = 0;

@@ -9,17 +9,22 @@
 // dtype, M the optimizer's): every data-parallel policy here names
 // parallel::DataParallel, which reads the policy's flags; Pipeline names
 // parallel::PipelineParallel. A runtime is made from the communicator, the
-// recipe and the policy's Sharding.
+// recipe and the policy's Sharding. A policy whose runtime also takes a
+// device, `runtime<T, M, Device>`, runs on devices other than the CPU.
 #include <concepts>
 #include <string_view>
 
 #include "ft/core/numeric.hpp"
 #include "ft/core/policy.hpp"
 
+namespace ft::device {
+struct Cpu;
+}
+
 namespace ft::parallel {
 struct Policy {};  // base tag of every parallelism policy
 
-template <element T, class M>
+template <element T, class M, class Device = device::Cpu>
 class DataParallel;
 template <element T, class M>
 class PipelineParallel;
@@ -45,8 +50,8 @@ struct Single : Policy {
   static constexpr std::string_view type_name = "ft::parallel::Single";
   static constexpr bool multi_rank = false, shards_optimizer_state = false,
                         shards_gradients = false, shards_parameters = false;
-  template <element T, class M>
-  using runtime = DataParallel<T, M>;
+  template <element T, class M, class Device = device::Cpu>
+  using runtime = DataParallel<T, M, Device>;
 };
 
 struct DDP : Policy {
@@ -54,8 +59,8 @@ struct DDP : Policy {
   static constexpr std::string_view type_name = "ft::parallel::DDP";
   static constexpr bool multi_rank = true, shards_optimizer_state = false,
                         shards_gradients = false, shards_parameters = false;
-  template <element T, class M>
-  using runtime = DataParallel<T, M>;
+  template <element T, class M, class Device = device::Cpu>
+  using runtime = DataParallel<T, M, Device>;
 };
 
 template <int Stage>
@@ -67,8 +72,8 @@ struct ZeRO : Policy {
                                                              : "ft::parallel::ZeRO<3>";
   static constexpr bool multi_rank = true, shards_optimizer_state = true,
                         shards_gradients = Stage >= 2, shards_parameters = Stage >= 3;
-  template <element T, class M>
-  using runtime = DataParallel<T, M>;
+  template <element T, class M, class Device = device::Cpu>
+  using runtime = DataParallel<T, M, Device>;
 };
 
 // The model's stages cut over pipeline ranks (pipeline.hpp); replicas of a

@@ -71,15 +71,17 @@ struct StepWork {
   std::int64_t optimizer_step = 0;
 };
 
-template <element T, class M>
+template <element T, class M, class Device = device::Cpu>
 class Runtime {
 public:
+  using Model = models::Transformer<T, Device>;
+
   virtual ~Runtime() = default;
 
   virtual comm::Communicator& comm() = 0;
   // Once, after the adapter has attached: the buffers that train, and how
   // their optimizers are made.
-  virtual void attach(models::Transformer<T>& model, std::vector<adapters::Trainable<T>> trainables,
+  virtual void attach(Model& model, std::vector<adapters::Trainable<T, Device>> trainables,
                       const OptimizerMaker<M>& optimizer, bool fused) = 0;
   virtual index_t trainable_parameters() const = 0;
 

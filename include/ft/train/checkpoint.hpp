@@ -117,8 +117,18 @@ inline void write_state(const std::filesystem::path& file, const std::vector<Sta
   for (const StateArray& a : arrays) {
     const std::size_t width = io::detail::dtype_size(a.dtype);
     if (a.bytes == 0) continue;  // a rank's empty share of a small buffer
-    tensors.push_back({a.name, a.dtype, {std::int64_t(a.bytes / width)},
-                       std::span<const std::byte>(static_cast<const std::byte*>(a.data), a.bytes)});
+    io::TensorToWrite t{a.name, a.dtype, {std::int64_t(a.bytes / width)}, {}, {}};
+    if (a.to_host == &device::Cpu::to_host) {
+      t.bytes = std::span<const std::byte>(static_cast<const std::byte*>(a.data), a.bytes);
+    } else {
+      // In a device's memory: copied to the host when the writer reaches it, one array at a time.
+      t.produce = [a] {
+        std::vector<std::byte> bytes(a.bytes);
+        a.to_host(bytes.data(), a.data, a.bytes);
+        return bytes;
+      };
+    }
+    tensors.push_back(std::move(t));
     if (a.begin >= 0) ranges[a.name] = {a.begin, a.total};
   }
   io::write_safetensors(file, tensors, {{"format", "ft"}, {"ranges", ranges.dump()}});
@@ -188,7 +198,7 @@ inline void read_state(const std::filesystem::path& dir, const std::vector<State
       const std::int64_t length = std::int64_t(p.tensor.bytes.size() / width);
       if (a.begin < 0) {  // a whole array
         if (length != n) throw Error(where + "state \"" + a.name + "\" has another size than this run's");
-        std::memcpy(a.data, p.tensor.bytes.data(), a.bytes);
+        a.from_host(a.data, p.tensor.bytes.data(), a.bytes);
         covered = n;
         break;
       }
@@ -199,7 +209,7 @@ inline void read_state(const std::filesystem::path& dir, const std::vector<State
                     " elements, this run's has " + std::to_string(a.total));
       const std::int64_t from = std::max(a.begin, begin), to = std::min(a.begin + n, begin + length);
       if (from >= to) continue;
-      std::memcpy(static_cast<std::byte*>(a.data) + (from - a.begin) * std::int64_t(width),
+      a.from_host(static_cast<std::byte*>(a.data) + (from - a.begin) * std::int64_t(width),
                   p.tensor.bytes.data() + (from - begin) * std::int64_t(width), std::size_t(to - from) * width);
       covered += to - from;
     }

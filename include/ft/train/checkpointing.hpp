@@ -24,8 +24,8 @@
 
 namespace ft::train {
 
-template <element T, class M>
-nlohmann::ordered_json trainer_state(const Run<T, M>& run, std::int64_t step) {
+template <element T, class M, class D>
+nlohmann::ordered_json trainer_state(const Run<T, M, D>& run, std::int64_t step) {
   const recipe::Recipe& r = run.recipe;
   nlohmann::ordered_json j;
   j["global_step"] = step;
@@ -48,8 +48,8 @@ nlohmann::ordered_json trainer_state(const Run<T, M>& run, std::int64_t step) {
 }
 
 // Writes checkpoint-<step>, points latest at it, prunes old ones; returns its path.
-template <element T, class M>
-std::filesystem::path save_checkpoint(Run<T, M>& run, std::int64_t step) {
+template <element T, class M, class D>
+std::filesystem::path save_checkpoint(Run<T, M, D>& run, std::int64_t step) {
   comm::Communicator& comm = *run.comm;
   const std::string name = checkpoint_name(step);
   comm.set_phase("checkpoint " + name);
@@ -74,8 +74,8 @@ std::filesystem::path save_checkpoint(Run<T, M>& run, std::int64_t step) {
 }
 
 // Restores everything a step depends on; returns the step to continue after.
-template <element T, class M>
-std::int64_t resume(Run<T, M>& run, const std::filesystem::path& dir) {
+template <element T, class M, class D>
+std::int64_t resume(Run<T, M, D>& run, const std::filesystem::path& dir) {
   const nlohmann::json state = io::read_json_file(dir / "trainer_state.json");
   const std::string where = (dir / "trainer_state.json").string() + ": ";
   if (state.value("model", nlohmann::json()) != nlohmann::json(run.fingerprint)) {

@@ -65,10 +65,14 @@ inline std::string format(double x) {
 
 }  // namespace detail
 
-template <element T, class M>
+// Device: where the model and the trainable state live (device/cpu.hpp);
+// "peak_memory_bytes" is its memory's peak.
+template <element T, class M, class Device = device::Cpu>
 class Engine {
+  using Memory = typename Device::Memory;
+
 public:
-  Engine(recipe::Recipe recipe, Policies<T, M> policies) {
+  Engine(recipe::Recipe recipe, Policies<T, M, Device> policies) {
     run_.recipe = std::move(recipe);
     run_.policies = std::move(policies);
     run_.loss_scale.enabled = run_.policies.loss_scaling;
@@ -77,8 +81,16 @@ public:
 
   // Runs the recipe to the end; throws ft::Error for bad input, TrainingStopped when the loss diverges.
   void run() {
-    Run<T, M>& run = run_;
+    Run<T, M, Device>& run = run_;
     const recipe::Recipe& r = run.recipe;
+    if constexpr (!std::is_same_v<Device, device::Cpu>) {
+      try {
+        (void)Device::description();
+      } catch (const Error& e) {
+        throw Error("strategy.device = \"" + std::string(Device::name) + "\", but no device of that kind answers: " +
+                    e.what());
+      }
+    }
     comm_ = comm::join_job(r.launch.collective_timeout);
     run.comm = comm_.get();
     comm::Communicator& comm = *comm_;
@@ -105,7 +117,8 @@ public:
 
     MetricsLog log(run.out, long(run.total_steps), long(step), comm.rank() == 0);
     if (!r.preview.prompt.empty() && step == 0) log.say("before training: " + preview(run));
-    run.peak_flops = measure_gemm_peak();
+    if constexpr (std::is_same_v<Device, device::Cpu>) run.peak_flops = measure_gemm_peak();
+    else run.peak_flops = measure_gemm_peak<Device, T>(8192);
 
     Window window;
     while (step < run.total_steps) {
@@ -170,7 +183,7 @@ private:
     }
     // The averages as a metrics record; the window starts again empty.
     // In a job of several ranks, `by_rank` gets one record per rank.
-    nlohmann::ordered_json take(std::int64_t step, const Run<T, M>& run, double lr,
+    nlohmann::ordered_json take(std::int64_t step, const Run<T, M, Device>& run, double lr,
                                 std::vector<nlohmann::ordered_json>& by_rank) {
       nlohmann::ordered_json j;
       j["step"] = step;
@@ -184,7 +197,7 @@ private:
       // Each rank's memory and traffic; the job's line shows the largest.
       comm::Communicator& comm = *run.comm;
       const comm::Traffic traffic = comm.traffic();
-      const double mine[per_rank_fields] = {double(memory::Host::stats().peak()), double(detail::max_rss_bytes()),
+      const double mine[per_rank_fields] = {double(Memory::stats().peak()), double(detail::max_rss_bytes()),
                                             double(run.parallel->state_bytes()),
                                             double(traffic.sent - traffic_before.sent) / double(steps),
                                             double(traffic.received - traffic_before.received) / double(steps),
@@ -235,10 +248,11 @@ private:
   }
 
   void describe_run(std::int64_t step) const {
-    const Run<T, M>& run = run_;
+    const Run<T, M, Device>& run = run_;
     const recipe::Recipe& r = run.recipe;
     const double total = double(run.model->parameter_count()), trained = double(run.parallel->trainable_parameters());
     std::printf("ft train: %s\n", run.policies.trainer.c_str());
+    if constexpr (!std::is_same_v<Device, device::Cpu>) std::printf("  device      %s\n", Device::description().c_str());
     std::printf("  model       %s: %s parameters, %s trainable (%.3f%%)\n", r.model.path.c_str(),
                 detail::count_text(total).c_str(), detail::count_text(trained).c_str(), 100.0 * trained / total);
     std::printf("  adapter     %s\n", run.policies.adapter_description.c_str());
@@ -266,7 +280,7 @@ private:
   }
 
   std::unique_ptr<comm::Communicator> comm_;  // outlives run_, whose parallel runtime holds it
-  Run<T, M> run_;
+  Run<T, M, Device> run_;
 };
 
 }  // namespace ft::train

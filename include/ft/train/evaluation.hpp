@@ -12,8 +12,8 @@
 namespace ft::train {
 
 // The metrics record of an evaluation at `step`; null when the run has no validation data.
-template <element T, class M>
-nlohmann::ordered_json evaluate(Run<T, M>& run, std::int64_t step) {
+template <element T, class M, class D>
+nlohmann::ordered_json evaluate(Run<T, M, D>& run, std::int64_t step) {
   if (!run.eval_plan) return nullptr;
   run.adapter->set_training(false, 0);
   double loss = 0, scored = 0;

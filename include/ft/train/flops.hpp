@@ -7,13 +7,16 @@
 // weights need no weight gradient). Attention adds 4 T C per layer forward
 // (scores and weighted sum, causal half of T^2 counted as T^2 / 2 twice) and
 // twice that backward. The peak is measured, not taken from a data sheet: the
-// best of a few large f32 GEMMs on this machine's BLAS.
+// best of a few large GEMMs on the device that trains (f32 through this
+// machine's BLAS on the CPU).
 #include <algorithm>
 #include <chrono>
 #include <vector>
 
-#include "ft/kernels/gemm.hpp"
+#include "ft/core/host_device.hpp"
+#include "ft/device/cpu.hpp"
 #include "ft/models/transformer_config.hpp"
+#include "ft/tensor/tensor.hpp"
 
 namespace ft::train {
 
@@ -32,14 +35,31 @@ inline double flops_per_token(const models::TransformerConfig& c, index_t T, boo
   return base + 6.0 * extra_matmul + attention;
 }
 
-// FLOP/s of the best of a few n^3 f32 GEMMs.
-inline double measure_gemm_peak(index_t n = 2048, int repeats = 5) {
-  std::vector<float> a(std::size_t(n * n), 0.5f), b(a), c(a);
-  gemm<float>(Op::none, Op::none, n, n, n, 1, a.data(), n, b.data(), n, 0, c.data(), n);  // warm up
+template <class T>
+struct FillWith {
+  T* x;
+  T value;
+  FT_HOST_DEVICE void operator()(index_t i) const { x[i] = value; }
+};
+
+// FLOP/s of the best of a few n^3 GEMMs in T on a device (f32 on the CPU,
+// the run's storage dtype on a GPU, whose tensor cores set its peak).
+template <class Device = device::Cpu, element T = float>
+double measure_gemm_peak(index_t n = 2048, int repeats = 5) {
+  using Matrix = Tensor<T, typename Device::Memory>;
+  Matrix a(Shape{n * n}, typename Matrix::Uninitialized{}), b(a.shape(), typename Matrix::Uninitialized{}),
+      c(a.shape(), typename Matrix::Uninitialized{});
+  for (const Matrix* m : {&a, &b, &c}) Device::parallel_for(n * n, FillWith<T>{m->data(), T(0.5f)});
+  T first{};
+  auto product = [&] {
+    Device::template gemm<T>(Op::none, Op::none, n, n, n, 1, a.data(), n, b.data(), n, 0, c.data(), n);
+    Device::to_host(&first, c.data(), sizeof(T));  // waits for the device
+  };
+  product();  // warm up
   double best = 0;
   for (int i = 0; i < repeats; ++i) {
     const auto start = std::chrono::steady_clock::now();
-    gemm<float>(Op::none, Op::none, n, n, n, 1, a.data(), n, b.data(), n, 0, c.data(), n);
+    product();
     const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     best = std::max(best, 2.0 * double(n) * double(n) * double(n) / s);
   }

@@ -13,25 +13,27 @@
 
 namespace ft::train {
 
-template <element T>
-std::vector<std::int32_t> generate_greedy(models::Transformer<T>& model, std::vector<std::int32_t> tokens,
+template <element T, class Device>
+std::vector<std::int32_t> generate_greedy(models::Transformer<T, Device>& model, std::vector<std::int32_t> tokens,
                                           index_t max_new_tokens, std::int32_t eos_id,
                                           index_t virtual_tokens = 0, const models::StageHooks& hooks = {}) {
   const index_t V = model.config().vocab_size;
   const std::size_t prompt = tokens.size();
-  std::vector<T> logits;
+  using Logits = Tensor<T, typename Device::Memory>;
+  Logits logits;
+  std::vector<T> last(std::size_t(V), T(0.0f));  // the last position's logits, on the host
   for (index_t i = 0; i < max_new_tokens; ++i) {
     const index_t n = virtual_tokens + index_t(tokens.size());
     std::vector<std::int32_t> row(std::size_t(virtual_tokens), 0);  // placeholders the prompt adapter fills
     row.insert(row.end(), tokens.begin(), tokens.end());
     models::Batch batch = models::causal_lm_batch(1, n, std::move(row));
     batch.virtual_tokens = virtual_tokens;
-    logits.resize(std::size_t(n * V));
+    logits = Logits(Shape{n * V}, typename Logits::Uninitialized{});
     model.forward_backward(batch, {.backward = false}, logits.data(), hooks);
-    const T* last = logits.data() + (n - 1) * V;
-    const std::int32_t next = std::int32_t(std::max_element(last, last + V, [](T a, T b) {
+    Device::to_host(last.data(), logits.data() + (n - 1) * V, last.size() * sizeof(T));
+    const std::int32_t next = std::int32_t(std::ranges::max_element(last, [](T a, T b) {
                                               return float(a) < float(b);
-                                            }) - last);
+                                            }) - last.begin());
     if (next == eos_id) break;
     tokens.push_back(next);
   }

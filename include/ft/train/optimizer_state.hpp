@@ -25,6 +25,7 @@
 #include "ft/optim/optimizer.hpp"
 #include "ft/optim/update.hpp"
 #include "ft/recipe/recipe.hpp"
+#include "ft/tensor/tensor.hpp"
 
 namespace ft::train {
 
@@ -38,6 +39,10 @@ struct StateArray {
   // master weights): its elements are [begin, begin + n) of `total`. begin
   // -1: the array is whole (per-tensor state).
   std::int64_t begin = -1, total = 0;
+  // How its bytes reach the host and back: it lives in a device's memory
+  // (a checkpoint copies through the host).
+  void (*to_host)(void* to, const void* from, std::size_t bytes) = &device::Cpu::to_host;
+  void (*from_host)(void* to, const void* from, std::size_t bytes) = &device::Cpu::from_host;
 };
 
 template <class M>
@@ -73,65 +78,78 @@ StateArray array(const std::string& name, V& v) {
   return {name, io::safetensors_dtype_of<S>(), v.data(), v.size() * sizeof(S)};
 }
 
+// A state tensor in a device's memory.
+template <class Device, class S, class Space>
+StateArray array(const std::string& name, Tensor<S, Space>& t) {
+  return {name, io::safetensors_dtype_of<S>(), t.data(), std::size_t(t.numel()) * sizeof(S), -1, 0,
+          &Device::to_host, &Device::from_host};
+}
+
 // State arrays that exist (an optimizer keeps only what a tensor's shape needs).
 template <class V>
 void add_nonempty(std::vector<StateArray>& out, const std::string& name, V& v) {
   if (!v.empty()) out.push_back(array(name, v));
 }
 
-template <class M>
+// The optimizers whose state is one value per parameter keep it in the
+// device's memory (zero-filled) and step there.
+template <class M, class Device>
+using StateTensor = Tensor<state_t<M>, typename Device::Memory>;
+
+template <class M, class Device>
 class Sgd final : public ParameterOptimizer<M> {
 public:
   Sgd(index_t n, const optim::Hyperparameters& h) : h_(h), n_(n) {
-    if (h.momentum != 0) buffer_.assign(std::size_t(n), state_t<M>(0.0f));  // plain SGD keeps nothing
+    if (h.momentum != 0) buffer_ = StateTensor<M, Device>(Shape{n});  // plain SGD keeps nothing
   }
   void step(M* p, const M* g, double lr, std::int64_t step) override {
     optim::Hyperparameters h = h_;
     h.lr = lr;
-    optim::sgd_step(p, g, buffer_.data(), n_, h, step);
+    optim::sgd_step<Device>(p, g, buffer_.data(), n_, h, step);
   }
   std::vector<StateArray> state() override {
-    if (buffer_.empty()) return {};
-    return {array("momentum_buffer", buffer_)};
+    if (!buffer_.data()) return {};
+    return {array<Device>("momentum_buffer", buffer_)};
   }
 
 private:
   optim::Hyperparameters h_;
   index_t n_;
-  memory::HostVector<state_t<M>> buffer_;
+  StateTensor<M, Device> buffer_;  // null data() without momentum
 };
 
-template <class M>
+template <class M, class Device>
 class AdamW final : public ParameterOptimizer<M> {
 public:
-  AdamW(index_t n, const optim::Hyperparameters& h)
-      : h_(h), m_(std::size_t(n), state_t<M>(0.0f)), v_(std::size_t(n), state_t<M>(0.0f)) {}
+  AdamW(index_t n, const optim::Hyperparameters& h) : h_(h), m_(Shape{n}), v_(Shape{n}) {}
   void step(M* p, const M* g, double lr, std::int64_t step) override {
     optim::Hyperparameters h = h_;
     h.lr = lr;
-    optim::adamw_step(p, g, m_.data(), v_.data(), index_t(m_.size()), h, step);
+    optim::adamw_step<Device>(p, g, m_.data(), v_.data(), m_.numel(), h, step);
   }
-  std::vector<StateArray> state() override { return {array("exp_avg", m_), array("exp_avg_sq", v_)}; }
+  std::vector<StateArray> state() override {
+    return {array<Device>("exp_avg", m_), array<Device>("exp_avg_sq", v_)};
+  }
 
 private:
   optim::Hyperparameters h_;
-  memory::HostVector<state_t<M>> m_, v_;
+  StateTensor<M, Device> m_, v_;
 };
 
-template <class M>
+template <class M, class Device>
 class Lion final : public ParameterOptimizer<M> {
 public:
-  Lion(index_t n, const optim::Hyperparameters& h) : h_(h), m_(std::size_t(n), state_t<M>(0.0f)) {}
+  Lion(index_t n, const optim::Hyperparameters& h) : h_(h), m_(Shape{n}) {}
   void step(M* p, const M* g, double lr, std::int64_t) override {
     optim::Hyperparameters h = h_;
     h.lr = lr;
-    optim::lion_step(p, g, m_.data(), index_t(m_.size()), h);
+    optim::lion_step<Device>(p, g, m_.data(), m_.numel(), h);
   }
-  std::vector<StateArray> state() override { return {array("exp_avg", m_)}; }
+  std::vector<StateArray> state() override { return {array<Device>("exp_avg", m_)}; }
 
 private:
   optim::Hyperparameters h_;
-  memory::HostVector<state_t<M>> m_;
+  StateTensor<M, Device> m_;
 };
 
 // Adafactor keeps per-tensor state (factored for matrices), so it steps the
@@ -215,19 +233,28 @@ private:
 //   template <class M> static std::unique_ptr<ft::train::ParameterOptimizer<M>>
 //   make(const std::vector<ft::models::ParameterEntry>&, ft::index_t size, const ft::recipe::TrainSection&);
 // (examples/third_party_plugin does).
-template <class Policy, class M>
+//
+// On a device other than the CPU (the buffers then live in its memory), the
+// optimizers with per-element state (SGD, AdamW, Lion) run; a policy's own
+// make<M> and the per-tensor optimizers (Adafactor, 8-bit AdamW) are the
+// CPU's for now, and asking for them elsewhere does not compile.
+template <class Policy, class M, class Device = device::Cpu>
 std::unique_ptr<ParameterOptimizer<M>> make_parameter_optimizer(
     const std::vector<models::ParameterEntry>& entries, index_t size,
     const recipe::TrainSection& train) {
   const optim::Hyperparameters h = hyperparameters(train);
-  if constexpr (requires { Policy::template make<M>(entries, size, train); }) {
-    return Policy::template make<M>(entries, size, train);
-  } else if constexpr (std::is_same_v<Policy, optim::SGD>) {
-    return std::make_unique<detail::Sgd<M>>(size, h);
+  constexpr bool on_host = std::is_same_v<Device, device::Cpu>;
+  if constexpr (std::is_same_v<Policy, optim::SGD>) {
+    return std::make_unique<detail::Sgd<M, Device>>(size, h);
   } else if constexpr (std::is_same_v<Policy, optim::AdamW>) {
-    return std::make_unique<detail::AdamW<M>>(size, h);
+    return std::make_unique<detail::AdamW<M, Device>>(size, h);
   } else if constexpr (std::is_same_v<Policy, optim::Lion>) {
-    return std::make_unique<detail::Lion<M>>(size, h);
+    return std::make_unique<detail::Lion<M, Device>>(size, h);
+  } else if constexpr (!on_host) {
+    static_assert(on_host, "this optimizer runs on the CPU only: on another device choose sgd, adamw or lion");
+    return nullptr;
+  } else if constexpr (requires { Policy::template make<M>(entries, size, train); }) {
+    return Policy::template make<M>(entries, size, train);
   } else if constexpr (std::is_same_v<Policy, optim::Adafactor>) {
     return std::make_unique<detail::Adafactor<M>>(entries, train);
   } else {

@@ -15,8 +15,8 @@
 namespace ft::train {
 
 // "prompt" -> "answer"
-template <element T, class M>
-std::string preview(Run<T, M>& run) {
+template <element T, class M, class D>
+std::string preview(Run<T, M, D>& run) {
   run.adapter->set_training(false, 0);
   const recipe::PreviewSection& p = run.recipe.preview;
   std::string prompt = p.prompt;

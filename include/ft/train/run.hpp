@@ -31,7 +31,8 @@
 
 namespace ft::train {
 
-template <element T, class M>
+// Device: where the model, its buffers and the trainable state live (device/cpu.hpp).
+template <element T, class M, class Device = device::Cpu>
 struct Policies {
   std::string trainer;              // the Trainer's C++ type, for logs and checkpoints
   // The Trainer's type with any parallelism: what a checkpoint must match to
@@ -41,8 +42,8 @@ struct Policies {
   bool loss_scaling = false;        // fp16: dynamic loss scale, overflowing steps skipped
   std::function<models::ModelSpec(const std::filesystem::path&)> model;  // the family reads config.json
   bool trains_base_weights = true;  // the model keeps gradients
-  std::function<std::unique_ptr<adapters::Runtime<T>>(const recipe::Recipe&)> adapter;
-  std::function<std::unique_ptr<parallel::Runtime<T, M>>(comm::Communicator&, const recipe::Recipe&)> parallel;
+  std::function<std::unique_ptr<adapters::Runtime<T, Device>>(const recipe::Recipe&)> adapter;
+  std::function<std::unique_ptr<parallel::Runtime<T, M, Device>>(comm::Communicator&, const recipe::Recipe&)> parallel;
   parallel::OptimizerMaker<M> optimizer;
 };
 
@@ -54,10 +55,11 @@ struct LossScale {
   std::int64_t good_steps = 0;
 };
 
-template <element T, class M>
+template <element T, class M, class Device = device::Cpu>
 struct Run {
+  using device_type = Device;
   recipe::Recipe recipe;
-  Policies<T, M> policies;
+  Policies<T, M, Device> policies;
   std::filesystem::path out;
   comm::Communicator* comm = nullptr;
 
@@ -66,9 +68,9 @@ struct Run {
   std::unique_ptr<data::BatchPlan> train_plan, eval_plan;
   std::int64_t train_rows = 0, skipped_rows = 0, total_steps = 0;
 
-  std::unique_ptr<models::Transformer<T>> model;
-  std::unique_ptr<adapters::Runtime<T>> adapter;
-  std::unique_ptr<parallel::Runtime<T, M>> parallel;
+  std::unique_ptr<models::Transformer<T, Device>> model;
+  std::unique_ptr<adapters::Runtime<T, Device>> adapter;
+  std::unique_ptr<parallel::Runtime<T, M, Device>> parallel;
   nlohmann::ordered_json fingerprint;  // of the model's config and tokenizer, checked on resume
   double flops_per_token = 0, peak_flops = 1;
 

@@ -49,33 +49,33 @@ inline void agree(comm::Communicator& comm, const std::string& what, const std::
 }
 
 // The file this engine's code was loaded from (a plugin, or the program), and its fingerprint.
-template <element T, class M>
+template <element T, class M, class D>
 std::string engine_code() {
   Dl_info info{};
-  if (!::dladdr(reinterpret_cast<void*>(&engine_code<T, M>), &info) || !info.dli_fname) return "unknown";
+  if (!::dladdr(reinterpret_cast<void*>(&engine_code<T, M, D>), &info) || !info.dli_fname) return "unknown";
   return std::filesystem::path(info.dli_fname).filename().string() + " " + file_fingerprint(info.dli_fname);
 }
 
 // Before anything else: the ranks run the same recipe with the same code.
-template <element T, class M>
-void agree_on_run(Run<T, M>& run) {
+template <element T, class M, class D>
+void agree_on_run(Run<T, M, D>& run) {
   if (run.comm->size() == 1) return;  // nothing to compare, and no file to fingerprint
   agree(*run.comm, "the resolved recipe", recipe::emit(run.recipe));
-  agree(*run.comm, "the trainer", run.policies.trainer + "\nbuilt into " + engine_code<T, M>());
+  agree(*run.comm, "the trainer", run.policies.trainer + "\nbuilt into " + engine_code<T, M, D>());
 }
 
 // The tokenizer and chat template, and the adapter's and parallelism's
 // runtimes (the batch plans need the virtual tokens and the data shard).
-template <element T, class M>
-void load_text(Run<T, M>& run) {
+template <element T, class M, class D>
+void load_text(Run<T, M, D>& run) {
   run.text = text::ModelText::load(run.recipe.model.path);
   run.adapter = run.policies.adapter(run.recipe);
   run.parallel = run.policies.parallel(*run.comm, run.recipe);
 }
 
 // The data from its token cache (data/prepared.hpp), tokenised first when the cache does not match.
-template <element T, class M>
-void load_data(Run<T, M>& run) {
+template <element T, class M, class D>
+void load_data(Run<T, M, D>& run) {
   const recipe::Recipe& r = run.recipe;
   comm::Communicator& comm = *run.comm;
   // Rank 0 tokenises when the cache does not match; the others then map what it wrote.
@@ -108,11 +108,11 @@ void load_data(Run<T, M>& run) {
 
 // The model from the family's reading of config.json, its weights, the
 // adapter on it, and the trainable state in the parallelism's runtime.
-template <element T, class M>
-void build_model(Run<T, M>& run) {
+template <element T, class M, class D>
+void build_model(Run<T, M, D>& run) {
   const recipe::Recipe& r = run.recipe;
-  run.model = std::make_unique<models::Transformer<T>>(run.policies.model(r.model.path),
-                                                       run.policies.trains_base_weights);
+  run.model = std::make_unique<models::Transformer<T, D>>(run.policies.model(r.model.path),
+                                                          run.policies.trains_base_weights);
   run.model->load(io::ModelWeights::open(r.model.path));
   run.model->set_memory_options({checkpoint_every(r.train.gradient_checkpointing), r.train.activation_offloading});
   auto trainables = run.adapter->attach(*run.model, run.text);

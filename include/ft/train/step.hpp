@@ -38,12 +38,12 @@ inline double seconds_since(std::chrono::steady_clock::time_point t) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
 }
 
-template <element T, class M>
-StepResult train_step(Run<T, M>& run, std::int64_t step, double lr) {
+template <element T, class M, class D>
+StepResult train_step(Run<T, M, D>& run, std::int64_t step, double lr) {
   const auto start = std::chrono::steady_clock::now();
-  memory::Host::stats().reset_peak();
+  D::Memory::stats().reset_peak();
   const recipe::Recipe& r = run.recipe;
-  parallel::Runtime<T, M>& parallel = *run.parallel;
+  parallel::Runtime<T, M, D>& parallel = *run.parallel;
   const std::int64_t accumulation = r.train.gradient_accumulation_steps;
   std::vector<models::Batch> batches;
   StepResult s;

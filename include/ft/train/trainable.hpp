@@ -23,30 +23,51 @@
 // When the parameters themselves are sharded (ZeRO-3), the T values of
 // [begin, end) live in `values_shard` (owned by the parallel runtime), and
 // the whole buffer exists only while its stage runs.
+//
+// Everything lives in the device's memory (device/cpu.hpp), and the
+// element-wise work below runs there as named functors.
 #include <algorithm>
 #include <memory>
 #include <string>
 #include <vector>
 
-#include "ft/kernels/cpu/launch.hpp"
+#include "ft/device/cpu.hpp"
 #include "ft/models/parameters.hpp"
+#include "ft/tensor/tensor.hpp"
 #include "ft/train/optimizer_state.hpp"
 
 namespace ft::train {
 
-template <element T, class M>
+// acc[i] += g[i], in M's arithmetic.
+template <class M, class G>
+struct AddInto {
+  M* acc;
+  const G* g;
+  FT_HOST_DEVICE void operator()(index_t i) const { acc[i] = M(acc_t<M>(acc[i]) + acc_t<M>(g[i])); }
+};
+
+// to[i] = from[i], rounded to To.
+template <class To, class From>
+struct Convert {
+  To* to;
+  const From* from;
+  FT_HOST_DEVICE void operator()(index_t i) const { to[i] = To(float(from[i])); }
+};
+
+template <element T, class M, class Device = device::Cpu>
 class TrainableSet {
 public:
   static constexpr bool has_master = !std::is_same_v<T, M>;
+  using Memory = typename Device::Memory;
 
   struct Buffer {
     std::string name;
     index_t stage;  // the model stage whose backward completes its gradient (see models::StageHooks)
-    models::ParameterBuffer<T>* params;
+    models::ParameterBuffer<T, Memory>* params;
     index_t begin = 0, end = 0;  // the range this rank steps
     bool sharded_grads = false;  // grads hold [begin, end) only
     T* values_shard = nullptr;   // ZeRO-3: this rank's T values of [begin, end)
-    memory::HostVector<M> master, grads;
+    Tensor<M, Memory> master, grads;  // null data() when the run keeps none
     std::unique_ptr<ParameterOptimizer<M>> optimizer;  // over [begin, end)
 
     index_t size() const { return params->size(); }
@@ -66,23 +87,23 @@ public:
     // The step's gradient of the whole buffer (unsharded gradients only).
     M* whole_grads() {
       if constexpr (has_master) return grads.data();
-      else return grads.empty() ? params->grads().data() : grads.data();
+      else return grads.data() ? grads.data() : params->grads().data();
     }
   };
 
   // Adds a buffer whose range [begin, end) this rank steps. `step_grads`:
   // keep a step gradient in M (not needed when the optimizer is fused into
   // backward: each stage is stepped from its fresh gradient).
-  void add(std::string name, index_t stage, models::ParameterBuffer<T>& params, index_t begin, index_t end,
+  void add(std::string name, index_t stage, models::ParameterBuffer<T, Memory>& params, index_t begin, index_t end,
            bool sharded_grads, bool step_grads, std::unique_ptr<ParameterOptimizer<M>> optimizer) {
     if (!params.trainable()) throw Error("internal: buffer \"" + name + "\" is frozen and cannot train");
     Buffer b{std::move(name), stage, &params, begin, end, sharded_grads, nullptr, {}, {}, std::move(optimizer)};
     if constexpr (has_master) {
-      const T* v = params.values().data();
-      b.master.assign(v + begin, v + end);
+      b.master = Tensor<M, Memory>(Shape{end - begin}, typename Tensor<M, Memory>::Uninitialized{});
+      Device::parallel_for(end - begin, Convert<M, T>{b.master.data(), params.values().data() + begin});
     }
     if (step_grads && (has_master || sharded_grads))
-      b.grads.assign(std::size_t(sharded_grads ? end - begin : params.size()), M(0.0f));
+      b.grads = Tensor<M, Memory>(Shape{sharded_grads ? end - begin : params.size()});
     buffers_.push_back(std::move(b));
   }
 
@@ -97,7 +118,7 @@ public:
   void begin_step() {
     for (Buffer& b : buffers_) {
       b.params->zero_grads();
-      std::fill(b.grads.begin(), b.grads.end(), M(0.0f));
+      if (b.grads.data()) Memory::zero(b.grads.data(), std::size_t(b.grads.numel()) * sizeof(M));
     }
   }
 
@@ -105,9 +126,7 @@ public:
   // buffer and clears it (unsharded gradients under a master copy).
   static void accumulate(Buffer& b) {
     if constexpr (has_master) {
-      T* g = b.params->grads().data();
-      M* acc = b.grads.data();
-      cpu::parallel_for(b.size(), [=](index_t i) { acc[i] = M(acc_t<M>(acc[i]) + acc_t<M>(g[i])); });
+      Device::parallel_for(b.size(), AddInto<M, T>{b.grads.data(), b.params->grads().data()});
       b.params->zero_grads();
     }
   }
@@ -116,18 +135,14 @@ public:
   // the T values of that range from the master copy.
   static void step(Buffer& b, const M* g, double lr, std::int64_t optimizer_step) {
     b.optimizer->step(b.owned_values(), g, lr, optimizer_step);
-    if constexpr (has_master) {
-      T* v = b.owned_storage();
-      const M* m = b.master.data();
-      cpu::parallel_for(b.owned(), [=](index_t i) { v[i] = T(float(m[i])); });
-    }
+    if constexpr (has_master) Device::parallel_for(b.owned(), Convert<T, M>{b.owned_storage(), b.master.data()});
   }
 
   // After loading values (resume, adapters): refresh the master copy from
   // where this rank keeps its T values.
   void sync_master_from_storage() {
     if constexpr (has_master)
-      for (Buffer& b : buffers_) std::copy(b.owned_storage(), b.owned_storage() + b.owned(), b.master.begin());
+      for (Buffer& b : buffers_) Device::parallel_for(b.owned(), Convert<M, T>{b.master.data(), b.owned_storage()});
   }
 
 private:

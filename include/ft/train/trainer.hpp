@@ -1,6 +1,6 @@
 #pragma once
-// Trainer<Model, Precision, Parallelism, Optimizer, Adapter>: the one type that
-// both doors into ft lead to. A C++ user names the five policies as types; a
+// Trainer<Model, Precision, Parallelism, Optimizer, Adapter, Device>: the one
+// type that both doors into ft lead to. A C++ user names the five policies as types; a
 // plugin instantiates the combinations it offers and ftrun picks one by the
 // names in a recipe.
 //
@@ -8,6 +8,12 @@
 // reader of config.json, the precision its dtypes, the parallelism and the
 // adapter their runtimes, the optimizer its maker. A type that is not a
 // policy of the right kind is refused at compile time with a sentence.
+//
+// The device (device::Cpu unless named; device::Cuda from device/cuda.cuh,
+// in a source nvcc compiles) is where the model, its activations and the
+// trainable state live. A policy runs on a device other than the CPU when
+// its runtime takes the device (`runtime<T, Device>`); a combination that
+// cannot run there is refused at compile time with a sentence.
 //
 // Constructing a Trainer checks that the recipe's options make sense together
 // with the chosen policies, before anything is allocated; every refusal is an
@@ -25,6 +31,7 @@
 #include "ft/adapters/prompt_runtime.hpp"
 #include "ft/comm/job.hpp"
 #include "ft/core/error.hpp"
+#include "ft/device/cpu.hpp"
 #include "ft/models/family.hpp"
 #include "ft/optim/optimizer.hpp"
 #include "ft/models/load.hpp"
@@ -37,7 +44,21 @@
 
 namespace ft {
 
-template <class Model, class Precision, class Parallelism, class Optimizer, class Adapter>
+namespace detail {
+// A policy's runtime on a device: runtime<Types..., Device>, or on the CPU
+// runtime<Types...> (a policy from outside ft may name only that).
+template <class Policy, class Device, class... Types>
+struct runtime_on {
+  using type = typename Policy::template runtime<Types..., Device>;
+};
+template <class Policy, class... Types>
+struct runtime_on<Policy, device::Cpu, Types...> {
+  using type = typename Policy::template runtime<Types...>;
+};
+}  // namespace detail
+
+template <class Model, class Precision, class Parallelism, class Optimizer, class Adapter,
+          class Device = device::Cpu>
 class Trainer {
   static_assert(model_family<Model>,
                 "Trainer's 1st policy must be a model family: a struct deriving from ft::models::Policy with name, "
@@ -54,6 +75,16 @@ class Trainer {
   static_assert(adapter_policy<Adapter>,
                 "Trainer's 5th policy must be an adapter: a struct deriving from ft::adapters::Policy with name, "
                 "type_name, trains_base_weights, resolve(recipe, family), describe(recipe) and a runtime<T> class");
+  static_assert(device::device<Device>,
+                "Trainer's 6th policy must be a device: ft::device::Cpu, or ft::device::Cuda from ft/device/cuda.cuh");
+  static constexpr bool on_host = std::is_same_v<Device, device::Cpu>;
+  static_assert(on_host || requires { typename Adapter::template runtime<float, Device>; },
+                "this adapter runs on the CPU only: on another device choose full or lora");
+  static_assert(on_host || requires { typename Parallelism::template runtime<float, float, Device>; },
+                "this parallelism runs on the CPU only: on another device choose single");
+  static_assert(on_host || !Parallelism::multi_rank,
+                "on a device other than the CPU only parallelism single runs for now: ddp and zero need the NCCL "
+                "communicator, which is not built yet");
 
 public:
   using model_type = Model;              // the network
@@ -61,11 +92,14 @@ public:
   using parallelism_type = Parallelism;  // how stages and buffers map to ranks
   using optimizer_type = Optimizer;      // state layout and update of a flat shard
   using adapter_type = Adapter;          // which parameters train
+  using device_type = Device;            // where the model and the trainable state live
 
+  // The C++ type; the device is named only when it is not the CPU.
   static std::string type_name(std::string_view parallelism = Parallelism::type_name) {
     std::string s = "ft::Trainer<";
     for (std::string_view part : {Model::type_name, Precision::type_name, parallelism, Optimizer::type_name,
-                                  Adapter::type_name}) {
+                                  Adapter::type_name, on_host ? std::string_view() : Device::type_name}) {
+      if (part.empty()) continue;
       if (s.back() != '<') s += ", ";
       s += part;
     }
@@ -86,6 +120,7 @@ public:
     std::ostringstream os;
     const auto& r = recipe_;
     os << "trainer      " << type_name() << "\n";
+    if constexpr (!on_host) os << "device       " << Device::name << ": weights, activations, gradients and optimizer state in its memory\n";
     os << "model        " << Model::name << " from " << r.model.path << "\n";
     os << "precision    " << Precision::name << ": weights " << name_of(Precision::storage)
        << ", matmul inputs " << name_of(Precision::compute) << " (f32 accumulate), gradients "
@@ -127,25 +162,26 @@ public:
   void train() const {
     using Storage = element_t<Precision::storage>;  // what forward and backward use
     using Master = element_t<Precision::master>;    // what the optimizer updates
-    train::Policies<Storage, Master> p;
+    train::Policies<Storage, Master, Device> p;
     p.trainer = type_name();
     p.resumable_as = type_name("/* any parallelism */");
     p.adapter_description = Adapter::describe(recipe_);
     p.loss_scaling = Precision::loss_scaling;
     p.model = [](const std::filesystem::path& dir) { return models::read_model_spec_of<Model>(dir); };
     p.trains_base_weights = Adapter::trains_base_weights;
-    p.adapter = [](const recipe::Recipe& r) -> std::unique_ptr<adapters::Runtime<Storage>> {
-      return std::make_unique<typename Adapter::template runtime<Storage>>(r);
+    p.adapter = [](const recipe::Recipe& r) -> std::unique_ptr<adapters::Runtime<Storage, Device>> {
+      return std::make_unique<typename detail::runtime_on<Adapter, Device, Storage>::type>(r);
     };
-    p.parallel = [](comm::Communicator& c, const recipe::Recipe& r) -> std::unique_ptr<parallel::Runtime<Storage, Master>> {
-      return std::make_unique<typename Parallelism::template runtime<Storage, Master>>(
+    p.parallel = [](comm::Communicator& c,
+                    const recipe::Recipe& r) -> std::unique_ptr<parallel::Runtime<Storage, Master, Device>> {
+      return std::make_unique<typename detail::runtime_on<Parallelism, Device, Storage, Master>::type>(
           c, r, parallel::Sharding::of<Parallelism>());
     };
     p.optimizer.make = [t = recipe_.train](const auto& entries, index_t size) {
-      return train::make_parameter_optimizer<Optimizer, Master>(entries, size, t);
+      return train::make_parameter_optimizer<Optimizer, Master, Device>(entries, size, t);
     };
     if constexpr (requires { Optimizer::elementwise_state; }) p.optimizer.by_element = Optimizer::elementwise_state;
-    train::Engine<Storage, Master> engine(recipe_, std::move(p));
+    train::Engine<Storage, Master, Device> engine(recipe_, std::move(p));
     engine.run();
   }
 
@@ -186,6 +222,9 @@ private:
       throw Error("the recipe's [pipeline] section sets pipeline ranks, micro-batches or stages, but "
                   "strategy.parallelism is " + std::string(Parallelism::name) + "; set it to \"pipeline\"");
     }
+    if (!on_host && r.strategy.optimizer_offload)
+      throw Error("strategy.optimizer_offload keeps master weights and optimizer state in host memory, which on " +
+                  std::string(Device::name) + " is not built yet; set it to false");
     if (r.train.fuse_optimizer_with_backward && r.train.max_grad_norm > 0)
       throw Error("train.fuse_optimizer_with_backward steps each block before the global gradient norm is known, "
                   "so it cannot clip; set train.max_grad_norm = 0");
