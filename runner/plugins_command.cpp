@@ -1,5 +1,7 @@
 // ftrun plugins: every plugin found, and each Trainer combination it offers.
 #include <iostream>
+#include <set>
+#include <string>
 
 #include "commands.hpp"
 #include "exit_code.hpp"
@@ -19,13 +21,22 @@ int run_plugins(const PluginsOptions& options) {
   for (const auto& plugin : search.registry.plugins()) {
     std::cout << "\n" << plugin->name() << " " << plugin->version() << "  (" << plugin->path().string()
               << ", ft " << plugin->ft_version() << ")\n";
-    std::cout << "  model, precision, parallelism, optimizer, adapter\n";
+    // One list per device the plugin runs on.
+    std::set<std::string> devices;
     for (const auto& f : search.registry.factories())
-      if (f.plugin == plugin)
-        std::cout << "  " << f.key.model << ", " << f.key.precision << ", " << f.key.parallelism << ", "
-                  << f.key.optimizer << ", " << f.key.adapter << "\n";
+      if (f.plugin == plugin) devices.insert(f.key.device);
+    for (const std::string& device : devices) {
+      std::cout << "  model, precision, parallelism, optimizer, adapter (on " << device << ")\n";
+      for (const auto& f : search.registry.factories())
+        if (f.plugin == plugin && f.key.device == device)
+          std::cout << "  " << f.key.model << ", " << f.key.precision << ", " << f.key.parallelism << ", "
+                    << f.key.optimizer << ", " << f.key.adapter << "\n";
+    }
   }
   if (search.registry.plugins().empty()) std::cout << "\nno plugins found\n";
+#ifndef FT_WITH_CUDA
+  std::cout << "\ncuda: not built (no nvcc was found when ft was configured), so no stock plugin runs on a GPU\n";
+#endif
   for (const std::string& refusal : search.refusals) std::cerr << "ftrun: " << refusal << "\n";
   return search.refusals.empty() ? ok : plugin_refused;
 }

@@ -61,6 +61,13 @@ std::string cpp_name(std::string_view name) {
   return found.empty() ? "/* the policy named \"" + std::string(name) + "\" */" : found;
 }
 
+// Whether this ftrun's build compiled the CUDA backend (and so its CUDA plugins).
+#ifdef FT_WITH_CUDA
+constexpr bool cuda_built = true;
+#else
+constexpr bool cuda_built = false;
+#endif
+
 struct PolicyField {
   std::string TrainerKey::*member;
   const char* recipe_key;
@@ -72,6 +79,7 @@ constexpr PolicyField policy_fields[] = {
     {&TrainerKey::parallelism, "strategy.parallelism", "parallelism"},
     {&TrainerKey::optimizer, "strategy.optimizer", "optimizer"},
     {&TrainerKey::adapter, "strategy.adapter", "adapter"},
+    {&TrainerKey::device, "strategy.device", "device"},
 };
 
 // Reads config.json when model.family is "auto".
@@ -95,8 +103,12 @@ void check_names_offered(const Loaded& loaded, const TrainerKey& key, const ft::
     if (offered.count(key.*field.member)) continue;
     std::string list;
     for (const auto& n : offered) list += (list.empty() ? "" : ", ") + n;
+    std::string why;
+    if (field.member == &TrainerKey::device && key.device == "cuda" && !cuda_built)
+      why = " (this ft was built without CUDA: no nvcc was found when it was configured)";
     throw loaded.error(field.recipe_key, "no plugin offers the " + std::string(field.what) + " \"" +
-                                             key.*field.member + "\"; offered: " + (list.empty() ? "none" : list));
+                                             key.*field.member + "\"; offered: " + (list.empty() ? "none" : list) +
+                                             why);
   }
 }
 
@@ -116,7 +128,8 @@ std::string missing_combination(const TrainerKey& key, const ft::plugin::Registr
      << "              ft::Trainer<" << cpp_name<ft::models::Policy>(key.model) << ", "
      << cpp_name<ft::precision::Policy>(key.precision) << ", " << cpp_name<ft::parallel::Policy>(key.parallelism) << ",\n"
      << "                          " << cpp_name<ft::optim::Policy>(key.optimizer) << ", "
-     << cpp_name<ft::adapters::Policy>(key.adapter) << ">)";
+     << cpp_name<ft::adapters::Policy>(key.adapter)
+     << (key.device == "cuda" ? ", ft::device::Cuda>)  // in a .cu source that includes ft/device/cuda.cuh" : ">)");
   return os.str();
 }
 
@@ -237,8 +250,8 @@ int run_train(const TrainOptions& options) {
                                              " started this job with " + std::to_string(job.size) +
                                              " ranks; allowed: 1 or " + std::to_string(job.size));
     if (job.size > 1) recipe.launch.nproc = job.size;
-    TrainerKey key{recipe.model.family, recipe.strategy.precision, recipe.strategy.parallelism,
-                   recipe.strategy.optimizer, recipe.strategy.adapter};
+    TrainerKey key{recipe.model.family,     recipe.strategy.precision, recipe.strategy.parallelism,
+                   recipe.strategy.optimizer, recipe.strategy.adapter,   recipe.strategy.device};
     check_names_offered(loaded, key, search.registry);
     factory = search.registry.find(key);
     if (!factory) throw ft::Error(missing_combination(key, search.registry));

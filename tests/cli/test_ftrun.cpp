@@ -64,6 +64,45 @@ TEST_CASE("ftrun plugins lists the stock plugins and their combinations") {
   CHECK(r.out.find("  gpt_neox, fp32, single, adafactor, full\n") != std::string::npos);
 }
 
+TEST_CASE("strategy.device chooses where a trainer runs: cuda where this build has it, one line where not") {
+  // recipe() writes one file: each run writes the recipe it reads.
+  const std::string cuda = "[strategy]\ndevice = \"cuda\"\nadapter = \"full\"\n";
+  Run plan = ftrun("train " + recipe(cuda) + " --dry-run");
+  Run listed = ftrun("plugins");
+#ifdef FT_WITH_CUDA
+  CHECK(plan.code == 0);
+  CHECK(plan.out.find("#   plugin       ft-cuda ") != std::string::npos);
+  CHECK(plan.out.find("ft::adapters::Full, ft::device::Cuda>\n#   device       cuda: ") != std::string::npos);
+  CHECK(listed.out.find("ft-cuda ") != std::string::npos);
+  const std::size_t on_cuda = listed.out.find("  model, precision, parallelism, optimizer, adapter (on cuda)\n");
+  CHECK(on_cuda != std::string::npos);
+  CHECK(listed.out.find("  llama, bf16-mixed, single, adamw, lora\n", on_cuda) != std::string::npos);
+  // What the CUDA plugin does not offer is a missing combination that names the device.
+  Run prompt = ftrun("train " + recipe("[strategy]\ndevice = \"cuda\"\nadapter = \"prompt\"\n") + " --dry-run");
+  CHECK(prompt.code == 2);
+  CHECK(prompt.err.rfind("ftrun: no plugin offers the trainer (llama, fp32, single, adamw, prompt) on cuda\n", 0) == 0);
+  CHECK(prompt.err.find("ft::adapters::Prompt, ft::device::Cuda>)  // in a .cu source") != std::string::npos);
+  // Training stops in one line where no GPU answers (and trains where one does).
+  Run train =
+      ftrun("train " + recipe(cuda) + " --set train.max_steps=1 --set output_dir=" + (scratch / "cuda-run").string());
+  if (train.code != 0) {
+    CHECK(train.code == 2);
+    CHECK(one_line(train.err));
+    CHECK(train.err.rfind("ftrun: strategy.device = \"cuda\", but no device of that kind answers: ", 0) == 0);
+  }
+#else
+  CHECK(plan.code == 2);
+  CHECK(one_line(plan.err));
+  CHECK(plan.err.find("strategy.device: no plugin offers the device \"cuda\"; offered: cpu (this ft was built without "
+                      "CUDA") != std::string::npos);
+  CHECK(listed.out.find("cuda: not built") != std::string::npos);
+#endif
+  Run typo = ftrun("train " + recipe("[strategy]\ndevice = \"gpu\"\n") + " --dry-run");
+  CHECK(typo.code == 2);
+  CHECK(one_line(typo.err));
+  CHECK(typo.err.find(":6:10: strategy.device: ") != std::string::npos);
+}
+
 TEST_CASE("a plugin named with --plugin that is bad is refused in one line, exit 3") {
   for (const char* name : {"libfixture_bad_abi.so", "libfixture_other_toolchain.so", "libfixture_no_entry.so"}) {
     Run r = ftrun("plugins --plugin " + fixture_plugins + "/" + name);

@@ -17,7 +17,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define FT_PLUGIN_ABI_VERSION 2u
+#define FT_PLUGIN_ABI_VERSION 3u
 #define FT_PLUGIN_ENTRY "ft_plugin_v"
 
 #ifdef __cplusplus
@@ -27,13 +27,14 @@ extern "C" {
 /* Receives text written by a plugin function: plan lines, or a one-line error. */
 typedef void (*ft_write_fn)(void* context, const char* text);
 
-/* One Trainer<Model, Precision, Parallelism, Optimizer, Adapter> a plugin offers. */
+/* One Trainer<Model, Precision, Parallelism, Optimizer, Adapter, Device> a plugin offers. */
 typedef struct ft_trainer_factory {
   const char* model;        /* policy names as recipes spell them, e.g. "llama" */
   const char* precision;    /* "bf16-mixed" */
   const char* parallelism;  /* "single" */
   const char* optimizer;    /* "adamw" */
   const char* adapter;      /* "lora" */
+  const char* device;       /* where it trains: "cpu", "cuda" */
   const char* type_name;    /* the C++ type, for people */
   const char* const* hf_architectures; /* config.json architectures the model reads */
   size_t hf_architecture_count;

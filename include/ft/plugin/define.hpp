@@ -7,7 +7,9 @@
 //                           ft::optim::AdamW, ft::adapters::LoRA>)
 //
 // Arguments after the version are Trainer types or ft::plugin::trainers<...>
-// lists (ft::plugin::product<...> builds the cross product of policy lists).
+// lists (ft::plugin::product<...> builds the cross product of policy lists,
+// and of devices when a sixth list names them). A plugin whose Trainers run
+// on device::Cuda is a CUDA source: nvcc compiles it (plugins/cuda/).
 // FT_PLUGIN defines the one exported entry point; build the library with
 // ft_add_plugin() from the installed package so everything else stays hidden.
 #include <array>
@@ -53,8 +55,8 @@ struct as_list<trainers<T...>> {
   using type = trainers<T...>;
 };
 
-template <class M, class P, class Par, class O, class A>
-using trainer_t = Trainer<M, P, Par, O, A>;
+template <class M, class P, class Par, class O, class A, class D>
+using trainer_t = Trainer<M, P, Par, O, A, D>;
 
 }  // namespace detail
 
@@ -62,14 +64,16 @@ using trainer_t = Trainer<M, P, Par, O, A>;
 template <class... Ts>
 using flatten = typename detail::concat<typename detail::as_list<Ts>::type...>::type;
 
-// Every Trainer<M, P, Par, O, A> with M from Models, P from Precisions, and so on.
-template <class Models, class Precisions, class Parallelisms, class Optimizers, class Adapters>
+// Every Trainer<M, P, Par, O, A, D> with M from Models, P from Precisions, and so on.
+template <class Models, class Precisions, class Parallelisms, class Optimizers, class Adapters, class Devices>
 struct product_of;
-template <class... M, class... P, class... Par, class... O, class... A>
+template <class... M, class... P, class... Par, class... O, class... A, class... D>
 struct product_of<std::tuple<M...>, std::tuple<P...>, std::tuple<Par...>, std::tuple<O...>,
-                  std::tuple<A...>> {
+                  std::tuple<A...>, std::tuple<D...>> {
+  template <class m, class p, class par, class o, class a>
+  using over_devices = trainers<detail::trainer_t<m, p, par, o, a, D>...>;
   template <class m, class p, class par, class o>
-  using over_adapters = trainers<detail::trainer_t<m, p, par, o, A>...>;
+  using over_adapters = flatten<over_devices<m, p, par, o, A>...>;
   template <class m, class p, class par>
   using over_optimizers = flatten<over_adapters<m, p, par, O>...>;
   template <class m, class p>
@@ -78,8 +82,9 @@ struct product_of<std::tuple<M...>, std::tuple<P...>, std::tuple<Par...>, std::t
   using over_precisions = flatten<over_parallelisms<m, P>...>;
   using type = flatten<over_precisions<M>...>;
 };
-template <class Models, class Precisions, class Parallelisms, class Optimizers, class Adapters>
-using product = typename product_of<Models, Precisions, Parallelisms, Optimizers, Adapters>::type;
+template <class Models, class Precisions, class Parallelisms, class Optimizers, class Adapters,
+          class Devices = std::tuple<device::Cpu>>
+using product = typename product_of<Models, Precisions, Parallelisms, Optimizers, Adapters, Devices>::type;
 
 namespace detail {
 
@@ -137,6 +142,7 @@ constexpr ft_trainer_factory factory_for() {
           T::parallelism_type::name.data(),
           T::optimizer_type::name.data(),
           T::adapter_type::name.data(),
+          T::device_type::name.data(),
           nullptr,  // type_name: filled in at first call, see descriptor_of
           architectures<M>::c_strings.data(),
           architectures<M>::c_strings.size(),

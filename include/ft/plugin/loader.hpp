@@ -28,18 +28,21 @@ namespace ft::plugin {
 
 struct TrainerKey {
   std::string model, precision, parallelism, optimizer, adapter;
+  std::string device = "cpu";  // where the Trainer runs
 
-  auto fields() const { return std::tie(model, precision, parallelism, optimizer, adapter); }
+  auto fields() const { return std::tie(model, precision, parallelism, optimizer, adapter, device); }
   friend bool operator==(const TrainerKey& a, const TrainerKey& b) { return a.fields() == b.fields(); }
   friend bool operator<(const TrainerKey& a, const TrainerKey& b) { return a.fields() < b.fields(); }
 
-  // How many of the five policies differ.
+  // How many of the five policies and the device differ.
   int distance(const TrainerKey& o) const {
     return (model != o.model) + (precision != o.precision) + (parallelism != o.parallelism) +
-           (optimizer != o.optimizer) + (adapter != o.adapter);
+           (optimizer != o.optimizer) + (adapter != o.adapter) + (device != o.device);
   }
+  // "(llama, bf16-mixed, single, adamw, lora)", with " on cuda" for a device other than the CPU.
   std::string str() const {
-    return "(" + model + ", " + precision + ", " + parallelism + ", " + optimizer + ", " + adapter + ")";
+    return "(" + model + ", " + precision + ", " + parallelism + ", " + optimizer + ", " + adapter + ")" +
+           (device == "cpu" ? "" : " on " + device);
   }
 };
 
@@ -95,7 +98,8 @@ public:
     std::vector<Factory> out;
     for (std::size_t i = 0; i < descriptor_->factory_count; ++i) {
       const ft_trainer_factory& f = descriptor_->factories[i];
-      Factory factory{{f.model, f.precision, f.parallelism, f.optimizer, f.adapter}, f.type_name, {}, &f, self};
+      Factory factory{{f.model, f.precision, f.parallelism, f.optimizer, f.adapter, f.device}, f.type_name, {}, &f,
+                      self};
       for (std::size_t a = 0; a < f.hf_architecture_count; ++a)
         factory.hf_architectures.emplace_back(f.hf_architectures[a]);
       out.push_back(std::move(factory));
