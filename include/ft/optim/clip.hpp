@@ -50,21 +50,40 @@ struct ScaleElements {
   FT_HOST_DEVICE void operator()(index_t i) const { x[i] = G(acc_t<G>(x[i]) * factor); }
 };
 
-// Sum of squares in fixed chunks added in a fixed order: the same bits for
-// any thread count or schedule (an OpenMP reduction combines in whatever
-// order threads finish), which bit-exact resume relies on.
+// Sum of squares over buffers in fixed chunks added in a fixed order (the
+// chunks of a buffer, then the buffers): the same bits for any thread count
+// or schedule (an OpenMP reduction combines in whatever order threads
+// finish), which bit-exact resume relies on. The chunks' sums of every
+// buffer come back to the host in one copy, one wait for the device a step.
 template <class Device = device::Cpu, class G>
-double sum_of_squares(const G* x, index_t n) {
+double sum_of_squares(std::span<const GradientBuffer<G>> buffers) {
   constexpr index_t chunk = ChunkSquares<G>::chunk;
-  const index_t chunks = (n + chunk - 1) / chunk;
-  if (chunks == 0) return 0;
-  memory::Scratch<double, typename Device::Memory> partial(chunks);
-  Device::parallel_rows(chunks, chunk, ChunkSquares<G>{x, n, partial.data()});
-  std::vector<double> host(static_cast<std::size_t>(chunks));
+  auto chunks_of = [](const GradientBuffer<G>& b) { return (b.size + chunk - 1) / chunk; };
+  index_t total = 0;
+  for (const auto& b : buffers) total += chunks_of(b);
+  if (total == 0) return 0;
+  memory::Scratch<double, typename Device::Memory> partial(total);
+  index_t at = 0;
+  for (const auto& b : buffers) {
+    Device::parallel_rows(chunks_of(b), chunk, ChunkSquares<G>{b.data, b.size, partial.data() + at});
+    at += chunks_of(b);
+  }
+  std::vector<double> host(static_cast<std::size_t>(total));
   Device::to_host(host.data(), partial.data(), host.size() * sizeof(double));
   double sum = 0;
-  for (double s : host) sum += s;
+  at = 0;
+  for (const auto& b : buffers) {
+    double s = 0;
+    for (index_t c = 0; c < chunks_of(b); ++c) s += host[std::size_t(at++)];
+    sum += s;
+  }
   return sum;
+}
+
+template <class Device = device::Cpu, class G>
+double sum_of_squares(const G* x, index_t n) {
+  const GradientBuffer<G> one{const_cast<G*>(x), n};
+  return sum_of_squares<Device>(std::span<const GradientBuffer<G>>(&one, 1));
 }
 
 // Multiplies n values by `factor`.
@@ -85,9 +104,7 @@ void clip_to_norm(std::span<const GradientBuffer<G>> buffers, double norm, doubl
 
 template <class Device = device::Cpu, class G>
 double clip_grad_norm(std::span<const GradientBuffer<G>> buffers, double max_norm) {
-  double sum = 0;
-  for (const auto& b : buffers) sum += sum_of_squares<Device>(b.data, b.size);
-  const double norm = std::sqrt(sum);
+  const double norm = std::sqrt(sum_of_squares<Device>(buffers));
   clip_to_norm<Device>(buffers, norm, max_norm);
   return norm;
 }

@@ -171,13 +171,10 @@ public:
 
   double clip(double max_norm) override {
     std::vector<optim::GradientBuffer<M>> grads;
-    double squares = 0;
-    for (Buffer& b : set_.buffers()) {
-      grads.push_back({b.owned_grads(), b.owned()});
-      squares += optim::sum_of_squares<Device>(grads.back().data, grads.back().size);
-    }
-    const double norm = std::sqrt(job_squares(squares));
-    optim::clip_to_norm<Device, M>(std::span<const optim::GradientBuffer<M>>(grads), norm, max_norm);
+    for (Buffer& b : set_.buffers()) grads.push_back({b.owned_grads(), b.owned()});
+    const auto buffers = std::span<const optim::GradientBuffer<M>>(grads);
+    const double norm = std::sqrt(job_squares(optim::sum_of_squares<Device>(buffers)));
+    optim::clip_to_norm<Device, M>(buffers, norm, max_norm);
     return norm;
   }
 
