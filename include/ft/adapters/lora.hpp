@@ -161,11 +161,7 @@ public:
 
   LoraBlock(std::vector<LoraTarget> targets, const LoraOptions& options)
       : targets_(std::move(targets)), r_(options.r), scale_(options.scale()), dropout_(options.dropout) {
-    for (const LoraTarget& t : targets_) {
-      const std::string leaf = t.module.substr(t.module.rfind('.') + 1);
-      params_.declare(leaf + ".lora_A", {r_, t.in});
-      params_.declare(leaf + ".lora_B", {t.rows, r_});
-    }
+    declare(params_, targets_, r_);
     params_.allocate();
     // PEFT's initialisation: A uniform in +-1/sqrt(in), B zero (as allocated).
     for (std::size_t k = 0; k < targets_.size(); ++k) {
@@ -175,6 +171,17 @@ public:
       const double bound = 1.0 / std::sqrt(double(t.in));
       for (T& v : a) v = T(float((2.0 * rng.uniform() - 1.0) * bound));
       Device::from_host(a_of(k), a.data(), a.size() * sizeof(T));
+    }
+  }
+
+  // One block's A and B matrices, declared into any buffer (the memory
+  // estimate counts them without allocating).
+  template <class Buffer>
+  static void declare(Buffer& params, const std::vector<LoraTarget>& targets, index_t r) {
+    for (const LoraTarget& t : targets) {
+      const std::string leaf = t.module.substr(t.module.rfind('.') + 1);
+      params.declare(leaf + ".lora_A", {r, t.in});
+      params.declare(leaf + ".lora_B", {t.rows, r});
     }
   }
 

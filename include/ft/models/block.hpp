@@ -46,24 +46,31 @@ public:
   // A frozen block (trainable = false) keeps no parameter gradients and skips
   // computing them; its input gradient still flows.
   Block(const TransformerConfig& config, index_t layer, bool trainable = true) : c_(config), layer_(layer) {
-    index_t C = c_.hidden_size, HD = c_.num_heads * c_.head_dim;
-    bool layer_norm = c_.norm == nn::NormKind::layer;
-    params_.declare("attn_norm.weight", {C});
-    if (layer_norm) params_.declare("attn_norm.bias", {C});
-    params_.declare("qkv.weight", {c_.qkv_width(), C});
-    if (c_.qkv_bias) params_.declare("qkv.bias", {c_.qkv_width()});
-    params_.declare("o.weight", {C, HD});
-    if (c_.o_bias) params_.declare("o.bias", {C});
-    params_.declare("mlp_norm.weight", {C});
-    if (layer_norm) params_.declare("mlp_norm.bias", {C});
-    params_.declare("mlp_in.weight", {c_.mlp_in_width(), C});
-    if (c_.mlp_bias) params_.declare("mlp_in.bias", {c_.mlp_in_width()});
-    params_.declare("mlp_out.weight", {C, c_.intermediate_size});
-    if (c_.mlp_bias) params_.declare("mlp_out.bias", {C});
+    declare(params_, c_);
     params_.allocate(trainable);
     const std::vector<float> inv_freq = nn::rope_inverse_frequencies(c_.rope);
     inv_freq_ = Tensor<float, Memory>(Shape{index_t(inv_freq.size())});
     Device::from_host(inv_freq_.data(), inv_freq.data(), inv_freq.size() * sizeof(float));
+  }
+
+  // A block's parameters, declared into any buffer: the block's own, or one
+  // the memory estimate only counts (estimate/memory.hpp).
+  template <class Buffer>
+  static void declare(Buffer& params, const TransformerConfig& c) {
+    const index_t C = c.hidden_size, HD = c.num_heads * c.head_dim;
+    const bool layer_norm = c.norm == nn::NormKind::layer;
+    params.declare("attn_norm.weight", {C});
+    if (layer_norm) params.declare("attn_norm.bias", {C});
+    params.declare("qkv.weight", {c.qkv_width(), C});
+    if (c.qkv_bias) params.declare("qkv.bias", {c.qkv_width()});
+    params.declare("o.weight", {C, HD});
+    if (c.o_bias) params.declare("o.bias", {C});
+    params.declare("mlp_norm.weight", {C});
+    if (layer_norm) params.declare("mlp_norm.bias", {C});
+    params.declare("mlp_in.weight", {c.mlp_in_width(), C});
+    if (c.mlp_bias) params.declare("mlp_in.bias", {c.mlp_in_width()});
+    params.declare("mlp_out.weight", {C, c.intermediate_size});
+    if (c.mlp_bias) params.declare("mlp_out.bias", {C});
   }
 
   // Adds an adapter to this block's linear layers (null removes it). Not owned.

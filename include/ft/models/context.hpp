@@ -48,6 +48,14 @@ struct MemoryOptions {
   bool checkpoints(index_t layer) const { return checkpoint_every > 0 && layer % checkpoint_every == 0; }
 };
 
+// A layout visitor that makes each buffer of `set` anew at its shape.
+template <class Set>
+auto make_into(Set& set) {
+  return [&set]<class U, class Space>(Tensor<U, Space> Set::*member, const Shape& shape) {
+    set.*member = Tensor<U, Space>(shape);
+  };
+}
+
 // What a block's forward keeps for its backward.
 template <element T, memory::memory_space Space = memory::Host>
 struct BlockActivations {
@@ -55,21 +63,29 @@ struct BlockActivations {
   Tensor<T, Space> n1, qkv, attention, mid, n2, mlp_in, hidden;
   Tensor<A, Space> n1_mean, n1_rstd, lse, n2_mean, n2_rstd;
 
+  // Its buffers and their shapes for `rows` rows of `tokens` tokens, in the
+  // order they are made: resize() makes them, the memory estimate counts
+  // them (estimate/memory.hpp), so the two cannot differ.
+  template <class Visit>
+  static void layout(const TransformerConfig& c, index_t rows, index_t tokens, Visit&& visit) {
+    const index_t N = rows * tokens, C = c.hidden_size;
+    visit(&BlockActivations::n1, Shape{N, C});
+    visit(&BlockActivations::n1_mean, Shape{N});
+    visit(&BlockActivations::n1_rstd, Shape{N});
+    visit(&BlockActivations::qkv, Shape{N, c.qkv_width()});
+    visit(&BlockActivations::attention, Shape{N, c.num_heads * c.head_dim});
+    visit(&BlockActivations::lse, Shape{rows * c.num_heads * tokens});
+    visit(&BlockActivations::mid, Shape{N, C});
+    visit(&BlockActivations::n2, Shape{N, C});
+    visit(&BlockActivations::n2_mean, Shape{N});
+    visit(&BlockActivations::n2_rstd, Shape{N});
+    visit(&BlockActivations::mlp_in, Shape{N, c.mlp_in_width()});
+    visit(&BlockActivations::hidden, Shape{N, c.intermediate_size});
+  }
+
   void resize(const TransformerConfig& c, const Batch& batch) {
-    const index_t N = batch.rows(), C = c.hidden_size;
-    if (n1.size(0) == N && lse.numel() == batch.B * c.num_heads * batch.T) return;
-    n1 = Tensor<T, Space>(Shape{N, C});
-    n1_mean = Tensor<A, Space>(Shape{N});
-    n1_rstd = Tensor<A, Space>(Shape{N});
-    qkv = Tensor<T, Space>(Shape{N, c.qkv_width()});
-    attention = Tensor<T, Space>(Shape{N, c.num_heads * c.head_dim});
-    lse = Tensor<A, Space>(Shape{batch.B * c.num_heads * batch.T});
-    mid = Tensor<T, Space>(Shape{N, C});
-    n2 = Tensor<T, Space>(Shape{N, C});
-    n2_mean = Tensor<A, Space>(Shape{N});
-    n2_rstd = Tensor<A, Space>(Shape{N});
-    mlp_in = Tensor<T, Space>(Shape{N, c.mlp_in_width()});
-    hidden = Tensor<T, Space>(Shape{N, c.intermediate_size});
+    if (n1.size(0) == batch.rows() && lse.numel() == batch.B * c.num_heads * batch.T) return;
+    layout(c, batch.B, batch.T, make_into(*this));
   }
 };
 
@@ -79,14 +95,17 @@ template <element T, memory::memory_space Space = memory::Host>
 struct BlockScratch {
   Tensor<T, Space> d_norm_a, d_norm_b, d_attention, d_qkv, d_mlp_in, d_hidden;
 
+  template <class Visit>
+  static void layout(const TransformerConfig& c, index_t N, Visit&& visit) {
+    visit(&BlockScratch::d_norm_a, Shape{N, c.hidden_size});
+    visit(&BlockScratch::d_norm_b, Shape{N, c.hidden_size});
+    visit(&BlockScratch::d_attention, Shape{N, c.num_heads * c.head_dim});
+    visit(&BlockScratch::d_qkv, Shape{N, c.qkv_width()});
+    visit(&BlockScratch::d_mlp_in, Shape{N, c.mlp_in_width()});
+    visit(&BlockScratch::d_hidden, Shape{N, c.intermediate_size});
+  }
   void resize(const TransformerConfig& c, index_t N) {
-    if (d_norm_a.size(0) == N) return;
-    d_norm_a = Tensor<T, Space>(Shape{N, c.hidden_size});
-    d_norm_b = Tensor<T, Space>(Shape{N, c.hidden_size});
-    d_attention = Tensor<T, Space>(Shape{N, c.num_heads * c.head_dim});
-    d_qkv = Tensor<T, Space>(Shape{N, c.qkv_width()});
-    d_mlp_in = Tensor<T, Space>(Shape{N, c.mlp_in_width()});
-    d_hidden = Tensor<T, Space>(Shape{N, c.intermediate_size});
+    if (d_norm_a.size(0) != N) layout(c, N, make_into(*this));
   }
 };
 
@@ -97,12 +116,15 @@ template <element T, memory::memory_space Space = memory::Host>
 struct DeferredGradients {
   Tensor<T, Space> output, mlp_in, attention_output, qkv;
 
+  template <class Visit>
+  static void layout(const TransformerConfig& c, index_t N, Visit&& visit) {
+    visit(&DeferredGradients::output, Shape{N, c.hidden_size});
+    visit(&DeferredGradients::mlp_in, Shape{N, c.mlp_in_width()});
+    visit(&DeferredGradients::attention_output, Shape{N, c.hidden_size});
+    visit(&DeferredGradients::qkv, Shape{N, c.qkv_width()});
+  }
   void resize(const TransformerConfig& c, index_t N) {
-    if (output.size(0) == N) return;
-    output = Tensor<T, Space>(Shape{N, c.hidden_size});
-    mlp_in = Tensor<T, Space>(Shape{N, c.mlp_in_width()});
-    attention_output = Tensor<T, Space>(Shape{N, c.hidden_size});
-    qkv = Tensor<T, Space>(Shape{N, c.qkv_width()});
+    if (output.size(0) != N) layout(c, N, make_into(*this));
   }
 };
 
@@ -114,12 +136,15 @@ struct HeadActivations {
   Tensor<T, Space> normed, d_normed;
   Tensor<A, Space> mean, rstd;
 
+  template <class Visit>
+  static void layout(index_t N, index_t C, Visit&& visit) {
+    visit(&HeadActivations::normed, Shape{N, C});
+    visit(&HeadActivations::d_normed, Shape{N, C});
+    visit(&HeadActivations::mean, Shape{N});
+    visit(&HeadActivations::rstd, Shape{N});
+  }
   void resize(index_t N, index_t C) {
-    if (normed.size(0) == N) return;
-    normed = Tensor<T, Space>(Shape{N, C});
-    d_normed = Tensor<T, Space>(Shape{N, C});
-    mean = Tensor<A, Space>(Shape{N});
-    rstd = Tensor<A, Space>(Shape{N});
+    if (normed.size(0) != N) layout(N, C, make_into(*this));
   }
 };
 

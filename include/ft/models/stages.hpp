@@ -27,8 +27,12 @@ public:
   using Parameters = ParameterBuffer<T, typename Device::Memory>;
 
   explicit EmbeddingStage(const TransformerConfig& c, bool trainable = true) : C_(c.hidden_size), V_(c.vocab_size) {
-    params_.declare("weight", {c.vocab_size, c.hidden_size});
+    declare(params_, c);
     params_.allocate(trainable);
+  }
+  template <class Buffer>
+  static void declare(Buffer& params, const TransformerConfig& c) {
+    params.declare("weight", {c.vocab_size, c.hidden_size});
   }
   Parameters& parameters() override { return params_; }
   const Parameters& parameters() const { return params_; }
@@ -73,10 +77,14 @@ public:
   using Parameters = ParameterBuffer<T, Memory>;
 
   explicit HeadStage(const TransformerConfig& c, bool trainable = true) : c_(c) {
-    params_.declare("final_norm.weight", {c.hidden_size});
-    if (c.norm == nn::NormKind::layer) params_.declare("final_norm.bias", {c.hidden_size});
-    if (!c.tie_embeddings) params_.declare("lm_head.weight", {c.vocab_size, c.hidden_size});
+    declare(params_, c);
     params_.allocate(trainable);
+  }
+  template <class Buffer>
+  static void declare(Buffer& params, const TransformerConfig& c) {
+    params.declare("final_norm.weight", {c.hidden_size});
+    if (c.norm == nn::NormKind::layer) params.declare("final_norm.bias", {c.hidden_size});
+    if (!c.tie_embeddings) params.declare("lm_head.weight", {c.vocab_size, c.hidden_size});
   }
   Parameters& parameters() override { return params_; }
   const Parameters& parameters() const { return params_; }
