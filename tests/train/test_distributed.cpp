@@ -173,6 +173,16 @@ TEST_CASE("4 ranks: zero2 and zero3 with Adafactor (shards cut at tensor boundar
   }
 }
 
+// Cut at tensor boundaries, the tied embedding (one tensor) and the head
+// fall whole to one rank: the other holds an empty shard of them.
+TEST_CASE("zero3 with Adafactor on a full fine-tune, where a rank holds none of some stages, matches one process") {
+  const std::string adafactor_full = "optimizer = \"adafactor\"\nadapter = \"full\"\n";
+  const fs::path single = recipe("adafactor_full_single", adafactor_full, 4);
+  REQUIRE(train(single).code == 0);
+  const fs::path dp = recipe("adafactor_full_two_zero3", adafactor_full + "parallelism = \"zero3\"\n", 2, 2);
+  expect_same_training(single, dp);
+}
+
 TEST_CASE("hybrid sharding: zero3 within groups of 2 ranks, replicated over 2 groups, matches one process") {
   const fs::path single = recipe("hybrid_single", "adapter = \"full\"\n", 4);
   REQUIRE(train(single).code == 0);

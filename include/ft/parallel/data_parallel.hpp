@@ -282,7 +282,10 @@ private:
     }
     shards_ = std::make_unique<StageShards<T>>(shards(), *model_, layouts);
     for (Buffer& b : set_.buffers())
-      if (is_model_stage(b)) b.values_shard = shards_->shard(b.stage);
+      if (is_model_stage(b)) {
+        b.values_sharded = true;
+        b.values_shard = shards_->shard(b.stage);
+      }
     shards_->release_all();
   }
 
@@ -350,7 +353,7 @@ private:
     }
     pending_.push_back({work, [this, &b, whole, part]() mutable {
                           Device::parallel_for(b.owned(), train::AddInto<M, M>{b.grads.data(), part->data()});
-                          if (b.values_shard) b.params->release_grads();  // ZeRO-3: made anew at the next backward
+                          if (b.values_sharded) b.params->release_grads();  // ZeRO-3: made anew at the next backward
                           else b.params->zero_grads();
                           give_back(std::move(whole));
                           give_back(std::move(part));
@@ -399,7 +402,7 @@ private:
   // After a sharded optimizer stepped its range, every rank takes the others'.
   void gather_values(std::size_t i) {
     Buffer& b = set_.buffers()[i];
-    if (!sharding_.optimizer_state || shards().size() == 1 || b.values_shard) return;  // ZeRO-3 gathers before use
+    if (!sharding_.optimizer_state || shards().size() == 1 || b.values_sharded) return;  // ZeRO-3 gathers before use
     T* v = b.params->values().data();
     pending_.push_back({shards().all_gather(std::span<const T>(v + b.begin, std::size_t(b.owned())),
                                          std::span<T>(v, std::size_t(b.size())), layouts_[i].counts(),

@@ -66,7 +66,11 @@ public:
     models::ParameterBuffer<T, Memory>* params;
     index_t begin = 0, end = 0;  // the range this rank steps
     bool sharded_grads = false;  // grads hold [begin, end) only
-    T* values_shard = nullptr;   // ZeRO-3: this rank's T values of [begin, end)
+    // ZeRO-3: this rank's T values of [begin, end) live apart, in values_shard
+    // (null when the range is empty: a rank may hold none of a buffer cut at
+    // tensor boundaries).
+    bool values_sharded = false;
+    T* values_shard = nullptr;
     Tensor<M, Memory> master, grads;  // null data() when the run keeps none
     std::unique_ptr<ParameterOptimizer<M>> optimizer;  // over [begin, end)
 
@@ -78,7 +82,7 @@ public:
       else return owned_storage();
     }
     // The T values of [begin, end), where this rank keeps them.
-    T* owned_storage() { return values_shard ? values_shard : params->values().data() + begin; }
+    T* owned_storage() { return values_sharded ? values_shard : params->values().data() + begin; }
     // The step's gradient, from begin.
     M* owned_grads() {
       if (sharded_grads) return grads.data();
@@ -97,7 +101,7 @@ public:
   void add(std::string name, index_t stage, models::ParameterBuffer<T, Memory>& params, index_t begin, index_t end,
            bool sharded_grads, bool step_grads, std::unique_ptr<ParameterOptimizer<M>> optimizer) {
     if (!params.trainable()) throw Error("internal: buffer \"" + name + "\" is frozen and cannot train");
-    Buffer b{std::move(name), stage, &params, begin, end, sharded_grads, nullptr, {}, {}, std::move(optimizer)};
+    Buffer b{std::move(name), stage, &params, begin, end, sharded_grads, false, nullptr, {}, {}, std::move(optimizer)};
     if constexpr (has_master) {
       b.master = Tensor<M, Memory>(Shape{end - begin}, typename Tensor<M, Memory>::Uninitialized{});
       Device::parallel_for(end - begin, Convert<M, T>{b.master.data(), params.values().data() + begin});
