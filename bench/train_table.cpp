@@ -11,7 +11,8 @@
 // and adapter. The first step is left out of the averages (it warms caches
 // and the allocator); figures are the mean of the others, from each run's
 // metrics.jsonl. Peak tensor memory is ft's host allocator's high-water mark
-// during a step; RSS is the process's, including the frozen model.
+// during a step, beside ftrun estimate's prediction of it; RSS is the
+// process's, including the frozen model.
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -81,7 +82,7 @@ struct Row {
   std::string precision, adapter;
   bool ok = false;
   std::string error;
-  double seconds = 0, tokens = 0, dataset_tokens = 0, mfu = 0, peak = 0, rss = 0;
+  double seconds = 0, tokens = 0, dataset_tokens = 0, mfu = 0, peak = 0, rss = 0, estimate = 0;
 };
 
 Row run(const Options& o, const std::string& precision, const std::string& adapter, const fs::path& dir) {
@@ -98,9 +99,17 @@ Row run(const Options& o, const std::string& precision, const std::string& adapt
       << "\npacking = " << (prompt ? "false" : o.packing) << "\n"
       << "[train]\nper_device_train_batch_size = " << o.batch << "\nmax_steps = " << o.steps
       << "\nlearning_rate = 1e-4\nlogging_steps = 1\n";
-  std::string command = std::string(FTRUN_PATH) + " train " + (dir / "recipe.toml").string();
-  for (const std::string& s : o.sets) command += " --set " + s;
-  command += " >" + (dir / "log").string() + " 2>&1";
+  std::string sets;
+  for (const std::string& s : o.sets) sets += " --set " + s;
+  // What ftrun estimate predicts for the step, beside what the run measures.
+  const std::string estimate = std::string(FTRUN_PATH) + " estimate " + (dir / "recipe.toml").string() + sets +
+                               " --json >" + (dir / "estimate.json").string() + " 2>&1";
+  if (std::system(estimate.c_str()) == 0) {
+    std::ifstream in(dir / "estimate.json");
+    row.estimate = nlohmann::json::parse(in).at("step_peak_bytes").get<double>();
+  }
+  const std::string command =
+      std::string(FTRUN_PATH) + " train " + (dir / "recipe.toml").string() + sets + " >" + (dir / "log").string() + " 2>&1";
   const int status = std::system(command.c_str());
   if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
     std::ifstream log(dir / "log");
@@ -142,8 +151,9 @@ int main(int argc, char** argv) {
   const fs::path work = fs::temp_directory_path() / ("ft_bench_train_table_" + std::to_string(::getpid()));
   std::printf("%s, %s: %d steps of %d x %d (first not measured), packing %s\n\n", o.model.c_str(), o.data.c_str(),
               o.steps, o.batch, o.seq, o.packing.c_str());
-  std::printf("| precision | adapter | s/step | train tok/s | dataset tok/s | MFU | peak tensors MB | max RSS MB |\n");
-  std::printf("| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |\n");
+  std::printf("| precision | adapter | s/step | train tok/s | dataset tok/s | MFU | peak tensors MB | estimated MB | "
+              "max RSS MB |\n");
+  std::printf("| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n");
   std::fflush(stdout);
   int failures = 0;
   for (const std::string& precision : o.precisions)
@@ -153,8 +163,9 @@ int main(int argc, char** argv) {
         std::printf("| %s | %s | failed: %s |\n", precision.c_str(), adapter.c_str(), r.error.c_str());
         ++failures;
       } else {
-        std::printf("| %s | %s | %.2f | %.0f | %.0f | %.3f | %.0f | %.0f |\n", precision.c_str(), adapter.c_str(),
-                    r.seconds, r.tokens, r.dataset_tokens, r.mfu, r.peak / 1e6, r.rss / 1e6);
+        std::printf("| %s | %s | %.2f | %.0f | %.0f | %.3f | %.1f | %.1f | %.0f |\n", precision.c_str(),
+                    adapter.c_str(), r.seconds, r.tokens, r.dataset_tokens, r.mfu, r.peak / 1e6, r.estimate / 1e6,
+                    r.rss / 1e6);
       }
       std::fflush(stdout);
     }

@@ -26,6 +26,13 @@ struct PrepareOptions {
 };
 int run_prepare(const PrepareOptions& options);
 
+struct EstimateOptions {
+  std::string recipe;
+  std::vector<std::string> sets;  // --set section.key=value
+  bool json = false;
+};
+int run_estimate(const EstimateOptions& options);
+
 struct EvalOptions {
   std::string model;          // HF model directory
   std::string data;           // JSONL of pre-tokenized rows

@@ -21,6 +21,7 @@
 #include <map>
 #include <memory>
 
+#include <ft/core/bytes.hpp>
 #include <ft/text/chat_template.hpp>
 #include <ft/data/token_additions.hpp>
 #include <ft/io/gguf_to_hf.hpp>
@@ -40,20 +41,9 @@ namespace {
 
 namespace fs = std::filesystem;
 
-// "5GB" (10^9), "500MB", "2GiB" (2^30), or plain bytes, as HF's max_shard_size.
 std::uint64_t parse_size(const std::string& text) {
-  std::size_t digits = 0;
-  while (digits < text.size() && (std::isdigit(static_cast<unsigned char>(text[digits])) || text[digits] == '.')) ++digits;
-  const std::string unit = text.substr(digits);
-  static const std::map<std::string, double> units{{"", 1},        {"B", 1},         {"KB", 1e3},
-                                                   {"MB", 1e6},    {"GB", 1e9},      {"TB", 1e12},
-                                                   {"KiB", 1024.0}, {"MiB", 1048576.0}, {"GiB", 1073741824.0}};
-  auto it = units.find(unit);
-  if (digits == 0 || it == units.end())
-    throw ft::Error("--max-shard-size \"" + text + "\" is not a size; write e.g. 5GB, 500MB, 2GiB or a byte count");
-  double value = std::stod(text.substr(0, digits)) * it->second;
-  if (value < 1) throw ft::Error("--max-shard-size must be at least one byte");
-  return std::uint64_t(value);
+  if (const auto bytes = ft::parse_bytes(text)) return *bytes;
+  throw ft::Error("--max-shard-size \"" + text + "\" is not a size; write e.g. 5GB, 500MB, 2GiB or a byte count (at least 1)");
 }
 
 // The HF model: every weight, possibly merged with an adapter and converted,

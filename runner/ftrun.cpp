@@ -29,6 +29,13 @@ int main(int argc, char** argv) {
   prepare->add_option("--set", prepare_options.sets, "Override a recipe key: section.key=value (repeatable)");
   prepare->add_flag("--force", prepare_options.force, "Rebuild the cache even when it matches the recipe");
 
+  ftrun::EstimateOptions estimate_options;
+  auto* estimate = app.add_subcommand("estimate", "Memory a recipe's run will take, per rank, before it allocates "
+                                                  "anything: every term, the peak phase, and the other parallelisms");
+  estimate->add_option("recipe", estimate_options.recipe, "Recipe file (TOML)")->required();
+  estimate->add_option("--set", estimate_options.sets, "Override a recipe key: section.key=value (repeatable)");
+  estimate->add_flag("--json", estimate_options.json, "Print one JSON object instead of tables");
+
   ftrun::EvalOptions eval_options;
   auto* eval = app.add_subcommand("eval", "Mean loss and perplexity of a model over pre-tokenized JSONL rows");
   eval->add_option("--model", eval_options.model, "HF model directory (config.json, model.safetensors)")->required();
@@ -148,6 +155,7 @@ int main(int argc, char** argv) {
   if (*plugins) return ftrun::run_plugins(plugins_options);
   if (*train) return ftrun::run_train(train_options);
   if (*prepare) return ftrun::run_prepare(prepare_options);
+  if (*estimate) return ftrun::run_estimate(estimate_options);
   if (*eval) return ftrun::run_eval(eval_options);
   if (*convert) return ftrun::run_convert(convert_options);
   if (*init) return ftrun::run_init(init_options);

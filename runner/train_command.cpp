@@ -30,6 +30,7 @@
 
 #include "commands.hpp"
 #include "exit_code.hpp"
+#include "memory_fit.hpp"
 #include "plugin_search.hpp"
 
 namespace ftrun {
@@ -131,14 +132,6 @@ std::string missing_combination(const TrainerKey& key, const ft::plugin::Registr
      << cpp_name<ft::adapters::Policy>(key.adapter)
      << (key.device == "cuda" ? ", ft::device::Cuda>)  // in a .cu source that includes ft/device/cuda.cuh" : ">)");
   return os.str();
-}
-
-// FSDP's names for the data-parallel stages.
-std::string canonical_parallelism(const std::string& name) {
-  if (name == "no_shard") return "ddp";
-  if (name == "shard_grad_op") return "zero2";
-  if (name == "full_shard") return "zero3";
-  return name;
 }
 
 // The command that starts the job: mpirun with nproc copies of this ftrun
@@ -244,7 +237,7 @@ int run_train(const TrainOptions& options) {
   try {
     ft::recipe::Recipe& recipe = loaded.recipe;
     recipe.model.family = resolve_family(loaded, search.registry);
-    recipe.strategy.parallelism = canonical_parallelism(recipe.strategy.parallelism);
+    recipe.strategy.parallelism = ft::parallel::canonical_name(recipe.strategy.parallelism);
     if (job.size > 1 && recipe.launch.nproc > 1 && recipe.launch.nproc != job.size)
       throw loaded.error("launch.nproc", "is " + std::to_string(recipe.launch.nproc) + ", but " + job.launcher +
                                              " started this job with " + std::to_string(job.size) +
@@ -263,6 +256,15 @@ int run_train(const TrainOptions& options) {
     return bad_input;
   }
 
+  if (!options.dry_run && job.rank == 0) {
+    try {
+      check_memory_fits(loaded);
+    } catch (const ft::OutOfMemory& e) {
+      std::cerr << "ftrun: " << e.what() << "\n";
+      return out_of_memory;
+    }
+  }
+
   const std::vector<std::string> launch = launch_argv(options, loaded.recipe);
   const bool starts_job = loaded.recipe.launch.nproc > 1 && job.size == 1;
   if (!options.dry_run && starts_job) {
@@ -277,7 +279,7 @@ int run_train(const TrainOptions& options) {
   if (!options.dry_run) {
     const auto [status, reason] = ft::plugin::train(*factory, resolved);
     if (status != 0) std::cerr << "ftrun: " << reason << "\n";
-    return status == 0 ? ok : status == 2 ? bad_input : failed;
+    return status == 0 ? ok : status == 2 ? bad_input : status == 3 ? out_of_memory : failed;
   }
   std::cout << "# Resolved recipe (" << options.recipe << " with defaults and overrides applied).\n"
             << "# Plan:\n" << as_comment(plan) << "# Launch:\n#   " << command_line(launch)

@@ -12,6 +12,7 @@
 // recipe and the policy's Sharding. A policy whose runtime also takes a
 // device, `runtime<T, M, Device>`, runs on devices other than the CPU.
 #include <concepts>
+#include <string>
 #include <string_view>
 
 #include "ft/core/numeric.hpp"
@@ -22,6 +23,15 @@ struct Cpu;
 }
 
 namespace ft::parallel {
+
+// FSDP's names for the data-parallel stages, as the stock policies' names.
+inline std::string canonical_name(const std::string& name) {
+  if (name == "no_shard") return "ddp";
+  if (name == "shard_grad_op") return "zero2";
+  if (name == "full_shard") return "zero3";
+  return name;
+}
+
 struct Policy {};  // base tag of every parallelism policy
 
 template <element T, class M, class Device = device::Cpu>

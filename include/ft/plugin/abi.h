@@ -43,8 +43,8 @@ typedef struct ft_trainer_factory {
   int (*plan)(const char* recipe_toml, ft_write_fn write, void* context);
   /* Runs the resolved recipe to the end; progress and metrics go to stdout,
    * stderr and the run's output_dir. Returns 0 when done, 1 when training
-   * stopped (e.g. the loss diverged), 2 for bad input; on non-zero, writes one
-   * line saying why. */
+   * stopped (e.g. the loss diverged), 2 for bad input, 3 when an allocation
+   * failed (out of memory); on non-zero, writes one line saying why. */
   int (*train)(const char* recipe_toml, ft_write_fn write, void* context);
 } ft_trainer_factory;
 

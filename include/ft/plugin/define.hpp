@@ -122,6 +122,9 @@ struct entry_points {
     } catch (const ft::train::TrainingStopped& e) {
       write(context, e.what());
       return 1;
+    } catch (const ft::OutOfMemory& e) {
+      write(context, e.what());
+      return 3;
     } catch (const ft::Error& e) {  // bad input: recipe, model, data
       write(context, e.what());
       return 2;

@@ -15,6 +15,8 @@
 #include <string_view>
 #include <vector>
 
+#include "ft/core/bytes.hpp"
+
 namespace ft::recipe {
 
 template <class T>
@@ -80,6 +82,15 @@ Check<T> unset_or_at_least(T lo) {
             return detail::show(v) + " is out of range";
           },
           "-1 (not set) or " + detail::kind_of<T>() + " >= " + detail::show(lo)};
+}
+
+// "" (unset) or a size: "24GB", "512MiB", a byte count (core/bytes.hpp).
+inline Check<std::string> byte_size_or_empty() {
+  return {[](const std::string& v) -> std::optional<std::string> {
+            if (v.empty() || parse_bytes(v)) return {};
+            return detail::show(v) + " is not a size";
+          },
+          "\"\" or a size such as 24GB, 512MiB or a byte count"};
 }
 
 inline Check<std::string> one_of(std::initializer_list<std::string_view> choices) {

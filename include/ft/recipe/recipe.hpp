@@ -273,6 +273,8 @@ struct LaunchSection {
   std::string hostfile;
   double collective_timeout = 300;
   Int shard_group_size = 0;
+  std::string memory_limit;
+  bool memory_check = true;
 
   template <class V>
   void fields(V& v) {
@@ -285,6 +287,11 @@ struct LaunchSection {
     v.field("shard_group_size", shard_group_size, at_least<Int>(0),
             "zero1-3 shard within groups of this many consecutive ranks (a node's) and replicate across groups "
             "(FSDP's HYBRID_SHARD); 0 shards over every rank");
+    v.field("memory_limit", memory_limit, byte_size_or_empty(),
+            "memory each rank may use, e.g. \"16GB\": a run whose estimate (ftrun estimate) is larger is refused, "
+            "and ft's allocator fails past it; \"\" for the memory this machine has available");
+    v.field("memory_check", memory_check, Check<bool>{},
+            "refuse before loading anything a run whose estimated peak exceeds the memory available");
   }
 };
 

@@ -8,11 +8,14 @@
 // `allocate(bytes)`, `deallocate(p, bytes)`, `zero(p, bytes)`, `stats()`.
 #include <atomic>
 #include <cstddef>
+#include <string>
 #include <cstdlib>
 #include <cstring>
 #include <new>
 #include <string_view>
 #include <vector>
+
+#include "ft/core/error.hpp"
 
 namespace ft::memory {
 
@@ -44,11 +47,26 @@ struct Host {
     static Stats s;
     return s;
   }
+  // The most bytes this space may hand out at once (launch.memory_limit):
+  // past it an allocation fails as the system's would, so a run planned for
+  // a smaller machine fails here as it would there.
+  static std::size_t& limit() {
+    static std::size_t bytes = 0;  // 0: no limit
+    return bytes;
+  }
   static void* allocate(std::size_t bytes) {
     if (bytes == 0) return nullptr;
+    if (limit() && stats().current() + bytes > limit())
+      throw OutOfMemory("cannot allocate " + std::to_string(bytes) + " bytes of host memory: " +
+                            std::to_string(stats().current()) + " are in use and launch.memory_limit is " +
+                            std::to_string(limit()),
+                        bytes);
     std::size_t rounded = (bytes + alignment - 1) / alignment * alignment;
     void* p = std::aligned_alloc(alignment, rounded);
-    if (!p) throw std::bad_alloc();
+    if (!p)
+      throw OutOfMemory("cannot allocate " + std::to_string(bytes) + " bytes of host memory (" +
+                            std::to_string(stats().current()) + " in use by ft)",
+                        bytes);
     stats().add(bytes);
     return p;
   }

@@ -52,7 +52,7 @@ template <element T, class M, class D>
 std::filesystem::path save_checkpoint(Run<T, M, D>& run, std::int64_t step) {
   comm::Communicator& comm = *run.comm;
   const std::string name = checkpoint_name(step);
-  comm.set_phase("checkpoint " + name);
+  run.enter("checkpoint " + name);
   const std::filesystem::path dst = run.out / name;
   const std::string made = comm.rank() == 0 ? io::stage_directory(dst).string() : "";
   const std::filesystem::path staging = comm.all_gather_text(made, "the checkpoint's staging directory")[0];

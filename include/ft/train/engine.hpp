@@ -15,7 +15,9 @@
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
+#include <fstream>
 #include <map>
+#include <new>
 #include <memory>
 #include <string>
 #include <vector>
@@ -23,6 +25,7 @@
 #include <nlohmann/json.hpp>
 
 #include "ft/comm/world.hpp"
+#include "ft/core/bytes.hpp"
 #include "ft/optim/schedule.hpp"
 #include "ft/train/checkpoint.hpp"
 #include "ft/train/checkpointing.hpp"
@@ -79,8 +82,38 @@ public:
     run_.loss_scale.value = run_.loss_scale.enabled ? std::ldexp(1.0, int(run_.recipe.train.initial_scale_power)) : 1.0;
   }
 
-  // Runs the recipe to the end; throws ft::Error for bad input, TrainingStopped when the loss diverges.
+  // Runs the recipe to the end; throws ft::Error for bad input, TrainingStopped
+  // when the loss diverges, OutOfMemory (naming the phase) when an allocation fails.
   void run() {
+    const recipe::Recipe& r = run_.recipe;
+    if constexpr (requires { Memory::limit(); })
+      if (!r.launch.memory_limit.empty()) Memory::limit() = parse_bytes(r.launch.memory_limit).value_or(0);
+    try {
+      run_phases();
+    } catch (const OutOfMemory& e) {
+      throw out_of_memory(e.what(), e.bytes());
+    } catch (const std::bad_alloc&) {
+      throw out_of_memory("the system refused an allocation", 0);
+    }
+  }
+
+private:
+  // The failure as one line naming the phase, and as a record in metrics.jsonl.
+  OutOfMemory out_of_memory(const std::string& what, std::size_t bytes) {
+    const std::string phase = run_.phase;
+    if (!run_.out.empty() && (!run_.comm || run_.comm->rank() == 0)) {
+      nlohmann::ordered_json j{{"split", "error"},
+                               {"error", "out_of_memory"},
+                               {"phase", phase},
+                               {"requested_bytes", bytes},
+                               {"allocated_bytes", Memory::stats().current()},
+                               {"peak_memory_bytes", Memory::stats().peak()}};
+      std::ofstream(run_.out / "metrics.jsonl", std::ios::app) << j.dump() << "\n";
+    }
+    return OutOfMemory("out of memory in " + phase + ": " + what, bytes);
+  }
+
+  void run_phases() {
     Run<T, M, Device>& run = run_;
     const recipe::Recipe& r = run.recipe;
     if constexpr (!std::is_same_v<Device, device::Cpu>) {
@@ -94,7 +127,7 @@ public:
     comm_ = comm::join_job(r.launch.collective_timeout);
     run.comm = comm_.get();
     comm::Communicator& comm = *comm_;
-    comm.set_phase("setup");
+    run.enter("setup");
     agree_on_run(run);
     run.out = r.output_dir;
     if (comm.rank() == 0) {
@@ -103,6 +136,8 @@ public:
     }
     comm.barrier("the output directory", true);  // rank 0 may be deleting a killed run's leftovers
     const std::filesystem::path resume_from = resolve_resume(run.out, r.checkpoint.resume);
+    // Before the model exists, so that the measurement's matrices do not add to its memory.
+    run.peak_flops = measure_gemm_peak<Device, gemm_peak_type<Device, T>>(gemm_peak_size<Device>);
 
     load_text(run);
     load_data(run);
@@ -117,12 +152,10 @@ public:
 
     MetricsLog log(run.out, long(run.total_steps), long(step), comm.rank() == 0);
     if (!r.preview.prompt.empty() && step == 0) log.say("before training: " + preview(run));
-    if constexpr (std::is_same_v<Device, device::Cpu>) run.peak_flops = measure_gemm_peak();
-    else run.peak_flops = measure_gemm_peak<Device, T>(8192);
 
     Window window;
     while (step < run.total_steps) {
-      comm.set_phase("step " + std::to_string(step + 1));
+      run.enter("step " + std::to_string(step + 1));
       const double lr = schedule.rate(step);
       const StepResult s = train_step(run, step, lr);
       ++step;
@@ -148,7 +181,7 @@ public:
     evaluate_into(log, step);
     log.say("saved " + save_checkpoint(run, step).string());
     if (!r.preview.prompt.empty()) log.say("after training: " + preview(run));
-    comm.set_phase("the final save");
+    run.enter("the final save");
     auto save_final = [&] {
       if (comm.rank() == 0)
         for (const std::string& line : run.adapter->save_final(run.out)) std::printf("%s\n", line.c_str());
@@ -159,7 +192,6 @@ public:
     std::fflush(stdout);
   }
 
-private:
   // Averages over the steps since the last log, as HF's Trainer logs.
   struct Window {
     double loss = 0, grad_norm = 0, seconds = 0;
@@ -242,7 +274,7 @@ private:
   };
 
   void evaluate_into(MetricsLog& log, std::int64_t step) {
-    run_.comm->set_phase("evaluation at step " + std::to_string(step));
+    run_.enter("evaluation at step " + std::to_string(step));
     const nlohmann::ordered_json j = evaluate(run_, step);
     if (!j.is_null()) log.log("eval", j);
   }

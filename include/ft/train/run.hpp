@@ -74,6 +74,13 @@ struct Run {
   nlohmann::ordered_json fingerprint;  // of the model's config and tokenizer, checked on resume
   double flops_per_token = 0, peak_flops = 1;
 
+  // What the run is doing ("step 12"): collectives and out-of-memory reports name it.
+  std::string phase = "setup";
+  void enter(std::string what) {
+    phase = what;
+    if (comm) comm->set_phase(std::move(what));
+  }
+
   // What a checkpoint restores besides the weights and optimizer state.
   LossScale loss_scale;
   std::int64_t optimizer_step = 0;

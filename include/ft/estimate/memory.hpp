@@ -1,0 +1,451 @@
+#pragma once
+// What a run will allocate, before it allocates anything: per rank, the
+// bytes of every buffer the engine makes, named as a user thinks of them
+// (weights, gradients, master weights, optimizer state, activations,
+// workspace), and the peak of each phase (a training step, an evaluation).
+//
+// The figures come from the code that allocates, not from a formula beside
+// it: the stages declare their parameters into counting buffers
+// (Block::declare and friends), a micro-batch's buffers are counted from
+// the layouts their resize() makes them from (models/context.hpp), shards
+// are cut by the same ShardLayout, optimizer state follows the state
+// functions' sizes. What is modelled by hand is the workspace: the largest
+// buffer a step makes and frees (a chunk of logits; on the CPU, 16-bit
+// GEMM operands widened to f32). tests/estimate checks every stock
+// combination against the allocator's measured peak.
+//
+// Bytes are those the memory space hands out (memory/memory.hpp counts the
+// requested size); the host also holds code, the mapped token cache and
+// BLAS's own buffers, which the allocator does not see and RSS does.
+#include <algorithm>
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "ft/adapters/adapter.hpp"
+#include "ft/adapters/lora.hpp"
+#include "ft/core/half.hpp"
+#include "ft/models/block.hpp"
+#include "ft/models/context.hpp"
+#include "ft/models/load.hpp"
+#include "ft/models/stages.hpp"
+#include "ft/nn/rope.hpp"
+#include "ft/optim/adafactor.hpp"
+#include "ft/optim/adamw8bit.hpp"
+#include "ft/parallel/parallelism.hpp"
+#include "ft/parallel/shard_layout.hpp"
+#include "ft/recipe/recipe.hpp"
+#include "ft/train/flops.hpp"
+#include "ft/train/optimizer_state.hpp"
+#include "ft/train/setup.hpp"
+
+namespace ft::estimate {
+
+struct Term {
+  std::string name;
+  std::uint64_t bytes = 0;
+  std::string detail;  // what it is made of, in words
+};
+
+inline std::uint64_t sum(const std::vector<Term>& terms) {
+  std::uint64_t n = 0;
+  for (const Term& t : terms) n += t.bytes;
+  return n;
+}
+
+// One rank's memory: what the device's memory space holds (on the CPU, the
+// host's), and on a GPU what the host keeps beside it.
+struct MemoryEstimate {
+  std::string device = "cpu";
+  int rank = 0, ranks = 1;
+  std::int64_t rows = 0, tokens = 0;    // a training micro-batch: rows x tokens
+  std::vector<Term> held;               // from setup to the end of the run
+  std::vector<Term> activations;        // a micro-batch's buffers, kept from step to step
+  Term step_workspace, eval_workspace;  // the largest buffers a step (an evaluation) makes and frees
+  Term setup_workspace;                 // measuring the device's GEMM peak, before the model exists
+  std::vector<Term> host;               // on a GPU: host memory beside the device's
+
+  std::uint64_t held_bytes() const { return sum(held); }
+  std::uint64_t activation_bytes() const { return sum(activations); }
+  std::uint64_t setup_peak() const { return setup_workspace.bytes; }
+  std::uint64_t step_peak() const { return held_bytes() + activation_bytes() + step_workspace.bytes; }
+  std::uint64_t eval_peak() const { return held_bytes() + activation_bytes() + eval_workspace.bytes; }
+  std::uint64_t peak() const { return std::max({setup_peak(), step_peak(), eval_peak()}); }
+  std::string peak_phase() const {
+    if (peak() == step_peak()) return "step";
+    return peak() == eval_peak() ? "evaluation" : "setup";
+  }
+  // The largest single part of the peak, for a refusal's message.
+  Term largest() const {
+    const std::string phase = peak_phase();
+    if (phase == "setup") return setup_workspace;
+    Term best = phase == "step" ? step_workspace : eval_workspace;
+    for (const auto* list : {&held, &activations})
+      for (const Term& t : *list)
+        if (t.bytes > best.bytes) best = t;
+    return best;
+  }
+};
+
+namespace detail {
+
+// A parameter buffer that only counts: the stages declare into it as into
+// their own (models::ParameterBuffer has the same declare()).
+struct Layout {
+  std::vector<models::ParameterEntry> entries;
+  index_t size = 0;
+  void declare(std::string name, Shape shape) {
+    entries.push_back({std::move(name), shape, size});
+    size += shape.numel();
+  }
+};
+
+// Bytes of a set of buffers from its layout (models/context.hpp).
+struct CountBytes {
+  std::uint64_t* total;
+  template <class U, class Space, class Set>
+  void operator()(Tensor<U, Space> Set::*, const Shape& shape) const {
+    *total += std::uint64_t(shape.numel()) * sizeof(U);
+  }
+};
+
+// The f32 copies a 16-bit GEMM makes on the CPU (kernels/gemm.hpp: A, B and
+// C widened), for a product of [M, K] x [K, N].
+template <class T>
+std::uint64_t widened_gemm_bytes(index_t M, index_t N, index_t K, bool on_cpu) {
+  if (!on_cpu || std::is_same_v<T, float> || std::is_same_v<T, double>) return 0;
+  return std::uint64_t(M * K + K * N + M * N) * sizeof(float);
+}
+
+// The optimizer state of one shard of a buffer: `entries` are the tensors
+// in [begin, end), as the optimizer is made with them (parallel/data_parallel.hpp).
+template <class M>
+std::uint64_t optimizer_state_bytes(const std::string& optimizer, const std::vector<models::ParameterEntry>& entries,
+                                    index_t n, const recipe::TrainSection& t) {
+  using S = train::detail::state_t<M>;
+  if (optimizer == "adamw") return 2 * std::uint64_t(n) * sizeof(S);
+  if (optimizer == "lion") return std::uint64_t(n) * sizeof(S);
+  if (optimizer == "sgd") return t.momentum != 0 ? std::uint64_t(n) * sizeof(S) : 0;
+  std::uint64_t bytes = 0;
+  if (optimizer == "adafactor") {
+    for (const auto& e : entries) {
+      const optim::AdafactorLayout l(e.shape);
+      bytes += (l.factored ? std::uint64_t(l.batch * (l.rows + l.cols)) : std::uint64_t(l.size())) * sizeof(S);
+      if (t.adafactor_beta1 > 0) bytes += std::uint64_t(l.size()) * sizeof(S);
+    }
+    return bytes;
+  }
+  if (optimizer == "adamw8bit") {
+    for (const auto& e : entries) {
+      const index_t size = e.shape.numel();
+      if (size >= optim::adamw8bit_min_size)
+        bytes += 2 * std::uint64_t(size) +
+                 2 * std::uint64_t((size + optim::adamw8bit_block - 1) / optim::adamw8bit_block) * sizeof(float);
+      else bytes += 2 * std::uint64_t(size) * sizeof(S);
+    }
+    return bytes;
+  }
+  throw Error("ftrun estimate has no memory model for optimizer \"" + optimizer +
+              "\"; it knows sgd, adamw, adafactor, adamw8bit, lion");
+}
+
+template <class T>
+std::string dtype_name() {
+  if constexpr (std::is_same_v<T, bf16>) return "bf16";
+  else if constexpr (std::is_same_v<T, f16>) return "f16";
+  else return "f32";
+}
+
+// The stock family that reads this config.json, as an adapter checks a recipe against it.
+template <class... Families>
+adapters::FamilyModules family_modules_of(const std::string& architecture) {
+  adapters::FamilyModules out;
+  auto look = [&]<class F>() {
+    for (std::string_view a : F::hf_architectures)
+      if (a == architecture) out = {F::name, F::linear_modules, F::default_lora_targets};
+  };
+  (look.template operator()<Families>(), ...);
+  if (out.family.empty()) throw Error("ftrun estimate: no stock family reads architecture \"" + architecture + "\"");
+  return out;
+}
+
+}  // namespace detail
+
+// The model's trainable buffers as the adapter hands them to the
+// parallelism: each with the stage whose backward completes it.
+struct TrainableLayout {
+  std::string name;
+  detail::Layout layout;
+};
+
+// The estimate for rank `rank` of the recipe's launch.nproc, with T the
+// storage dtype and M the optimizer's (the precision policy's pair).
+template <element T, class M>
+MemoryEstimate estimate_memory_as(const recipe::Recipe& recipe, const models::ModelSpec& spec, int rank) {
+  using A = acc_t<T>;
+  const models::TransformerConfig& c = spec.config;
+  const recipe::Recipe& r = recipe;
+  const bool on_cpu = r.strategy.device == "cpu";
+  const bool has_master = !std::is_same_v<T, M>;
+  const std::string& adapter = r.strategy.adapter;
+  const std::string parallelism = parallel::canonical_name(r.strategy.parallelism);
+  const bool trains_base = adapter == "full";
+  const int ranks = int(std::max<std::int64_t>(1, r.launch.nproc));
+  const bool multi = parallelism != "single" && ranks > 1;
+  const bool shards_state = multi && (parallelism == "zero1" || parallelism == "zero2" || parallelism == "zero3");
+  const bool shards_grads = multi && (parallelism == "zero2" || parallelism == "zero3");
+  const bool shards_params = multi && parallelism == "zero3";
+  if (parallelism == "pipeline") throw Error("ftrun estimate does not model pipeline parallelism yet");
+  const bool fused = r.train.fuse_optimizer_with_backward;
+  const std::string& optimizer = r.strategy.optimizer;
+  const bool by_element = optimizer == "sgd" || optimizer == "adamw" || optimizer == "lion";
+  const index_t L = c.num_layers, C = c.hidden_size, V = c.vocab_size, HD = c.num_heads * c.head_dim;
+
+  MemoryEstimate e;
+  e.device = r.strategy.device;
+  e.rank = rank;
+  e.ranks = multi ? ranks : 1;
+
+  // The model's stages, declared as the engine declares them.
+  std::vector<detail::Layout> stages(std::size_t(L + 2));  // embedding, blocks, head
+  models::EmbeddingStage<T>::declare(stages.front(), c);
+  for (index_t l = 0; l < L; ++l) models::Block<T>::declare(stages[std::size_t(l + 1)], c);
+  models::HeadStage<T>::declare(stages.back(), c);
+  std::uint64_t parameters = 0, largest_stage = 0;
+  for (const auto& s : stages) {
+    parameters += std::uint64_t(s.size);
+    largest_stage = std::max(largest_stage, std::uint64_t(s.size));
+  }
+  const std::uint64_t rope = std::uint64_t(L) * nn::rope_inverse_frequencies(c.rope).size() * sizeof(float);
+
+  // What trains: the stages themselves, one LoRA buffer per adapted block, or the prompt.
+  std::vector<detail::Layout> trainables;
+  std::vector<adapters::LoraTarget> lora;
+  if (trains_base) {
+    trainables = stages;
+  } else if (adapter == "lora") {
+    lora = adapters::lora_targets(spec, r.lora.target_modules);
+    for (index_t l = 0; l < L; ++l) {
+      std::vector<adapters::LoraTarget> mine;
+      for (const auto& t : lora)
+        if (t.layer == l) mine.push_back(t);
+      if (mine.empty()) continue;
+      detail::Layout b;
+      adapters::LoraBlock<T>::declare(b, mine, r.lora.r);
+      trainables.push_back(std::move(b));
+    }
+  } else if (adapter == "prompt") {
+    detail::Layout p;
+    p.declare("prompt_embeddings", {r.prompt_tuning.num_virtual_tokens, C});
+    trainables.push_back(std::move(p));
+  } else {
+    throw Error("ftrun estimate has no memory model for adapter \"" + adapter + "\"; it knows full, lora, prompt");
+  }
+  std::uint64_t trained = 0;
+  for (const auto& t : trainables) trained += std::uint64_t(t.size);
+
+  // This rank's range of each trainable buffer.
+  const int world = shards_state ? ranks : 1, part = shards_state ? rank : 0;
+  std::uint64_t owned = 0, state = 0, largest_buffer = 0;
+  for (const auto& t : trainables) {
+    const parallel::ShardLayout cut(t.entries, t.size, world, by_element);
+    const index_t begin = cut.begin(part), end = cut.end(part);
+    owned += std::uint64_t(end - begin);
+    state += detail::optimizer_state_bytes<M>(optimizer, parallel::entries_in(t.entries, begin, end), end - begin,
+                                              r.train);
+    largest_buffer = std::max(largest_buffer, std::uint64_t(t.size));
+  }
+
+  // Held from setup to the end.
+  // ZeRO-3 keeps this rank's range of every stage (cut as the optimizer
+  // needs when the stage trains, by element when it is frozen) and gathers
+  // whole stages only while they run.
+  std::uint64_t gathered = 0;
+  if (shards_params) {
+    std::uint64_t shard = 0;
+    for (const auto& stage : stages)
+      shard += std::uint64_t(parallel::ShardLayout(stage.entries, stage.size, ranks, trains_base ? by_element : true)
+                                 .size(rank));
+    e.held.push_back({"weights (this rank's shard)", shard * sizeof(T),
+                      "ZeRO-3: 1/" + std::to_string(ranks) + " of the weights in " + detail::dtype_name<T>()});
+    // Two stages at once (the running one and the next, prefetched), with
+    // their gradients when they train, and then the head with the embedding
+    // table it is tied to, whose gradient completes at the end of backward.
+    gathered = 2 * largest_stage * sizeof(T) * (trains_base ? 2 : 1);
+    if (c.tie_embeddings && trains_base)
+      gathered += std::uint64_t(stages.front().size + stages.back().size) * sizeof(T);
+  } else {
+    e.held.push_back({"weights", parameters * sizeof(T), std::to_string(parameters) + " parameters in " +
+                                                             detail::dtype_name<T>()});
+  }
+  e.held.push_back({"rotary frequencies", rope, "per block"});
+  if (!trains_base)
+    e.held.push_back({"adapter weights", trained * sizeof(T), std::to_string(trained) + " trainable parameters"});
+  // Gradients in T: the model's own under a full fine-tune (one block's
+  // buffer serves every block when the optimizer is fused into backward), the adapter's otherwise.
+  if (!shards_params || !trains_base) {
+    std::uint64_t grads = trains_base ? parameters : trained;
+    if (fused && trains_base && L > 0)
+      grads = std::uint64_t(stages.front().size + stages.back().size + stages[1].size);
+    e.held.push_back({"gradients", grads * sizeof(T), detail::dtype_name<T>() + (fused ? ", fused: one block's buffer shared" : "")});
+  }
+  if (has_master) e.held.push_back({"master weights", owned * sizeof(M), "f32 copy of what this rank steps"});
+  if (!fused && (has_master || shards_grads)) {
+    const std::uint64_t n = shards_grads ? owned : trained;
+    e.held.push_back({"step gradients", n * sizeof(M), detail::dtype_name<M>() + ", accumulated over micro-batches"});
+  }
+  e.held.push_back({"optimizer state", state, optimizer + (shards_state ? ", this rank's shard" : "")});
+  // Reduce-scatter keeps two buffers in flight (the one whose backward just
+  // completed and the one before it), each with the whole gradient in M
+  // (when it must be converted) and this rank's part of the sum. Their
+  // scratch is reused, so between steps it holds what the last two buffers
+  // of backward needed, and during backward the largest consecutive pair.
+  std::uint64_t reduction_after = 0, reduction_most = 0;
+  if (shards_grads) {
+    std::vector<std::uint64_t> in_flight;  // per buffer, in the order backward completes them
+    for (auto t = trainables.rbegin(); t != trainables.rend(); ++t) {
+      const parallel::ShardLayout cut(t->entries, t->size, world, by_element);
+      in_flight.push_back((has_master ? std::uint64_t(t->size) : 0) + std::uint64_t(cut.size(part)));
+    }
+    for (std::size_t i = 0; i < in_flight.size(); ++i) {
+      const std::uint64_t pair = in_flight[i] + (i > 0 ? in_flight[i - 1] : 0);
+      reduction_most = std::max(reduction_most, pair);
+      if (i + 1 == in_flight.size()) reduction_after = pair;
+    }
+    reduction_after *= sizeof(M);
+    reduction_most *= sizeof(M);
+    e.held.push_back({"reduction buffers", reduction_after, "the last two buffers' gradients of a backward, kept"});
+  }
+
+  // A training micro-batch: rows x tokens (the longest a batch can be).
+  const index_t B = r.train.per_device_train_batch_size;
+  const index_t T_ = r.data.max_seq_length + (adapter == "prompt" ? r.prompt_tuning.num_virtual_tokens : 0);
+  const index_t N = B * T_;
+  e.rows = B;
+  e.tokens = T_;
+  const models::MemoryOptions memory{train::checkpoint_every(r.train.gradient_checkpointing),
+                                     r.train.activation_offloading};
+  std::uint64_t kept = 0, blocks_kept = 0;
+  bool any_checkpointed = false;
+  for (index_t l = 0; l < L; ++l) {
+    if (memory.checkpoints(l)) {
+      any_checkpointed = true;
+      continue;
+    }
+    ++blocks_kept;
+  }
+  models::BlockActivations<T>::layout(c, B, T_, detail::CountBytes{&kept});
+  const std::uint64_t per_block = kept;
+  e.activations.push_back({"block activations", per_block * blocks_kept,
+                           std::to_string(blocks_kept) + " of " + std::to_string(L) + " blocks keep theirs"});
+  if (any_checkpointed)
+    e.activations.push_back({"recomputed activations", per_block, "one set shared by checkpointed blocks"});
+  const std::uint64_t stream = std::uint64_t(N * C) * sizeof(T);
+  e.activations.push_back({"residual stream", stream * (memory.offload_inputs ? 4 : std::uint64_t(L + 2)),
+                           memory.offload_inputs ? "two buffers in turn, a restored input and the gradient"
+                                                 : "every block's input, the head's, and the gradient"});
+  std::uint64_t head = 0;
+  models::HeadActivations<T>::layout(N, C, detail::CountBytes{&head});
+  e.activations.push_back({"head", head, "the final norm's output and its gradient"});
+  std::uint64_t scratch = 0;
+  models::BlockScratch<T>::layout(c, N, detail::CountBytes{&scratch});
+  e.activations.push_back({"backward scratch", scratch, "one set every block's backward uses"});
+  if (memory.offload_inputs) {
+    const Term offloaded{"offloaded block inputs", stream * std::uint64_t(L), "host copies of each block's input"};
+    (on_cpu ? e.activations : e.host).push_back(offloaded);
+  }
+  if (!on_cpu) e.activations.push_back({"batch arrays", std::uint64_t(N) * 4 * sizeof(std::int32_t),
+                                        "token ids, targets, positions, documents"});
+  if (!lora.empty()) {
+    // Each adapted block keeps A x and its gradient [N, r], and with dropout x's dropped copy.
+    std::uint64_t bytes = 0;
+    for (index_t l = 0; l < L; ++l) {
+      index_t widest = 0;
+      bool adapted = false;
+      for (const auto& t : lora)
+        if (t.layer == l) {
+          adapted = true;
+          widest = std::max(widest, t.in);
+        }
+      if (!adapted) continue;
+      bytes += 2 * std::uint64_t(N * r.lora.r) * sizeof(T);
+      if (r.lora.dropout > 0) bytes += std::uint64_t(N * widest) * sizeof(T);
+    }
+    e.activations.push_back({"adapter activations", bytes, "A x and its gradient per adapted block"});
+  }
+
+  // The largest buffers a step makes and frees. The LM head works on chunks
+  // of rows (nn/cross_entropy.hpp): a chunk of logits and, on the CPU in 16
+  // bits, its GEMMs' f32 copies; a block's projections widen on the CPU too.
+  const index_t chunk = std::min<index_t>(256, N);
+  const std::uint64_t logits = std::uint64_t(chunk * V) * sizeof(T) + std::uint64_t(chunk) * sizeof(double);
+  const std::uint64_t head_gemm = detail::widened_gemm_bytes<T>(chunk, V, C, on_cpu);
+  std::uint64_t block_gemm = 0;
+  for (auto [in, out] : {std::pair{C, c.qkv_width()}, std::pair{HD, C}, std::pair{C, c.mlp_in_width()},
+                         std::pair{c.intermediate_size, C}})
+    block_gemm = std::max(block_gemm, detail::widened_gemm_bytes<T>(N, out, in, on_cpu));
+  const std::uint64_t norm_partials = std::uint64_t(C) * sizeof(A) * 2;
+  // ZeRO-3: the head's forward runs with the head (and the table it is tied
+  // to) gathered, a block's backward with two stages.
+  const std::uint64_t head_gathered =
+      shards_params ? std::uint64_t(stages.back().size + (c.tie_embeddings ? stages.front().size : 0)) * sizeof(T) : 0;
+  e.step_workspace = {"workspace", std::max({logits + head_gemm + head_gathered,
+                                             block_gemm + gathered + (reduction_most - reduction_after), norm_partials}),
+                      "a chunk of " + std::to_string(chunk) + " rows of logits" +
+                          (head_gemm ? " and the f32 copies of 16-bit GEMMs" : "") +
+                          (shards_params ? ", or two gathered stages" : "")};
+  // Fused into backward under a master copy, each buffer's gradient is
+  // converted to M before its step (parallel/data_parallel.hpp).
+  if (fused && has_master) e.step_workspace.bytes += largest_buffer * sizeof(M);
+
+  // Setup measures the device's GEMM peak on three square matrices (train/flops.hpp).
+  {
+    const bool cpu = r.strategy.device == "cpu";
+    const std::uint64_t n = cpu ? std::uint64_t(train::gemm_peak_size<device::Cpu>) : 8192;
+    e.setup_workspace = {"GEMM peak measurement", 3 * n * n * (cpu ? sizeof(float) : sizeof(T)),
+                         "three " + std::to_string(n) + " x " + std::to_string(n) + " matrices, freed before the model loads"};
+  }
+
+  // Evaluation: the same context, rows of the evaluation batch, forward only.
+  const index_t eval_rows = r.train.per_device_eval_batch_size > 0 ? r.train.per_device_eval_batch_size : B;
+  const index_t eval_N = eval_rows * T_, eval_chunk = std::min<index_t>(256, eval_N);
+  e.eval_workspace = {"workspace", std::uint64_t(eval_chunk * V) * sizeof(T) + std::uint64_t(eval_chunk) * sizeof(double) +
+                                       detail::widened_gemm_bytes<T>(eval_chunk, V, C, on_cpu),
+                      "a chunk of logits"};
+  if (eval_rows > B) {
+    std::uint64_t more = 0;
+    models::BlockActivations<T>::layout(c, eval_rows - B, T_, detail::CountBytes{&more});
+    e.eval_workspace.bytes += more * blocks_kept + std::uint64_t((eval_rows - B) * T_ * C) * sizeof(T) * std::uint64_t(L + 2);
+  }
+  return e;
+}
+
+// The estimate for one rank, with the recipe's precision (its storage and optimizer dtypes).
+inline MemoryEstimate estimate_memory_of_rank(recipe::Recipe recipe, int rank) {
+  const models::ModelSpec spec = models::read_model_spec(recipe.model.path);
+  if (recipe.strategy.adapter == "lora") {
+    adapters::LoRA::resolve(recipe, detail::family_modules_of<models::Llama, models::GptNeox>(spec.config.architecture));
+  }
+  const std::string& p = recipe.strategy.precision;
+  if (p == "fp32") return estimate_memory_as<float, float>(recipe, spec, rank);
+  if (p == "bf16-true") return estimate_memory_as<bf16, bf16>(recipe, spec, rank);
+  if (p == "bf16-mixed") return estimate_memory_as<bf16, float>(recipe, spec, rank);
+  if (p == "fp16-mixed") return estimate_memory_as<f16, float>(recipe, spec, rank);
+  throw Error("ftrun estimate has no memory model for precision \"" + p +
+              "\"; it knows fp32, bf16-true, bf16-mixed, fp16-mixed");
+}
+
+// The rank whose peak is the largest (ranks differ where shards are uneven):
+// the one that must fit.
+inline MemoryEstimate estimate_memory(const recipe::Recipe& recipe) {
+  MemoryEstimate largest = estimate_memory_of_rank(recipe, 0);
+  for (int rank = 1; rank < largest.ranks; ++rank) {
+    MemoryEstimate e = estimate_memory_of_rank(recipe, rank);
+    // The setup's measurement is the same on every rank: ties go to the larger step.
+    if (std::pair(e.peak(), e.step_peak()) > std::pair(largest.peak(), largest.step_peak())) largest = std::move(e);
+  }
+  return largest;
+}
+
+}  // namespace ft::estimate

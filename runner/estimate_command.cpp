@@ -1,0 +1,130 @@
+// ftrun estimate: the memory a recipe's run will take, per rank, before
+// anything is allocated (ft/estimate/memory.hpp), and the same for the
+// other parallelisms and checkpointing, as DeepSpeed's estimator tables do
+// but with activations and what ft really allocates.
+#include <cstdio>
+#include <iostream>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include <ft/estimate/memory.hpp>
+#include <ft/recipe/load.hpp>
+
+#include "commands.hpp"
+#include "exit_code.hpp"
+
+namespace ftrun {
+namespace {
+
+std::string human(std::uint64_t bytes) {
+  char text[32];
+  const double b = double(bytes);
+  if (b >= double(1ull << 30)) std::snprintf(text, sizeof text, "%.2f GiB", b / double(1ull << 30));
+  else if (b >= double(1ull << 20)) std::snprintf(text, sizeof text, "%.1f MiB", b / double(1ull << 20));
+  else std::snprintf(text, sizeof text, "%.1f KiB", b / 1024.0);
+  return text;
+}
+
+nlohmann::ordered_json terms_json(const std::vector<ft::estimate::Term>& terms) {
+  nlohmann::ordered_json out = nlohmann::ordered_json::array();
+  for (const auto& t : terms) out.push_back({{"name", t.name}, {"bytes", t.bytes}, {"detail", t.detail}});
+  return out;
+}
+
+nlohmann::ordered_json to_json(const ft::estimate::MemoryEstimate& e) {
+  return {{"device", e.device},
+          {"rank", e.rank},
+          {"ranks", e.ranks},
+          {"micro_batch", {{"rows", e.rows}, {"tokens", e.tokens}}},
+          {"held", terms_json(e.held)},
+          {"activations", terms_json(e.activations)},
+          {"step_workspace", {{"bytes", e.step_workspace.bytes}, {"detail", e.step_workspace.detail}}},
+          {"eval_workspace", {{"bytes", e.eval_workspace.bytes}, {"detail", e.eval_workspace.detail}}},
+          {"setup_workspace", {{"bytes", e.setup_workspace.bytes}, {"detail", e.setup_workspace.detail}}},
+          {"host", terms_json(e.host)},
+          {"step_peak_bytes", e.step_peak()},
+          {"eval_peak_bytes", e.eval_peak()},
+          {"setup_peak_bytes", e.setup_peak()},
+          {"peak_bytes", e.peak()},
+          {"peak_phase", e.peak_phase()}};
+}
+
+void print_terms(const char* heading, const std::vector<ft::estimate::Term>& terms) {
+  std::printf("  %s\n", heading);
+  for (const auto& t : terms)
+    if (t.bytes > 0) std::printf("    %-28s %12s   %s\n", t.name.c_str(), human(t.bytes).c_str(), t.detail.c_str());
+}
+
+// The recipe under another parallelism and checkpointing choice.
+struct Option {
+  std::string parallelism, checkpointing;
+  std::int64_t nproc;
+};
+
+}  // namespace
+
+int run_estimate(const EstimateOptions& options) {
+  try {
+    const auto loaded = ft::recipe::load<ft::recipe::Recipe>(options.recipe, options.sets);
+    const ft::recipe::Recipe& r = loaded.recipe;
+    const ft::estimate::MemoryEstimate e = ft::estimate::estimate_memory(r);
+
+    // The other choices, at the recipe's ranks (2 when it has one).
+    const std::int64_t ranks = r.launch.nproc > 1 ? r.launch.nproc : 2;
+    std::vector<Option> choices{{"single", "none", 1}, {"single", "every_block", 1}};
+    for (const char* p : {"ddp", "zero1", "zero2", "zero3"})
+      for (const char* k : {"none", "every_block"}) choices.push_back({p, k, ranks});
+    std::vector<std::pair<Option, ft::estimate::MemoryEstimate>> table;
+    for (const Option& o : choices) {
+      ft::recipe::Recipe other = r;
+      other.strategy.parallelism = o.parallelism;
+      other.train.gradient_checkpointing = o.checkpointing;
+      other.launch.nproc = o.nproc;
+      table.emplace_back(o, ft::estimate::estimate_memory(other));
+    }
+
+    if (options.json) {
+      nlohmann::ordered_json j = to_json(e);
+      nlohmann::ordered_json others = nlohmann::ordered_json::array();
+      for (const auto& [o, est] : table)
+        others.push_back({{"parallelism", o.parallelism},
+                          {"gradient_checkpointing", o.checkpointing},
+                          {"nproc", o.nproc},
+                          {"peak_bytes", est.peak()},
+                          {"held_bytes", est.held_bytes()},
+                          {"activation_bytes", est.activation_bytes()}});
+      j["options"] = others;
+      std::printf("%s\n", j.dump(2).c_str());
+      return ok;
+    }
+
+    std::printf("ftrun estimate: %s\n", options.recipe.c_str());
+    std::printf("  %s, %s, %s, %s on %s; rank %d of %d; micro-batch %lld x %lld tokens\n",
+                r.strategy.precision.c_str(), r.strategy.parallelism.c_str(), r.strategy.optimizer.c_str(),
+                r.strategy.adapter.c_str(), e.device.c_str(), e.rank, e.ranks, (long long)e.rows, (long long)e.tokens);
+    print_terms("held for the whole run", e.held);
+    print_terms("a micro-batch's buffers, kept between steps", e.activations);
+    std::printf("  workspace\n    %-28s %12s   %s\n    %-28s %12s   %s\n    %-28s %12s   %s\n", "step",
+                human(e.step_workspace.bytes).c_str(), e.step_workspace.detail.c_str(), "evaluation",
+                human(e.eval_workspace.bytes).c_str(), e.eval_workspace.detail.c_str(), "setup",
+                human(e.setup_workspace.bytes).c_str(), e.setup_workspace.detail.c_str());
+    if (!e.host.empty()) print_terms("host memory beside the device's", e.host);
+    std::printf("  peak  %s in the %s (step %s, evaluation %s, setup %s)\n", human(e.peak()).c_str(),
+                e.peak_phase().c_str(), human(e.step_peak()).c_str(), human(e.eval_peak()).c_str(),
+                human(e.setup_peak()).c_str());
+    std::printf("\n  per rank, other choices (held + activations + workspace = peak):\n");
+    std::printf("    %-11s %-14s %5s %12s %12s %12s\n", "parallelism", "checkpointing", "ranks", "held", "activations",
+                "peak");
+    for (const auto& [o, est] : table)
+      std::printf("    %-11s %-14s %5lld %12s %12s %12s\n", o.parallelism.c_str(), o.checkpointing.c_str(),
+                  (long long)o.nproc, human(est.held_bytes()).c_str(), human(est.activation_bytes()).c_str(),
+                  human(est.peak()).c_str());
+    return ok;
+  } catch (const ft::Error& e) {
+    std::cerr << "ftrun: " << e.what() << "\n";
+    return bad_input;
+  }
+}
+
+}  // namespace ftrun

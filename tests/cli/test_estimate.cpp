@@ -1,0 +1,212 @@
+// ftrun estimate against what a run really allocates: for every stock
+// combination on the tiny Llama, the estimated step peak and the peak ft's
+// allocator measured (metrics.jsonl) agree within 5%. Then the two ways a
+// run meets its memory: refused up front, or stopped by an allocation that
+// fails, each with the out-of-memory exit code.
+#include <doctest/doctest.h>
+
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+namespace fs = std::filesystem;
+
+namespace {
+
+const fs::path scratch = fs::temp_directory_path() / ("ft_estimate_" + std::to_string(::getpid()));
+
+struct Result {
+  int code;
+  std::string out, err;
+};
+
+std::string slurp(const fs::path& p) {
+  std::ifstream in(p);
+  return {std::istreambuf_iterator<char>(in), {}};
+}
+
+Result ftrun(const std::string& args, const std::string& name) {
+  fs::create_directories(scratch);
+  const fs::path out = scratch / (name + ".out"), err = scratch / (name + ".err");
+  const std::string cmd = FTRUN_PATH " " + args + " >" + out.string() + " 2>" + err.string();
+  const int status = std::system(cmd.c_str());
+  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, slurp(out), slurp(err)};
+}
+
+// The tiny Llama on rows of 128 artificial tokens: 2 steps of 2 micro-batches of 2 rows.
+std::string recipe(const std::string& name) {
+  fs::create_directories(scratch);
+  const fs::path path = scratch / (name + ".toml");
+  std::ofstream(path) << "output_dir = \"" << (scratch / name).string() << "\"\n"
+                      << "[model]\npath = \"" FT_SOURCE_DIR "/models/ft-tiny-llama\"\n"
+                      << "[data]\ntrain = \"artificial:tokens-128-entries-32\"\nformat = \"tokens\"\n"
+                      << "max_seq_length = 128\ncache_dir = \"" << (scratch / "cache").string() << "\"\n"
+                      << "[train]\nper_device_train_batch_size = 2\ngradient_accumulation_steps = 2\n"
+                      << "max_steps = 2\nlogging_steps = 1\n[checkpoint]\nsave_steps = 0\n";
+  return path.string();
+}
+
+std::string sets(const std::vector<std::string>& keys) {
+  std::string out;
+  for (const auto& k : keys) out += " --set '" + k + "'";
+  return out;
+}
+
+struct Figures {
+  double estimated = 0, measured = 0;
+};
+
+// The estimate's step peak and the largest step peak the run logged.
+Figures estimate_and_measure(const std::vector<std::string>& keys) {
+  static int count = 0;
+  const std::string name = "run" + std::to_string(++count);
+  const std::string file = recipe(name);
+  const Result estimate = ftrun("estimate " + file + sets(keys) + " --json", name + "_estimate");
+  REQUIRE_MESSAGE(estimate.code == 0, estimate.err);
+  Figures f;
+  f.estimated = nlohmann::json::parse(estimate.out).at("step_peak_bytes").get<double>();
+  const Result train = ftrun("train " + file + sets(keys), name + "_train");
+  REQUIRE_MESSAGE(train.code == 0, train.err);
+  std::ifstream metrics(scratch / name / "metrics.jsonl");
+  for (std::string line; std::getline(metrics, line);) {
+    const auto j = nlohmann::json::parse(line);
+    if (j.value("split", "") == "train") f.measured = std::max(f.measured, j.at("peak_memory_bytes").get<double>());
+  }
+  fs::remove_all(scratch / name);
+  return f;
+}
+
+void check_within_5_percent(const std::vector<std::string>& keys) {
+  std::string what;
+  for (const auto& k : keys) what += k + " ";
+  const Figures f = estimate_and_measure(keys);
+  INFO(what << ": estimated " << f.estimated << ", measured " << f.measured);
+  CHECK(f.measured > 0);
+  CHECK(std::abs(f.measured / f.estimated - 1) <= 0.05);
+}
+
+void check_precision(const std::string& precision) {
+  for (const char* optimizer : {"sgd", "adamw", "adafactor", "adamw8bit", "lion"})
+    for (const char* adapter : {"full", "lora", "prompt"})
+      check_within_5_percent({"strategy.precision=" + precision, std::string("strategy.optimizer=") + optimizer,
+                              std::string("strategy.adapter=") + adapter, "prompt_tuning.num_virtual_tokens=8"});
+}
+
+}  // namespace
+
+TEST_CASE("ftrun estimate prints each term, the peak and the other parallelisms") {
+  const std::string file = recipe("print");
+  const Result text = ftrun("estimate " + file, "print");
+  REQUIRE_MESSAGE(text.code == 0, text.err);
+  for (const char* part : {"weights", "optimizer state", "block activations", "workspace", "peak", "zero3"})
+    CHECK_MESSAGE(text.out.find(part) != std::string::npos, part);
+  const Result json = ftrun("estimate " + file + " --json --set launch.nproc=2 --set strategy.parallelism=zero2",
+                            "print_json");
+  REQUIRE_MESSAGE(json.code == 0, json.err);
+  const auto j = nlohmann::json::parse(json.out);
+  CHECK(j.at("ranks") == 2);
+  CHECK(j.at("peak_bytes").get<double>() >= j.at("step_peak_bytes").get<double>());
+  CHECK(j.at("options").size() == 10);
+  const Result bad = ftrun("estimate " + file + " --set strategy.optimizer=adam", "print_bad");
+  CHECK(bad.code == 2);
+  CHECK(bad.err.find("adam") != std::string::npos);
+}
+
+TEST_CASE("estimate within 5% of the measured peak: fp32, every optimizer and adapter") { check_precision("fp32"); }
+TEST_CASE("estimate within 5% of the measured peak: bf16-true, every optimizer and adapter") {
+  check_precision("bf16-true");
+}
+TEST_CASE("estimate within 5% of the measured peak: bf16-mixed, every optimizer and adapter") {
+  check_precision("bf16-mixed");
+}
+TEST_CASE("estimate within 5% of the measured peak: fp16-mixed, every optimizer and adapter") {
+  check_precision("fp16-mixed");
+}
+
+TEST_CASE("estimate within 5% of the measured peak: checkpointing, offloading, a fused optimizer, dropout") {
+  for (const char* precision : {"fp32", "bf16-mixed"}) {
+    const std::string p = std::string("strategy.precision=") + precision;
+    check_within_5_percent({p, "strategy.adapter=full", "train.gradient_checkpointing=every_block"});
+    check_within_5_percent({p, "strategy.adapter=full", "train.gradient_checkpointing=every_2"});
+    check_within_5_percent({p, "strategy.adapter=full", "train.activation_offloading=true"});
+    check_within_5_percent({p, "strategy.adapter=lora", "lora.dropout=0.1", "lora.target_modules=[\"all-linear\"]"});
+    check_within_5_percent({p, "strategy.adapter=full", "strategy.optimizer=sgd", "train.fuse_optimizer_with_backward=true",
+                            "train.gradient_accumulation_steps=1", "train.max_grad_norm=0"});
+  }
+}
+
+// Every data-parallel stage on real ranks (mpirun): the estimate is the
+// largest rank's, as the metrics' peak is.
+void check_ranks(int ranks) {
+  for (const char* parallelism : {"ddp", "zero1", "zero2", "zero3"})
+    for (const char* precision : {"fp32", "bf16-mixed"})
+      for (const char* adapter : {"full", "lora"})
+        check_within_5_percent({"launch.nproc=" + std::to_string(ranks), std::string("strategy.parallelism=") + parallelism,
+                                std::string("strategy.precision=") + precision, std::string("strategy.adapter=") + adapter,
+                                "train.per_device_train_batch_size=1"});
+  // Per-tensor optimizer state cuts shards at tensor boundaries.
+  for (const char* optimizer : {"adafactor", "adamw8bit"})
+    check_within_5_percent({"launch.nproc=" + std::to_string(ranks), "strategy.parallelism=zero2",
+                            std::string("strategy.optimizer=") + optimizer, "strategy.adapter=full",
+                            "train.per_device_train_batch_size=1"});
+}
+
+TEST_CASE("estimate within 5% of the measured peak on 2 ranks: ddp, zero1, zero2, zero3") { check_ranks(2); }
+TEST_CASE("estimate within 5% of the measured peak on 4 ranks: ddp, zero1, zero2, zero3") { check_ranks(4); }
+
+TEST_CASE("a run whose estimate exceeds launch.memory_limit is refused before it loads anything") {
+  const std::string file = recipe("refused");
+  const std::string big = " --set train.per_device_train_batch_size=16";  // a step's peak above setup's
+  const Result r = ftrun("train " + file + " --set launch.memory_limit=2MB", "refused");
+  CHECK(r.code == 4);
+  CHECK(r.err.find("more than the 1.9 MiB of launch.memory_limit") != std::string::npos);
+  CHECK(r.err.find("largest part: ") != std::string::npos);
+  CHECK(std::count(r.err.begin(), r.err.end(), '\n') == 1);
+  CHECK_FALSE(fs::exists(scratch / "refused" / "metrics.jsonl"));
+  // With room for LoRA but not for a full fine-tune, the refusal names the change that fits.
+  const Result lora = ftrun("estimate " + file + big + " --json --set strategy.adapter=lora", "refused_lora");
+  const Result full = ftrun("estimate " + file + big + " --json --set strategy.adapter=full", "refused_full");
+  const double lora_peak = nlohmann::json::parse(lora.out).at("peak_bytes").get<double>();
+  const double full_peak = nlohmann::json::parse(full.out).at("peak_bytes").get<double>();
+  REQUIRE(lora_peak < full_peak);
+  const std::string limit = std::to_string(std::int64_t((lora_peak + full_peak) / 2));
+  const Result fits =
+      ftrun("train " + file + big + " --set strategy.adapter=full --set launch.memory_limit=" + limit, "refused_fits");
+  CHECK(fits.code == 4);
+  CHECK(fits.err.find("Changes that fit: ") != std::string::npos);
+  CHECK(fits.err.find("strategy.adapter = \"lora\"") != std::string::npos);
+}
+
+TEST_CASE("an allocation that fails mid-run ends it with the out-of-memory code, the phase and the bytes") {
+  const std::string file = recipe("oom");
+  const std::string big = " --set train.per_device_train_batch_size=16";  // a step's peak above setup's
+  const Result estimate = ftrun("estimate " + file + big + " --json", "oom_estimate");
+  const auto j = nlohmann::json::parse(estimate.out);
+  // Room for the model and its state, not for a step's activations.
+  // Room for the setup, the model and its state, not for all of a step's activations.
+  REQUIRE(j.at("peak_phase") == "step");
+  const std::int64_t limit =
+      j.at("peak_bytes").get<std::int64_t>() - j.at("activations")[0].at("bytes").get<std::int64_t>() / 4;
+  REQUIRE(limit > j.at("setup_peak_bytes").get<std::int64_t>());
+  const Result r = ftrun("train " + file + big + " --set launch.memory_check=false --set launch.memory_limit=" +
+                             std::to_string(limit),
+                         "oom");
+  CHECK(r.code == 4);
+  CHECK(r.err.find("out of memory in step 1: cannot allocate ") != std::string::npos);
+  CHECK(std::count(r.err.begin(), r.err.end(), '\n') == 1);
+  std::ifstream metrics(scratch / "oom" / "metrics.jsonl");
+  std::string last;
+  for (std::string line; std::getline(metrics, line);) last = line;
+  const auto record = nlohmann::json::parse(last);
+  CHECK(record.at("error") == "out_of_memory");
+  CHECK(record.at("phase") == "step 1");
+  CHECK(record.at("requested_bytes").get<double>() > 0);
+}
