@@ -60,6 +60,8 @@ std::string sets(const std::vector<std::string>& keys) {
   return out;
 }
 
+const std::string neox = "model.path=" FT_SOURCE_DIR "/models/ft-tiny-neox";
+
 struct Figures {
   double estimated = 0, measured = 0;
 };
@@ -140,6 +142,9 @@ TEST_CASE("estimate within 5% of the measured peak: checkpointing, offloading, a
     check_within_5_percent({p, "strategy.adapter=lora", "lora.dropout=0.1", "lora.target_modules=[\"all-linear\"]"});
     check_within_5_percent({p, "strategy.adapter=full", "strategy.optimizer=sgd", "train.fuse_optimizer_with_backward=true",
                             "train.gradient_accumulation_steps=1", "train.max_grad_norm=0"});
+    // GPT-NeoX: untied head, layer norms, biases, a parallel residual.
+    for (const char* adapter : {"full", "lora"})
+      check_within_5_percent({p, neox, std::string("strategy.adapter=") + adapter});
   }
 }
 
@@ -152,6 +157,8 @@ void check_ranks(int ranks) {
         check_within_5_percent({"launch.nproc=" + std::to_string(ranks), std::string("strategy.parallelism=") + parallelism,
                                 std::string("strategy.precision=") + precision, std::string("strategy.adapter=") + adapter,
                                 "train.per_device_train_batch_size=1"});
+  check_within_5_percent({"launch.nproc=" + std::to_string(ranks), "strategy.parallelism=zero3", neox,
+                          "strategy.adapter=full", "train.per_device_train_batch_size=1"});
   // Per-tensor optimizer state cuts shards at tensor boundaries.
   for (const char* optimizer : {"adafactor", "adamw8bit"})
     check_within_5_percent({"launch.nproc=" + std::to_string(ranks), "strategy.parallelism=zero2",

@@ -756,6 +756,14 @@ TEST_CASE("artificial datasets: seed 003's layouts, the same rows for the same s
   CHECK(!parse_artificial("news-chars-0-entries-4"));
   CHECK(!parse_artificial("chars-8"));
   CHECK(!parse_artificial("Chars-8-entries-2"));
+  // Seed 003's size suffixes: k = 1024, m = 1024^2.
+  REQUIRE(parse_artificial("news-tokens-128kplus-entries-320"));
+  CHECK(parse_artificial("news-tokens-128kplus-entries-320")->length == 128 * 1024);
+  CHECK(parse_artificial("news-tokens-128kplus-entries-320")->entries == 320);
+  CHECK(parse_artificial("tokens-1m-entries-2k")->length == 1024 * 1024);
+  CHECK(parse_artificial("tokens-1m-entries-2k")->entries == 2048);
+  CHECK(!parse_artificial("tokens-8g-entries-2"));
+  CHECK(!parse_artificial("tokens-8kk-entries-2"));
 
   const Tokenizer& tok = tokenizer("smollm2");
   ExampleOptions o = options("text");

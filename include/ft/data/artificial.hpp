@@ -15,6 +15,7 @@
 //   [<word>-]tokens-<N>[plus]-entries-<M> M rows of N token ids drawn uniformly
 //                                        from the vocabulary, all scored. Format:
 //                                        tokens.
+// N and M may end in k (x 1024) or m (x 1024^2): tokens-128kplus-entries-320.
 //
 // The text is words from a fixed list drawn by ft::Rng from (seed, row), so a
 // name and a seed give the same rows on every machine; it goes through the
@@ -29,31 +30,10 @@
 
 #include "ft/core/error.hpp"
 #include "ft/core/random.hpp"
+#include "ft/data/artificial_name.hpp"
 #include "ft/data/examples.hpp"
 
 namespace ft::data {
-
-inline constexpr std::string_view artificial_prefix = "artificial:";
-
-struct ArtificialSpec {
-  bool tokens = false;  // token ids, or characters of text
-  std::int64_t length = 0, entries = 0;
-};
-
-// The spec of an artificial dataset's name (without the "artificial:" prefix); nullopt when it is not one.
-inline std::optional<ArtificialSpec> parse_artificial(std::string_view name) {
-  static const std::regex pattern(R"(^(?:[a-z0-9]+-)?(chars|tokens)-([0-9]{1,9})(plus)?-entries-([0-9]{1,9})$)");
-  std::match_results<std::string_view::const_iterator> m;
-  if (!std::regex_match(name.begin(), name.end(), m, pattern)) return std::nullopt;
-  ArtificialSpec s{m[1] == "tokens", std::stoll(m[2]), std::stoll(m[4])};
-  if (s.length < 1 || s.entries < 1) return std::nullopt;
-  return s;
-}
-
-inline const char* artificial_names_allowed() {
-  return "artificial:[<word>-]chars-<N>-entries-<M> or artificial:[<word>-]tokens-<N>[plus]-entries-<M>, "
-         "e.g. artificial:news-chars-512-entries-4096";
-}
 
 namespace detail {
 

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "ft/core/bytes.hpp"
+#include "ft/data/artificial_name.hpp"
 
 namespace ft::recipe {
 
@@ -161,17 +162,14 @@ inline Check<std::string> dataset_source(bool optional = false) {
               if (optional) return {};
               return "must be set";
             }
-            if (v.starts_with("artificial:")) {
-              static const std::regex name(
-                  R"(^artificial:(?:[a-z0-9]+-)?(chars|tokens)-[1-9][0-9]{0,8}(plus)?-entries-[1-9][0-9]{0,8}$)");
-              if (std::regex_match(v, name)) return {};
+            if (v.starts_with(data::artificial_prefix)) {
+              if (data::parse_artificial(std::string_view(v).substr(data::artificial_prefix.size()))) return {};
               return "\"" + v + "\" is not an artificial dataset name";
             }
             if (!std::filesystem::is_regular_file(v, ec)) return "no such file: " + v;
             return {};
           },
-          std::string("a JSONL or JSON file, or artificial:[<word>-]chars-<N>-entries-<M> or "
-                      "artificial:[<word>-]tokens-<N>[plus]-entries-<M>") +
+          std::string("a JSONL or JSON file, or ") + data::artificial_names_allowed() +
               (optional ? " (or \"\" for none)" : "")};
 }
 
