@@ -172,13 +172,6 @@ adapters::FamilyModules family_modules_of(const std::string& architecture) {
 
 }  // namespace detail
 
-// The model's trainable buffers as the adapter hands them to the
-// parallelism: each with the stage whose backward completes it.
-struct TrainableLayout {
-  std::string name;
-  detail::Layout layout;
-};
-
 // The estimate for rank `rank` of the recipe's launch.nproc, with T the
 // storage dtype and M the optimizer's (the precision policy's pair).
 template <element T, class M>
@@ -378,7 +371,7 @@ MemoryEstimate estimate_memory_as(const recipe::Recipe& recipe, const models::Mo
   // The largest buffers a step makes and frees. The LM head works on chunks
   // of rows (nn/cross_entropy.hpp): a chunk of logits and, on the CPU in 16
   // bits, its GEMMs' f32 copies; a block's projections widen on the CPU too.
-  const index_t chunk = std::min<index_t>(256, N);
+  const index_t head_chunk = models::HeadOptions{}.chunk_rows, chunk = std::min(head_chunk, N);
   const std::uint64_t logits = std::uint64_t(chunk * V) * sizeof(T) + std::uint64_t(chunk) * sizeof(double);
   const std::uint64_t head_gemm = detail::widened_gemm_bytes<T>(chunk, V, C, on_cpu);
   std::uint64_t block_gemm = 0;
@@ -409,7 +402,7 @@ MemoryEstimate estimate_memory_as(const recipe::Recipe& recipe, const models::Mo
 
   // Evaluation: the same context, rows of the evaluation batch, forward only.
   const index_t eval_rows = r.train.per_device_eval_batch_size > 0 ? r.train.per_device_eval_batch_size : B;
-  const index_t eval_N = eval_rows * T_, eval_chunk = std::min<index_t>(256, eval_N);
+  const index_t eval_N = eval_rows * T_, eval_chunk = std::min(head_chunk, eval_N);
   e.eval_workspace = {"workspace", std::uint64_t(eval_chunk * V) * sizeof(T) + std::uint64_t(eval_chunk) * sizeof(double) +
                                        detail::widened_gemm_bytes<T>(eval_chunk, V, C, on_cpu),
                       "a chunk of logits"};
