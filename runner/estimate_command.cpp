@@ -8,6 +8,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <ft/core/bytes.hpp>
 #include <ft/estimate/memory.hpp>
 #include <ft/recipe/load.hpp>
 
@@ -16,15 +17,6 @@
 
 namespace ftrun {
 namespace {
-
-std::string human(std::uint64_t bytes) {
-  char text[32];
-  const double b = double(bytes);
-  if (b >= double(1ull << 30)) std::snprintf(text, sizeof text, "%.2f GiB", b / double(1ull << 30));
-  else if (b >= double(1ull << 20)) std::snprintf(text, sizeof text, "%.1f MiB", b / double(1ull << 20));
-  else std::snprintf(text, sizeof text, "%.1f KiB", b / 1024.0);
-  return text;
-}
 
 nlohmann::ordered_json terms_json(const std::vector<ft::estimate::Term>& terms) {
   nlohmann::ordered_json out = nlohmann::ordered_json::array();
@@ -53,7 +45,7 @@ nlohmann::ordered_json to_json(const ft::estimate::MemoryEstimate& e) {
 void print_terms(const char* heading, const std::vector<ft::estimate::Term>& terms) {
   std::printf("  %s\n", heading);
   for (const auto& t : terms)
-    if (t.bytes > 0) std::printf("    %-28s %12s   %s\n", t.name.c_str(), human(t.bytes).c_str(), t.detail.c_str());
+    if (t.bytes > 0) std::printf("    %-28s %12s   %s\n", t.name.c_str(), ft::format_bytes(t.bytes).c_str(), t.detail.c_str());
 }
 
 // The recipe under another parallelism and checkpointing choice.
@@ -106,20 +98,20 @@ int run_estimate(const EstimateOptions& options) {
     print_terms("held for the whole run", e.held);
     print_terms("a micro-batch's buffers, kept between steps", e.activations);
     std::printf("  workspace\n    %-28s %12s   %s\n    %-28s %12s   %s\n    %-28s %12s   %s\n", "step",
-                human(e.step_workspace.bytes).c_str(), e.step_workspace.detail.c_str(), "evaluation",
-                human(e.eval_workspace.bytes).c_str(), e.eval_workspace.detail.c_str(), "setup",
-                human(e.setup_workspace.bytes).c_str(), e.setup_workspace.detail.c_str());
+                ft::format_bytes(e.step_workspace.bytes).c_str(), e.step_workspace.detail.c_str(), "evaluation",
+                ft::format_bytes(e.eval_workspace.bytes).c_str(), e.eval_workspace.detail.c_str(), "setup",
+                ft::format_bytes(e.setup_workspace.bytes).c_str(), e.setup_workspace.detail.c_str());
     if (!e.host.empty()) print_terms("host memory beside the device's", e.host);
-    std::printf("  peak  %s in the %s (step %s, evaluation %s, setup %s)\n", human(e.peak()).c_str(),
-                e.peak_phase().c_str(), human(e.step_peak()).c_str(), human(e.eval_peak()).c_str(),
-                human(e.setup_peak()).c_str());
+    std::printf("  peak  %s in the %s (step %s, evaluation %s, setup %s)\n", ft::format_bytes(e.peak()).c_str(),
+                e.peak_phase().c_str(), ft::format_bytes(e.step_peak()).c_str(), ft::format_bytes(e.eval_peak()).c_str(),
+                ft::format_bytes(e.setup_peak()).c_str());
     std::printf("\n  per rank, other choices (held + activations + workspace = peak):\n");
     std::printf("    %-11s %-14s %5s %12s %12s %12s\n", "parallelism", "checkpointing", "ranks", "held", "activations",
                 "peak");
     for (const auto& [o, est] : table)
       std::printf("    %-11s %-14s %5lld %12s %12s %12s\n", o.parallelism.c_str(), o.checkpointing.c_str(),
-                  (long long)o.nproc, human(est.held_bytes()).c_str(), human(est.activation_bytes()).c_str(),
-                  human(est.peak()).c_str());
+                  (long long)o.nproc, ft::format_bytes(est.held_bytes()).c_str(), ft::format_bytes(est.activation_bytes()).c_str(),
+                  ft::format_bytes(est.peak()).c_str());
     return ok;
   } catch (const ft::Error& e) {
     std::cerr << "ftrun: " << e.what() << "\n";

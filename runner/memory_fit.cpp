@@ -1,6 +1,5 @@
 #include "memory_fit.hpp"
 
-#include <cstdio>
 #include <fstream>
 #include <sstream>
 #include <string>
@@ -11,13 +10,6 @@
 
 namespace ftrun {
 namespace {
-
-std::string gib(std::uint64_t bytes) {
-  char text[32];
-  if (bytes >= (1ull << 30)) std::snprintf(text, sizeof text, "%.2f GiB", double(bytes) / double(1ull << 30));
-  else std::snprintf(text, sizeof text, "%.1f MiB", double(bytes) / double(1ull << 20));
-  return text;
-}
 
 // MemAvailable: what the kernel says new allocations can get without swapping.
 std::uint64_t host_available() {
@@ -96,14 +88,14 @@ void check_memory_fits(const ft::recipe::Loaded<ft::recipe::Recipe>& loaded) {
 
   const ft::estimate::Term largest = estimate.largest();
   std::ostringstream why;
-  why << "this run needs about " << gib(estimate.peak()) << " per rank at its peak (the " << estimate.peak_phase()
-      << "; largest part: " << largest.name << ", " << gib(largest.bytes) << "), more than the " << gib(available)
+  why << "this run needs about " << ft::format_bytes(estimate.peak()) << " per rank at its peak (the " << estimate.peak_phase()
+      << "; largest part: " << largest.name << ", " << ft::format_bytes(largest.bytes) << "), more than the " << ft::format_bytes(available)
       << " of " << source << ".";
   std::string fits;
   for (const Change& c : changes(r)) {
     try {
       const std::uint64_t peak = ft::estimate::estimate_memory(c.recipe).peak();
-      if (peak <= available) fits += std::string(fits.empty() ? "" : "; ") + c.what + ": " + gib(peak);
+      if (peak <= available) fits += std::string(fits.empty() ? "" : "; ") + c.what + ": " + ft::format_bytes(peak);
     } catch (const ft::Error&) {
     }
   }

@@ -1,8 +1,10 @@
 #pragma once
 // Sizes as people write them: "5GB" (10^9), "500MB", "2GiB" (2^30), or a
-// plain byte count, as HF's max_shard_size and DeepSpeed's tables read.
+// plain byte count, as HF's max_shard_size and DeepSpeed's tables read; and
+// sizes as ft prints them.
 #include <cctype>
 #include <cstdint>
+#include <cstdio>
 #include <map>
 #include <optional>
 #include <string>
@@ -29,6 +31,16 @@ inline std::optional<std::uint64_t> parse_bytes(const std::string& text) {
   } catch (const std::exception&) {
     return std::nullopt;
   }
+}
+
+// "3.05 GiB", "81.8 MiB", "56.0 KiB": a size as a table or a message shows it.
+inline std::string format_bytes(std::uint64_t bytes) {
+  char text[32];
+  const double b = double(bytes);
+  if (b >= double(1ull << 30)) std::snprintf(text, sizeof text, "%.2f GiB", b / double(1ull << 30));
+  else if (b >= double(1ull << 20)) std::snprintf(text, sizeof text, "%.1f MiB", b / double(1ull << 20));
+  else std::snprintf(text, sizeof text, "%.1f KiB", b / 1024.0);
+  return text;
 }
 
 }  // namespace ft

@@ -90,16 +90,8 @@ struct MemoryEstimate {
 
 namespace detail {
 
-// A parameter buffer that only counts: the stages declare into it as into
-// their own (models::ParameterBuffer has the same declare()).
-struct Layout {
-  std::vector<models::ParameterEntry> entries;
-  index_t size = 0;
-  void declare(std::string name, Shape shape) {
-    entries.push_back({std::move(name), shape, size});
-    size += shape.numel();
-  }
-};
+// A stage's buffer as the engine declares it, never allocated: its entries and size only.
+using Layout = models::ParameterBuffer<float>;
 
 // Bytes of a set of buffers from its layout (models/context.hpp).
 struct CountBytes {
@@ -207,8 +199,8 @@ MemoryEstimate estimate_memory_as(const recipe::Recipe& recipe, const models::Mo
   models::HeadStage<T>::declare(stages.back(), c);
   std::uint64_t parameters = 0, largest_stage = 0;
   for (const auto& s : stages) {
-    parameters += std::uint64_t(s.size);
-    largest_stage = std::max(largest_stage, std::uint64_t(s.size));
+    parameters += std::uint64_t(s.size());
+    largest_stage = std::max(largest_stage, std::uint64_t(s.size()));
   }
   const std::uint64_t rope = std::uint64_t(L) * nn::rope_inverse_frequencies(c.rope).size() * sizeof(float);
 
@@ -236,18 +228,18 @@ MemoryEstimate estimate_memory_as(const recipe::Recipe& recipe, const models::Mo
     throw Error("ftrun estimate has no memory model for adapter \"" + adapter + "\"; it knows full, lora, prompt");
   }
   std::uint64_t trained = 0;
-  for (const auto& t : trainables) trained += std::uint64_t(t.size);
+  for (const auto& t : trainables) trained += std::uint64_t(t.size());
 
   // This rank's range of each trainable buffer.
   const int world = shards_state ? ranks : 1, part = shards_state ? rank : 0;
   std::uint64_t owned = 0, state = 0, largest_buffer = 0;
   for (const auto& t : trainables) {
-    const parallel::ShardLayout cut(t.entries, t.size, world, by_element);
+    const parallel::ShardLayout cut(t.entries(), t.size(), world, by_element);
     const index_t begin = cut.begin(part), end = cut.end(part);
     owned += std::uint64_t(end - begin);
-    state += detail::optimizer_state_bytes<M>(optimizer, parallel::entries_in(t.entries, begin, end), end - begin,
+    state += detail::optimizer_state_bytes<M>(optimizer, parallel::entries_in(t.entries(), begin, end), end - begin,
                                               r.train);
-    largest_buffer = std::max(largest_buffer, std::uint64_t(t.size));
+    largest_buffer = std::max(largest_buffer, std::uint64_t(t.size()));
   }
 
   // Held from setup to the end.
@@ -258,7 +250,7 @@ MemoryEstimate estimate_memory_as(const recipe::Recipe& recipe, const models::Mo
   if (shards_params) {
     std::uint64_t shard = 0;
     for (const auto& stage : stages)
-      shard += std::uint64_t(parallel::ShardLayout(stage.entries, stage.size, ranks, trains_base ? by_element : true)
+      shard += std::uint64_t(parallel::ShardLayout(stage.entries(), stage.size(), ranks, trains_base ? by_element : true)
                                  .size(rank));
     e.held.push_back({"weights (this rank's shard)", shard * sizeof(T),
                       "ZeRO-3: 1/" + std::to_string(ranks) + " of the weights in " + detail::dtype_name<T>()});
@@ -267,7 +259,7 @@ MemoryEstimate estimate_memory_as(const recipe::Recipe& recipe, const models::Mo
     // table it is tied to, whose gradient completes at the end of backward.
     gathered = 2 * largest_stage * sizeof(T) * (trains_base ? 2 : 1);
     if (c.tie_embeddings && trains_base)
-      gathered += std::uint64_t(stages.front().size + stages.back().size) * sizeof(T);
+      gathered += std::uint64_t(stages.front().size() + stages.back().size()) * sizeof(T);
   } else {
     e.held.push_back({"weights", parameters * sizeof(T), std::to_string(parameters) + " parameters in " +
                                                              detail::dtype_name<T>()});
@@ -280,7 +272,7 @@ MemoryEstimate estimate_memory_as(const recipe::Recipe& recipe, const models::Mo
   if (!shards_params || !trains_base) {
     std::uint64_t grads = trains_base ? parameters : trained;
     if (fused && trains_base && L > 0)
-      grads = std::uint64_t(stages.front().size + stages.back().size + stages[1].size);
+      grads = std::uint64_t(stages.front().size() + stages.back().size() + stages[1].size());
     e.held.push_back({"gradients", grads * sizeof(T), detail::dtype_name<T>() + (fused ? ", fused: one block's buffer shared" : "")});
   }
   if (has_master) e.held.push_back({"master weights", owned * sizeof(M), "f32 copy of what this rank steps"});
@@ -298,8 +290,8 @@ MemoryEstimate estimate_memory_as(const recipe::Recipe& recipe, const models::Mo
   if (shards_grads) {
     std::vector<std::uint64_t> in_flight;  // per buffer, in the order backward completes them
     for (auto t = trainables.rbegin(); t != trainables.rend(); ++t) {
-      const parallel::ShardLayout cut(t->entries, t->size, world, by_element);
-      in_flight.push_back((has_master ? std::uint64_t(t->size) : 0) + std::uint64_t(cut.size(part)));
+      const parallel::ShardLayout cut(t->entries(), t->size(), world, by_element);
+      in_flight.push_back((has_master ? std::uint64_t(t->size()) : 0) + std::uint64_t(cut.size(part)));
     }
     for (std::size_t i = 0; i < in_flight.size(); ++i) {
       const std::uint64_t pair = in_flight[i] + (i > 0 ? in_flight[i - 1] : 0);
@@ -382,7 +374,7 @@ MemoryEstimate estimate_memory_as(const recipe::Recipe& recipe, const models::Mo
   // ZeRO-3: the head's forward runs with the head (and the table it is tied
   // to) gathered, a block's backward with two stages.
   const std::uint64_t head_gathered =
-      shards_params ? std::uint64_t(stages.back().size + (c.tie_embeddings ? stages.front().size : 0)) * sizeof(T) : 0;
+      shards_params ? std::uint64_t(stages.back().size() + (c.tie_embeddings ? stages.front().size() : 0)) * sizeof(T) : 0;
   e.step_workspace = {"workspace", std::max({logits + head_gemm + head_gathered,
                                              block_gemm + gathered + (reduction_most - reduction_after), norm_partials}),
                       "a chunk of " + std::to_string(chunk) + " rows of logits" +
@@ -414,12 +406,8 @@ MemoryEstimate estimate_memory_as(const recipe::Recipe& recipe, const models::Mo
   return e;
 }
 
-// The estimate for one rank, with the recipe's precision (its storage and optimizer dtypes).
-inline MemoryEstimate estimate_memory_of_rank(recipe::Recipe recipe, int rank) {
-  const models::ModelSpec spec = models::read_model_spec(recipe.model.path);
-  if (recipe.strategy.adapter == "lora") {
-    adapters::LoRA::resolve(recipe, detail::family_modules_of<models::Llama, models::GptNeox>(spec.config.architecture));
-  }
+// One rank's estimate, with the recipe's precision (its storage and optimizer dtypes).
+inline MemoryEstimate estimate_memory_of_rank(const recipe::Recipe& recipe, const models::ModelSpec& spec, int rank) {
   const std::string& p = recipe.strategy.precision;
   if (p == "fp32") return estimate_memory_as<float, float>(recipe, spec, rank);
   if (p == "bf16-true") return estimate_memory_as<bf16, bf16>(recipe, spec, rank);
@@ -431,10 +419,13 @@ inline MemoryEstimate estimate_memory_of_rank(recipe::Recipe recipe, int rank) {
 
 // The rank whose peak is the largest (ranks differ where shards are uneven):
 // the one that must fit.
-inline MemoryEstimate estimate_memory(const recipe::Recipe& recipe) {
-  MemoryEstimate largest = estimate_memory_of_rank(recipe, 0);
+inline MemoryEstimate estimate_memory(recipe::Recipe recipe) {
+  const models::ModelSpec spec = models::read_model_spec(recipe.model.path);
+  if (recipe.strategy.adapter == "lora")
+    adapters::LoRA::resolve(recipe, detail::family_modules_of<models::Llama, models::GptNeox>(spec.config.architecture));
+  MemoryEstimate largest = estimate_memory_of_rank(recipe, spec, 0);
   for (int rank = 1; rank < largest.ranks; ++rank) {
-    MemoryEstimate e = estimate_memory_of_rank(recipe, rank);
+    MemoryEstimate e = estimate_memory_of_rank(recipe, spec, rank);
     // The setup's measurement is the same on every rank: ties go to the larger step.
     if (std::pair(e.peak(), e.step_peak()) > std::pair(largest.peak(), largest.step_peak())) largest = std::move(e);
   }

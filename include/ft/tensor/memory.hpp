@@ -8,10 +8,10 @@
 // `allocate(bytes)`, `deallocate(p, bytes)`, `zero(p, bytes)`, `stats()`.
 #include <atomic>
 #include <cstddef>
-#include <string>
 #include <cstdlib>
 #include <cstring>
 #include <new>
+#include <string>
 #include <string_view>
 #include <vector>
 

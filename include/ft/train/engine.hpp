@@ -17,8 +17,8 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
-#include <new>
 #include <memory>
+#include <new>
 #include <string>
 #include <vector>
 
