@@ -1,25 +1,15 @@
 #include "memory_fit.hpp"
 
-#include <fstream>
 #include <sstream>
 #include <string>
 #include <vector>
 
 #include <ft/core/bytes.hpp>
+#include <ft/core/process.hpp>
 #include <ft/estimate/memory.hpp>
 
 namespace ftrun {
 namespace {
-
-// MemAvailable: what the kernel says new allocations can get without swapping.
-std::uint64_t host_available() {
-  std::ifstream in("/proc/meminfo");
-  std::string key, unit;
-  std::uint64_t kib = 0;
-  while (in >> key >> kib >> unit)
-    if (key == "MemAvailable:") return kib * 1024;
-  return 0;
-}
 
 // A change to the recipe and what it is called.
 struct Change {
@@ -73,7 +63,7 @@ void check_memory_fits(const ft::recipe::Loaded<ft::recipe::Recipe>& loaded) {
     available = ft::parse_bytes(r.launch.memory_limit).value_or(0);
     source = "launch.memory_limit = \"" + r.launch.memory_limit + "\"";
   } else if (r.strategy.device == "cpu") {
-    available = host_available() / ranks_here;
+    available = ft::meminfo_bytes("MemAvailable") / ranks_here;  // what new allocations can get without swapping
     source = "the host's available memory" + (ranks_here > 1 ? " over " + std::to_string(ranks_here) + " ranks" : "");
   }
   if (available == 0) return;

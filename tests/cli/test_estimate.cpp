@@ -5,11 +5,9 @@
 // fails, each with the out-of-memory exit code.
 #include <doctest/doctest.h>
 
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cmath>
-#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <string>
@@ -17,28 +15,18 @@
 
 #include <nlohmann/json.hpp>
 
+#include "support/command.hpp"
+
 namespace fs = std::filesystem;
 
 namespace {
 
 const fs::path scratch = fs::temp_directory_path() / ("ft_estimate_" + std::to_string(::getpid()));
 
-struct Result {
-  int code;
-  std::string out, err;
-};
-
-std::string slurp(const fs::path& p) {
-  std::ifstream in(p);
-  return {std::istreambuf_iterator<char>(in), {}};
-}
+using Result = ft::testing::CommandResult;
 
 Result ftrun(const std::string& args, const std::string& name) {
-  fs::create_directories(scratch);
-  const fs::path out = scratch / (name + ".out"), err = scratch / (name + ".err");
-  const std::string cmd = FTRUN_PATH " " + args + " >" + out.string() + " 2>" + err.string();
-  const int status = std::system(cmd.c_str());
-  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, slurp(out), slurp(err)};
+  return ft::testing::run_command(FTRUN_PATH " " + args, scratch, name);
 }
 
 // The tiny Llama on rows of 128 artificial tokens: 2 steps of 2 micro-batches of 2 rows.
@@ -197,7 +185,6 @@ TEST_CASE("an allocation that fails mid-run ends it with the out-of-memory code,
   const std::string big = " --set train.per_device_train_batch_size=16";  // a step's peak above setup's
   const Result estimate = ftrun("estimate " + file + big + " --json", "oom_estimate");
   const auto j = nlohmann::json::parse(estimate.out);
-  // Room for the model and its state, not for a step's activations.
   // Room for the setup, the model and its state, not for all of a step's activations.
   REQUIRE(j.at("peak_phase") == "step");
   const std::int64_t limit =

@@ -10,6 +10,7 @@
 #include "ft/core/error.hpp"
 #include "ft/recipe/binding.hpp"
 #include "ft/recipe/check.hpp"
+#include "ft/train/stopping.hpp"
 
 namespace ft::recipe {
 
@@ -155,6 +156,8 @@ struct TrainSection {
   double max_grad_norm = 1.0;
   double num_train_epochs = 1.0;
   Int max_steps = -1;
+  double stop_after_seconds = -1;
+  std::string auto_stop_method = "none";
   std::string gradient_checkpointing = "none";
   bool activation_offloading = false;
   bool fuse_optimizer_with_backward = false;
@@ -186,6 +189,10 @@ struct TrainSection {
     v.field("max_grad_norm", max_grad_norm, at_least(0.0), "clip the global gradient norm; 0 disables");
     v.field("num_train_epochs", num_train_epochs, greater_than(0.0), "passes over the training data");
     v.field("max_steps", max_steps, unset_or_at_least<Int>(1), "optimizer steps; overrides num_train_epochs");
+    v.field("stop_after_seconds", stop_after_seconds, unset_or_at_least(0.0),
+            "stop after the first step that ends this many seconds into training");
+    v.field("auto_stop_method", auto_stop_method, auto_stop_choice(),
+            "stop once throughput is measured: warm-up seconds left out, then the longer of a time and a step count");
     v.field("gradient_checkpointing", gradient_checkpointing, checkpointing_choice(),
             "recompute blocks in backward instead of keeping their activations");
     v.field("activation_offloading", activation_offloading, Check<bool>{},
@@ -196,6 +203,14 @@ struct TrainSection {
     v.field("eval_steps", eval_steps, at_least<Int>(0), "evaluate every this many steps; 0 only at the end");
     v.field("initial_scale_power", initial_scale_power, between<Int>(0, 64),
             "fp16 loss scaling starts at 2^this (DeepSpeed's name; torch's GradScaler starts at 2^16)");
+  }
+
+  static Check<std::string> auto_stop_choice() {
+    return {[](const std::string& s) -> std::optional<std::string> {
+              if (s == "none" || train::parse_auto_stop(s)) return {};
+              return detail::show(s) + " is not a choice";
+            },
+            "none, or warmup_<W>s_stable_<S>s_or_<N>_steps (seed 003's WARMUP_60S_STABLE_120S_OR_10_STEPS)"};
   }
 
   // "none", "every_block", or "every_K" (every K-th block, K >= 2).
@@ -216,12 +231,15 @@ struct TrainSection {
 };
 
 struct CheckpointSection {
+  std::string save_strategy = "steps";
   Int save_steps = 0;
   Int save_total_limit = 3;
   std::string resume = "none";
 
   template <class V>
   void fields(V& v) {
+    v.field("save_strategy", save_strategy, one_of({"steps", "no"}),
+            "steps: checkpoints every save_steps and at the end, then the final model; no: none of them (benchmarks)");
     v.field("save_steps", save_steps, at_least<Int>(0), "save every this many steps; 0 only at the end");
     v.field("save_total_limit", save_total_limit, at_least<Int>(1), "checkpoints kept, newest first");
     v.field("resume", resume, not_empty("none, latest, auto, or a checkpoint directory"),

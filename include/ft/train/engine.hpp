@@ -2,16 +2,17 @@
 // The training loop behind Trainer<...>::train(): set up (setup.hpp), then
 // step after step (step.hpp), logging averaged metrics every logging_steps,
 // evaluating every eval_steps (evaluation.hpp), checkpointing every
-// save_steps (checkpointing.hpp); at the end a last evaluation, a last
-// checkpoint and the adapter's result (a PEFT adapter, an HF model).
+// save_steps (checkpointing.hpp); at the end (the last step, or a stop rule
+// of stopping.hpp) the run's summary (summary.hpp), a last evaluation, a last
+// checkpoint and the adapter's result (a PEFT adapter, an HF model); with
+// checkpoint.save_strategy = "no" neither checkpoints nor the result.
 //
 // In a job of several ranks every rank runs this loop in step; rank 0 alone
 // writes metrics.jsonl, TensorBoard, the run's description, `latest` and the
 // final model, and only rank 0 removes temporary files. The metrics are the
 // job's: tokens summed over ranks, peak memory the largest rank's.
-#include <sys/resource.h>
-
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
@@ -26,6 +27,7 @@
 
 #include "ft/comm/world.hpp"
 #include "ft/core/bytes.hpp"
+#include "ft/core/process.hpp"
 #include "ft/optim/schedule.hpp"
 #include "ft/train/checkpoint.hpp"
 #include "ft/train/checkpointing.hpp"
@@ -35,6 +37,8 @@
 #include "ft/train/run.hpp"
 #include "ft/train/setup.hpp"
 #include "ft/train/step.hpp"
+#include "ft/train/stopping.hpp"
+#include "ft/train/summary.hpp"
 
 namespace ft::train {
 
@@ -52,12 +56,6 @@ inline std::string count_text(double n) {
   else if (n >= 1e6) std::snprintf(buffer, sizeof buffer, "%.2fM", n / 1e6);
   else std::snprintf(buffer, sizeof buffer, "%.1fK", n / 1e3);
   return buffer;
-}
-
-inline std::size_t max_rss_bytes() {
-  rusage usage{};
-  ::getrusage(RUSAGE_SELF, &usage);
-  return std::size_t(usage.ru_maxrss) * 1024;  // Linux reports KiB
 }
 
 inline std::string format(double x) {
@@ -146,6 +144,7 @@ private:
     const optim::Schedule schedule{optim::schedule_from_name(r.train.lr_scheduler_type), r.train.learning_rate,
                                    optim::warmup_steps(r.train.warmup_steps, r.train.warmup_ratio, run.total_steps),
                                    run.total_steps};
+    const bool saving = r.checkpoint.save_strategy != "no";
     std::int64_t step = 0;
     if (!resume_from.empty()) step = resume(run, resume_from);
     if (comm.rank() == 0) describe_run(step);
@@ -154,6 +153,9 @@ private:
     if (!r.preview.prompt.empty() && step == 0) log.say("before training: " + preview(run));
 
     Window window;
+    StopRule stop(r.train.stop_after_seconds, parse_auto_stop(r.train.auto_stop_method));
+    RunSummary summary;
+    const auto training_began = std::chrono::steady_clock::now();
     while (step < run.total_steps) {
       run.enter("step " + std::to_string(step + 1));
       const double lr = schedule.rate(step);
@@ -164,8 +166,12 @@ private:
         throw TrainingStopped("step " + std::to_string(step) + ": the loss is " + (std::isnan(s.loss) ? "nan" : "inf") +
                               "; stopping. Last good checkpoint: " + run.last_checkpoint +
                               " (lower learning_rate or check the data, then resume from it)");
+      const double seconds = seconds_since(training_began);
+      summary.add(s, seconds, stop.step_done(seconds), Memory::stats().peak());
+      if (stop.active()) agree_on_stopping(stop, comm);
+      const bool last = step == run.total_steps || !stop.reason().empty();
       log.progress(long(step), "loss " + detail::format(s.loss) + "  lr " + detail::format(lr));
-      if (step % r.train.logging_steps == 0 || step == run.total_steps) {
+      if (step % r.train.logging_steps == 0 || last) {
         std::vector<nlohmann::ordered_json> by_rank;
         log.log("train", window.take(step, run, lr, by_rank));
         for (auto& record : by_rank) {
@@ -173,23 +179,42 @@ private:
           log.log(group, std::move(record), true);
         }
       }
-      if (r.train.eval_steps > 0 && step % r.train.eval_steps == 0 && step != run.total_steps) evaluate_into(log, step);
-      if (r.checkpoint.save_steps > 0 && step % r.checkpoint.save_steps == 0 && step != run.total_steps)
+      if (last) break;
+      if (r.train.eval_steps > 0 && step % r.train.eval_steps == 0) evaluate_into(log, step);
+      if (saving && r.checkpoint.save_steps > 0 && step % r.checkpoint.save_steps == 0)
         log.say("saved " + save_checkpoint(run, step).string());
     }
     log.finish();
+    if (summary.steps() > 0) {
+      const std::string stopped_by = !stop.reason().empty() ? stop.reason()
+                                     : r.train.max_steps > 0 ? "max_steps"
+                                                             : "num_train_epochs";
+      log.log("summary", summary.take(step, stopped_by, run.parallel->state_bytes(), run.flops_per_token,
+                                      run.peak_flops, comm));
+    }
     evaluate_into(log, step);
-    log.say("saved " + save_checkpoint(run, step).string());
+    if (saving) log.say("saved " + save_checkpoint(run, step).string());
     if (!r.preview.prompt.empty()) log.say("after training: " + preview(run));
-    run.enter("the final save");
-    auto save_final = [&] {
-      if (comm.rank() == 0)
-        for (const std::string& line : run.adapter->save_final(run.out)) std::printf("%s\n", line.c_str());
-    };
-    if (run.adapter->final_save_changes_model()) run.parallel->with_whole_model(save_final, false);
-    else run.parallel->read_model_on_rank0(save_final);
+    if (saving) {
+      run.enter("the final save");
+      auto save_final = [&] {
+        if (comm.rank() == 0)
+          for (const std::string& line : run.adapter->save_final(run.out)) std::printf("%s\n", line.c_str());
+      };
+      if (run.adapter->final_save_changes_model()) run.parallel->with_whole_model(save_final, false);
+      else run.parallel->read_model_on_rank0(save_final);
+    }
     comm.barrier("the final save", true);
     std::fflush(stdout);
+  }
+
+  // Each rank's clock runs on its own, so rank 0's decision to stop is the job's.
+  static void agree_on_stopping(StopRule& stop, comm::Communicator& comm) {
+    if (comm.size() == 1) return;
+    static const std::string reasons[] = {"", "stop_after_seconds", "auto_stop_method"};
+    std::int32_t code = std::int32_t(std::find(std::begin(reasons), std::end(reasons), stop.reason()) - std::begin(reasons));
+    comm.broadcast(std::span<std::int32_t>(&code, 1), 0, "the decision to stop").wait();
+    stop.stop(reasons[code]);
   }
 
   // Averages over the steps since the last log, as HF's Trainer logs.
@@ -229,7 +254,7 @@ private:
       // Each rank's memory and traffic; the job's line shows the largest.
       comm::Communicator& comm = *run.comm;
       const comm::Traffic traffic = comm.traffic();
-      const double mine[per_rank_fields] = {double(Memory::stats().peak()), double(detail::max_rss_bytes()),
+      const double mine[per_rank_fields] = {double(Memory::stats().peak()), double(max_rss_bytes()),
                                             double(run.parallel->state_bytes()),
                                             double(traffic.sent - traffic_before.sent) / double(steps),
                                             double(traffic.received - traffic_before.received) / double(steps),

@@ -30,7 +30,7 @@ namespace ft::train {
 struct StepResult {
   double loss = 0, grad_norm = 0, seconds = 0;
   double bubble = 0;  // the share of the step's schedule this rank waited for pipeline peers
-  std::int64_t tokens = 0, dataset_tokens = 0, scored = 0;
+  std::int64_t samples = 0, tokens = 0, dataset_tokens = 0, scored = 0;  // the job's, all ranks
   bool skipped = false;
 };
 
@@ -49,16 +49,18 @@ StepResult train_step(Run<T, M, D>& run, std::int64_t step, double lr) {
   StepResult s;
   for (data::MicroBatch m : run.train_plan->micro_batches(step * accumulation) | std::views::take(accumulation)) {
     s.dataset_tokens += m.dataset_tokens;
+    s.samples += m.batch.B;
     s.tokens += m.batch.rows();
     s.scored += m.batch.scored_tokens();
     batches.push_back(std::move(m.batch));
   }
   // The job's counts: scored tokens divide the loss; the others are metrics.
-  double counts[3] = {double(s.scored), double(s.tokens), double(s.dataset_tokens)};
+  double counts[4] = {double(s.scored), double(s.tokens), double(s.dataset_tokens), double(s.samples)};
   parallel.data_group().all_reduce_sum(std::span<double>(counts), "the step's token counts").wait();
   s.scored = std::int64_t(counts[0]);
   s.tokens = std::int64_t(counts[1]);
   s.dataset_tokens = std::int64_t(counts[2]);
+  s.samples = std::int64_t(counts[3]);
   const double divisor = std::max(1.0, counts[0]);
   parallel::StepWork work{.step = step + 1, .batches = batches, .begin_micro_batch = [&](std::size_t k) {
                             run.adapter->set_training(true, derive_key(std::uint64_t(r.seed),
