@@ -33,6 +33,13 @@ struct EstimateOptions {
 };
 int run_estimate(const EstimateOptions& options);
 
+struct BenchOptions {
+  std::string grid;    // the grid file (bench_grid.hpp)
+  std::string output;  // replaces the grid's output directory when not empty
+  bool dry_run = false;
+};
+int run_bench(const BenchOptions& options);
+
 struct EvalOptions {
   std::string model;          // HF model directory
   std::string data;           // JSONL of pre-tokenized rows

@@ -36,6 +36,13 @@ int main(int argc, char** argv) {
   estimate->add_option("--set", estimate_options.sets, "Override a recipe key: section.key=value (repeatable)");
   estimate->add_flag("--json", estimate_options.json, "Print one JSON object instead of tables");
 
+  ftrun::BenchOptions bench_options;
+  auto* bench = app.add_subcommand("bench", "Run every point of an experiment grid (TOML) as its own training run: "
+                                            "seed 003's properties, validity and stability, CSV/JSONL and plots");
+  bench->add_option("grid", bench_options.grid, "Grid file (TOML): base recipe, [fixed] and [space] keys")->required();
+  bench->add_option("--output", bench_options.output, "Results directory (default: the grid's `output`)");
+  bench->add_flag("--dry-run", bench_options.dry_run, "List the points, their validity and commands; run nothing");
+
   ftrun::EvalOptions eval_options;
   auto* eval = app.add_subcommand("eval", "Mean loss and perplexity of a model over pre-tokenized JSONL rows");
   eval->add_option("--model", eval_options.model, "HF model directory (config.json, model.safetensors)")->required();
@@ -156,6 +163,7 @@ int main(int argc, char** argv) {
   if (*train) return ftrun::run_train(train_options);
   if (*prepare) return ftrun::run_prepare(prepare_options);
   if (*estimate) return ftrun::run_estimate(estimate_options);
+  if (*bench) return ftrun::run_bench(bench_options);
   if (*eval) return ftrun::run_eval(eval_options);
   if (*convert) return ftrun::run_convert(convert_options);
   if (*init) return ftrun::run_init(init_options);

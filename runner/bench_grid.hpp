@@ -1,0 +1,71 @@
+#pragma once
+// A benchmark grid (`ftrun bench GRID.toml`): a base recipe, the keys that
+// vary over the grid's points and those fixed for every point.
+//
+//   recipe = "../recipes/ft_tiny_llama/full.toml"   # relative to this file
+//   output = "results/tiny"                         # relative to this file; --output overrides
+//   experiment = "measure"       # or "stability": repeats counted as f_oom, f_other_error, f_no_error
+//   repeats = 1                  # runs of every point
+//   retries = 1                  # a failed run (not an invalid one) is run again this many times
+//   point_timeout_seconds = 1800 # a run past it is ended and counts as failed
+//
+//   [fixed]                      # recipe keys set for every point
+//   "train.max_steps" = 5
+//
+//   [space]                      # every combination of these values is a point
+//   batch_size = [1, 2]
+//   number_gpus = [1, 2]
+//   "strategy.precision" = ["fp32", "bf16-mixed"]
+//
+// A key is a recipe key ("section.key") or one of seed 003's entity names:
+//   model_name              model.path
+//   model_max_length        data.max_seq_length
+//   number_gpus             launch.nproc; with more than one, the recipe's
+//                           parallelism, or zero3 (seed 003's FULL_SHARD)
+//                           where the recipe has none
+//   batch_size              the effective batch: per_device_train_batch_size
+//                           = batch_size / number_gpus
+//   gradient_accumulation_steps, max_steps, num_train_epochs,
+//   stop_after_seconds, auto_stop_method          train.*
+//   gradient_checkpointing  true: every_block, false: none
+//   dataset_id              data.train = "artificial:<dataset_id>"
+//   fsdp_sharding_strategy  strategy.parallelism (FULL_SHARD, SHARD_GRAD_OP, NO_SHARD)
+//
+// A point that breaks seed 003's validity rules (a batch not divisible by the
+// ranks, a batch or a rank count below 1) is invalid and never runs. Every
+// value is checked against the base recipe when the grid is read, so a typo
+// is an error naming the grid's file, line and key before anything runs.
+#include <filesystem>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace ftrun {
+
+struct GridPoint {
+  std::size_t index = 0;
+  // The space's keys and this point's values, as the grid writes them.
+  std::vector<std::pair<std::string, std::string>> entity;
+  std::vector<std::string> sets;  // the recipe assignments that make this point
+  std::string invalid;            // why the point cannot run; empty when it can
+
+  // "batch_size=2 number_gpus=1": what names the point in results.
+  std::string id() const;
+  const std::string* value(const std::string& key) const;
+};
+
+struct Grid {
+  std::filesystem::path file, recipe, output;
+  std::string experiment = "measure";
+  std::int64_t repeats = 1, retries = 1;
+  double point_timeout_seconds = 1800;
+  std::vector<std::string> keys;  // the space's keys, in the file's order
+  std::vector<GridPoint> points;
+
+  bool stability() const { return experiment == "stability"; }
+};
+
+// Reads and checks a grid; `output`, when not empty, replaces the grid's.
+Grid load_grid(const std::filesystem::path& file, const std::filesystem::path& output = {});
+
+}  // namespace ftrun

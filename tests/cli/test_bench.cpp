@@ -1,0 +1,235 @@
+// ftrun bench on real runs of the tiny Llama: a grid of 2 batch sizes x 2
+// precisions x full/LoRA x 1-2 ranks (a batch of 1 cannot be split over 2
+// ranks: those points are invalid), killed part-way and resumed; failures
+// retried; the stability experiment's counts; a grid with a typo refused before anything runs.
+#include <doctest/doctest.h>
+
+#include <unistd.h>
+
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "support/command.hpp"
+
+namespace fs = std::filesystem;
+
+namespace {
+
+const fs::path scratch = fs::temp_directory_path() / ("ft_bench_" + std::to_string(::getpid()));
+
+// The base recipe: the tiny Llama, 3 steps of 64-token rows.
+fs::path base_recipe() {
+  fs::create_directories(scratch);
+  const fs::path path = scratch / "base.toml";
+  std::ofstream(path) << "output_dir = \"" << (scratch / "unused").string() << "\"\n"
+                      << "[model]\npath = \"" FT_SOURCE_DIR "/models/ft-tiny-llama\"\n"
+                      << "[data]\ntrain = \"artificial:tokens-64-entries-64\"\nformat = \"tokens\"\n"
+                      << "max_seq_length = 64\ncache_dir = \"" << (scratch / "cache").string() << "\"\n"
+                      << "[train]\nmax_steps = 3\n";
+  return path;
+}
+
+fs::path grid(const std::string& name, const std::string& text) {
+  base_recipe();
+  const fs::path path = scratch / (name + ".toml");
+  std::ofstream(path) << "recipe = \"base.toml\"\n" << text;
+  return path;
+}
+
+ft::testing::CommandResult bench(const fs::path& grid_file, const std::string& name, const std::string& args = "") {
+  return ft::testing::run_command(FTRUN_PATH " bench " + grid_file.string() + " --output " +
+                                      (scratch / name).string() + args,
+                                  scratch, name);
+}
+
+std::vector<nlohmann::json> records(const std::string& name) {
+  std::vector<nlohmann::json> out;
+  std::ifstream in(scratch / name / "results.jsonl");
+  for (std::string line; std::getline(in, line);) out.push_back(nlohmann::json::parse(line));
+  return out;
+}
+
+// The CSV as rows of named fields.
+std::vector<std::map<std::string, std::string>> csv(const fs::path& file) {
+  std::ifstream in(file);
+  std::vector<std::string> header;
+  std::vector<std::map<std::string, std::string>> rows;
+  for (std::string line; std::getline(in, line);) {
+    std::vector<std::string> fields;
+    std::stringstream ss(line);
+    for (std::string f; std::getline(ss, f, ',');) fields.push_back(f);
+    if (line.back() == ',') fields.push_back("");
+    if (header.empty()) {
+      header = fields;
+      continue;
+    }
+    REQUIRE(fields.size() == header.size());
+    auto& row = rows.emplace_back();
+    for (std::size_t i = 0; i < fields.size(); ++i) row[header[i]] = fields[i];
+  }
+  return rows;
+}
+
+std::size_t lines_in(const fs::path& file) {
+  std::ifstream in(file);
+  std::size_t n = 0;
+  for (std::string line; std::getline(in, line);) ++n;
+  return n;
+}
+
+}  // namespace
+
+TEST_CASE("ftrun bench runs a grid, marks the impossible points invalid, and resumes after a kill") {
+  const fs::path g = grid("small", R"(
+[space]
+batch_size = [1, 2]
+number_gpus = [1, 2]
+"strategy.precision" = ["fp32", "bf16-mixed"]
+"strategy.adapter" = ["full", "lora"]
+)");
+  // Killed once three runs are recorded: the fourth is under way.
+  const fs::path out = scratch / "small";
+  const std::string start = "(" FTRUN_PATH " bench " + g.string() + " --output " + out.string() + " >" +
+                            (scratch / "killed.log").string() + " 2>&1 & echo $! >" + (scratch / "pid").string() + ")";
+  REQUIRE(std::system(start.c_str()) == 0);
+  for (int i = 0; i < 1200 && lines_in(out / "results.jsonl") < 3; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  REQUIRE(lines_in(out / "results.jsonl") >= 3);
+  std::system(("kill -9 $(cat " + (scratch / "pid").string() + ")").c_str());
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  const std::size_t before = lines_in(out / "results.jsonl");
+  REQUIRE(before < 16);
+
+  const auto r = bench(g, "small");
+  REQUIRE_MESSAGE(r.code == 0, r.err);
+  CHECK(r.out.find("16 points x 1 repeats = 16 runs") != std::string::npos);
+  CHECK(r.out.find("resuming: " + std::to_string(before) + " done") != std::string::npos);
+
+  // Every run answered once: none lost to the kill, none done twice.
+  std::map<std::string, int> answers;
+  for (const auto& rec : records("small")) ++answers[rec["point"].get<std::string>()];
+  CHECK(answers.size() == 16);
+  for (const auto& [point, n] : answers) CHECK_MESSAGE(n == 1, point);
+
+  const auto rows = csv(out / "results.csv");
+  REQUIRE(rows.size() == 16);
+  int valid = 0, invalid = 0;
+  for (const auto& row : rows) {
+    INFO(row.at("batch_size") << " x " << row.at("number_gpus") << " " << row.at("strategy.precision") << " "
+                              << row.at("strategy.adapter"));
+    if (row.at("batch_size") == "1" && row.at("number_gpus") == "2") {
+      ++invalid;
+      CHECK(row.at("is_valid") == "false");
+      CHECK(row.at("reason") == "batch_size 1 cannot be divided evenly over 2 ranks");
+      CHECK(row.at("train_tokens_per_second").empty());
+      continue;
+    }
+    ++valid;
+    CHECK(row.at("is_valid") == "true");
+    CHECK(std::stod(row.at("train_tokens_per_second")) > 0);
+    CHECK(std::stod(row.at("dataset_tokens_per_second_per_gpu")) > 0);
+    // 3 steps x batch_size rows of 64 tokens, over all ranks.
+    CHECK(std::stod(row.at("train_samples_per_second")) * std::stod(row.at("train_runtime")) ==
+          doctest::Approx(3 * std::stod(row.at("batch_size"))));
+    const double measured = std::stod(row.at("peak_memory_bytes")), estimated = std::stod(row.at("estimated_peak_memory_bytes"));
+    CHECK(std::abs(measured / estimated - 1) <= 0.05);
+  }
+  CHECK(valid == 12);
+  CHECK(invalid == 4);
+  for (const char* plot : {"throughput.svg", "memory.svg", "iterations.svg"}) {
+    const std::string svg = ft::testing::slurp(out / plot);
+    CHECK_MESSAGE(svg.find("<svg") != std::string::npos, plot);
+    CHECK_MESSAGE(svg.find("</svg>") != std::string::npos, plot);
+  }
+  // One line per configuration: batch size is the axis, not part of the label.
+  const std::string throughput = ft::testing::slurp(out / "throughput.svg");
+  CHECK(throughput.find("number_gpus=2 precision=bf16-mixed adapter=lora") != std::string::npos);
+  CHECK(throughput.find("batch_size=") == std::string::npos);
+
+  // A finished grid run again runs nothing.
+  const auto again = bench(g, "small");
+  CHECK(again.code == 0);
+  CHECK(records("small").size() == 16);
+}
+
+TEST_CASE("a failed run has no properties and is tried again, now and on the next call") {
+  // A learning rate this large makes a full fine-tune's loss NaN by step 3: the run stops with an error, not an OOM.
+  const fs::path g = grid("failing", "retries = 1\n[fixed]\n\"strategy.adapter\" = \"full\"\n"
+                                     "[space]\n\"train.learning_rate\" = [1e-3, 1e30]\n");
+  const auto r = bench(g, "failing");
+  CHECK(r.code == 1);
+  CHECK(r.err.find("1 run(s) failed after 1 retries; run the grid again to retry them") != std::string::npos);
+  auto all = records("failing");
+  REQUIRE(all.size() == 3);  // the good point once, the failing one twice
+  CHECK(all[0]["status"] == "valid");
+  for (int i : {1, 2}) {
+    CHECK(all[i]["status"] == "failed");
+    CHECK(all[i]["attempt"] == i);
+    CHECK_FALSE(all[i].contains("properties"));
+    CHECK_FALSE(all[i].contains("is_valid"));
+    CHECK(all[i]["reason"].get<std::string>().find("the loss is") != std::string::npos);
+  }
+  CHECK(csv(scratch / "failing" / "results.csv").size() == 1);
+  const auto again = bench(g, "failing");
+  CHECK(again.code == 1);
+  CHECK(records("failing").size() == 5);
+}
+
+TEST_CASE("the stability experiment counts out-of-memory, other errors and successes over its repeats") {
+  const fs::path g = grid("stability", R"(
+experiment = "stability"
+repeats = 3
+[fixed]
+"strategy.adapter" = "full"
+[space]
+"launch.memory_limit" = ["4GB", "2MB"]
+"train.learning_rate" = [1e-3, 1e30]
+)");
+  const auto r = bench(g, "stability");
+  REQUIRE_MESSAGE(r.code == 0, r.err);
+  CHECK(records("stability").size() == 12);  // every run once: outcomes are not retried
+  const auto rows = csv(scratch / "stability" / "stability.csv");
+  REQUIRE(rows.size() == 4);
+  for (const auto& row : rows) {
+    INFO(row.at("launch.memory_limit") << " " << row.at("train.learning_rate"));
+    CHECK(row.at("runs") == "3");
+    const bool oom = row.at("launch.memory_limit") == "2MB", diverges = row.at("train.learning_rate") == "1e+30";
+    CHECK(std::stod(row.at("f_oom")) == (oom ? 1.0 : 0.0));
+    CHECK(std::stod(row.at("f_other_error")) == (!oom && diverges ? 1.0 : 0.0));
+    CHECK(std::stod(row.at("f_no_error")) == (!oom && !diverges ? 1.0 : 0.0));
+  }
+}
+
+TEST_CASE("a grid with a wrong key or value is refused before anything runs, naming the line") {
+  const fs::path typo = grid("typo", "[space]\n\"strategy.precison\" = [\"fp32\"]\n");
+  const auto r = bench(typo, "typo");
+  CHECK(r.code == 2);
+  CHECK(r.err.find("typo.toml:3:") != std::string::npos);
+  CHECK(r.err.find("strategy.precison") != std::string::npos);
+  CHECK(r.err.find("precision") != std::string::npos);  // the recipe's suggestion
+  CHECK_FALSE(fs::exists(scratch / "typo"));
+
+  const fs::path value = grid("value", "[space]\n\"train.lr_scheduler_type\" = [\"cosine\", \"wavy\"]\n");
+  const auto v = bench(value, "value");
+  CHECK(v.code == 2);
+  CHECK(v.err.find("value.toml:3:") != std::string::npos);
+  CHECK(v.err.find("\"wavy\" is not a choice") != std::string::npos);
+
+  // --dry-run lists the points and why one cannot run.
+  const fs::path listed = grid("listed", "[space]\nbatch_size = [3, 4]\nnumber_gpus = 2\n");
+  const auto d = bench(listed, "listed", " --dry-run");
+  CHECK(d.code == 0);
+  CHECK(d.out.find("batch_size=3 number_gpus=2  invalid: batch_size 3 cannot be divided evenly over 2 ranks") !=
+        std::string::npos);
+  CHECK(d.out.find("--set train.per_device_train_batch_size=2") != std::string::npos);
+  CHECK(d.out.find("--set strategy.parallelism=zero3") != std::string::npos);
+  CHECK_FALSE(fs::exists(scratch / "listed"));
+}
