@@ -39,10 +39,17 @@ class ModelSession {
 public:
   // `adapters`: name -> PEFT directory, each loaded beside the base.
   ModelSession(const ModelSource& source, const std::map<std::string, std::string>& adapters)
-      : model_(ft::models::load_pretrained<T>(source.base)), text_(ft::text::ModelText::load(source.base)),
+      : model_(ft::models::load_pretrained<T>(source.base)), text_(text_with_tokenizer(source.base)),
         stop_tokens_(stop_tokens_of(source.base, text_)), engine_(*model_) {
     if (!source.adapter.empty()) default_adapter_ = engine_.load_adapter(source.adapter);
     for (const auto& [name, dir] : adapters) adapters_[name] = engine_.load_adapter(dir);
+  }
+
+  // Prompts are text, so the model must bring its tokenizer.
+  static ft::text::ModelText text_with_tokenizer(const std::filesystem::path& dir) {
+    ft::text::ModelText text = ft::text::ModelText::load(dir);
+    (void)text.need_tokenizer("generation");
+    return text;
   }
 
   ft::infer::Engine<T>& engine() { return engine_; }

@@ -43,7 +43,7 @@ inline ExampleOptions example_options(const recipe::DataSection& d) {
 }  // namespace detail
 
 // What the recipe's tokens depend on (see the top of this file).
-nlohmann::json cache_key(const recipe::Recipe& r) {
+nlohmann::json cache_key(const recipe::Recipe& r, const text::ModelText& text) {
   const std::filesystem::path model = r.model.path;
   const recipe::DataSection& d = r.data;
   return {{"version", 1},
@@ -53,6 +53,7 @@ nlohmann::json cache_key(const recipe::Recipe& r) {
           {"tokenizer", file_fingerprint(model / "tokenizer.json")},
           {"tokenizer_config", file_fingerprint(model / "tokenizer_config.json")},
           {"chat_template", file_fingerprint(model / "chat_template.jinja")},
+          {"token_id_limit", text.token_id_limit()},
           {"format", d.format},
           {"fields",
            {d.instruction_field, d.input_field, d.output_field, d.messages_field, d.text_field, d.input_ids_field,
@@ -77,7 +78,8 @@ std::string first_difference(const nlohmann::json& want, const nlohmann::json& h
 // Tokenises the recipe's data into `dir` (replacing what is there).
 nlohmann::json prepare_data(const recipe::Recipe& r, const text::ModelText& text, const std::filesystem::path& dir,
                             const PrepareProgress& progress) {
-  const ExampleOptions options = detail::example_options(r.data);
+  ExampleOptions options = detail::example_options(r.data);
+  options.token_id_limit = text.token_id_limit();
   nlohmann::json counts;
   io::write_directory_atomically(
       dir,
@@ -103,13 +105,13 @@ nlohmann::json prepare_data(const recipe::Recipe& r, const text::ModelText& text
             tokens += std::int64_t(e.input_ids.size());
           };
           if (source.starts_with(artificial_prefix)) {
-            const ExampleBuilder builder(*text.tokenizer, text.chat.get(), text.special, options);
+            const ExampleBuilder builder(text.tokenizer.get(), text.chat.get(), text.special, options);
             Examples report = artificial_examples(std::string_view(source).substr(artificial_prefix.size()), builder,
-                                                  text.tokenizer->vocab_size(), std::uint64_t(seed));
+                                                  text.token_id_limit(), std::uint64_t(seed));
             for (Example& e : report.rows) route(std::move(e));
             return report.skipped;
           }
-          return scan_examples(source, *text.tokenizer, text.chat.get(), text.special, options, route,
+          return scan_examples(source, text.tokenizer.get(), text.chat.get(), text.special, options, route,
                                [&](std::int64_t rows, double fraction) {
                                  if (progress) progress(rows, tokens, fraction);
                                })
@@ -124,7 +126,7 @@ nlohmann::json prepare_data(const recipe::Recipe& r, const text::ModelText& text
                   {"validation",
                    {{"rows", validation ? validation->rows() : 0}, {"tokens", validation ? validation->tokens() : 0}}},
                   {"skipped", skipped}};
-        std::ofstream(staging / "metadata.json") << nlohmann::json{{"key", cache_key(r)}, {"counts", counts}}.dump(2)
+        std::ofstream(staging / "metadata.json") << nlohmann::json{{"key", cache_key(r, text)}, {"counts", counts}}.dump(2)
                                                  << "\n";
       },
       true);
@@ -136,7 +138,7 @@ PreparedData load_prepared(const recipe::Recipe& r, const text::ModelText& text,
                            bool force) {
   const std::filesystem::path dir = cache_dir_of(r);
   PreparedData out;
-  const nlohmann::json key = cache_key(r);
+  const nlohmann::json key = cache_key(r, text);
   if (std::filesystem::exists(dir / "metadata.json") && !force) {
     const nlohmann::json have = io::read_json_file(dir / "metadata.json");
     const std::string differs = first_difference(key, have.value("key", nlohmann::json::object()));

@@ -6,10 +6,15 @@
 namespace ft::text {
 
 ModelText ModelText::load(const std::filesystem::path& dir) {
-  if (!std::filesystem::exists(dir / "tokenizer.json"))
-    throw Error(dir.string() + ": has no tokenizer.json (ft needs the model's HF tokenizer to read the data)");
   ModelText t;
-  t.tokenizer = std::make_unique<Tokenizer>(Tokenizer::from_file(dir / "tokenizer.json"));
+  t.dir = dir;
+  if (std::filesystem::exists(dir / "tokenizer.json"))
+    t.tokenizer = std::make_unique<Tokenizer>(Tokenizer::from_file(dir / "tokenizer.json"));
+  if (std::filesystem::exists(dir / "config.json")) {
+    const auto model_config = io::read_json_file<nlohmann::json>(dir / "config.json");
+    if (model_config.contains("vocab_size") && model_config["vocab_size"].is_number_integer())
+      t.embedding_rows = model_config["vocab_size"].get<std::int64_t>();
+  }
   const auto config_file = dir / "tokenizer_config.json";
   nlohmann::ordered_json config = nlohmann::ordered_json::object();
   if (std::filesystem::exists(config_file)) config = io::read_json_file<nlohmann::ordered_json>(config_file);
@@ -17,11 +22,23 @@ ModelText ModelText::load(const std::filesystem::path& dir) {
   const bool has_template = std::filesystem::exists(dir / "chat_template.jinja") ||
                             (config.contains("chat_template") && !config["chat_template"].is_null());
   if (has_template) t.chat = std::make_unique<ChatTemplate>(ChatTemplate::load(dir));
-  if (t.special.eos_token)
+  if (t.special.eos_token && t.tokenizer)
     if (auto id = t.tokenizer->token_to_id(*t.special.eos_token)) t.eos_id = std::int32_t(*id);
   t.pad_id = t.eos_id >= 0 ? t.eos_id : 0;
-  if (config.contains("pad_token") && config["pad_token"].is_string())
+  if (config.contains("pad_token") && config["pad_token"].is_string() && t.tokenizer)
     if (auto id = t.tokenizer->token_to_id(config["pad_token"].get<std::string>())) t.pad_id = std::int32_t(*id);
   return t;
+}
+
+const Tokenizer& ModelText::need_tokenizer(const std::string& what) const {
+  if (!tokenizer)
+    throw Error(dir.string() + ": has no tokenizer.json, and " + what +
+                " reads text through the model's HF tokenizer (rows of token ids, data.format = \"tokens\", need none)");
+  return *tokenizer;
+}
+
+std::int64_t ModelText::token_id_limit() const {
+  if (embedding_rows > 0) return embedding_rows;
+  return tokenizer ? tokenizer->vocab_size() : 0;
 }
 }  // namespace ft::text

@@ -112,7 +112,7 @@ TEST_CASE("examples: ids and labels equal transformers' for every fixture case")
     o.response_template = c.value("response_template", "");
     o.instruction_template = c.value("instruction_template", "");
     const Examples got = ft::data::read_examples(data_fixtures / c["rows"].get<std::string>(),
-                                                 tokenizer(c["tokenizer"]), chat ? &*chat : nullptr, special, o);
+                                                 &tokenizer(c["tokenizer"]), chat ? &*chat : nullptr, special, o);
     const json& expected = c["expected"];
     REQUIRE(got.rows.size() == expected.size());
     CHECK(got.skipped == 0);
@@ -164,14 +164,14 @@ TEST_CASE("examples: renamed fields read the same rows") {
     write_bytes(dir / "standard.jsonl", c.standard + "\n");
     write_bytes(dir / "renamed.jsonl", c.renamed + "\n");
     ExampleOptions o = options(c.format);
-    const Examples want = ft::data::read_examples(dir / "standard.jsonl", tok, &chat, smollm2_chat, o);
+    const Examples want = ft::data::read_examples(dir / "standard.jsonl", &tok, &chat, smollm2_chat, o);
     o.fields = c.fields;
-    const Examples got = ft::data::read_examples(dir / "renamed.jsonl", tok, &chat, smollm2_chat, o);
+    const Examples got = ft::data::read_examples(dir / "renamed.jsonl", &tok, &chat, smollm2_chat, o);
     REQUIRE(got.rows.size() == 1);
     CHECK(got.rows[0].input_ids == want.rows[0].input_ids);
     CHECK(got.rows[0].labels == want.rows[0].labels);
     // The standard names are no longer read.
-    const std::string msg = error_of([&] { ft::data::read_examples(dir / "standard.jsonl", tok, &chat, smollm2_chat, o); });
+    const std::string msg = error_of([&] { ft::data::read_examples(dir / "standard.jsonl", &tok, &chat, smollm2_chat, o); });
     CHECK(msg.find("is missing") != std::string::npos);
   }
 }
@@ -180,14 +180,14 @@ TEST_CASE("examples: a JSON array file gives the same examples, with each elemen
   const Tokenizer& tok = tokenizer("smollm2");
   const ChatTemplate chat = chat_template("tests/fixtures/chat_templates/smollm2.jinja");
   const Examples lines =
-      ft::data::read_examples(data_fixtures / "alpaca_rows.jsonl", tok, &chat, smollm2_chat, options("alpaca"));
+      ft::data::read_examples(data_fixtures / "alpaca_rows.jsonl", &tok, &chat, smollm2_chat, options("alpaca"));
   json array = json::array();
   std::ifstream in(data_fixtures / "alpaca_rows.jsonl");
   for (std::string line; std::getline(in, line);) array.push_back(json::parse(line));
   TempDir dir("ft_examples");
   // dump(1): "[", then each object over 5 lines (brace, three keys, brace).
   write_bytes(dir / "rows.json", "\n" + array.dump(1) + "\n");
-  const Examples got = ft::data::read_examples(dir / "rows.json", tok, &chat, smollm2_chat, options("alpaca"));
+  const Examples got = ft::data::read_examples(dir / "rows.json", &tok, &chat, smollm2_chat, options("alpaca"));
   REQUIRE(got.rows.size() == lines.rows.size());
   for (std::size_t i = 0; i < got.rows.size(); ++i) {
     CHECK(got.rows[i].input_ids == lines.rows[i].input_ids);
@@ -196,15 +196,15 @@ TEST_CASE("examples: a JSON array file gives the same examples, with each elemen
   }
   write_bytes(dir / "empty.json", " [ ] ");
   CHECK(error_of([&] {
-          ft::data::read_examples(dir / "empty.json", tok, &chat, smollm2_chat, options("alpaca"));
+          ft::data::read_examples(dir / "empty.json", &tok, &chat, smollm2_chat, options("alpaca"));
         }).find("has no rows") != std::string::npos);
   write_bytes(dir / "open.json", "[{\"instruction\": \"a\", \"output\": \"b\"},\n{\"instruction\": \"[\"");
   CHECK(error_of([&] {
-          ft::data::read_examples(dir / "open.json", tok, &chat, smollm2_chat, options("alpaca"));
+          ft::data::read_examples(dir / "open.json", &tok, &chat, smollm2_chat, options("alpaca"));
         }).find("open.json:2: this element of the JSON array opened on line 1 is not closed") != std::string::npos);
   write_bytes(dir / "after.json", "[{\"instruction\": \"a\", \"output\": \"b\"}]\n{}");
   CHECK(error_of([&] {
-          ft::data::read_examples(dir / "after.json", tok, &chat, smollm2_chat, options("alpaca"));
+          ft::data::read_examples(dir / "after.json", &tok, &chat, smollm2_chat, options("alpaca"));
         }).find("after.json:2: text after the JSON array") != std::string::npos);
 }
 
@@ -255,17 +255,17 @@ TEST_CASE("examples: truncation keeps HF's leading tokens; a prompt without room
 
   const std::int64_t keep = prompt + 3;
   REQUIRE(keep < std::int64_t(full.size()));
-  const Examples got = ft::data::read_examples(dir / "one.jsonl", tok, &chat, smollm2_chat, options("alpaca", keep));
+  const Examples got = ft::data::read_examples(dir / "one.jsonl", &tok, &chat, smollm2_chat, options("alpaca", keep));
   REQUIRE(got.rows.size() == 1);
   CHECK(got.rows[0].input_ids == std::vector<std::int32_t>(full.begin(), full.begin() + keep));
   CHECK(got.rows[0].labels == std::vector<std::int32_t>(labels.begin(), labels.begin() + keep));
 
   // max_seq_length = prompt + 1: the one response token is labels[prompt], still scored.
-  CHECK(ft::data::read_examples(dir / "one.jsonl", tok, &chat, smollm2_chat, options("alpaca", prompt + 1))
+  CHECK(ft::data::read_examples(dir / "one.jsonl", &tok, &chat, smollm2_chat, options("alpaca", prompt + 1))
             .rows[0]
             .labels.back() == full[std::size_t(prompt)]);
   const std::string msg = error_of(
-      [&] { ft::data::read_examples(dir / "one.jsonl", tok, &chat, smollm2_chat, options("alpaca", prompt)); });
+      [&] { ft::data::read_examples(dir / "one.jsonl", &tok, &chat, smollm2_chat, options("alpaca", prompt)); });
   CHECK(msg.rfind((dir / "one.jsonl").string() + ":1: the prompt takes " + std::to_string(prompt) +
                       " tokens and leaves no room for a response within max_seq_length " + std::to_string(prompt),
                   0) == 0);
@@ -277,7 +277,7 @@ TEST_CASE("examples: truncation keeps HF's leading tokens; a prompt without room
       read_json(data_fixtures / "examples_expected.json")["smollm2_chat"]["expected"][0]["prompt_tokens"];
   REQUIRE(first_prompt < prompt);
   const Examples skipped =
-      ft::data::read_examples(dir / "two.jsonl", tok, &chat, smollm2_chat, options("alpaca", prompt, "skip"));
+      ft::data::read_examples(dir / "two.jsonl", &tok, &chat, smollm2_chat, options("alpaca", prompt, "skip"));
   CHECK(skipped.skipped == 1);
   REQUIRE(skipped.rows.size() == 1);
   CHECK(skipped.rows[0].line == 2);
@@ -290,7 +290,7 @@ TEST_CASE("examples: tokens rows") {
               "{\"input_ids\": [5, 6, 7, 8], \"labels\": [-100, -100, 7, 8]}\n"
               "{\"input_ids\": [9, 10, 11]}\n"
               "{\"input_ids\": [1, 2, 3, 4, 5, 6, 7, 8, 9], \"labels\": null}\n");
-  const Examples got = ft::data::read_examples(dir / "t.jsonl", tok, nullptr, {}, options("tokens", 6));
+  const Examples got = ft::data::read_examples(dir / "t.jsonl", &tok, nullptr, {}, options("tokens", 6));
   REQUIRE(got.rows.size() == 3);
   CHECK(got.rows[0].input_ids == std::vector<std::int32_t>{5, 6, 7, 8});
   CHECK(got.rows[0].labels == std::vector<std::int32_t>{-100, -100, 7, 8});
@@ -304,7 +304,7 @@ TEST_CASE("examples: text rows without a known EOS get none appended") {
   const Tokenizer& tok = tokenizer("smollm2");
   TempDir dir("ft_examples");
   write_bytes(dir / "t.jsonl", "{\"text\": \"hack the planet\"}\n");
-  const auto got = ft::data::read_examples(dir / "t.jsonl", tok, nullptr, {}, options("text"));
+  const auto got = ft::data::read_examples(dir / "t.jsonl", &tok, nullptr, {}, options("text"));
   REQUIRE(got.rows.size() == 1);
   CHECK(got.rows[0].input_ids == tok.encode("hack the planet", true));
   CHECK(got.rows[0].labels == got.rows[0].input_ids);
@@ -368,11 +368,11 @@ TEST_CASE("examples: every kind of bad row, in fail mode and in skip mode") {
     // Line 2 is blank: ignored, but counted.
     write_bytes(file, good_row(b.format) + "\n  \n" + b.row + "\n" + good_row(b.format) + "\n");
     const std::string msg =
-        error_of([&] { ft::data::read_examples(file, tok, &chat, smollm2_base, options(b.format, 64)); });
+        error_of([&] { ft::data::read_examples(file, &tok, &chat, smollm2_base, options(b.format, 64)); });
     CHECK(msg.rfind(file.string() + ":3: ", 0) == 0);
     CHECK(msg.find(b.says) != std::string::npos);
     CHECK(msg.find(", allowed: ") != std::string::npos);
-    const Examples skipped = ft::data::read_examples(file, tok, &chat, smollm2_base, options(b.format, 64, "skip"));
+    const Examples skipped = ft::data::read_examples(file, &tok, &chat, smollm2_base, options(b.format, 64, "skip"));
     CHECK(skipped.skipped == 1);
     REQUIRE(skipped.rows.size() == 2);
     CHECK(skipped.rows[0].line == 1);
@@ -388,14 +388,14 @@ TEST_CASE("examples: every kind of bad row, in fail mode and in skip mode") {
             "\n";
   write_bytes(dir / "many.jsonl", many);
   const Examples got =
-      ft::data::read_examples(dir / "many.jsonl", tok, &chat, smollm2_chat, options("alpaca", 64, "skip"));
+      ft::data::read_examples(dir / "many.jsonl", &tok, &chat, smollm2_chat, options("alpaca", 64, "skip"));
   CHECK(got.rows.size() == 1);
   CHECK(got.skipped == 8);
   REQUIRE(got.first_skips.size() == 5);
   CHECK(got.first_skips[4].rfind((dir / "many.jsonl").string() + ":6: ", 0) == 0);
   write_bytes(dir / "none.jsonl", "{}\n[]\n");
   const std::string none = error_of(
-      [&] { ft::data::read_examples(dir / "none.jsonl", tok, &chat, smollm2_chat, options("alpaca", 64, "skip")); });
+      [&] { ft::data::read_examples(dir / "none.jsonl", &tok, &chat, smollm2_chat, options("alpaca", 64, "skip")); });
   CHECK(none.find("none.jsonl: has no usable rows (all 2 skipped; the first: ") != std::string::npos);
 }
 
@@ -405,40 +405,40 @@ TEST_CASE("examples: files, options and templates that cannot be used") {
   const fs::path rows = data_fixtures / "alpaca_rows.jsonl";
   TempDir dir("ft_examples");
   CHECK(error_of([&] {
-          ft::data::read_examples(dir / "missing.jsonl", tok, &chat, smollm2_chat, options("alpaca"));
+          ft::data::read_examples(dir / "missing.jsonl", &tok, &chat, smollm2_chat, options("alpaca"));
         }).find("missing.jsonl: the dataset file does not exist") != std::string::npos);
   CHECK(error_of([&] {
-          ft::data::read_examples(dir.path, tok, &chat, smollm2_chat, options("alpaca"));
+          ft::data::read_examples(dir.path, &tok, &chat, smollm2_chat, options("alpaca"));
         }).find("is a directory") != std::string::npos);
   write_bytes(dir / "blank.jsonl", "\n  \n\r\n");
   CHECK(error_of([&] {
-          ft::data::read_examples(dir / "blank.jsonl", tok, &chat, smollm2_chat, options("alpaca"));
+          ft::data::read_examples(dir / "blank.jsonl", &tok, &chat, smollm2_chat, options("alpaca"));
         }).find("blank.jsonl: has no rows") != std::string::npos);
   CHECK(error_of([&] {
-          ft::data::read_examples(rows, tok, &chat, smollm2_chat, options("csv"));
+          ft::data::read_examples(rows, &tok, &chat, smollm2_chat, options("csv"));
         }).find("dataset format 'csv' is not known, allowed: alpaca, chat, text, guanaco, tokens") !=
         std::string::npos);
   ExampleOptions templated = options("alpaca");
   templated.response_template = "### Response:";
-  CHECK(error_of([&] { ft::data::read_examples(rows, tok, &chat, smollm2_chat, templated); })
+  CHECK(error_of([&] { ft::data::read_examples(rows, &tok, &chat, smollm2_chat, templated); })
             .find("response_template applies to text rows; format 'alpaca' marks its responses itself") !=
         std::string::npos);
   ExampleOptions instruction_only = options("text");
   instruction_only.instruction_template = "### Human:";
-  CHECK(error_of([&] { ft::data::read_examples(rows, tok, &chat, smollm2_chat, instruction_only); })
+  CHECK(error_of([&] { ft::data::read_examples(rows, &tok, &chat, smollm2_chat, instruction_only); })
             .find("an instruction_template needs a response_template") != std::string::npos);
-  CHECK(error_of([&] { ft::data::read_examples(rows, tok, nullptr, smollm2_chat, options("chat")); })
+  CHECK(error_of([&] { ft::data::read_examples(rows, &tok, nullptr, smollm2_chat, options("chat")); })
             .find("chat rows are rendered through the model's chat template, and it has none") != std::string::npos);
   CHECK(error_of([&] {
-          ft::data::read_examples(rows, tok, &chat, smollm2_chat, options("alpaca", 4096, "ignore"));
+          ft::data::read_examples(rows, &tok, &chat, smollm2_chat, options("alpaca", 4096, "ignore"));
         }).find("on_bad_row 'ignore' is not known, allowed: fail, skip") != std::string::npos);
   CHECK(error_of([&] {
-          ft::data::read_examples(rows, tok, &chat, smollm2_chat, options("alpaca", 1));
+          ft::data::read_examples(rows, &tok, &chat, smollm2_chat, options("alpaca", 1));
         }).find("max_seq_length 1 is too small") != std::string::npos);
-  CHECK(error_of([&] { ft::data::read_examples(rows, tok, nullptr, {}, options("alpaca")); }).find("none is known") !=
+  CHECK(error_of([&] { ft::data::read_examples(rows, &tok, nullptr, {}, options("alpaca")); }).find("none is known") !=
         std::string::npos);
   CHECK(error_of([&] {
-          ft::data::read_examples(rows, tok, nullptr, specials(std::nullopt, "</s>"), options("alpaca"));
+          ft::data::read_examples(rows, &tok, nullptr, specials(std::nullopt, "</s>"), options("alpaca"));
         }).find("eos_token '</s>' is not a token of the tokenizer") != std::string::npos);
 
   // A generation prompt that is not a prefix, without {% generation %} marks.
@@ -448,7 +448,7 @@ TEST_CASE("examples: files, options and templates that cannot be used") {
       "unmarked.jinja");
   for (const char* mode : {"fail", "skip"}) {
     const std::string msg =
-        error_of([&] { ft::data::read_examples(rows, tok, &unmarked, smollm2_chat, options("alpaca", 4096, mode)); });
+        error_of([&] { ft::data::read_examples(rows, &tok, &unmarked, smollm2_chat, options("alpaca", 4096, mode)); });
     CHECK(msg.rfind(rows.string() + ":1: chat template unmarked.jinja: the prompt it renders", 0) == 0);
     CHECK(msg.find("{% generation %}") != std::string::npos);
   }
@@ -769,7 +769,7 @@ TEST_CASE("artificial datasets: seed 003's layouts, the same rows for the same s
   ExampleOptions o = options("text");
   o.fields.text = "output";
   o.response_template = "\n### Response:";  // seed 003's settings
-  const ft::data::ExampleBuilder builder(tok, nullptr, smollm2_base, o);
+  const ft::data::ExampleBuilder builder(&tok, nullptr, smollm2_base, o);
   const Examples a = ft::data::artificial_examples("news-chars-64-entries-6", builder, tok.vocab_size(), 3);
   const Examples b = ft::data::artificial_examples("news-chars-64-entries-6", builder, tok.vocab_size(), 3);
   const Examples c = ft::data::artificial_examples("news-chars-64-entries-6", builder, tok.vocab_size(), 4);
@@ -791,7 +791,7 @@ TEST_CASE("artificial datasets: seed 003's layouts, the same rows for the same s
     CHECK(tok.decode(before, true).size() == response);
   }
 
-  const ft::data::ExampleBuilder tokens(tok, nullptr, smollm2_base, options("tokens", 4096));
+  const ft::data::ExampleBuilder tokens(&tok, nullptr, smollm2_base, options("tokens", 4096));
   const Examples t = ft::data::artificial_examples("tokens-100plus-entries-3", tokens, tok.vocab_size(), 1);
   REQUIRE(t.rows.size() == 3);
   for (const Example& e : t.rows) {
@@ -819,7 +819,7 @@ TEST_CASE("prepared cache: the mapped tokens are the examples, in order, and a s
   CHECK(fs::exists(dir / "run/data-cache/metadata.json"));
 
   ExampleOptions o = options("alpaca", 128);
-  const Examples all = ft::data::read_examples(r.data.train, *text.tokenizer, text.chat.get(), text.special, o);
+  const Examples all = ft::data::read_examples(r.data.train, text.tokenizer.get(), text.chat.get(), text.special, o);
   REQUIRE(first.train.size() + first.validation.size() == std::int64_t(all.rows.size()));
   std::int64_t t = 0, v = 0;
   for (std::size_t i = 0; i < all.rows.size(); ++i) {

@@ -55,7 +55,7 @@ TEST_CASE("packing: the same documents packed or padded give the same per-docume
   data::ExampleOptions options;
   options.max_seq_length = 128;
   data::Examples examples = data::read_examples(fs::path(FT_SOURCE_DIR) / "tests/fixtures/train/jargon_small.jsonl",
-                                                *text.tokenizer, text.chat.get(), text.special, options);
+                                                text.tokenizer.get(), text.chat.get(), text.special, options);
   examples.rows.resize(12);
   auto model = models::load_pretrained<double>(model_dir);
   const index_t V = model->config().vocab_size;

@@ -24,7 +24,7 @@ public:
     model_ = &model;
     prompt_ = std::make_unique<PromptTuning<T>>(model, tokens_, seed_);
     if (!init_text_.empty())
-      prompt_->init_from_tokens(prompt_init_ids(text.tokenizer->encode(init_text_, true), tokens_));
+      prompt_->init_from_tokens(prompt_init_ids(text.need_tokenizer("prompt_tuning.init_text").encode(init_text_, true), tokens_));
     return {{"prompt", -1, &prompt_->parameters()}};
   }
 

@@ -16,7 +16,9 @@
 //            response template is given (below).
 //   guanaco  text whose turns are marked "### Human:" and "### Assistant:"
 //            (openassistant-guanaco's rows): text with those two templates.
-//   tokens   {"input_ids": [ids], "labels": [ids or -100] (optional, same length)}.
+//   tokens   {"input_ids": [ids], "labels": [ids or -100] (optional, same length)};
+//            ids below the model's embedding rows (token_id_limit), and no
+//            tokenizer needed.
 //
 // Response-only loss on text, as fms-hf-tuning's response_template: the
 // scored part starts after the first occurrence of response_template and runs
@@ -234,13 +236,20 @@ private:
 class ExampleBuilder {
 public:
   // Checks the options and the special tokens once; the tokenizer and the
-  // template must outlive the builder. `chat` may be null (no template).
-  ExampleBuilder(const text::Tokenizer& tokenizer, const text::ChatTemplate* chat, const text::ChatOptions& special,
+  // template must outlive the builder. `chat` may be null (no template);
+  // `tokenizer` too, for rows of token ids.
+  ExampleBuilder(const text::Tokenizer* tokenizer, const text::ChatTemplate* chat, const text::ChatOptions& special,
                  const ExampleOptions& options)
       : tokenizer_(tokenizer), chat_(chat), special_(special), options_(options) {
     if (options.format != "alpaca" && options.format != "chat" && options.format != "text" &&
         options.format != "guanaco" && options.format != "tokens")
       throw Error("dataset format '" + options.format + "' is not known, allowed: alpaca, chat, text, guanaco, tokens");
+    if (!tokenizer && options.format != "tokens")
+      throw Error("format '" + options.format + "' reads text, and the model has no tokenizer.json, allowed: format "
+                  "'tokens' (rows of token ids) or a model directory with its tokenizer.json");
+    if (!tokenizer && options.token_id_limit <= 0)
+      throw Error("rows of token ids are checked against the model's vocabulary, and neither config.json's "
+                  "vocab_size nor a tokenizer.json gives it");
     if (options.format == "guanaco") {
       if (options_.response_template.empty()) options_.response_template = "### Assistant:";
       if (options_.instruction_template.empty()) options_.instruction_template = "### Human:";
@@ -259,8 +268,8 @@ public:
     if (options.max_seq_length < 2)
       throw Error("max_seq_length " + std::to_string(options.max_seq_length) +
                   " is too small, allowed: 2 or more (one token and the one it predicts)");
-    if (special.eos_token) {
-      eos_id_ = tokenizer.token_to_id(*special.eos_token);
+    if (special.eos_token && tokenizer) {
+      eos_id_ = tokenizer->token_to_id(*special.eos_token);
       if (!eos_id_)
         throw Error("eos_token '" + *special.eos_token +
                     "' is not a token of the tokenizer, allowed: a token of tokenizer.json's vocabulary");
@@ -373,8 +382,8 @@ private:
     const std::string output = string_field(row, f.output, true);
     if (!chat_) {
       const std::string prompt = alpaca_prompt(instruction, input);
-      return split_at_prompt(tokenizer_.encode(prompt, true),
-                             tokenizer_.encode(prompt + output + *special_.eos_token, true));
+      return split_at_prompt(tokenizer_->encode(prompt, true),
+                             tokenizer_->encode(prompt + output + *special_.eos_token, true));
     }
     nlohmann::ordered_json messages = nlohmann::ordered_json::array();
     messages.push_back({{"role", "user"}, {"content", input.empty() ? instruction : instruction + "\n\n" + input}});
@@ -408,7 +417,7 @@ private:
   Example conversation(const nlohmann::ordered_json& messages) const {
     text::ChatOptions opts = special_;
     const text::jinja::Rendered full = text::render_chat(*chat_, messages, opts);
-    std::vector<std::int32_t> full_ids = tokenizer_.encode(full.text, false);
+    std::vector<std::int32_t> full_ids = tokenizer_->encode(full.text, false);
     std::vector<std::pair<std::size_t, std::size_t>> spans;
     bool prefix = true;
     for (std::size_t k = 0; k < messages.size() && prefix; ++k) {
@@ -445,10 +454,10 @@ private:
     e.labels.assign(full.size(), ignore_label);
     for (const auto& [begin, end] : spans) {
       if (begin >= end) continue;
-      const std::size_t first = common_prefix(tokenizer_.encode(text.substr(0, begin), special), full);
+      const std::size_t first = common_prefix(tokenizer_->encode(text.substr(0, begin), special), full);
       std::size_t last = full.size();
       if (end < text.size()) {
-        const auto before_end = tokenizer_.encode(text.substr(0, end), special);
+        const auto before_end = tokenizer_->encode(text.substr(0, end), special);
         last = common_prefix(before_end, full);
         if (last < before_end.size()) last = std::min(last + 1, full.size());
       }
@@ -477,7 +486,7 @@ private:
 
   Example text(const nlohmann::json& row) const {
     const std::string text = string_field(row, options_.fields.text, true);
-    std::vector<std::int32_t> ids = tokenizer_.encode(text, true);
+    std::vector<std::int32_t> ids = tokenizer_->encode(text, true);
     if (eos_id_ && (ids.empty() || ids.back() != *eos_id_)) ids.push_back(*eos_id_);
     if (!options_.response_template.empty()) return scored_spans(text, response_spans(text), std::move(ids), true);
     Example e;
@@ -489,7 +498,7 @@ private:
   std::vector<std::int32_t> id_list(const nlohmann::json& row, const std::string& key, bool labels) const {
     const auto& list = row.at(key);
     if (!list.is_array()) bad("\"" + key + "\" is " + a_type(list) + ", not a list");
-    const std::int64_t vocab = tokenizer_.vocab_size();
+    const std::int64_t vocab = options_.token_id_limit > 0 ? options_.token_id_limit : tokenizer_->vocab_size();
     std::vector<std::int32_t> ids;
     ids.reserve(list.size());
     for (std::size_t i = 0; i < list.size(); ++i) {
@@ -521,7 +530,7 @@ private:
     return e;
   }
 
-  const text::Tokenizer& tokenizer_;
+  const text::Tokenizer* tokenizer_;
   const text::ChatTemplate* chat_;
   text::ChatOptions special_;
   ExampleOptions options_;
@@ -540,7 +549,7 @@ private:
 // called after every block of rows with the rows read and the fraction of
 // the file's bytes behind them. A file that cannot be read, is not well-formed as a
 // whole, or yields no example is an error.
-inline Examples scan_examples(const std::filesystem::path& file, const text::Tokenizer& tokenizer, const text::ChatTemplate* chat,
+inline Examples scan_examples(const std::filesystem::path& file, const text::Tokenizer* tokenizer, const text::ChatTemplate* chat,
                               const text::ChatOptions& special, const ExampleOptions& options,
                               const std::function<void(Example&&)>& take,
                               const std::function<void(std::int64_t, double)>& progress = {}) {
@@ -647,7 +656,7 @@ inline Examples scan_examples(const std::filesystem::path& file, const text::Tok
 }
 
 // All the examples of a dataset file, in memory (scan_examples, kept).
-inline Examples read_examples(const std::filesystem::path& file, const text::Tokenizer& tokenizer, const text::ChatTemplate* chat,
+inline Examples read_examples(const std::filesystem::path& file, const text::Tokenizer* tokenizer, const text::ChatTemplate* chat,
                               const text::ChatOptions& special, const ExampleOptions& options) {
   std::vector<Example> rows;
   Examples out = scan_examples(file, tokenizer, chat, special, options,

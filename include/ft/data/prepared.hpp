@@ -9,7 +9,8 @@
 //       "key":    everything the tokens depend on: each source (a file's path,
 //                 size and modification time, or an artificial name and the
 //                 seed), the fingerprints of tokenizer.json,
-//                 tokenizer_config.json and chat_template.jinja, the format,
+//                 tokenizer_config.json and chat_template.jinja, the token
+//                 ids rows may hold (the embedding's rows), the format,
 //                 field names, templates, max_seq_length, on_bad_row and
 //                 validation_split
 //       "counts": rows, tokens and skipped rows of each split
@@ -73,7 +74,7 @@ inline std::filesystem::path cache_dir_of(const recipe::Recipe& r) {
 }
 
 // What the recipe's tokens depend on (see the top of this file).
-nlohmann::json cache_key(const recipe::Recipe& r);
+nlohmann::json cache_key(const recipe::Recipe& r, const text::ModelText& text);
 
 // Tokenises the recipe's data into `dir` (replacing what is there); returns the counts.
 nlohmann::json prepare_data(const recipe::Recipe& r, const text::ModelText& text, const std::filesystem::path& dir,

@@ -29,10 +29,11 @@ std::string preview(Run<T, M, D>& run) {
     prompt = data::alpaca_prompt(prompt, "");
   }
   // A rendered template already has its special tokens.
-  const std::vector<std::int32_t> tokens = run.text.tokenizer->encode(prompt, !run.text.chat);
+  const text::Tokenizer& tokenizer = run.text.need_tokenizer("preview.prompt");
+  const std::vector<std::int32_t> tokens = tokenizer.encode(prompt, !run.text.chat);
   const auto answer = generate_greedy(*run.model, tokens, p.max_new_tokens, run.text.eos_id,
                                       run.adapter->virtual_tokens(), run.parallel->evaluation_hooks());
-  return "\"" + p.prompt + "\" -> \"" + run.text.tokenizer->decode(answer) + "\"";
+  return "\"" + p.prompt + "\" -> \"" + tokenizer.decode(answer) + "\"";
 }
 
 }  // namespace ft::train

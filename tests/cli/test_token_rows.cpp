@@ -1,0 +1,89 @@
+// Pre-tokenised rows (data.format = "tokens") through ftrun: a model
+// directory without tokenizer.json trains on them, and their ids are checked
+// against the embedding's rows (config.json's vocab_size), not the
+// tokenizer's size, since embeddings padded past the tokenizer are common.
+#include <doctest/doctest.h>
+
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "support/command.hpp"
+
+namespace fs = std::filesystem;
+
+namespace {
+
+const fs::path scratch = fs::temp_directory_path() / ("ft_token_rows_" + std::to_string(::getpid()));
+const fs::path tiny = FT_SOURCE_DIR "/models/ft-tiny-llama";
+
+ft::testing::CommandResult ftrun(const std::string& args, const std::string& name) {
+  return ft::testing::run_command(FTRUN_PATH " " + args, scratch, name);
+}
+
+// The tiny Llama's configuration with `vocab_size` embedding rows, randomly
+// initialised by ftrun init; its tokenizer (512 tokens) beside it or not.
+fs::path model(const std::string& name, std::int64_t vocab_size, bool with_tokenizer) {
+  const fs::path source = scratch / (name + "-config"), dir = scratch / name;
+  fs::create_directories(source);
+  nlohmann::json config = nlohmann::json::parse(std::ifstream(tiny / "config.json"));
+  config["vocab_size"] = vocab_size;
+  std::ofstream(source / "config.json") << config.dump(2);
+  if (with_tokenizer)
+    for (const char* file : {"tokenizer.json", "tokenizer_config.json"}) fs::copy_file(tiny / file, source / file);
+  const auto init = ftrun("init " + source.string() + " " + dir.string() + " --force", name + "-init");
+  REQUIRE_MESSAGE(init.code == 0, init.err);
+  return dir;
+}
+
+// Rows of token ids, the last row's first id `last_id`.
+fs::path rows(const std::string& name, std::int64_t last_id) {
+  fs::create_directories(scratch);
+  const fs::path file = scratch / (name + ".jsonl");
+  std::ofstream out(file);
+  for (int r = 0; r < 7; ++r) out << nlohmann::json{{"input_ids", {(r * 37) % 500, 5, 9, 14, 3, 7, 11, 2}}}.dump() << "\n";
+  out << nlohmann::json{{"input_ids", {last_id, 1, 2, 3}}}.dump() << "\n";
+  return file;
+}
+
+std::string train(const fs::path& model_dir, const fs::path& data, const std::string& name, const std::string& more = "") {
+  return "train " FT_SOURCE_DIR "/recipes/ft_tiny_llama/lora.toml --set model.path=" + model_dir.string() +
+         " --set data.train=" + data.string() + " --set data.validation= --set data.format=tokens" +
+         " --set data.packing=false --set data.max_seq_length=16 --set train.max_steps=2 --set train.eval_steps=0" +
+         " --set train.per_device_train_batch_size=2 --set checkpoint.save_strategy=no --set output_dir=" +
+         (scratch / name).string() + more;
+}
+
+}  // namespace
+
+TEST_CASE("a model without tokenizer.json trains on rows of token ids, and refuses text plainly") {
+  const fs::path dir = model("bare", 512, false);
+  REQUIRE_FALSE(fs::exists(dir / "tokenizer.json"));
+  const auto r = ftrun(train(dir, rows("bare_rows", 100), "bare"), "bare");
+  CHECK_MESSAGE(r.code == 0, r.err);
+  CHECK(r.out.find("summary  step 2") != std::string::npos);
+
+  const auto text = ftrun(train(dir, rows("bare_rows", 100), "bare_text", " --set data.format=alpaca"), "bare_text");
+  CHECK(text.code == 2);
+  CHECK(text.err.find("format 'alpaca' reads text, and the model has no tokenizer.json") != std::string::npos);
+  CHECK(std::count(text.err.begin(), text.err.end(), '\n') == 1);
+
+  const auto preview =
+      ftrun(train(dir, rows("bare_rows", 100), "bare_preview", " --set preview.prompt=hello"), "bare_preview");
+  CHECK(preview.code == 2);
+  CHECK(preview.err.find("has no tokenizer.json, and preview.prompt reads text") != std::string::npos);
+}
+
+TEST_CASE("token ids are checked against the embedding's rows, which may exceed the tokenizer's size") {
+  const fs::path padded = model("padded", 528, true);  // 512 tokens, 528 rows: padded to a multiple of 16
+  const auto inside = ftrun(train(padded, rows("padded_rows", 520), "padded"), "padded");
+  CHECK_MESSAGE(inside.code == 0, inside.err);
+  const auto outside = ftrun(train(padded, rows("outside_rows", 528), "outside"), "outside");
+  CHECK(outside.code == 2);
+  CHECK(outside.err.find("outside_rows.jsonl:8: \"input_ids\"[0] = 528 is outside the vocabulary [0, 528)") !=
+        std::string::npos);
+}
