@@ -33,10 +33,12 @@ nlohmann::ordered_json to_json(const ft::estimate::MemoryEstimate& e) {
           {"activations", terms_json(e.activations)},
           {"step_workspace", {{"bytes", e.step_workspace.bytes}, {"detail", e.step_workspace.detail}}},
           {"eval_workspace", {{"bytes", e.eval_workspace.bytes}, {"detail", e.eval_workspace.detail}}},
+          {"save_workspace", {{"bytes", e.save_workspace.bytes}, {"detail", e.save_workspace.detail}}},
           {"setup_workspace", {{"bytes", e.setup_workspace.bytes}, {"detail", e.setup_workspace.detail}}},
           {"host", terms_json(e.host)},
           {"step_peak_bytes", e.step_peak()},
           {"eval_peak_bytes", e.eval_peak()},
+          {"save_peak_bytes", e.save_peak()},
           {"setup_peak_bytes", e.setup_peak()},
           {"peak_bytes", e.peak()},
           {"peak_phase", e.peak_phase()}};
@@ -97,14 +99,15 @@ int run_estimate(const EstimateOptions& options) {
                 r.strategy.adapter.c_str(), e.device.c_str(), e.rank, e.ranks, (long long)e.rows, (long long)e.tokens);
     print_terms("held for the whole run", e.held);
     print_terms("a micro-batch's buffers, kept between steps", e.activations);
-    std::printf("  workspace\n    %-28s %12s   %s\n    %-28s %12s   %s\n    %-28s %12s   %s\n", "step",
-                ft::format_bytes(e.step_workspace.bytes).c_str(), e.step_workspace.detail.c_str(), "evaluation",
-                ft::format_bytes(e.eval_workspace.bytes).c_str(), e.eval_workspace.detail.c_str(), "setup",
-                ft::format_bytes(e.setup_workspace.bytes).c_str(), e.setup_workspace.detail.c_str());
+    std::printf("  workspace\n");
+    for (const auto& [phase, term] : {std::pair{"step", &e.step_workspace}, std::pair{"evaluation", &e.eval_workspace},
+                                      std::pair{"saving", &e.save_workspace}, std::pair{"setup", &e.setup_workspace}})
+      if (term->bytes > 0 || phase != std::string("saving"))
+        std::printf("    %-28s %12s   %s\n", phase, ft::format_bytes(term->bytes).c_str(), term->detail.c_str());
     if (!e.host.empty()) print_terms("host memory beside the device's", e.host);
-    std::printf("  peak  %s in the %s (step %s, evaluation %s, setup %s)\n", ft::format_bytes(e.peak()).c_str(),
+    std::printf("  peak  %s in the %s (step %s, evaluation %s, saving %s, setup %s)\n", ft::format_bytes(e.peak()).c_str(),
                 e.peak_phase().c_str(), ft::format_bytes(e.step_peak()).c_str(), ft::format_bytes(e.eval_peak()).c_str(),
-                ft::format_bytes(e.setup_peak()).c_str());
+                ft::format_bytes(e.save_peak()).c_str(), ft::format_bytes(e.setup_peak()).c_str());
     std::printf("\n  per rank, other choices (held + activations + workspace = peak):\n");
     std::printf("    %-11s %-14s %5s %12s %12s %12s\n", "parallelism", "checkpointing", "ranks", "held", "activations",
                 "peak");

@@ -52,18 +52,16 @@ std::vector<Change> changes(const ft::recipe::Recipe& r) {
 
 }  // namespace
 
-void check_memory_fits(const ft::recipe::Loaded<ft::recipe::Recipe>& loaded) {
+void check_memory_fits(const ft::recipe::Loaded<ft::recipe::Recipe>& loaded, std::int64_t ranks_here) {
   const ft::recipe::Recipe& r = loaded.recipe;
   if (!r.launch.memory_check || r.strategy.parallelism == "pipeline") return;
-  // Ranks on this machine share its memory; with a hostfile each has its own share.
-  const std::uint64_t ranks_here = r.launch.hostfile.empty() ? std::uint64_t(std::max<std::int64_t>(1, r.launch.nproc)) : 1;
   std::uint64_t available = 0;
   std::string source;
   if (!r.launch.memory_limit.empty()) {
     available = ft::parse_bytes(r.launch.memory_limit).value_or(0);
     source = "launch.memory_limit = \"" + r.launch.memory_limit + "\"";
   } else if (r.strategy.device == "cpu") {
-    available = ft::meminfo_bytes("MemAvailable") / ranks_here;  // what new allocations can get without swapping
+    available = ft::meminfo_bytes("MemAvailable") / std::uint64_t(std::max<std::int64_t>(1, ranks_here));  // what new allocations can get without swapping
     source = "the host's available memory" + (ranks_here > 1 ? " over " + std::to_string(ranks_here) + " ranks" : "");
   }
   if (available == 0) return;

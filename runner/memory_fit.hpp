@@ -9,7 +9,8 @@ namespace ftrun {
 
 // Throws ft::OutOfMemory with that message when the run will not fit; does
 // nothing when it fits, when launch.memory_check is off, or when the memory
-// available is not known (a GPU without launch.memory_limit).
-void check_memory_fits(const ft::recipe::Loaded<ft::recipe::Recipe>& loaded);
+// available is not known (a GPU without launch.memory_limit). The host's
+// available memory is shared by `ranks_here`, the job's ranks on this machine.
+void check_memory_fits(const ft::recipe::Loaded<ft::recipe::Recipe>& loaded, std::int64_t ranks_here);
 
 }  // namespace ftrun

@@ -256,11 +256,17 @@ int run_train(const TrainOptions& options) {
     return bad_input;
   }
 
-  if (!options.dry_run && job.rank == 0) {
+  // Every rank checks (the estimate is the same on each), so a job that mpirun,
+  // srun or an MPIJob started ends on all of them; rank 0 says why.
+  if (!options.dry_run) {
+    const ft::recipe::Recipe& r = loaded.recipe;
+    const std::int64_t ranks_here = job.size > 1             ? job.local_size
+                                    : r.launch.hostfile.empty() ? std::max<std::int64_t>(1, r.launch.nproc)
+                                                                : 1;  // a hostfile spreads them; each host has its own
     try {
-      check_memory_fits(loaded);
+      check_memory_fits(loaded, ranks_here);
     } catch (const ft::OutOfMemory& e) {
-      std::cerr << "ftrun: " << e.what() << "\n";
+      if (job.rank == 0) std::cerr << "ftrun: " << e.what() << "\n";
       return out_of_memory;
     }
   }

@@ -36,6 +36,7 @@ std::string recipe(const std::string& name) {
   std::ofstream(path) << "output_dir = \"" << (scratch / name).string() << "\"\n"
                       << "[model]\npath = \"" FT_SOURCE_DIR "/models/ft-tiny-llama\"\n"
                       << "[data]\ntrain = \"artificial:tokens-128-entries-32\"\nformat = \"tokens\"\n"
+                      << "validation_split = 0.25\n"
                       << "max_seq_length = 128\ncache_dir = \"" << (scratch / "cache").string() << "\"\n"
                       << "[train]\nper_device_train_batch_size = 2\ngradient_accumulation_steps = 2\n"
                       << "max_steps = 2\nlogging_steps = 1\n[checkpoint]\nsave_steps = 0\n";
@@ -50,37 +51,48 @@ std::string sets(const std::vector<std::string>& keys) {
 
 const std::string neox = "model.path=" FT_SOURCE_DIR "/models/ft-tiny-neox";
 
+// A phase's estimated peak and the largest its records in metrics.jsonl measured.
 struct Figures {
   double estimated = 0, measured = 0;
 };
+struct Phases {
+  Figures step, eval, save;
+};
 
-// The estimate's step peak and the largest step peak the run logged.
-Figures estimate_and_measure(const std::vector<std::string>& keys) {
+// The estimate of each phase (a step, an evaluation, saving checkpoints and the result) and the run's measurements.
+Phases estimate_and_measure(const std::vector<std::string>& keys) {
   static int count = 0;
   const std::string name = "run" + std::to_string(++count);
   const std::string file = recipe(name);
   const Result estimate = ftrun("estimate " + file + sets(keys) + " --json", name + "_estimate");
   REQUIRE_MESSAGE(estimate.code == 0, estimate.err);
-  Figures f;
-  f.estimated = nlohmann::json::parse(estimate.out).at("step_peak_bytes").get<double>();
+  const auto e = nlohmann::json::parse(estimate.out);
+  Phases p;
+  p.step.estimated = e.at("step_peak_bytes").get<double>();
+  p.eval.estimated = e.at("eval_peak_bytes").get<double>();
+  p.save.estimated = e.at("save_peak_bytes").get<double>();
   const Result train = ftrun("train " + file + sets(keys), name + "_train");
   REQUIRE_MESSAGE(train.code == 0, train.err);
   std::ifstream metrics(scratch / name / "metrics.jsonl");
   for (std::string line; std::getline(metrics, line);) {
     const auto j = nlohmann::json::parse(line);
-    if (j.value("split", "") == "train") f.measured = std::max(f.measured, j.at("peak_memory_bytes").get<double>());
+    const std::string split = j.value("split", "");
+    Figures* f = split == "train" ? &p.step : split == "eval" ? &p.eval : split == "save" ? &p.save : nullptr;
+    if (f) f->measured = std::max(f->measured, j.at("peak_memory_bytes").get<double>());
   }
   fs::remove_all(scratch / name);
-  return f;
+  return p;
 }
 
 void check_within_5_percent(const std::vector<std::string>& keys) {
   std::string what;
   for (const auto& k : keys) what += k + " ";
-  const Figures f = estimate_and_measure(keys);
-  INFO(what << ": estimated " << f.estimated << ", measured " << f.measured);
-  CHECK(f.measured > 0);
-  CHECK(std::abs(f.measured / f.estimated - 1) <= 0.05);
+  const Phases p = estimate_and_measure(keys);
+  for (const auto& [phase, f] : {std::pair{"step", p.step}, std::pair{"evaluation", p.eval}, std::pair{"saving", p.save}}) {
+    INFO(what << phase << ": estimated " << f.estimated << ", measured " << f.measured);
+    CHECK(f.measured > 0);
+    CHECK(std::abs(f.measured / f.estimated - 1) <= 0.05);
+  }
 }
 
 void check_precision(const std::string& precision) {
@@ -157,6 +169,15 @@ void check_ranks(int ranks) {
 TEST_CASE("estimate within 5% of the measured peak on 2 ranks: ddp, zero1, zero2, zero3") { check_ranks(2); }
 TEST_CASE("estimate within 5% of the measured peak on 4 ranks: ddp, zero1, zero2, zero3") { check_ranks(4); }
 
+TEST_CASE("merging LoRA into ZeRO-3 shards gathers the whole model: saving outgrows a step, and is estimated") {
+  const std::vector<std::string> keys{"launch.nproc=2", "strategy.parallelism=zero3", "strategy.adapter=lora",
+                                      "lora.save_merged=true", "train.per_device_train_batch_size=1"};
+  const Phases p = estimate_and_measure(keys);
+  CHECK(p.save.estimated > p.step.estimated);
+  CHECK(p.save.measured > p.step.measured);
+  check_within_5_percent(keys);
+}
+
 TEST_CASE("a run whose estimate exceeds launch.memory_limit is refused before it loads anything") {
   const std::string file = recipe("refused");
   const std::string big = " --set train.per_device_train_batch_size=16";  // a step's peak above setup's
@@ -203,4 +224,18 @@ TEST_CASE("an allocation that fails mid-run ends it with the out-of-memory code,
   CHECK(record.at("error") == "out_of_memory");
   CHECK(record.at("phase") == "step 1");
   CHECK(record.at("requested_bytes").get<double>() > 0);
+}
+
+TEST_CASE("a job started by the user's own mpirun is refused on every rank, and says why once") {
+  const std::string file = recipe("mpirun");
+  const Result r = ft::testing::run_command(
+      "OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 " FT_MPIRUN " -np 2 --oversubscribe " FTRUN_PATH
+      " train " + file + " --set strategy.parallelism=ddp --set launch.memory_limit=2MB",
+      scratch, "mpirun");
+  CHECK(r.code == 4);
+  const std::string refusal = "more than the 1.9 MiB of launch.memory_limit";
+  const auto first = r.err.find(refusal);
+  CHECK(first != std::string::npos);
+  CHECK(r.err.find(refusal, first + 1) == std::string::npos);
+  CHECK_FALSE(fs::exists(scratch / "mpirun" / "metrics.jsonl"));
 }

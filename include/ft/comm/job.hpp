@@ -1,8 +1,10 @@
 #pragma once
-// Which job this process belongs to, read from what its launcher set:
-//   mpirun (OpenMPI; also a Kubeflow MPIJob's launcher)  OMPI_COMM_WORLD_RANK, OMPI_COMM_WORLD_SIZE
-//   MPICH's and Intel MPI's hydra                        PMI_RANK, PMI_SIZE
-//   Slurm's srun                                         SLURM_PROCID, SLURM_STEP_NUM_TASKS
+// Which job this process belongs to, read from what its launcher set (rank,
+// size, and the ranks on this machine):
+//   mpirun (OpenMPI; also a Kubeflow MPIJob's launcher)  OMPI_COMM_WORLD_RANK, _SIZE, _LOCAL_SIZE
+//   MPICH's and Intel MPI's hydra                        PMI_RANK, PMI_SIZE, MPI_LOCALNRANKS
+//   Slurm's srun                                         SLURM_PROCID, SLURM_STEP_NUM_TASKS,
+//                                                        SLURM_STEP_TASKS_PER_NODE ("4(x2)": 4)
 // A process none of them started is a job of one rank. The same ftrun binary
 // therefore runs alone, under mpirun, under srun and in an MPIJob.
 #include <cstdlib>
@@ -12,6 +14,7 @@ namespace ft::comm {
 
 struct JobPlace {
   int rank = 0, size = 1;
+  int local_size = 1;  // the job's ranks on this machine (they share its memory); size when not said
   std::string launcher = "none";
 };
 
@@ -21,13 +24,13 @@ inline JobPlace job_place() {
     return v && *v ? std::atoi(v) : -1;
   };
   struct Source {
-    const char *rank, *size, *launcher;
+    const char *rank, *size, *local_size, *launcher;
   };
-  for (Source s : {Source{"OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "mpirun"},
-                   Source{"PMI_RANK", "PMI_SIZE", "hydra"},
-                   Source{"SLURM_PROCID", "SLURM_STEP_NUM_TASKS", "srun"}}) {
-    const int rank = number(s.rank), size = number(s.size);
-    if (rank >= 0 && size >= 1) return {rank, size, s.launcher};
+  for (Source s : {Source{"OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_SIZE", "mpirun"},
+                   Source{"PMI_RANK", "PMI_SIZE", "MPI_LOCALNRANKS", "hydra"},
+                   Source{"SLURM_PROCID", "SLURM_STEP_NUM_TASKS", "SLURM_STEP_TASKS_PER_NODE", "srun"}}) {
+    const int rank = number(s.rank), size = number(s.size), local = number(s.local_size);
+    if (rank >= 0 && size >= 1) return {rank, size, local >= 1 ? local : size, s.launcher};
   }
   return {};
 }

@@ -63,6 +63,7 @@ struct MemoryEstimate {
   std::vector<Term> held;               // from setup to the end of the run
   std::vector<Term> activations;        // a micro-batch's buffers, kept from step to step
   Term step_workspace, eval_workspace;  // the largest buffers a step (an evaluation) makes and frees
+  Term save_workspace;                  // writing a checkpoint or the result (ZeRO-3 gathers stages)
   Term setup_workspace;                 // measuring the device's GEMM peak, before the model exists
   std::vector<Term> host;               // on a GPU: host memory beside the device's
 
@@ -71,16 +72,18 @@ struct MemoryEstimate {
   std::uint64_t setup_peak() const { return setup_workspace.bytes; }
   std::uint64_t step_peak() const { return held_bytes() + activation_bytes() + step_workspace.bytes; }
   std::uint64_t eval_peak() const { return held_bytes() + activation_bytes() + eval_workspace.bytes; }
-  std::uint64_t peak() const { return std::max({setup_peak(), step_peak(), eval_peak()}); }
+  std::uint64_t save_peak() const { return held_bytes() + activation_bytes() + save_workspace.bytes; }
+  std::uint64_t peak() const { return std::max({setup_peak(), step_peak(), eval_peak(), save_peak()}); }
   std::string peak_phase() const {
     if (peak() == step_peak()) return "step";
-    return peak() == eval_peak() ? "evaluation" : "setup";
+    if (peak() == eval_peak()) return "evaluation";
+    return peak() == save_peak() ? "saving" : "setup";
   }
   // The largest single part of the peak, for a refusal's message.
   Term largest() const {
     const std::string phase = peak_phase();
     if (phase == "setup") return setup_workspace;
-    Term best = phase == "step" ? step_workspace : eval_workspace;
+    Term best = phase == "step" ? step_workspace : phase == "evaluation" ? eval_workspace : save_workspace;
     for (const auto* list : {&held, &activations})
       for (const Term& t : *list)
         if (t.bytes > best.bytes) best = t;
@@ -392,12 +395,30 @@ MemoryEstimate estimate_memory_as(const recipe::Recipe& recipe, const models::Mo
                          "three " + std::to_string(n) + " x " + std::to_string(n) + " matrices, freed before the model loads"};
   }
 
-  // Evaluation: the same context, rows of the evaluation batch, forward only.
+  // Evaluation: the same context, rows of the evaluation batch, forward only;
+  // under ZeRO-3 the running stage and the prefetched next one, or the head
+  // and its table beside the logits, values only.
   const index_t eval_rows = r.train.per_device_eval_batch_size > 0 ? r.train.per_device_eval_batch_size : B;
   const index_t eval_N = eval_rows * T_, eval_chunk = std::min(head_chunk, eval_N);
-  e.eval_workspace = {"workspace", std::uint64_t(eval_chunk * V) * sizeof(T) + std::uint64_t(eval_chunk) * sizeof(double) +
-                                       detail::widened_gemm_bytes<T>(eval_chunk, V, C, on_cpu),
-                      "a chunk of logits"};
+  const std::uint64_t eval_logits = std::uint64_t(eval_chunk * V) * sizeof(T) +
+                                    std::uint64_t(eval_chunk) * sizeof(double) +
+                                    detail::widened_gemm_bytes<T>(eval_chunk, V, C, on_cpu);
+  const std::uint64_t eval_gathered = shards_params ? 2 * largest_stage * sizeof(T) : 0;
+  std::uint64_t eval_block_gemm = 0;
+  for (auto [in, out] : {std::pair{C, c.qkv_width()}, std::pair{HD, C}, std::pair{C, c.mlp_in_width()},
+                         std::pair{c.intermediate_size, C}})
+    eval_block_gemm = std::max(eval_block_gemm, detail::widened_gemm_bytes<T>(eval_N, out, in, on_cpu));
+  e.eval_workspace = {"workspace", std::max(eval_logits + head_gathered, eval_block_gemm + eval_gathered),
+                      shards_params ? "a chunk of logits, or two gathered stages" : "a chunk of logits"};
+  // Saving under ZeRO-3: rank 0 writes the model a stage at a time, each
+  // gathered on every rank (parallel/stage_reads.hpp), when the model is what
+  // is written; merging LoRA into the weights gathers all of them at once.
+  if (shards_params) {
+    if (r.strategy.adapter == "lora" && r.lora.save_merged)
+      e.save_workspace = {"workspace", parameters * sizeof(T), "the whole model gathered to merge the adapter into"};
+    else if (trains_base)
+      e.save_workspace = {"workspace", largest_stage * sizeof(T), "one gathered stage at a time"};
+  }
   if (eval_rows > B) {
     std::uint64_t more = 0;
     models::BlockActivations<T>::layout(c, eval_rows - B, T_, detail::CountBytes{&more});

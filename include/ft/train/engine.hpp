@@ -182,7 +182,7 @@ private:
       if (last) break;
       if (r.train.eval_steps > 0 && step % r.train.eval_steps == 0) evaluate_into(log, step);
       if (saving && r.checkpoint.save_steps > 0 && step % r.checkpoint.save_steps == 0)
-        log.say("saved " + save_checkpoint(run, step).string());
+        checkpoint_into(log, step);
     }
     log.finish();
     if (summary.steps() > 0) {
@@ -193,16 +193,18 @@ private:
                                       run.peak_flops, comm));
     }
     evaluate_into(log, step);
-    if (saving) log.say("saved " + save_checkpoint(run, step).string());
+    if (saving) checkpoint_into(log, step);
     if (!r.preview.prompt.empty()) log.say("after training: " + preview(run));
     if (saving) {
       run.enter("the final save");
+      Memory::stats().reset_peak();
       auto save_final = [&] {
         if (comm.rank() == 0)
           for (const std::string& line : run.adapter->save_final(run.out)) std::printf("%s\n", line.c_str());
       };
       if (run.adapter->final_save_changes_model()) run.parallel->with_whole_model(save_final, false);
       else run.parallel->read_model_on_rank0(save_final);
+      log.log("save", {{"step", step}, {"what", "final"}, {"peak_memory_bytes", largest_peak()}}, true);
     }
     comm.barrier("the final save", true);
     std::fflush(stdout);
@@ -298,10 +300,25 @@ private:
     }
   };
 
+  // An evaluation and a save each measure their own peak (a step's is
+  // measured by the step): the job's largest rank's, beside the estimate's.
   void evaluate_into(MetricsLog& log, std::int64_t step) {
     run_.enter("evaluation at step " + std::to_string(step));
-    const nlohmann::ordered_json j = evaluate(run_, step);
-    if (!j.is_null()) log.log("eval", j);
+    Memory::stats().reset_peak();
+    nlohmann::ordered_json j = evaluate(run_, step);
+    if (j.is_null()) return;
+    j["peak_memory_bytes"] = largest_peak();
+    log.log("eval", j);
+  }
+
+  void checkpoint_into(MetricsLog& log, std::int64_t step) {
+    Memory::stats().reset_peak();
+    log.say("saved " + save_checkpoint(run_, step).string());
+    log.log("save", {{"step", step}, {"what", "checkpoint"}, {"peak_memory_bytes", largest_peak()}}, true);
+  }
+
+  std::int64_t largest_peak() const {
+    return std::int64_t(run_.comm->max(double(Memory::stats().peak()), "the ranks' peak memory"));
   }
 
   void describe_run(std::int64_t step) const {
