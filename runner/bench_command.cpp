@@ -79,12 +79,13 @@ public:
     for (std::size_t at = 0; at < whole;) {
       const std::size_t end = text.find('\n', at);
       ++line;
-      try {
-        records_.push_back(json::parse(text.substr(at, end - at)));
-      } catch (const json::exception&) {
-        throw ft::Error(file_.string() + ":" + std::to_string(line) + ": not a JSON record; move the file away to "
-                                                                       "start the grid again");
-      }
+      json record = json::parse(text.substr(at, end - at), nullptr, false);
+      if (record.is_discarded() || !record.is_object() || !record.contains("point") || !record["point"].is_string() ||
+          !record.contains("repeat") || !record["repeat"].is_number_integer() || !record.contains("status") ||
+          !record.contains("sets"))
+        throw ft::Error(file_.string() + ":" + std::to_string(line) +
+                        ": not a record of ftrun bench; move the file away to start the grid again");
+      records_.push_back(std::move(record));
       at = end + 1;
     }
     out_.open(file_, std::ios::app);
@@ -92,10 +93,13 @@ public:
   }
 
   // Whether this run of the point has its answer already: a measurement's
-  // failures do not count (they are run again), a stability outcome does.
-  bool done(const std::string& point, std::int64_t repeat, bool stability) const {
+  // failures do not count (they are run again), a stability outcome does. A
+  // record made with other assignments (the grid's [fixed] keys or the
+  // point's translation changed) is not this point's.
+  bool done(const GridPoint& p, std::int64_t repeat, bool stability) const {
     return std::any_of(records_.begin(), records_.end(), [&](const json& r) {
-      return r["point"] == point && r["repeat"] == repeat && (stability || r["status"] != "failed");
+      return r["point"] == p.id() && r["repeat"] == repeat && r["sets"] == p.sets &&
+             (stability || r["status"] != "failed");
     });
   }
 
@@ -147,6 +151,7 @@ json base_record(const GridPoint& p, std::int64_t repeat) {
   r["point"] = p.id();
   r["index"] = p.index;
   r["repeat"] = repeat;
+  r["sets"] = p.sets;
   json entity = json::object();
   for (const auto& [key, value] : p.entity) entity[key] = value;
   r["entity"] = entity;
@@ -169,7 +174,7 @@ json run_point(const Grid& grid, const GridPoint& p, std::int64_t repeat, std::i
   r["run"] = "runs/" + name;
   r["seconds"] = child.seconds;
   r["exit_code"] = child.exit_code;
-  const std::string error = last_line(dir / "stderr.txt");
+  const std::string error = error_line(dir / "stderr.txt", "ftrun:");
   auto invalid = [&](const char* outcome) {
     r["status"] = "invalid";
     r["is_valid"] = false;
@@ -210,13 +215,13 @@ json run_point(const Grid& grid, const GridPoint& p, std::int64_t repeat, std::i
 // The records of this grid's points, by point and repeat; the last answer of each run wins.
 std::map<std::pair<std::size_t, std::int64_t>, json> finished(const Grid& grid, const Results& results,
                                                               bool with_failures) {
-  std::map<std::string, std::size_t> index;
-  for (const GridPoint& p : grid.points) index[p.id()] = p.index;
+  std::map<std::string, const GridPoint*> by_id;
+  for (const GridPoint& p : grid.points) by_id[p.id()] = &p;
   std::map<std::pair<std::size_t, std::int64_t>, json> out;
   for (const json& r : results.records()) {
-    auto it = index.find(r["point"].get<std::string>());
-    if (it == index.end() || (!with_failures && r["status"] == "failed")) continue;
-    out[{it->second, r["repeat"].get<std::int64_t>()}] = r;
+    auto it = by_id.find(r["point"].get<std::string>());
+    if (it == by_id.end() || r["sets"] != it->second->sets || (!with_failures && r["status"] == "failed")) continue;
+    out[{it->second->index, r["repeat"].get<std::int64_t>()}] = r;
   }
   return out;
 }
@@ -384,7 +389,7 @@ int run_bench(const BenchOptions& options) {
     Results results(grid.output);
     std::int64_t done = 0, failed = 0;
     for (const GridPoint& p : grid.points)
-      for (std::int64_t repeat = 0; repeat < grid.repeats; ++repeat) done += results.done(p.id(), repeat, grid.stability());
+      for (std::int64_t repeat = 0; repeat < grid.repeats; ++repeat) done += results.done(p, repeat, grid.stability());
     std::printf("ftrun bench: %s, %zu points x %lld repeats = %lld runs, results in %s%s\n", grid.experiment.c_str(),
                 grid.points.size(), (long long)grid.repeats, (long long)runs, grid.output.c_str(),
                 done ? (", resuming: " + std::to_string(done) + " done").c_str() : "");
@@ -394,7 +399,7 @@ int run_bench(const BenchOptions& options) {
     bar.update(long(done));
     for (const GridPoint& p : grid.points) {
       for (std::int64_t repeat = 0; repeat < grid.repeats; ++repeat) {
-        if (results.done(p.id(), repeat, grid.stability())) continue;
+        if (results.done(p, repeat, grid.stability())) continue;
         json r;
         if (!p.invalid.empty()) {
           r = base_record(p, repeat);

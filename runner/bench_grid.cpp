@@ -98,7 +98,9 @@ void translate_point(const Context& c, GridPoint& p) {
   bool parallelism_set = false;
   for (const auto& [key, value] : p.entity)
     parallelism_set |= key == "strategy.parallelism" || key == "fsdp_sharding_strategy";
-  if (const std::string* n = p.value("number_gpus")) {
+  const std::string* n = p.value("number_gpus");
+  if (!n) n = p.value("launch.nproc");
+  if (n) {
     ranks = integer(*n).value_or(0);
     if (ranks < 1) {
       p.invalid = "number_gpus must be greater than 0";
@@ -212,6 +214,8 @@ Grid load_grid(const fs::path& file, const fs::path& output) {
       const std::string k(key.str());
       const auto value = scalar_text(node);
       if (!value) throw fail(node, "fixed." + k, "expected a string, number or boolean");
+      if (k == "batch_size" || k == "number_gpus")  // one depends on the other: both are read per point
+        throw fail(node, "fixed." + k, "seed 003's " + k + " goes in [space] (a list of one value is fine)");
       checked(node, k, *value);
       c.fixed.push_back(assignment(k, *value));
     }

@@ -1,8 +1,11 @@
 #pragma once
 // A command run as its own process, as a benchmark point must be: its
-// output to files, a time limit after which its whole process group (an
-// mpirun and its ranks) is ended, and no orphan left behind when the parent
-// is killed.
+// output to files, stdin from /dev/null, a time limit after which its
+// process group is ended, and nothing left behind: the caller becomes a
+// subreaper, so processes the child orphaned (mpirun's ranks, each in a
+// group of its own) come back to it and are ended when the child ends; the
+// child dies with a killed caller (and an mpirun's ranks die with it, see
+// comm/world.hpp).
 #include <filesystem>
 #include <string>
 #include <vector>
@@ -20,7 +23,9 @@ struct ChildResult {
 ChildResult run_child(const std::vector<std::string>& argv, const std::filesystem::path& stdout_file,
                       const std::filesystem::path& stderr_file, double timeout_seconds);
 
-// The last non-empty line of a file: a failed run's one-line error.
-std::string last_line(const std::filesystem::path& file);
+// A failed run's one-line error: the last line of `file` that starts with
+// `prefix` ("ftrun:"), else its last non-empty line (mpirun's own lines end
+// a failed job's stderr).
+std::string error_line(const std::filesystem::path& file, const std::string& prefix);
 
 }  // namespace ftrun

@@ -62,6 +62,7 @@ int run_estimate(const EstimateOptions& options) {
   try {
     const auto loaded = ft::recipe::load<ft::recipe::Recipe>(options.recipe, options.sets);
     const ft::recipe::Recipe& r = loaded.recipe;
+    const std::vector<ft::estimate::MemoryEstimate> by_rank = ft::estimate::estimate_memory_by_rank(r);
     const ft::estimate::MemoryEstimate e = ft::estimate::estimate_memory(r);
 
     // The other choices, at the recipe's ranks (2 when it has one).
@@ -89,6 +90,14 @@ int run_estimate(const EstimateOptions& options) {
                           {"held_bytes", est.held_bytes()},
                           {"activation_bytes", est.activation_bytes()}});
       j["options"] = others;
+      nlohmann::ordered_json ranks = nlohmann::ordered_json::array();
+      for (const auto& one : by_rank)
+        ranks.push_back({{"rank", one.rank},
+                         {"held_bytes", one.held_bytes()},
+                         {"activation_bytes", one.activation_bytes()},
+                         {"step_peak_bytes", one.step_peak()},
+                         {"peak_bytes", one.peak()}});
+      j["by_rank"] = ranks;
       std::printf("%s\n", j.dump(2).c_str());
       return ok;
     }
@@ -108,6 +117,14 @@ int run_estimate(const EstimateOptions& options) {
     std::printf("  peak  %s in the %s (step %s, evaluation %s, saving %s, setup %s)\n", ft::format_bytes(e.peak()).c_str(),
                 e.peak_phase().c_str(), ft::format_bytes(e.step_peak()).c_str(), ft::format_bytes(e.eval_peak()).c_str(),
                 ft::format_bytes(e.save_peak()).c_str(), ft::format_bytes(e.setup_peak()).c_str());
+    if (by_rank.size() > 1) {
+      std::printf("\n  every rank (the one reported above has the largest peak):\n");
+      std::printf("    %5s %12s %12s %12s %12s\n", "rank", "held", "activations", "step peak", "peak");
+      for (const auto& one : by_rank)
+        std::printf("    %5d %12s %12s %12s %12s\n", one.rank, ft::format_bytes(one.held_bytes()).c_str(),
+                    ft::format_bytes(one.activation_bytes()).c_str(), ft::format_bytes(one.step_peak()).c_str(),
+                    ft::format_bytes(one.peak()).c_str());
+    }
     std::printf("\n  per rank, other choices (held + activations + workspace = peak):\n");
     std::printf("    %-11s %-14s %5s %12s %12s %12s\n", "parallelism", "checkpointing", "ranks", "held", "activations",
                 "peak");

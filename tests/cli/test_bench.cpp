@@ -95,18 +95,26 @@ number_gpus = [1, 2]
 "strategy.precision" = ["fp32", "bf16-mixed"]
 "strategy.adapter" = ["full", "lora"]
 )");
-  // Killed once three runs are recorded: the fourth is under way.
+  // Killed once 13 runs are recorded: the 14th, an mpirun job of 2 ranks, is under way.
   const fs::path out = scratch / "small";
   const std::string start = "(" FTRUN_PATH " bench " + g.string() + " --output " + out.string() + " >" +
                             (scratch / "killed.log").string() + " 2>&1 & echo $! >" + (scratch / "pid").string() + ")";
   REQUIRE(std::system(start.c_str()) == 0);
-  for (int i = 0; i < 1200 && lines_in(out / "results.jsonl") < 3; ++i)
+  for (int i = 0; i < 1800 && lines_in(out / "results.jsonl") < 13; ++i)
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
-  REQUIRE(lines_in(out / "results.jsonl") >= 3);
+  REQUIRE(lines_in(out / "results.jsonl") >= 13);
   std::system(("kill -9 $(cat " + (scratch / "pid").string() + ")").c_str());
-  std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  // Nothing it started outlives it: not mpirun, not the ranks mpirun started.
+  // ([o]: the pattern must not match the shell that runs pgrep.)
+  const std::string left = "pgrep -f '[o]utput_dir=" + (out / "runs").string() + "' >/dev/null";
+  int still = 0;
+  for (int i = 0; i < 100 && (still = std::system(left.c_str())) == 0; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  CHECK_MESSAGE(still != 0, "runs of the killed bench are still running");
   const std::size_t before = lines_in(out / "results.jsonl");
   REQUIRE(before < 16);
+  // A record torn by a kill (no end of line) is dropped on resume.
+  std::ofstream(out / "results.jsonl", std::ios::app) << "{\"point\": \"batch_size=2 num";
 
   const auto r = bench(g, "small");
   REQUIRE_MESSAGE(r.code == 0, r.err);
@@ -136,7 +144,7 @@ number_gpus = [1, 2]
     CHECK(row.at("is_valid") == "true");
     CHECK(std::stod(row.at("train_tokens_per_second")) > 0);
     CHECK(std::stod(row.at("dataset_tokens_per_second_per_gpu")) > 0);
-    // 3 steps x batch_size rows of 64 tokens, over all ranks.
+    // 3 steps x batch_size rows, over all ranks.
     CHECK(std::stod(row.at("train_samples_per_second")) * std::stod(row.at("train_runtime")) ==
           doctest::Approx(3 * std::stod(row.at("batch_size"))));
     const double measured = std::stod(row.at("peak_memory_bytes")), estimated = std::stod(row.at("estimated_peak_memory_bytes"));
@@ -154,10 +162,16 @@ number_gpus = [1, 2]
   CHECK(throughput.find("number_gpus=2 precision=bf16-mixed adapter=lora") != std::string::npos);
   CHECK(throughput.find("batch_size=") == std::string::npos);
 
-  // A finished grid run again runs nothing.
+  // A finished grid run again runs nothing; with a [fixed] key changed, every point runs again.
   const auto again = bench(g, "small");
   CHECK(again.code == 0);
   CHECK(records("small").size() == 16);
+  std::ofstream(g, std::ios::app) << "[fixed]\n\"train.max_steps\" = 2\n";
+  const auto changed = bench(g, "small");
+  CHECK(changed.code == 0);
+  CHECK(changed.out.find("resuming") == std::string::npos);
+  CHECK(records("small").size() == 32);
+  CHECK(csv(out / "results.csv").size() == 16);  // the current grid's runs only
 }
 
 TEST_CASE("a failed run has no properties and is tried again, now and on the next call") {

@@ -117,6 +117,13 @@ TEST_CASE("ftrun estimate prints each term, the peak and the other parallelisms"
   CHECK(j.at("ranks") == 2);
   CHECK(j.at("peak_bytes").get<double>() >= j.at("step_peak_bytes").get<double>());
   CHECK(j.at("options").size() == 10);
+  // Each rank's figures; the one reported is the largest.
+  REQUIRE(j.at("by_rank").size() == 2);
+  double largest = 0;
+  for (const auto& rank : j.at("by_rank")) largest = std::max(largest, rank.at("peak_bytes").get<double>());
+  CHECK(largest == j.at("peak_bytes").get<double>());
+  const Result ranks = ftrun("estimate " + file + " --set launch.nproc=2 --set strategy.parallelism=zero3", "print_ranks");
+  CHECK(ranks.out.find("every rank (the one reported above has the largest peak)") != std::string::npos);
   const Result bad = ftrun("estimate " + file + " --set strategy.optimizer=adam", "print_bad");
   CHECK(bad.code == 2);
   CHECK(bad.err.find("adam") != std::string::npos);

@@ -438,19 +438,23 @@ inline MemoryEstimate estimate_memory_of_rank(const recipe::Recipe& recipe, cons
               "\"; it knows fp32, bf16-true, bf16-mixed, fp16-mixed");
 }
 
-// The rank whose peak is the largest (ranks differ where shards are uneven):
-// the one that must fit.
-inline MemoryEstimate estimate_memory(recipe::Recipe recipe) {
+// Every rank's estimate, rank 0 first (ranks differ where shards are uneven).
+inline std::vector<MemoryEstimate> estimate_memory_by_rank(recipe::Recipe recipe) {
   const models::ModelSpec spec = models::read_model_spec(recipe.model.path);
   if (recipe.strategy.adapter == "lora")
     adapters::LoRA::resolve(recipe, detail::family_modules_of<models::Llama, models::GptNeox>(spec.config.architecture));
-  MemoryEstimate largest = estimate_memory_of_rank(recipe, spec, 0);
-  for (int rank = 1; rank < largest.ranks; ++rank) {
-    MemoryEstimate e = estimate_memory_of_rank(recipe, spec, rank);
-    // The setup's measurement is the same on every rank: ties go to the larger step.
-    if (std::pair(e.peak(), e.step_peak()) > std::pair(largest.peak(), largest.step_peak())) largest = std::move(e);
-  }
-  return largest;
+  std::vector<MemoryEstimate> ranks{estimate_memory_of_rank(recipe, spec, 0)};
+  for (int rank = 1; rank < ranks.front().ranks; ++rank) ranks.push_back(estimate_memory_of_rank(recipe, spec, rank));
+  return ranks;
+}
+
+// The rank whose peak is the largest: the one that must fit. The setup's
+// measurement is the same on every rank, so ties go to the larger step.
+inline MemoryEstimate estimate_memory(const recipe::Recipe& recipe) {
+  std::vector<MemoryEstimate> ranks = estimate_memory_by_rank(recipe);
+  return *std::max_element(ranks.begin(), ranks.end(), [](const MemoryEstimate& a, const MemoryEstimate& b) {
+    return std::pair(a.peak(), a.step_peak()) < std::pair(b.peak(), b.step_peak());
+  });
 }
 
 }  // namespace ft::estimate

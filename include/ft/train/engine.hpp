@@ -214,7 +214,9 @@ private:
   static void agree_on_stopping(StopRule& stop, comm::Communicator& comm) {
     if (comm.size() == 1) return;
     static const std::string reasons[] = {"", "stop_after_seconds", "auto_stop_method"};
-    std::int32_t code = std::int32_t(std::find(std::begin(reasons), std::end(reasons), stop.reason()) - std::begin(reasons));
+    const auto* known = std::find(std::begin(reasons), std::end(reasons), stop.reason());
+    if (known == std::end(reasons)) throw Error("internal: a stop rule without a code: " + stop.reason());
+    std::int32_t code = std::int32_t(known - std::begin(reasons));
     comm.broadcast(std::span<std::int32_t>(&code, 1), 0, "the decision to stop").wait();
     stop.stop(reasons[code]);
   }

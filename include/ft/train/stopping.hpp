@@ -12,6 +12,9 @@
 //                                    120 seconds and 10 steps, whichever is
 //                                    longer
 //
+// Both count from the start of this process's training: a resumed run's
+// clock starts again.
+//
 // The auto-stop name is a grammar, warmup_<W>s_stable_<S>s_or_<N>_steps, of
 // which seed 003's WARMUP_60S_STABLE_120S_OR_10_STEPS is one spelling (case
 // does not matter), so a short benchmark can use warmup_2s_stable_5s_or_3_steps.
