@@ -18,7 +18,7 @@
 //   throughput.svg, memory.svg   tokens/s and peak memory (measured, and the
 //                   estimate dashed) against batch size, one line per configuration
 //   iterations.svg  seconds per step along each run
-//   runs/<point>-<repeat>/       each run's metrics.jsonl, stdout and stderr
+//   runs/<point>-<repeat>-<hash>/ each run's metrics.jsonl, stdout and stderr
 #include <algorithm>
 #include <cstdio>
 #include <filesystem>
@@ -32,6 +32,7 @@
 
 #include <ft/core/bytes.hpp>
 #include <ft/core/error.hpp>
+#include <ft/core/fingerprint.hpp>
 #include <ft/core/progress.hpp>
 #include <ft/estimate/memory.hpp>
 #include <ft/recipe/load.hpp>
@@ -140,9 +141,15 @@ std::optional<std::uint64_t> estimated_peak(const Grid& grid, const GridPoint& p
   }
 }
 
+// "003-0-1f2e3d4c": the point's index and repeat for people, and a hash of
+// its assignments, so that a run of an edited grid never takes the folder a
+// record of the old grid points at.
 std::string run_name(const GridPoint& p, std::int64_t repeat) {
+  std::string assignments;
+  for (const std::string& s : p.sets) assignments += s + "\n";
   char buffer[48];
-  std::snprintf(buffer, sizeof buffer, "%03zu-%lld", p.index, (long long)repeat);
+  std::snprintf(buffer, sizeof buffer, "%03zu-%lld-%s", p.index, (long long)repeat,
+                ft::hex64(ft::fnv1a(assignments)).substr(0, 8).c_str());
   return buffer;
 }
 
