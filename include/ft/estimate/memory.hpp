@@ -369,10 +369,15 @@ MemoryEstimate estimate_memory_as(const recipe::Recipe& recipe, const models::Mo
   const index_t head_chunk = models::HeadOptions{}.chunk_rows, chunk = std::min(head_chunk, N);
   const std::uint64_t logits = std::uint64_t(chunk * V) * sizeof(T) + std::uint64_t(chunk) * sizeof(double);
   const std::uint64_t head_gemm = detail::widened_gemm_bytes<T>(chunk, V, C, on_cpu);
-  std::uint64_t block_gemm = 0;
-  for (auto [in, out] : {std::pair{C, c.qkv_width()}, std::pair{HD, C}, std::pair{C, c.mlp_in_width()},
-                         std::pair{c.intermediate_size, C}})
-    block_gemm = std::max(block_gemm, detail::widened_gemm_bytes<T>(N, out, in, on_cpu));
+  // The widest of a block's projections over `rows` tokens.
+  auto block_gemm_of = [&](index_t rows) {
+    std::uint64_t most = 0;
+    for (auto [in, out] : {std::pair{C, c.qkv_width()}, std::pair{HD, C}, std::pair{C, c.mlp_in_width()},
+                           std::pair{c.intermediate_size, C}})
+      most = std::max(most, detail::widened_gemm_bytes<T>(rows, out, in, on_cpu));
+    return most;
+  };
+  const std::uint64_t block_gemm = block_gemm_of(N);
   const std::uint64_t norm_partials = std::uint64_t(C) * sizeof(A) * 2;
   // ZeRO-3: the head's forward runs with the head (and the table it is tied
   // to) gathered, a block's backward with two stages.
@@ -404,11 +409,7 @@ MemoryEstimate estimate_memory_as(const recipe::Recipe& recipe, const models::Mo
                                     std::uint64_t(eval_chunk) * sizeof(double) +
                                     detail::widened_gemm_bytes<T>(eval_chunk, V, C, on_cpu);
   const std::uint64_t eval_gathered = shards_params ? 2 * largest_stage * sizeof(T) : 0;
-  std::uint64_t eval_block_gemm = 0;
-  for (auto [in, out] : {std::pair{C, c.qkv_width()}, std::pair{HD, C}, std::pair{C, c.mlp_in_width()},
-                         std::pair{c.intermediate_size, C}})
-    eval_block_gemm = std::max(eval_block_gemm, detail::widened_gemm_bytes<T>(eval_N, out, in, on_cpu));
-  e.eval_workspace = {"workspace", std::max(eval_logits + head_gathered, eval_block_gemm + eval_gathered),
+  e.eval_workspace = {"workspace", std::max(eval_logits + head_gathered, block_gemm_of(eval_N) + eval_gathered),
                       shards_params ? "a chunk of logits, or two gathered stages" : "a chunk of logits"};
   // Saving under ZeRO-3: rank 0 writes the model a stage at a time, each
   // gathered on every rank (parallel/stage_reads.hpp), when the model is what
