@@ -213,10 +213,12 @@ public:
     if (tied_) send_tied_values();
   }
 
-  // Forward only, through the pipe: chunk by chunk in order.
+  // Forward only, through the pipe: chunk by chunk in order. Between steps
+  // every context is free, so evaluation borrows one rather than keep its
+  // own beside them for the rest of the run.
   double evaluate(const models::Batch& batch) override {
-    if (!evaluation_) evaluation_ = model_->make_context();
-    models::Context<T>& context = *evaluation_;
+    std::unique_ptr<models::Context<T>> borrowed = free_context();
+    models::Context<T>& context = *borrowed;
     context.begin(batch, {.backward = false});
     const index_t width = batch.rows() * model_->config().hidden_size;
     double loss = 0;
@@ -230,6 +232,7 @@ public:
     }
     for (Sent& s : sent_) s.work.wait();
     sent_.clear();
+    free_.push_back(std::move(borrowed));
     return loss;
   }
 
@@ -291,13 +294,14 @@ private:
   models::Context<T>& context_of(int mb) {
     auto it = live_.find(mb);
     if (it != live_.end()) return *it->second;
-    std::unique_ptr<models::Context<T>> c;
-    if (free_.empty()) c = model_->make_context();
-    else {
-      c = std::move(free_.back());
-      free_.pop_back();
-    }
-    return *(live_[mb] = std::move(c));
+    return *(live_[mb] = free_context());
+  }
+  // A context from the pool, or a new one when every context is in use.
+  std::unique_ptr<models::Context<T>> free_context() {
+    if (free_.empty()) return model_->make_context();
+    std::unique_ptr<models::Context<T>> c = std::move(free_.back());
+    free_.pop_back();
+    return c;
   }
   void finish(int mb) {
     free_.push_back(std::move(live_.at(mb)));
@@ -403,7 +407,6 @@ private:
   std::map<int, std::unique_ptr<models::Context<T>>> live_;
   std::vector<std::unique_ptr<models::Context<T>>> free_;
   std::vector<bool> started_;
-  std::unique_ptr<models::Context<T>> evaluation_;
   std::deque<Sent> sent_;
   double bubble_ = 0;
   std::vector<PipeInterval> timeline_;  // this step's, when recording
