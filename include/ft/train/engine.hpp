@@ -140,6 +140,7 @@ private:
     load_text(run);
     load_data(run);
     build_model(run);
+    const std::int64_t setup_peak = largest_peak();  // the measurement's matrices, or the model as loaded
     run.total_steps = total_steps(r, *run.train_plan);
     const optim::Schedule schedule{optim::schedule_from_name(r.train.lr_scheduler_type), r.train.learning_rate,
                                    optim::warmup_steps(r.train.warmup_steps, r.train.warmup_ratio, run.total_steps),
@@ -150,6 +151,7 @@ private:
     if (comm.rank() == 0) describe_run(step);
 
     MetricsLog log(run.out, long(run.total_steps), long(step), comm.rank() == 0);
+    log.log("setup", {{"step", step}, {"peak_memory_bytes", setup_peak}}, true);
     if (!r.preview.prompt.empty() && step == 0) log.say("before training: " + preview(run));
 
     Window window;
