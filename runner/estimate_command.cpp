@@ -29,6 +29,7 @@ nlohmann::ordered_json to_json(const ft::estimate::MemoryEstimate& e) {
           {"rank", e.rank},
           {"ranks", e.ranks},
           {"micro_batch", {{"rows", e.rows}, {"tokens", e.tokens}}},
+          {"micro_batches_in_flight", e.in_flight},
           {"held", terms_json(e.held)},
           {"activations", terms_json(e.activations)},
           {"step_workspace", {{"bytes", e.step_workspace.bytes}, {"detail", e.step_workspace.detail}}},
@@ -103,9 +104,11 @@ int run_estimate(const EstimateOptions& options) {
     }
 
     std::printf("ftrun estimate: %s\n", options.recipe.c_str());
-    std::printf("  %s, %s, %s, %s on %s; rank %d of %d; micro-batch %lld x %lld tokens\n",
+    std::printf("  %s, %s, %s, %s on %s; rank %d of %d; micro-batch %lld x %lld tokens%s\n",
                 r.strategy.precision.c_str(), r.strategy.parallelism.c_str(), r.strategy.optimizer.c_str(),
-                r.strategy.adapter.c_str(), e.device.c_str(), e.rank, e.ranks, (long long)e.rows, (long long)e.tokens);
+                r.strategy.adapter.c_str(), e.device.c_str(), e.rank, e.ranks, (long long)e.rows, (long long)e.tokens,
+                e.in_flight > 1 ? (", " + std::to_string(e.in_flight) + " in flight").c_str() : "");
+    if (!e.pipeline.empty()) std::printf("  pipeline ranks' stages\n%s", e.pipeline.c_str());
     print_terms("held for the whole run", e.held);
     print_terms("a micro-batch's buffers, kept between steps", e.activations);
     std::printf("  workspace\n");

@@ -54,7 +54,7 @@ std::vector<Change> changes(const ft::recipe::Recipe& r) {
 
 void check_memory_fits(const ft::recipe::Loaded<ft::recipe::Recipe>& loaded, std::int64_t ranks_here) {
   const ft::recipe::Recipe& r = loaded.recipe;
-  if (!r.launch.memory_check || r.strategy.parallelism == "pipeline") return;
+  if (!r.launch.memory_check) return;
   std::uint64_t available = 0;
   std::string source;
   if (!r.launch.memory_limit.empty()) {

@@ -19,6 +19,7 @@
 // BLAS's own buffers, which the allocator does not see and RSS does.
 #include <algorithm>
 #include <cstdint>
+#include <map>
 #include <string>
 #include <utility>
 #include <vector>
@@ -34,6 +35,7 @@
 #include "ft/optim/adafactor.hpp"
 #include "ft/optim/adamw8bit.hpp"
 #include "ft/parallel/parallelism.hpp"
+#include "ft/parallel/pipeline_schedule.hpp"
 #include "ft/parallel/shard_layout.hpp"
 #include "ft/recipe/recipe.hpp"
 #include "ft/train/flops.hpp"
@@ -60,6 +62,8 @@ struct MemoryEstimate {
   std::string device = "cpu";
   int rank = 0, ranks = 1;
   std::int64_t rows = 0, tokens = 0;    // a training micro-batch: rows x tokens
+  int in_flight = 1;                    // micro-batches whose buffers are kept at once (a pipeline's schedule)
+  std::string pipeline;                 // a pipeline's partition: each rank's stages, one line each
   std::vector<Term> held;               // from setup to the end of the run
   std::vector<Term> activations;        // a micro-batch's buffers, kept from step to step
   Term step_workspace, eval_workspace;  // the largest buffers a step (an evaluation) makes and frees
@@ -165,6 +169,70 @@ adapters::FamilyModules family_modules_of(const std::string& architecture) {
   return out;
 }
 
+// Where a rank stands: the chunks of stages it runs, the replicas it shares
+// them with, and the micro-batches it keeps in flight at once. Without a
+// pipeline, one chunk holds every stage and one micro-batch is in flight.
+struct Place {
+  parallel::PipePartition partition;
+  int pipe_rank = 0, replica = 0, replicas = 1;
+  int contexts = 1;  // models::Context objects the schedule makes (parallel/pipeline.hpp)
+
+  // The residual stream travels between ranks (point-to-point copies).
+  bool across_ranks() const { return partition.ranks > 1; }
+  bool holds(index_t stage) const { return partition.rank_of(partition.chunk_holding(stage)) == pipe_rank; }
+  bool has_head() const { return holds(partition.layers); }
+  // A tied embedding table the head's rank keeps beside its own stages.
+  bool keeps_tied_table(bool tied) const { return tied && across_ranks() && has_head() && !holds(-1); }
+  // The residual-stream buffers a context holds: every boundary its chunks
+  // read or write (the embedding writes stream 0, the head reads stream L).
+  index_t stream_buffers() const {
+    std::vector<bool> used(std::size_t(partition.layers + 1), false);
+    for (int c = 0; c < partition.chunks(); ++c) {
+      if (partition.rank_of(c) != pipe_rank) continue;
+      const index_t first = std::max<index_t>(partition.first[std::size_t(c)], 0),
+                    last = std::min<index_t>(partition.last[std::size_t(c)] + 1, partition.layers);
+      for (index_t s = first; s <= last; ++s) used[std::size_t(s)] = true;
+    }
+    return index_t(std::count(used.begin(), used.end(), true));
+  }
+};
+
+// The most micro-batches a rank's schedule has started and not finished:
+// the contexts its pool ends up with.
+inline int most_in_flight(const std::vector<parallel::PipeOp>& ops) {
+  std::map<int, std::pair<std::size_t, std::size_t>> span;  // micro-batch -> its first and last op
+  for (std::size_t i = 0; i < ops.size(); ++i) {
+    auto [it, fresh] = span.try_emplace(ops[i].micro_batch, i, i);
+    it->second.second = i;
+  }
+  int most = 0;
+  for (std::size_t i = 0; i < ops.size(); ++i) {
+    int live = 0;
+    for (const auto& [mb, s] : span) live += s.first <= i && i <= s.second;
+    most = std::max(most, live);
+  }
+  return most;
+}
+
+inline Place place_of(const recipe::Recipe& r, const models::TransformerConfig& c, int rank, int ranks) {
+  Place p;
+  if (parallel::canonical_name(r.strategy.parallelism) != "pipeline") {
+    p.partition.layers = c.num_layers;
+    p.partition.first = {-1};
+    p.partition.last = {c.num_layers};
+    p.partition.cost = {1};
+    return p;
+  }
+  p.partition = parallel::plan_pipeline(r, c, ranks);
+  p.replicas = ranks / p.partition.ranks;
+  p.pipe_rank = rank / p.replicas;
+  p.replica = rank % p.replicas;
+  const int m = int(recipe::pipeline_microbatches(r));
+  p.contexts = most_in_flight(
+      parallel::pipe_schedule(parallel::pipe_schedule_from_name(r.pipeline.schedule), p.partition, p.pipe_rank, m));
+  return p;
+}
+
 }  // namespace detail
 
 // The estimate for rank `rank` of the recipe's launch.nproc, with T the
@@ -181,10 +249,14 @@ MemoryEstimate estimate_memory_as(const recipe::Recipe& recipe, const models::Mo
   const bool trains_base = adapter == "full";
   const int ranks = int(std::max<std::int64_t>(1, r.launch.nproc));
   const bool multi = parallelism != "single" && ranks > 1;
-  const bool shards_state = multi && (parallelism == "zero1" || parallelism == "zero2" || parallelism == "zero3");
+  // A pipeline rank keeps its chunks' stages; its replicas (the ranks with
+  // the same stages) all-reduce gradients, or with ZeRO-1 shard the state.
+  const detail::Place place = detail::place_of(r, c, rank, ranks);
+  const bool pipelined = parallelism == "pipeline";
+  const bool shards_state = pipelined ? r.pipeline.data_parallel == "zero1" && place.replicas > 1
+                                      : multi && (parallelism == "zero1" || parallelism == "zero2" || parallelism == "zero3");
   const bool shards_grads = multi && (parallelism == "zero2" || parallelism == "zero3");
   const bool shards_params = multi && parallelism == "zero3";
-  if (parallelism == "pipeline") throw Error("ftrun estimate does not model pipeline parallelism yet");
   const bool fused = r.train.fuse_optimizer_with_backward;
   const std::string& optimizer = r.strategy.optimizer;
   const bool by_element = optimizer == "sgd" || optimizer == "adamw" || optimizer == "lion";
@@ -200,18 +272,27 @@ MemoryEstimate estimate_memory_as(const recipe::Recipe& recipe, const models::Mo
   models::EmbeddingStage<T>::declare(stages.front(), c);
   for (index_t l = 0; l < L; ++l) models::Block<T>::declare(stages[std::size_t(l + 1)], c);
   models::HeadStage<T>::declare(stages.back(), c);
-  std::uint64_t parameters = 0, largest_stage = 0;
-  for (const auto& s : stages) {
-    parameters += std::uint64_t(s.size());
-    largest_stage = std::max(largest_stage, std::uint64_t(s.size()));
+  // stage(i): the index of stages[i] (-1 the embedding, L the head).
+  auto stage = [](std::size_t i) { return index_t(i) - 1; };
+  auto keeps = [&](index_t s) { return place.holds(s) || (s == -1 && place.keeps_tied_table(c.tie_embeddings)); };
+  std::uint64_t parameters = 0, largest_stage = 0, kept = 0, largest_elsewhere = 0;
+  for (std::size_t i = 0; i < stages.size(); ++i) {
+    const std::uint64_t size = std::uint64_t(stages[i].size());
+    parameters += size;
+    largest_stage = std::max(largest_stage, size);
+    if (keeps(stage(i))) kept += size;
+    else largest_elsewhere = std::max(largest_elsewhere, size);
   }
   const std::uint64_t rope = std::uint64_t(L) * nn::rope_inverse_frequencies(c.rope).size() * sizeof(float);
 
-  // What trains: the stages themselves, one LoRA buffer per adapted block, or the prompt.
+  // What trains: the stages themselves, one LoRA buffer per adapted block,
+  // or the prompt; each with the stage it belongs to.
   std::vector<detail::Layout> trainables;
+  std::vector<index_t> trainable_stage;
   std::vector<adapters::LoraTarget> lora;
   if (trains_base) {
     trainables = stages;
+    for (std::size_t i = 0; i < stages.size(); ++i) trainable_stage.push_back(stage(i));
   } else if (adapter == "lora") {
     lora = adapters::lora_targets(spec, r.lora.target_modules);
     for (index_t l = 0; l < L; ++l) {
@@ -222,21 +303,32 @@ MemoryEstimate estimate_memory_as(const recipe::Recipe& recipe, const models::Mo
       detail::Layout b;
       adapters::LoraBlock<T>::declare(b, mine, r.lora.r);
       trainables.push_back(std::move(b));
+      trainable_stage.push_back(l);
     }
   } else if (adapter == "prompt") {
     detail::Layout p;
     p.declare("prompt_embeddings", {r.prompt_tuning.num_virtual_tokens, C});
     trainables.push_back(std::move(p));
+    trainable_stage.push_back(-1);
   } else {
     throw Error("ftrun estimate has no memory model for adapter \"" + adapter + "\"; it knows full, lora, prompt");
   }
-  std::uint64_t trained = 0;
-  for (const auto& t : trainables) trained += std::uint64_t(t.size());
+  // Every rank keeps every adapter buffer (trained); the optimizer steps
+  // those of this rank's stages (stepped), or its shard of them.
+  std::uint64_t trained = 0, stepped = 0;
+  for (std::size_t i = 0; i < trainables.size(); ++i) {
+    trained += std::uint64_t(trainables[i].size());
+    if (place.holds(trainable_stage[i])) stepped += std::uint64_t(trainables[i].size());
+  }
+  std::vector<detail::Layout> mine;
+  for (std::size_t i = 0; i < trainables.size(); ++i)
+    if (place.holds(trainable_stage[i])) mine.push_back(trainables[i]);
 
   // This rank's range of each trainable buffer.
-  const int world = shards_state ? ranks : 1, part = shards_state ? rank : 0;
+  const int world = shards_state ? (pipelined ? place.replicas : ranks) : 1;
+  const int part = shards_state ? (pipelined ? place.replica : rank) : 0;
   std::uint64_t owned = 0, state = 0, largest_buffer = 0;
-  for (const auto& t : trainables) {
+  for (const auto& t : mine) {
     const parallel::ShardLayout cut(t.entries(), t.size(), world, by_element);
     const index_t begin = cut.begin(part), end = cut.end(part);
     owned += std::uint64_t(end - begin);
@@ -263,6 +355,11 @@ MemoryEstimate estimate_memory_as(const recipe::Recipe& recipe, const models::Mo
     gathered = 2 * largest_stage * sizeof(T) * (trains_base ? 2 : 1);
     if (c.tie_embeddings && trains_base)
       gathered += std::uint64_t(stages.front().size() + stages.back().size()) * sizeof(T);
+  } else if (place.across_ranks()) {
+    e.held.push_back({"weights (this rank's stages)", kept * sizeof(T),
+                      std::to_string(kept) + " of " + std::to_string(parameters) + " parameters in " +
+                          detail::dtype_name<T>() +
+                          (place.keeps_tied_table(c.tie_embeddings) ? ", with the embedding table the head is tied to" : "")});
   } else {
     e.held.push_back({"weights", parameters * sizeof(T), std::to_string(parameters) + " parameters in " +
                                                              detail::dtype_name<T>()});
@@ -273,14 +370,14 @@ MemoryEstimate estimate_memory_as(const recipe::Recipe& recipe, const models::Mo
   // Gradients in T: the model's own under a full fine-tune (one block's
   // buffer serves every block when the optimizer is fused into backward), the adapter's otherwise.
   if (!shards_params || !trains_base) {
-    std::uint64_t grads = trains_base ? parameters : trained;
+    std::uint64_t grads = trains_base ? kept : trained;
     if (fused && trains_base && L > 0)
       grads = std::uint64_t(stages.front().size() + stages.back().size() + stages[1].size());
     e.held.push_back({"gradients", grads * sizeof(T), detail::dtype_name<T>() + (fused ? ", fused: one block's buffer shared" : "")});
   }
   if (has_master) e.held.push_back({"master weights", owned * sizeof(M), "f32 copy of what this rank steps"});
   if (!fused && (has_master || shards_grads)) {
-    const std::uint64_t n = shards_grads ? owned : trained;
+    const std::uint64_t n = shards_grads ? owned : stepped;
     e.held.push_back({"step gradients", n * sizeof(M), detail::dtype_name<M>() + ", accumulated over micro-batches"});
   }
   e.held.push_back({"optimizer state", state, optimizer + (shards_state ? ", this rank's shard" : "")});
@@ -292,7 +389,7 @@ MemoryEstimate estimate_memory_as(const recipe::Recipe& recipe, const models::Mo
   std::uint64_t reduction_after = 0, reduction_most = 0;
   if (shards_grads) {
     std::vector<std::uint64_t> in_flight;  // per buffer, in the order backward completes them
-    for (auto t = trainables.rbegin(); t != trainables.rend(); ++t) {
+    for (auto t = mine.rbegin(); t != mine.rend(); ++t) {
       const parallel::ShardLayout cut(t->entries(), t->size(), world, by_element);
       in_flight.push_back((has_master ? std::uint64_t(t->size()) : 0) + std::uint64_t(cut.size(part)));
     }
@@ -312,43 +409,62 @@ MemoryEstimate estimate_memory_as(const recipe::Recipe& recipe, const models::Mo
   const index_t N = B * T_;
   e.rows = B;
   e.tokens = T_;
+  e.in_flight = place.contexts;
+  if (pipelined) e.pipeline = place.partition.describe();
   const models::MemoryOptions memory{train::checkpoint_every(r.train.gradient_checkpointing),
                                      r.train.activation_offloading};
-  std::uint64_t kept = 0, blocks_kept = 0;
+  // A context per micro-batch in flight (one without a pipeline), each
+  // with this rank's blocks' activations and stream buffers; the
+  // recomputed set and the backward scratch are shared by all of them.
+  const std::uint64_t contexts = std::uint64_t(place.contexts);
+  const std::string in_flight = contexts > 1 ? std::to_string(contexts) + " micro-batches in flight x " : "";
+  std::uint64_t blocks_here = 0, blocks_kept = 0;
   bool any_checkpointed = false;
   for (index_t l = 0; l < L; ++l) {
-    if (memory.checkpoints(l)) {
-      any_checkpointed = true;
-      continue;
-    }
-    ++blocks_kept;
+    if (!place.holds(l)) continue;
+    ++blocks_here;
+    if (memory.checkpoints(l)) any_checkpointed = true;
+    else ++blocks_kept;
   }
-  models::BlockActivations<T>::layout(c, B, T_, detail::CountBytes{&kept});
-  const std::uint64_t per_block = kept;
-  e.activations.push_back({"block activations", per_block * blocks_kept,
-                           std::to_string(blocks_kept) + " of " + std::to_string(L) + " blocks keep theirs"});
+  std::uint64_t per_block = 0;
+  models::BlockActivations<T>::layout(c, B, T_, detail::CountBytes{&per_block});
+  e.activations.push_back({"block activations", per_block * blocks_kept * contexts,
+                           in_flight + std::to_string(blocks_kept) + " of " + std::to_string(L) + " blocks keep theirs"});
   if (any_checkpointed)
     e.activations.push_back({"recomputed activations", per_block, "one set shared by checkpointed blocks"});
   const std::uint64_t stream = std::uint64_t(N * C) * sizeof(T);
-  e.activations.push_back({"residual stream", stream * (memory.offload_inputs ? 4 : std::uint64_t(L + 2)),
-                           memory.offload_inputs ? "two buffers in turn, a restored input and the gradient"
-                                                 : "every block's input, the head's, and the gradient"});
-  std::uint64_t head = 0;
-  models::HeadActivations<T>::layout(N, C, detail::CountBytes{&head});
-  e.activations.push_back({"head", head, "the final norm's output and its gradient"});
+  // Offloading: two buffers in turn, a restored input and the gradient;
+  // otherwise each block's input, the head's, and the gradient.
+  const std::uint64_t stream_buffers = memory.offload_inputs ? 4 : std::uint64_t(place.stream_buffers()) + 1;
+  e.activations.push_back({"residual stream", stream * stream_buffers * contexts,
+                           in_flight + (memory.offload_inputs ? "two buffers in turn, a restored input and the gradient"
+                                                              : "every block's input, the head's, and the gradient")});
+  if (place.has_head()) {
+    std::uint64_t head = 0;
+    models::HeadActivations<T>::layout(N, C, detail::CountBytes{&head});
+    e.activations.push_back({"head", head * contexts, in_flight + "the final norm's output and its gradient"});
+  }
   std::uint64_t scratch = 0;
   models::BlockScratch<T>::layout(c, N, detail::CountBytes{&scratch});
   e.activations.push_back({"backward scratch", scratch, "one set every block's backward uses"});
+  if (pipelined && r.pipeline.schedule == "zero_bubble") {
+    std::uint64_t deferred = 0;
+    models::DeferredGradients<T>::layout(c, N, detail::CountBytes{&deferred});
+    e.activations.push_back({"deferred output gradients", deferred * blocks_here * contexts,
+                             in_flight + "each block's projections' output gradients, kept for its weight gradients"});
+  }
   if (memory.offload_inputs) {
-    const Term offloaded{"offloaded block inputs", stream * std::uint64_t(L), "host copies of each block's input"};
+    const Term offloaded{"offloaded block inputs", stream * blocks_here * contexts,
+                         in_flight + "host copies of each block's input"};
     (on_cpu ? e.activations : e.host).push_back(offloaded);
   }
-  if (!on_cpu) e.activations.push_back({"batch arrays", std::uint64_t(N) * 4 * sizeof(std::int32_t),
+  if (!on_cpu) e.activations.push_back({"batch arrays", std::uint64_t(N) * 4 * sizeof(std::int32_t) * contexts,
                                         "token ids, targets, positions, documents"});
   if (!lora.empty()) {
     // Each adapted block keeps A x and its gradient [N, r], and with dropout x's dropped copy.
     std::uint64_t bytes = 0;
     for (index_t l = 0; l < L; ++l) {
+      if (!place.holds(l)) continue;
       index_t widest = 0;
       bool adapted = false;
       for (const auto& t : lora)
@@ -383,48 +499,100 @@ MemoryEstimate estimate_memory_as(const recipe::Recipe& recipe, const models::Mo
   // to) gathered, a block's backward with two stages.
   const std::uint64_t head_gathered =
       shards_params ? std::uint64_t(stages.back().size() + (c.tie_embeddings ? stages.front().size() : 0)) * sizeof(T) : 0;
-  e.step_workspace = {"workspace", std::max({logits + head_gemm + head_gathered,
-                                             block_gemm + gathered + (reduction_most - reduction_after), norm_partials}),
-                      "a chunk of " + std::to_string(chunk) + " rows of logits" +
-                          (head_gemm ? " and the f32 copies of 16-bit GEMMs" : "") +
-                          (shards_params ? ", or two gathered stages" : "")};
+  // A pipeline rank sends a copy of the stream it passes on, kept until the
+  // next rank has taken it; the head's part of a tied table's gradient
+  // arrives on the embedding's rank after backward, into a buffer of its own.
+  const std::uint64_t sent = place.across_ranks() ? stream : 0;
+  const std::uint64_t tied_gradient =
+      place.across_ranks() && c.tie_embeddings && trains_base && place.holds(-1) ? stages.front().size() * sizeof(T) : 0;
+  const std::uint64_t head_work = place.has_head() ? logits + head_gemm + head_gathered : 0;
+  e.step_workspace = {"workspace",
+                      std::max(std::max({head_work, block_gemm + gathered + (reduction_most - reduction_after),
+                                         norm_partials}) + sent,
+                               tied_gradient),
+                      (place.has_head() ? "a chunk of " + std::to_string(chunk) + " rows of logits" +
+                                              (head_gemm ? " and the f32 copies of 16-bit GEMMs" : "")
+                                        : std::string(block_gemm ? "the f32 copies of a block's 16-bit GEMMs"
+                                                                 : "a norm's partial sums")) +
+                          (shards_params ? ", or two gathered stages" : "") + (sent ? ", a sent copy of the stream" : "") +
+                          (tied_gradient ? ", or the head's part of the tied table's gradient" : "")};
   // Fused into backward under a master copy, each buffer's gradient is
   // converted to M before its step (parallel/data_parallel.hpp).
   if (fused && has_master) e.step_workspace.bytes += largest_buffer * sizeof(M);
 
-  // Setup measures the device's GEMM peak on three square matrices (train/flops.hpp).
+  // Setup measures the device's GEMM peak on three square matrices
+  // (train/flops.hpp), freed before the model loads. Then every rank loads
+  // the whole model, with gradients when it trains, beside the adapter and
+  // this rank's optimizer buffers; ZeRO-3 and a pipeline drop what other
+  // ranks keep only after that (train/setup.hpp).
   {
     const bool cpu = r.strategy.device == "cpu";
     const std::uint64_t n = cpu ? std::uint64_t(train::gemm_peak_size<device::Cpu>) : 8192;
-    e.setup_workspace = {"GEMM peak measurement", 3 * n * n * (cpu ? sizeof(float) : sizeof(T)),
-                         "three " + std::to_string(n) + " x " + std::to_string(n) + " matrices, freed before the model loads"};
+    const std::uint64_t measurement = 3 * n * n * (cpu ? sizeof(float) : sizeof(T));
+    std::uint64_t loading = parameters * sizeof(T) * (trains_base ? 2 : 1);
+    for (const Term& t : e.held)
+      if (t.name.rfind("weights", 0) != 0 && !(trains_base && t.name == "gradients")) loading += t.bytes;
+    e.setup_workspace =
+        measurement >= loading
+            ? Term{"GEMM peak measurement", measurement,
+                   "three " + std::to_string(n) + " x " + std::to_string(n) + " matrices, freed before the model loads"}
+            : Term{"loading the model", loading,
+                   std::string("every rank loads the whole model") + (trains_base ? " and its gradients" : "") +
+                       " before keeping its part"};
   }
 
-  // Evaluation: the same context, rows of the evaluation batch, forward only;
-  // under ZeRO-3 the running stage and the prefetched next one, or the head
-  // and its table beside the logits, values only.
+  // Evaluation: a context of the step's, rows of the evaluation batch,
+  // forward only; under ZeRO-3 the running stage and the prefetched next
+  // one, or the head and its table beside the logits, values only.
   const index_t eval_rows = r.train.per_device_eval_batch_size > 0 ? r.train.per_device_eval_batch_size : B;
   const index_t eval_N = eval_rows * T_, eval_chunk = std::min(head_chunk, eval_N);
   const std::uint64_t eval_logits = std::uint64_t(eval_chunk * V) * sizeof(T) +
                                     std::uint64_t(eval_chunk) * sizeof(double) +
                                     detail::widened_gemm_bytes<T>(eval_chunk, V, C, on_cpu);
   const std::uint64_t eval_gathered = shards_params ? 2 * largest_stage * sizeof(T) : 0;
-  e.eval_workspace = {"workspace", std::max(eval_logits + head_gathered, block_gemm_of(eval_N) + eval_gathered),
-                      shards_params ? "a chunk of logits, or two gathered stages" : "a chunk of logits"};
-  // Saving under ZeRO-3: rank 0 writes the model a stage at a time, each
-  // gathered on every rank (parallel/stage_reads.hpp), when the model is what
-  // is written; merging LoRA into the weights gathers all of them at once.
-  if (shards_params) {
-    if (r.strategy.adapter == "lora" && r.lora.save_merged)
-      e.save_workspace = {"workspace", parameters * sizeof(T), "the whole model gathered to merge the adapter into"};
-    else if (trains_base)
-      e.save_workspace = {"workspace", largest_stage * sizeof(T), "one gathered stage at a time"};
-  }
+  const std::uint64_t eval_sent = place.across_ranks() ? std::uint64_t(eval_N * C) * sizeof(T) : 0;
+  e.eval_workspace = {"workspace",
+                      std::max(place.has_head() ? eval_logits + head_gathered : 0, block_gemm_of(eval_N) + eval_gathered) +
+                          eval_sent,
+                      std::string(place.has_head() ? "a chunk of logits" : "the f32 copies of a block's 16-bit GEMMs") +
+                          (shards_params ? ", or two gathered stages" : "") + (eval_sent ? ", a sent copy of the stream" : "")};
+  // An evaluation batch with more rows than a training one grows the context
+  // it runs on, which keeps that size until the next step makes its buffers
+  // anew: the final save (after the final evaluation) finds it grown, and with
+  // eval_steps so does the first step after each evaluation.
+  std::uint64_t growth = 0;
   if (eval_rows > B) {
     std::uint64_t more = 0;
     models::BlockActivations<T>::layout(c, eval_rows - B, T_, detail::CountBytes{&more});
-    e.eval_workspace.bytes += more * blocks_kept + std::uint64_t((eval_rows - B) * T_ * C) * sizeof(T) * std::uint64_t(L + 2);
+    growth = more * blocks_kept + std::uint64_t((eval_rows - B) * T_ * C) * sizeof(T) * stream_buffers;
+    e.eval_workspace.bytes += growth;
   }
+  const bool evaluates = !r.data.validation.empty() || r.data.validation_split > 0;
+  if (evaluates && growth > 0 && r.train.eval_steps > 0 && growth > e.step_workspace.bytes)
+    e.step_workspace = {"workspace", growth, "the context an evaluation grew, made anew for the step's batch"};
+  // Saving: rank 0 writes the model a stage at a time, each put together on
+  // every rank that lacks it (parallel/stage_reads.hpp: ZeRO-3 gathers it, a
+  // pipeline's owner broadcasts it to replica 0's pipe), when the model is
+  // what is written; merging LoRA into the weights gathers all of them at once.
+  const bool merges = r.strategy.adapter == "lora" && r.lora.save_merged;
+  if (shards_params) {
+    if (merges)
+      e.save_workspace = {"workspace", parameters * sizeof(T), "the whole model gathered to merge the adapter into"};
+    else if (trains_base)
+      e.save_workspace = {"workspace", largest_stage * sizeof(T), "one gathered stage at a time"};
+  } else if (place.across_ranks()) {
+    if (merges)
+      e.save_workspace = {"workspace", (parameters - kept) * sizeof(T),
+                          "the other ranks' stages, to merge the adapter into the whole model"};
+    else if (trains_base && place.replica == 0)
+      e.save_workspace = {"workspace", largest_elsewhere * sizeof(T), "another rank's stage at a time"};
+  }
+  if (evaluates && growth > 0) {
+    e.save_workspace.bytes += growth;
+    e.save_workspace.detail += std::string(e.save_workspace.detail.empty() ? "" : ", and ") +
+                               "the context the final evaluation grew";
+  }
+  if (e.save_workspace.name.empty()) e.save_workspace.name = "workspace";
   return e;
 }
 
