@@ -234,7 +234,7 @@ TEST_CASE("estimate within 5% of the measured peak: loading a model larger than 
   const Result init = ftrun("init " + dir.string(), "wide_init");
   REQUIRE_MESSAGE(init.code == 0, init.err);
   const std::string model = "model.path=" + dir.string();
-  for (const char* parallelism : {"pipeline"})
+  for (const char* parallelism : {"zero3", "pipeline"})
     for (const char* adapter : {"full", "lora"}) {
       const std::vector<std::string> keys{model, "launch.nproc=2", std::string("strategy.parallelism=") + parallelism,
                                           std::string("strategy.adapter=") + adapter,

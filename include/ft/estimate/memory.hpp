@@ -341,7 +341,7 @@ MemoryEstimate estimate_memory_as(const recipe::Recipe& recipe, const models::Mo
   // ZeRO-3 keeps this rank's range of every stage (cut as the optimizer
   // needs when the stage trains, by element when it is frozen) and gathers
   // whole stages only while they run.
-  std::uint64_t gathered = 0;
+  std::uint64_t forward_gathered = 0, backward_gathered = 0, head_gathered = 0, head_values = 0;
   if (shards_params) {
     std::uint64_t shard = 0;
     for (const auto& stage : stages)
@@ -349,12 +349,24 @@ MemoryEstimate estimate_memory_as(const recipe::Recipe& recipe, const models::Mo
                                  .size(rank));
     e.held.push_back({"weights (this rank's shard)", shard * sizeof(T),
                       "ZeRO-3: 1/" + std::to_string(ranks) + " of the weights in " + detail::dtype_name<T>()});
-    // Two stages at once (the running one and the next, prefetched), with
-    // their gradients when they train, and then the head with the embedding
-    // table it is tied to, whose gradient completes at the end of backward.
-    gathered = 2 * largest_stage * sizeof(T) * (trains_base ? 2 : 1);
-    if (c.tie_embeddings && trains_base)
-      gathered += std::uint64_t(stages.front().size() + stages.back().size()) * sizeof(T);
+    // Whole stages at each point of a step (gather_hooks in
+    // parallel/data_parallel.hpp): a forward holds its stage and the next,
+    // prefetched; the head its stage and the table it is tied to, with their
+    // gradients when training; a block's backward its stage, the one before
+    // (prefetched), its gradient and the gradient of the stage after it,
+    // whose reduction is still in flight. A tied table's gradient is made at
+    // the head's forward and kept to the end of backward.
+    auto V = [&](index_t s) -> std::uint64_t {
+      return s < -1 || s > L ? 0 : std::uint64_t(stages[std::size_t(s + 1)].size()) * sizeof(T);
+    };
+    auto G = [&](index_t s) -> std::uint64_t { return trains_base ? V(s) : 0; };
+    const std::uint64_t table_gradient = c.tie_embeddings ? G(-1) : 0;
+    for (index_t s = -1; s < L; ++s) forward_gathered = std::max(forward_gathered, V(s) + V(s + 1));
+    head_values = V(L) + (c.tie_embeddings ? V(-1) : 0);
+    head_gathered = head_values + G(L) + table_gradient;
+    for (index_t l = L - 1; l >= 0; --l)
+      backward_gathered = std::max(backward_gathered, V(l) + V(l - 1) + G(l) + G(l + 1) + table_gradient);
+    backward_gathered = std::max(backward_gathered, V(-1) + G(-1) + G(0));
   } else if (place.across_ranks()) {
     e.held.push_back({"weights (this rank's stages)", kept * sizeof(T),
                       std::to_string(kept) + " of " + std::to_string(parameters) + " parameters in " +
@@ -495,10 +507,6 @@ MemoryEstimate estimate_memory_as(const recipe::Recipe& recipe, const models::Mo
   };
   const std::uint64_t block_gemm = block_gemm_of(N);
   const std::uint64_t norm_partials = std::uint64_t(C) * sizeof(A) * 2;
-  // ZeRO-3: the head's forward runs with the head (and the table it is tied
-  // to) gathered, a block's backward with two stages.
-  const std::uint64_t head_gathered =
-      shards_params ? std::uint64_t(stages.back().size() + (c.tie_embeddings ? stages.front().size() : 0)) * sizeof(T) : 0;
   // A pipeline rank sends a copy of the stream it passes on, kept until the
   // next rank has taken it; the head's part of a tied table's gradient
   // arrives on the embedding's rank after backward, into a buffer of its own.
@@ -507,7 +515,9 @@ MemoryEstimate estimate_memory_as(const recipe::Recipe& recipe, const models::Mo
       place.across_ranks() && c.tie_embeddings && trains_base && place.holds(-1) ? stages.front().size() * sizeof(T) : 0;
   const std::uint64_t head_work = place.has_head() ? logits + head_gemm + head_gathered : 0;
   e.step_workspace = {"workspace",
-                      std::max(std::max({head_work, block_gemm + gathered + (reduction_most - reduction_after),
+                      std::max(std::max({head_work,
+                                         block_gemm + std::max(forward_gathered, backward_gathered) +
+                                             (reduction_most - reduction_after),
                                          norm_partials}) + sent,
                                tied_gradient),
                       (place.has_head() ? "a chunk of " + std::to_string(chunk) + " rows of logits" +
@@ -529,9 +539,14 @@ MemoryEstimate estimate_memory_as(const recipe::Recipe& recipe, const models::Mo
     const bool cpu = r.strategy.device == "cpu";
     const std::uint64_t n = cpu ? std::uint64_t(train::gemm_peak_size<device::Cpu>) : 8192;
     const std::uint64_t measurement = 3 * n * n * (cpu ? sizeof(float) : sizeof(T));
+    // The whole model replaces the kept part of it; ZeRO-3's shards are cut
+    // beside it; reduction buffers come with the first backward.
     std::uint64_t loading = parameters * sizeof(T) * (trains_base ? 2 : 1);
-    for (const Term& t : e.held)
-      if (t.name.rfind("weights", 0) != 0 && !(trains_base && t.name == "gradients")) loading += t.bytes;
+    for (const Term& t : e.held) {
+      const bool part_of_whole = t.name == "weights" || t.name == "weights (this rank's stages)" ||
+                                 (trains_base && t.name == "gradients");
+      if (!part_of_whole && t.name != "reduction buffers") loading += t.bytes;
+    }
     e.setup_workspace =
         measurement >= loading
             ? Term{"GEMM peak measurement", measurement,
@@ -549,10 +564,9 @@ MemoryEstimate estimate_memory_as(const recipe::Recipe& recipe, const models::Mo
   const std::uint64_t eval_logits = std::uint64_t(eval_chunk * V) * sizeof(T) +
                                     std::uint64_t(eval_chunk) * sizeof(double) +
                                     detail::widened_gemm_bytes<T>(eval_chunk, V, C, on_cpu);
-  const std::uint64_t eval_gathered = shards_params ? 2 * largest_stage * sizeof(T) : 0;
   const std::uint64_t eval_sent = place.across_ranks() ? std::uint64_t(eval_N * C) * sizeof(T) : 0;
   e.eval_workspace = {"workspace",
-                      std::max(place.has_head() ? eval_logits + head_gathered : 0, block_gemm_of(eval_N) + eval_gathered) +
+                      std::max(place.has_head() ? eval_logits + head_values : 0, block_gemm_of(eval_N) + forward_gathered) +
                           eval_sent,
                       std::string(place.has_head() ? "a chunk of logits" : "the f32 copies of a block's 16-bit GEMMs") +
                           (shards_params ? ", or two gathered stages" : "") + (eval_sent ? ", a sent copy of the stream" : "")};
