@@ -316,13 +316,13 @@ MemoryEstimate estimate_memory_as(const recipe::Recipe& recipe, const models::Mo
   // Every rank keeps every adapter buffer (trained); the optimizer steps
   // those of this rank's stages (stepped), or its shard of them.
   std::uint64_t trained = 0, stepped = 0;
+  std::vector<detail::Layout> mine;
   for (std::size_t i = 0; i < trainables.size(); ++i) {
     trained += std::uint64_t(trainables[i].size());
-    if (place.holds(trainable_stage[i])) stepped += std::uint64_t(trainables[i].size());
+    if (!place.holds(trainable_stage[i])) continue;
+    stepped += std::uint64_t(trainables[i].size());
+    mine.push_back(trainables[i]);
   }
-  std::vector<detail::Layout> mine;
-  for (std::size_t i = 0; i < trainables.size(); ++i)
-    if (place.holds(trainable_stage[i])) mine.push_back(trainables[i]);
 
   // This rank's range of each trainable buffer.
   const int world = shards_state ? (pipelined ? place.replicas : ranks) : 1;
@@ -342,6 +342,7 @@ MemoryEstimate estimate_memory_as(const recipe::Recipe& recipe, const models::Mo
   // needs when the stage trains, by element when it is frozen) and gathers
   // whole stages only while they run.
   std::uint64_t forward_gathered = 0, backward_gathered = 0, head_gathered = 0, head_values = 0;
+  std::uint64_t kept_of_whole = 0;  // held bytes that are part of the whole model as loaded (weights, gradients)
   if (shards_params) {
     std::uint64_t shard = 0;
     for (const auto& stage : stages)
@@ -368,11 +369,13 @@ MemoryEstimate estimate_memory_as(const recipe::Recipe& recipe, const models::Mo
       backward_gathered = std::max(backward_gathered, V(l) + V(l - 1) + G(l) + G(l + 1) + table_gradient);
     backward_gathered = std::max(backward_gathered, V(-1) + G(-1) + G(0));
   } else if (place.across_ranks()) {
+    kept_of_whole = kept * sizeof(T);
     e.held.push_back({"weights (this rank's stages)", kept * sizeof(T),
                       std::to_string(kept) + " of " + std::to_string(parameters) + " parameters in " +
                           detail::dtype_name<T>() +
                           (place.keeps_tied_table(c.tie_embeddings) ? ", with the embedding table the head is tied to" : "")});
   } else {
+    kept_of_whole = parameters * sizeof(T);
     e.held.push_back({"weights", parameters * sizeof(T), std::to_string(parameters) + " parameters in " +
                                                              detail::dtype_name<T>()});
   }
@@ -385,6 +388,7 @@ MemoryEstimate estimate_memory_as(const recipe::Recipe& recipe, const models::Mo
     std::uint64_t grads = trains_base ? kept : trained;
     if (fused && trains_base && L > 0)
       grads = std::uint64_t(stages.front().size() + stages.back().size() + stages[1].size());
+    if (trains_base) kept_of_whole += grads * sizeof(T);
     e.held.push_back({"gradients", grads * sizeof(T), detail::dtype_name<T>() + (fused ? ", fused: one block's buffer shared" : "")});
   }
   if (has_master) e.held.push_back({"master weights", owned * sizeof(M), "f32 copy of what this rank steps"});
@@ -539,14 +543,10 @@ MemoryEstimate estimate_memory_as(const recipe::Recipe& recipe, const models::Mo
     const bool cpu = r.strategy.device == "cpu";
     const std::uint64_t n = cpu ? std::uint64_t(train::gemm_peak_size<device::Cpu>) : 8192;
     const std::uint64_t measurement = 3 * n * n * (cpu ? sizeof(float) : sizeof(T));
-    // The whole model replaces the kept part of it; ZeRO-3's shards are cut
-    // beside it; reduction buffers come with the first backward.
-    std::uint64_t loading = parameters * sizeof(T) * (trains_base ? 2 : 1);
-    for (const Term& t : e.held) {
-      const bool part_of_whole = t.name == "weights" || t.name == "weights (this rank's stages)" ||
-                                 (trains_base && t.name == "gradients");
-      if (!part_of_whole && t.name != "reduction buffers") loading += t.bytes;
-    }
+    // The whole model in place of the kept part of it; ZeRO-3's shards are
+    // cut beside it; reduction buffers come with the first backward.
+    const std::uint64_t loading = e.held_bytes() - kept_of_whole - reduction_after +
+                                  parameters * sizeof(T) * (trains_base ? 2 : 1);
     e.setup_workspace =
         measurement >= loading
             ? Term{"GEMM peak measurement", measurement,
