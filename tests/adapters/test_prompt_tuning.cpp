@@ -120,7 +120,9 @@ TEST_CASE("virtual tokens initialised from a text are PEFT's, bit for bit") {
     const auto tokenizer = text::Tokenizer::from_file(train_dir(name) / "tokenizer.json");
     const auto ids = tokenizer.encode(init_text, true);
     REQUIRE(ids.size() > std::size_t(virtual_tokens));  // the fixture's text is cut
-    p.prompt->init_from_tokens(adapters::prompt_init_ids(ids, virtual_tokens));
+    // The table as PromptRuntime reads it: from the model's files.
+    const auto table = p.model->read_parameter(io::ModelWeights::open(train_dir(name)), "embed.weight");
+    p.prompt->init_from_tokens(adapters::prompt_init_ids(ids, virtual_tokens), table.data());
     auto expected = io::SafetensorsFile::open(train_dir(name + "_prompt") / "expected.safetensors");
     CHECK(p.values() == read<float>(expected, "init"));
   }

@@ -9,6 +9,7 @@
 
 #include "ft/adapters/prompt_tuning.hpp"
 #include "ft/adapters/runtime.hpp"
+#include "ft/io/model_weights.hpp"
 #include "ft/io/staged_directory.hpp"
 
 namespace ft::adapters {
@@ -23,8 +24,13 @@ public:
   std::vector<Trainable<T>> attach(models::Transformer<T>& model, const text::ModelText& text) override {
     model_ = &model;
     prompt_ = std::make_unique<PromptTuning<T>>(model, tokens_, seed_);
-    if (!init_text_.empty())
-      prompt_->init_from_tokens(prompt_init_ids(text.need_tokenizer("prompt_tuning.init_text").encode(init_text_, true), tokens_));
+    if (!init_text_.empty()) {
+      // From the model's files: a rank may keep no whole table (ZeRO-3, a pipeline rank).
+      const std::vector<T> table = model.read_parameter(io::ModelWeights::open(source_), "embed.weight");
+      prompt_->init_from_tokens(
+          prompt_init_ids(text.need_tokenizer("prompt_tuning.init_text").encode(init_text_, true), tokens_),
+          table.data());
+    }
     return {{"prompt", -1, &prompt_->parameters()}};
   }
 

@@ -65,11 +65,11 @@ public:
   PromptTuning(const PromptTuning&) = delete;
   PromptTuning& operator=(const PromptTuning&) = delete;
 
-  // Sets the virtual tokens to the embedding rows of these token ids (prompt_init_ids' result).
-  void init_from_tokens(const std::vector<std::int32_t>& ids) {
+  // Sets the virtual tokens to the rows of these token ids (prompt_init_ids'
+  // result) of the embedding table [V, C], given on the host.
+  void init_from_tokens(const std::vector<std::int32_t>& ids, const T* table) {
     if (index_t(ids.size()) != N_)
       throw Error("internal: " + std::to_string(ids.size()) + " ids for " + std::to_string(N_) + " virtual tokens");
-    const T* table = model_.embedding().parameters().value("weight");
     const index_t V = model_.config().vocab_size;
     for (index_t i = 0; i < N_; ++i) {
       const std::int32_t id = ids[std::size_t(i)];

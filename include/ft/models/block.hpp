@@ -44,10 +44,11 @@ public:
   using Activations = BlockActivations<T, Memory>;
 
   // A frozen block (trainable = false) keeps no parameter gradients and skips
-  // computing them; its input gradient still flows.
+  // computing them; its input gradient still flows. The parameters are
+  // declared here; the model allocates them (models/transformer.hpp).
   Block(const TransformerConfig& config, index_t layer, bool trainable = true) : c_(config), layer_(layer) {
     declare(params_, c_);
-    params_.allocate(trainable);
+    params_.set_trainable(trainable);
     const std::vector<float> inv_freq = nn::rope_inverse_frequencies(c_.rope);
     inv_freq_ = Tensor<float, Memory>(Shape{index_t(inv_freq.size())});
     Device::from_host(inv_freq_.data(), inv_freq.data(), inv_freq.size() * sizeof(float));

@@ -35,10 +35,13 @@ public:
   // A frozen buffer (trainable = false) has no gradient: grad() gives null,
   // which every backward kernel reads as "this gradient is not wanted".
   void allocate(bool trainable = true) {
+    set_trainable(trainable);
     values_ = Values(Shape{size_});
-    if (trainable) grads_ = Values(Shape{size_});
-    trainable_ = trainable;
+    allocate_grads();
   }
+  // Whether the buffer trains, for a buffer whose memory comes later (a
+  // training run's parallelism allocates what each rank keeps).
+  void set_trainable(bool trainable) { trainable_ = trainable; }
   bool trainable() const { return trainable_; }
   // Gradients in `storage` (same size), shared with other buffers of the same
   // layout: when an optimizer steps each buffer as soon as its gradient is
@@ -54,6 +57,8 @@ public:
   // zero-filled.
   void release_values() { values_ = Values(); }
   void allocate_values() { values_ = Values(Shape{size_}, typename Values::Uninitialized{}); }
+  // Zero-filled: what a load writes into (it fills what the weight map binds).
+  void allocate_zeroed_values() { values_ = Values(Shape{size_}); }
   void release_grads() { grads_ = Values(); }
   void allocate_grads() {
     if (trainable_) grads_ = Values(Shape{size_});

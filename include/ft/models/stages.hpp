@@ -28,7 +28,7 @@ public:
 
   explicit EmbeddingStage(const TransformerConfig& c, bool trainable = true) : C_(c.hidden_size), V_(c.vocab_size) {
     declare(params_, c);
-    params_.allocate(trainable);
+    params_.set_trainable(trainable);
   }
   template <class Buffer>
   static void declare(Buffer& params, const TransformerConfig& c) {
@@ -78,7 +78,7 @@ public:
 
   explicit HeadStage(const TransformerConfig& c, bool trainable = true) : c_(c) {
     declare(params_, c);
-    params_.allocate(trainable);
+    params_.set_trainable(trainable);
   }
   template <class Buffer>
   static void declare(Buffer& params, const TransformerConfig& c) {

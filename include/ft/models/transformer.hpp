@@ -38,6 +38,21 @@ struct StageHooks {
   std::function<void(index_t stage)> before_forward, after_forward, before_backward, after_backward;
 };
 
+// Builds a model whose stages allocate nothing yet: a training run's
+// parallelism allocates what this rank keeps of each stage before the
+// weights load (parallel/runtime.hpp), so no rank holds more than that.
+struct Unallocated {};
+inline constexpr Unallocated unallocated{};
+
+// How load() treats each stage on this rank: `begin(s)` says whether stage s
+// loads here at all and makes room for its values; `end(s)` runs once its
+// tensors are in (ZeRO-3 keeps this rank's shard and drops the rest). Unset:
+// every stage loads into the values it has.
+struct StageLoading {
+  std::function<bool(index_t stage)> begin;
+  std::function<void(index_t stage)> end;
+};
+
 template <element T, class Device = device::Cpu>
 class Transformer {
 public:
@@ -47,7 +62,10 @@ public:
 
   // A frozen model (trainable = false) keeps no parameter gradients: adapters
   // train beside it, and backward only carries gradients through it.
-  explicit Transformer(ModelSpec spec, bool trainable = true)
+  explicit Transformer(ModelSpec spec, bool trainable = true) : Transformer(std::move(spec), trainable, unallocated) {
+    for (index_t s = -1; s <= spec_.config.num_layers; ++s) stage_parameters(s).allocate(trainable);
+  }
+  Transformer(ModelSpec spec, bool trainable, Unallocated)
       : spec_(std::move(spec)), embedding_(spec_.config, trainable), head_(spec_.config, trainable) {
     blocks_.reserve(std::size_t(spec_.config.num_layers));
     for (index_t i = 0; i < spec_.config.num_layers; ++i) blocks_.emplace_back(spec_.config, i, trainable);
@@ -151,31 +169,48 @@ public:
     throw Error("no parameter named \"" + name + "\" in this model");
   }
 
-  // Loads every tensor of the weight map, converting to T. Tensors the map
-  // does not name are ignored (HF files may carry buffers such as
-  // rotary inv_freq); a tensor the map needs and the files lack is an error.
+  // Loads every tensor of the weight map, converting to T, one stage after
+  // another (see StageLoading). Tensors the map does not name are ignored
+  // (HF files may carry buffers such as rotary inv_freq); a tensor the map
+  // needs and the files lack, or of another shape, is an error found before
+  // anything loads, on every rank whichever stages it keeps.
   void load(const io::ModelWeights& weights) {
+    const index_t L = spec_.config.num_layers;
+    std::vector<std::vector<const WeightBinding*>> by_stage(std::size_t(L + 2));
     for (const WeightBinding& w : spec_.weights) {
-      const io::TensorView* t = weights.find(w.hf_name);
-      if (!t && !w.alias.empty()) t = weights.find(w.alias);
-      if (!t) throw Error(weights.source().string() + ": missing tensor \"" + w.hf_name + "\"");
-      auto [buffer, entry] = find_parameter(w.param);
-      index_t cols = entry->shape.rank == 2 ? entry->shape[1] : 1;
-      index_t rows = binding_rows(spec_, w, entry->shape[0]);
-      std::vector<std::int64_t> expected{rows};
-      if (entry->shape.rank == 2) expected.push_back(cols);
-      if (t->shape != expected)
-        throw Error(weights.source().string() + ": tensor \"" + t->name + "\" has shape " + shape_string(t->shape) +
-                    ", the configuration implies " + shape_string(expected));
-      std::vector<T> staged(std::size_t(t->numel())), ordered(staged.size());
-      io::copy_elements(weights.file_of(t->name), *t, staged.data(), t->numel());
-      for (index_t r = 0; r < rows; ++r) {
-        index_t src = hf_row(w.order, r, rows, spec_.config.num_heads);
-        std::copy_n(staged.data() + src * cols, cols, ordered.data() + r * cols);
-      }
-      Device::from_host(buffer->values().data() + entry->offset + w.row_offset * cols, ordered.data(),
-                        ordered.size() * sizeof(T));
+      (void)tensor_of(weights, w);
+      by_stage[std::size_t(stage_holding(*find_parameter(w.param).first) + 1)].push_back(&w);
     }
+    for (index_t s = -1; s <= L; ++s) {
+      if (loading_.begin && !loading_.begin(s)) continue;
+      Parameters& p = stage_parameters(s);
+      if (p.size() > 0 && !p.values().data())
+        throw Error("internal: stage " + std::to_string(s) + " has no room for its values to load into");
+      for (const WeightBinding* w : by_stage[std::size_t(s + 1)]) {
+        auto [buffer, entry] = find_parameter(w->param);
+        const std::vector<T> rows = read_binding(weights, *w);
+        const index_t cols = entry->shape.rank == 2 ? entry->shape[1] : 1;
+        Device::from_host(buffer->values().data() + entry->offset + w->row_offset * cols, rows.data(),
+                          rows.size() * sizeof(T));
+      }
+      if (loading_.end) loading_.end(s);
+    }
+  }
+  void set_stage_loading(StageLoading loading) { loading_ = std::move(loading); }
+
+  // One ft parameter as the HF files hold it, in ft's layout, on the host:
+  // e.g. the embedding rows a prompt starts from, read on a rank that keeps
+  // no whole table.
+  std::vector<T> read_parameter(const io::ModelWeights& weights, const std::string& param) {
+    const ParameterEntry* entry = find_parameter(param).second;
+    const index_t cols = entry->shape.rank == 2 ? entry->shape[1] : 1;
+    std::vector<T> out(std::size_t(entry->shape.numel()));
+    for (const WeightBinding& w : spec_.weights) {
+      if (w.param != param) continue;
+      const std::vector<T> rows = read_binding(weights, w);
+      std::copy(rows.begin(), rows.end(), out.begin() + w.row_offset * cols);
+    }
+    return out;
   }
 
   // An HF tensor of the model (its values, or its gradient), as float in HF's
@@ -226,6 +261,42 @@ private:
     if (hook) hook(stage);
   }
 
+  index_t stage_holding(const Parameters& buffer) {
+    for (index_t s = -1; s <= spec_.config.num_layers; ++s)
+      if (&stage_parameters(s) == &buffer) return s;
+    throw Error("internal: a parameter buffer of no stage");
+  }
+
+  // The file tensor a binding reads, checked against the shape the
+  // configuration implies.
+  const io::TensorView& tensor_of(const io::ModelWeights& weights, const WeightBinding& w) {
+    const io::TensorView* t = weights.find(w.hf_name);
+    if (!t && !w.alias.empty()) t = weights.find(w.alias);
+    if (!t) throw Error(weights.source().string() + ": missing tensor \"" + w.hf_name + "\"");
+    const ParameterEntry* entry = find_parameter(w.param).second;
+    std::vector<std::int64_t> expected{binding_rows(spec_, w, entry->shape[0])};
+    if (entry->shape.rank == 2) expected.push_back(entry->shape[1]);
+    if (t->shape != expected)
+      throw Error(weights.source().string() + ": tensor \"" + t->name + "\" has shape " + shape_string(t->shape) +
+                  ", the configuration implies " + shape_string(expected));
+    return *t;
+  }
+
+  // The rows a binding fills, read and converted to T, in ft's row order.
+  std::vector<T> read_binding(const io::ModelWeights& weights, const WeightBinding& w) {
+    const io::TensorView& t = tensor_of(weights, w);
+    const ParameterEntry* entry = find_parameter(w.param).second;
+    const index_t cols = entry->shape.rank == 2 ? entry->shape[1] : 1;
+    const index_t rows = binding_rows(spec_, w, entry->shape[0]);
+    std::vector<T> staged(std::size_t(t.numel())), ordered(staged.size());
+    io::copy_elements(weights.file_of(t.name), t, staged.data(), t.numel());
+    for (index_t r = 0; r < rows; ++r) {
+      const index_t src = hf_row(w.order, r, rows, spec_.config.num_heads);
+      std::copy_n(staged.data() + src * cols, cols, ordered.data() + r * cols);
+    }
+    return ordered;
+  }
+
   static std::string shape_string(const std::vector<std::int64_t>& shape) {
     std::string s = "[";
     for (std::size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
@@ -234,6 +305,7 @@ private:
 
   ModelSpec spec_;
   std::function<void(index_t)> stage_reader_;
+  StageLoading loading_;
   EmbeddingStage<T, Device> embedding_;
   std::vector<Block<T, Device>> blocks_;
   HeadStage<T, Device> head_;
