@@ -2,6 +2,7 @@
 // anything is allocated (ft/estimate/memory.hpp), and the same for the
 // other parallelisms and checkpointing, as DeepSpeed's estimator tables do
 // but with activations and what ft really allocates.
+#include <algorithm>
 #include <cstdio>
 #include <iostream>
 #include <string>
@@ -24,7 +25,20 @@ nlohmann::ordered_json terms_json(const std::vector<ft::estimate::Term>& terms) 
   return out;
 }
 
-nlohmann::ordered_json to_json(const ft::estimate::MemoryEstimate& e) {
+// A phase's peak over the ranks, as metrics.jsonl records it (the largest
+// rank's): ranks may peak in different phases (a pipeline's first rank in
+// setup, its last in a step).
+std::uint64_t largest_rank(const std::vector<ft::estimate::MemoryEstimate>& ranks,
+                           std::uint64_t (ft::estimate::MemoryEstimate::*phase)() const) {
+  std::uint64_t n = 0;
+  for (const auto& one : ranks) n = std::max(n, (one.*phase)());
+  return n;
+}
+
+// The rank with the largest peak in detail; each phase's peak over every rank.
+nlohmann::ordered_json to_json(const ft::estimate::MemoryEstimate& e,
+                               const std::vector<ft::estimate::MemoryEstimate>& by_rank) {
+  using ft::estimate::MemoryEstimate;
   return {{"device", e.device},
           {"rank", e.rank},
           {"ranks", e.ranks},
@@ -37,10 +51,10 @@ nlohmann::ordered_json to_json(const ft::estimate::MemoryEstimate& e) {
           {"save_workspace", {{"bytes", e.save_workspace.bytes}, {"detail", e.save_workspace.detail}}},
           {"setup_workspace", {{"bytes", e.setup_workspace.bytes}, {"detail", e.setup_workspace.detail}}},
           {"host", terms_json(e.host)},
-          {"step_peak_bytes", e.step_peak()},
-          {"eval_peak_bytes", e.eval_peak()},
-          {"save_peak_bytes", e.save_peak()},
-          {"setup_peak_bytes", e.setup_peak()},
+          {"step_peak_bytes", largest_rank(by_rank, &MemoryEstimate::step_peak)},
+          {"eval_peak_bytes", largest_rank(by_rank, &MemoryEstimate::eval_peak)},
+          {"save_peak_bytes", largest_rank(by_rank, &MemoryEstimate::save_peak)},
+          {"setup_peak_bytes", largest_rank(by_rank, &MemoryEstimate::setup_peak)},
           {"peak_bytes", e.peak()},
           {"peak_phase", e.peak_phase()}};
 }
@@ -81,7 +95,7 @@ int run_estimate(const EstimateOptions& options) {
     }
 
     if (options.json) {
-      nlohmann::ordered_json j = to_json(e);
+      nlohmann::ordered_json j = to_json(e, by_rank);
       nlohmann::ordered_json others = nlohmann::ordered_json::array();
       for (const auto& [o, est] : table)
         others.push_back({{"parallelism", o.parallelism},
@@ -97,6 +111,9 @@ int run_estimate(const EstimateOptions& options) {
                          {"held_bytes", one.held_bytes()},
                          {"activation_bytes", one.activation_bytes()},
                          {"step_peak_bytes", one.step_peak()},
+                         {"eval_peak_bytes", one.eval_peak()},
+                         {"save_peak_bytes", one.save_peak()},
+                         {"setup_peak_bytes", one.setup_peak()},
                          {"peak_bytes", one.peak()}});
       j["by_rank"] = ranks;
       std::printf("%s\n", j.dump(2).c_str());
@@ -122,11 +139,11 @@ int run_estimate(const EstimateOptions& options) {
                 ft::format_bytes(e.save_peak()).c_str(), ft::format_bytes(e.setup_peak()).c_str());
     if (by_rank.size() > 1) {
       std::printf("\n  every rank (the one reported above has the largest peak):\n");
-      std::printf("    %5s %12s %12s %12s %12s\n", "rank", "held", "activations", "step peak", "peak");
+      std::printf("    %5s %12s %12s %12s %12s %12s\n", "rank", "held", "activations", "setup peak", "step peak", "peak");
       for (const auto& one : by_rank)
-        std::printf("    %5d %12s %12s %12s %12s\n", one.rank, ft::format_bytes(one.held_bytes()).c_str(),
-                    ft::format_bytes(one.activation_bytes()).c_str(), ft::format_bytes(one.step_peak()).c_str(),
-                    ft::format_bytes(one.peak()).c_str());
+        std::printf("    %5d %12s %12s %12s %12s %12s\n", one.rank, ft::format_bytes(one.held_bytes()).c_str(),
+                    ft::format_bytes(one.activation_bytes()).c_str(), ft::format_bytes(one.setup_peak()).c_str(),
+                    ft::format_bytes(one.step_peak()).c_str(), ft::format_bytes(one.peak()).c_str());
     }
     std::printf("\n  per rank, other choices (held + activations + workspace = peak):\n");
     std::printf("    %-11s %-14s %5s %12s %12s %12s\n", "parallelism", "checkpointing", "ranks", "held", "activations",

@@ -90,16 +90,20 @@ Phases estimate_and_measure(const std::vector<std::string>& keys) {
   return p;
 }
 
-void check_within_5_percent(const std::vector<std::string>& keys) {
+// Each phase's estimate within 5% of what the run with these keys measured (p).
+void check_within_5_percent(const std::vector<std::string>& keys, const Phases& p) {
   std::string what;
   for (const auto& k : keys) what += k + " ";
-  const Phases p = estimate_and_measure(keys);
   for (const auto& [phase, f] : {std::pair{"setup", p.setup}, std::pair{"step", p.step}, std::pair{"evaluation", p.eval},
                                  std::pair{"saving", p.save}}) {
     INFO(what << std::string(phase) << ": estimated " << f.estimated << ", measured " << f.measured);
     CHECK(f.measured > 0);
     CHECK(std::abs(f.measured / f.estimated - 1) <= 0.05);
   }
+}
+
+void check_within_5_percent(const std::vector<std::string>& keys) {
+  check_within_5_percent(keys, estimate_and_measure(keys));
 }
 
 void check_precision(const std::string& precision) {
@@ -220,16 +224,20 @@ TEST_CASE("estimate within 5% of the measured peak: pipelines on 2 and 4 ranks, 
                           "train.gradient_accumulation_steps=2"});
 }
 
-// Setup: every rank loads the whole model (and its gradients when it
-// trains) before ZeRO-3 or a pipeline keeps its part, so with a model whose
-// loading outgrows the GEMM-peak measurement, setup is the phase to plan for.
+// Setup: each rank allocates and loads only what it keeps (a pipeline rank
+// its stages, ZeRO-3 one whole stage at a time beside its shards). On a
+// model whose embedding table alone outgrows the setup's GEMM-peak
+// measurement, loading is setup's peak, and no longer outgrows a step (it
+// did when every rank loaded the whole model and its gradients first). Under
+// a LoRA pipeline the first rank peaks in setup and the last in a step: each
+// phase's estimate is its largest rank's, as metrics.jsonl records it.
 TEST_CASE("estimate within 5% of the measured peak: loading a model larger than the setup's measurement") {
   const fs::path dir = scratch / "wide-llama";
   fs::create_directories(dir);
   auto config = nlohmann::json::parse(std::ifstream(FT_SOURCE_DIR "/models/ft-tiny-llama/config.json"));
   config["hidden_size"] = 256;
   config["intermediate_size"] = 688;
-  config["vocab_size"] = 16384;
+  config["vocab_size"] = 65536;
   std::ofstream(dir / "config.json") << config.dump(2);
   const Result init = ftrun("init " + dir.string(), "wide_init");
   REQUIRE_MESSAGE(init.code == 0, init.err);
@@ -243,9 +251,11 @@ TEST_CASE("estimate within 5% of the measured peak: loading a model larger than 
       const Result estimate = ftrun("estimate " + file + sets(keys) + " --json", "wide_estimate");
       REQUIRE_MESSAGE(estimate.code == 0, estimate.err);
       const auto e = nlohmann::json::parse(estimate.out);
-      if (std::string(adapter) == "full")
-        CHECK(e.at("setup_workspace").at("detail").get<std::string>().find("loads the whole model") != std::string::npos);
-      check_within_5_percent(keys);
+      const Phases p = estimate_and_measure(keys);
+      INFO(std::string(parallelism) << " " << adapter << ": setup " << p.setup.measured << ", step " << p.step.measured);
+      CHECK(e.at("setup_workspace").at("detail").get<std::string>().find("matrices") == std::string::npos);
+      CHECK(p.setup.measured < p.step.measured);
+      check_within_5_percent(keys, p);
     }
 }
 
@@ -255,7 +265,7 @@ TEST_CASE("merging LoRA into ZeRO-3 shards gathers the whole model: saving outgr
   const Phases p = estimate_and_measure(keys);
   CHECK(p.save.estimated > p.step.estimated);
   CHECK(p.save.measured > p.step.measured);
-  check_within_5_percent(keys);
+  check_within_5_percent(keys, p);
 }
 
 TEST_CASE("a run whose estimate exceeds launch.memory_limit is refused before it loads anything") {

@@ -227,6 +227,11 @@ TEST_CASE("zero3 on 4 ranks holds at most 0.3x the parameter, gradient and optim
     MESSAGE(precision << ": state bytes per rank, one process " << one << ", zero3 on 4 ranks " << four << " ("
                       << four / one << "x)");
     CHECK(four <= 0.3 * one);
+    // The master weights start from the shards the load kept: the second
+    // step's loss (after one update) is the one process's.
+    const auto a = steps(single), b = steps(sharded);
+    REQUIRE(b.size() == 2);
+    CHECK(std::abs(b.at(2).first - a.at(2).first) < 1e-3);
   }
 }
 
@@ -238,7 +243,7 @@ TEST_CASE("gradient accumulation on 2 ranks (FSDP's no_shard) reduces once per s
   expect_same_training(single, dp);
 }
 
-TEST_CASE("a checkpoint written by zero2 on 2 ranks resumes on 4 ranks (zero1) and on one process, re-sharded") {
+TEST_CASE("a checkpoint written by zero2 on 2 ranks resumes on 4 ranks (zero1), on 2 (zero3) and on one process") {
   const fs::path whole = recipe("reshard_whole", "adapter = \"full\"\nparallelism = \"zero2\"\n", 2, 2);
   std::ofstream(whole, std::ios::app) << "[checkpoint]\nsave_steps = 10\n";
   const Run first = train(whole);
@@ -252,7 +257,9 @@ TEST_CASE("a checkpoint written by zero2 on 2 ranks resumes on 4 ranks (zero1) a
     std::string name, strategy;
     int rows, ranks;
   };
+  // ZeRO-3 loads the checkpoint's model a stage at a time, keeping its shards.
   for (const Resumed& r : {Resumed{"reshard_four", "adapter = \"full\"\nparallelism = \"zero1\"\n", 1, 4},
+                           Resumed{"reshard_zero3", "adapter = \"full\"\nparallelism = \"zero3\"\n", 2, 2},
                            Resumed{"reshard_one", "adapter = \"full\"\n", 4, 1}}) {
     CAPTURE(r.name);
     const fs::path resumed = recipe(r.name, r.strategy, r.rows, r.ranks);

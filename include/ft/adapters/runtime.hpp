@@ -5,8 +5,9 @@
 // third party's own class deriving from this one, which then trains through
 // the same engine as ft's own adapters.
 //
-// Its life in a run: attach() once to the loaded model, returning the flat
-// buffers that train; set_training() before each micro-batch and before
+// Its life in a run: attach() once to the loaded model as this rank holds it
+// (a pipeline rank has only its stages' values, ZeRO-3 no whole stage
+// between uses), returning the flat buffers that train; set_training() before each micro-batch and before
 // evaluation; save()/load() for checkpoints; save_final() at the end.
 #include <cstdint>
 #include <filesystem>

@@ -342,13 +342,14 @@ MemoryEstimate estimate_memory_as(const recipe::Recipe& recipe, const models::Mo
   // needs when the stage trains, by element when it is frozen) and gathers
   // whole stages only while they run.
   std::uint64_t forward_gathered = 0, backward_gathered = 0, head_gathered = 0, head_values = 0;
-  std::uint64_t kept_of_whole = 0;  // held bytes that are part of the whole model as loaded (weights, gradients)
+  std::uint64_t shards_bytes = 0;
   if (shards_params) {
     std::uint64_t shard = 0;
     for (const auto& stage : stages)
       shard += std::uint64_t(parallel::ShardLayout(stage.entries(), stage.size(), ranks, trains_base ? by_element : true)
                                  .size(rank));
-    e.held.push_back({"weights (this rank's shard)", shard * sizeof(T),
+    shards_bytes = shard * sizeof(T);
+    e.held.push_back({"weights (this rank's shard)", shards_bytes,
                       "ZeRO-3: 1/" + std::to_string(ranks) + " of the weights in " + detail::dtype_name<T>()});
     // Whole stages at each point of a step (gather_hooks in
     // parallel/data_parallel.hpp): a forward holds its stage and the next,
@@ -369,13 +370,11 @@ MemoryEstimate estimate_memory_as(const recipe::Recipe& recipe, const models::Mo
       backward_gathered = std::max(backward_gathered, V(l) + V(l - 1) + G(l) + G(l + 1) + table_gradient);
     backward_gathered = std::max(backward_gathered, V(-1) + G(-1) + G(0));
   } else if (place.across_ranks()) {
-    kept_of_whole = kept * sizeof(T);
     e.held.push_back({"weights (this rank's stages)", kept * sizeof(T),
                       std::to_string(kept) + " of " + std::to_string(parameters) + " parameters in " +
                           detail::dtype_name<T>() +
                           (place.keeps_tied_table(c.tie_embeddings) ? ", with the embedding table the head is tied to" : "")});
   } else {
-    kept_of_whole = parameters * sizeof(T);
     e.held.push_back({"weights", parameters * sizeof(T), std::to_string(parameters) + " parameters in " +
                                                              detail::dtype_name<T>()});
   }
@@ -388,7 +387,6 @@ MemoryEstimate estimate_memory_as(const recipe::Recipe& recipe, const models::Mo
     std::uint64_t grads = trains_base ? kept : trained;
     if (fused && trains_base && L > 0)
       grads = std::uint64_t(stages.front().size() + stages.back().size() + stages[1].size());
-    if (trains_base) kept_of_whole += grads * sizeof(T);
     e.held.push_back({"gradients", grads * sizeof(T), detail::dtype_name<T>() + (fused ? ", fused: one block's buffer shared" : "")});
   }
   if (has_master) e.held.push_back({"master weights", owned * sizeof(M), "f32 copy of what this rank steps"});
@@ -535,25 +533,25 @@ MemoryEstimate estimate_memory_as(const recipe::Recipe& recipe, const models::Mo
   if (fused && has_master) e.step_workspace.bytes += largest_buffer * sizeof(M);
 
   // Setup measures the device's GEMM peak on three square matrices
-  // (train/flops.hpp), freed before the model loads. Then every rank loads
-  // the whole model, with gradients when it trains, beside the adapter and
-  // this rank's optimizer buffers; ZeRO-3 and a pipeline drop what other
-  // ranks keep only after that (train/setup.hpp).
+  // (train/flops.hpp), freed before the model loads. Then each rank
+  // allocates and loads only what it keeps (train/setup.hpp): a pipeline
+  // rank its stages, ZeRO-3 a stage at a time, whole, keeping its shard of
+  // it; the adapter and the trainable state come after, and the reduction
+  // buffers with the first backward.
   {
     const bool cpu = r.strategy.device == "cpu";
     const std::uint64_t n = cpu ? std::uint64_t(train::gemm_peak_size<device::Cpu>) : 8192;
     const std::uint64_t measurement = 3 * n * n * (cpu ? sizeof(float) : sizeof(T));
-    // The whole model in place of the kept part of it; ZeRO-3's shards are
-    // cut beside it; reduction buffers come with the first backward.
-    const std::uint64_t loading = e.held_bytes() - kept_of_whole - reduction_after +
-                                  parameters * sizeof(T) * (trains_base ? 2 : 1);
-    e.setup_workspace =
-        measurement >= loading
-            ? Term{"GEMM peak measurement", measurement,
-                   "three " + std::to_string(n) + " x " + std::to_string(n) + " matrices, freed before the model loads"}
-            : Term{"loading the model", loading,
-                   std::string("every rank loads the whole model") + (trains_base ? " and its gradients" : "") +
-                       " before keeping its part"};
+    const std::uint64_t laid_out = e.held_bytes() - reduction_after;
+    const std::uint64_t streaming = shards_params ? shards_bytes + rope + largest_stage * sizeof(T) : 0;
+    if (measurement >= std::max(laid_out, streaming))
+      e.setup_workspace = {"GEMM peak measurement", measurement,
+                           "three " + std::to_string(n) + " x " + std::to_string(n) +
+                               " matrices, freed before the model loads"};
+    else if (streaming > laid_out)
+      e.setup_workspace = {"loading the model", streaming, "this rank's shards and one whole stage, loading"};
+    else
+      e.setup_workspace = {"loading the model", laid_out, "what this rank keeps, and its trainable state"};
   }
 
   // Evaluation: a context of the step's, rows of the evaluation batch,

@@ -15,12 +15,13 @@
 //           reduce-scattered as soon as it is complete and each rank adds
 //           its range into its step gradient, so no rank keeps a whole
 //           step gradient
-//   ZeRO-3  the model's values are sharded too (stage_shards.hpp): a stage
-//           is gathered before its forward and again before its backward,
-//           the next one prefetched, and dropped after; its whole gradient
-//           lives only from its backward to its reduce-scatter. Each rank
-//           steps its range in place. Adapter buffers (LoRA, prompts) are
-//           small and stay whole, sharded as in ZeRO-2.
+//   ZeRO-3  the model's values are sharded too (stage_shards.hpp), from
+//           the load on: it keeps each stage's shard as the stage arrives.
+//           A stage is gathered before its forward and again before its
+//           backward, the next one prefetched, and dropped after; its whole
+//           gradient lives only from its backward to its reduce-scatter.
+//           Each rank steps its range in place. Adapter buffers (LoRA,
+//           prompts) are small and stay whole, sharded as in ZeRO-2.
 //
 // A reduction in flight overlaps the backward of the next stage; it is
 // settled (waited for, its result used, its memory freed) after that
@@ -78,32 +79,44 @@ public:
 
   comm::Communicator& comm() override { return comm_; }
 
-  void attach(Model& model, std::vector<adapters::Trainable<T, Device>> trainables,
-              const OptimizerMaker<M>& optimizer, bool fused) override {
+  void place(Model& model, const OptimizerMaker<M>& optimizer) override {
     model_ = &model;
-    by_element_ = optimizer.by_element;
+    optimizer_ = optimizer;
     const int G = sharding_.group_size;
     if (sharding_.optimizer_state && G > 0 && G < comm_.size()) {
       // Hybrid: shard within groups of G consecutive ranks, replicate across them.
       shard_group_ = comm_.split(comm_.rank() / G, "shard group " + std::to_string(comm_.rank() / G));
       replicas_ = comm_.split(comm_.rank() % G, "replicas of shard " + std::to_string(comm_.rank() % G));
     }
-    const int rank = shards().rank(), world = sharding_.optimizer_state ? shards().size() : 1;
-    for (const adapters::Trainable<T, Device>& t : trainables) {
-      const auto& entries = t.params->entries();
-      ShardLayout layout(entries, t.params->size(), world, optimizer.by_element);
-      const int part = world > 1 ? rank : 0;
-      const index_t begin = layout.begin(part), end = layout.end(part);
-      set_.add(t.name, t.stage, *t.params, begin, end, sharding_.gradients, !fused,
-               optimizer.make(entries_in(entries, begin, end), end - begin));
-      layouts_.push_back(layout);
-    }
-    if (fused) share_block_gradients();
     if (sharding_.parameters) {
-      if constexpr (on_host) shard_model(world);
+      if constexpr (on_host) return place_shards();
       else throw Error("ZeRO-3 shards the model's stages in host memory; on " + std::string(Device::name) +
                        " use zero1 or zero2");
     }
+    auto keeps = [this](index_t s) { return !holds_ || holds_(s); };
+    for (index_t s = -1; s <= model.config().num_layers; ++s)
+      if (keeps(s)) model.stage_parameters(s).allocate_zeroed_values();
+    model.set_stage_loading({.begin = keeps, .end = {}});
+  }
+
+  void attach(std::vector<adapters::Trainable<T, Device>> trainables, bool fused) override {
+    const int rank = shards().rank(), world = sharding_.optimizer_state ? shards().size() : 1;
+    for (const adapters::Trainable<T, Device>& t : trainables) {
+      const auto& entries = t.params->entries();
+      ShardLayout layout(entries, t.params->size(), world, optimizer_.by_element);
+      const int part = world > 1 ? rank : 0;
+      const index_t begin = layout.begin(part), end = layout.end(part);
+      // ZeRO-3: a stage's values live in its shard, cut as this layout cuts them (place_shards).
+      const bool values_sharded = shards_ && t.params == &model_->stage_parameters(t.stage);
+      set_.add(t.name, t.stage, *t.params, begin, end, sharding_.gradients, !fused,
+               optimizer_.make(entries_in(entries, begin, end), end - begin), values_sharded,
+               values_sharded ? shards_->shard(t.stage) : nullptr);
+      layouts_.push_back(layout);
+    }
+    if (fused) share_block_gradients();
+    // Gradients for what trains here (ZeRO-3 makes a stage's at its backward).
+    for (Buffer& b : set_.buffers())
+      if (!b.values_sharded && !b.params->grads().data()) b.params->allocate_grads();
   }
 
   index_t trainable_parameters() const override { return set_.parameter_count(); }
@@ -189,16 +202,15 @@ public:
 
   models::StageHooks evaluation_hooks() override { return shards_ ? gather_hooks(false) : models::StageHooks{}; }
 
-  void with_whole_model(const std::function<void()>& use, bool changes) override {
+  void with_whole_model(const std::function<void()>& use) override {
     if (shards_)
       for (index_t s = -1; s <= shards_->last(); ++s) shards_->gather(s);
     use();
-    if (changes && shards_)
-      for (index_t s = -1; s <= shards_->last(); ++s) shards_->keep_from_whole(s);
-    if (changes) set_.sync_master_from_storage();
     if (shards_)
       for (index_t s = -1; s <= shards_->last(); ++s) shards_->release(s);
   }
+
+  void values_loaded() override { set_.sync_master_from_storage(); }
 
   void read_model_on_rank0(const std::function<void()>& use) override {
     if (!shards_) {
@@ -232,7 +244,7 @@ public:
     for (Buffer& b : set_.buffers()) {
       for (train::StateArray a : b.optimizer->state()) {
         a.name = b.name + "/" + a.name;
-        if (by_element_) std::tie(a.begin, a.total) = std::pair{b.begin, b.size()};
+        if (optimizer_.by_element) std::tie(a.begin, a.total) = std::pair{b.begin, b.size()};
         arrays.push_back(std::move(a));
       }
       if constexpr (Set::has_master)
@@ -270,23 +282,27 @@ private:
 
   bool is_model_stage(const Buffer& b) const { return b.params == &model_->stage_parameters(b.stage); }
 
-  // ZeRO-3: cuts every stage of the model (a trainable one as its optimizer
-  // needs), keeps this rank's range and drops the whole values.
-  void shard_model(int world) {
+  // ZeRO-3: cuts every stage of the model (one that trains as the optimizer
+  // needs, a frozen one anywhere), and a load keeps this rank's range of each
+  // stage as it arrives, so no rank holds more than one whole stage.
+  void place_shards() {
+    const int world = shards().size();
     std::vector<ShardLayout> layouts;
     for (index_t s = -1; s <= model_->config().num_layers; ++s) {
       auto& p = model_->stage_parameters(s);
-      layouts.emplace_back(p.entries(), p.size(), world, true);
-      for (std::size_t i = 0; i < set_.buffers().size(); ++i)
-        if (set_.buffers()[i].params == &p) layouts.back() = layouts_[i];
+      layouts.emplace_back(p.entries(), p.size(), world, p.trainable() ? optimizer_.by_element : true);
     }
-    shards_ = std::make_unique<StageShards<T>>(shards(), *model_, layouts);
-    for (Buffer& b : set_.buffers())
-      if (is_model_stage(b)) {
-        b.values_sharded = true;
-        b.values_shard = shards_->shard(b.stage);
-      }
-    shards_->release_all();
+    shards_ = std::make_unique<StageShards<T>>(shards(), *model_, std::move(layouts));
+    model_->set_stage_loading({.begin =
+                                   [this](index_t s) {
+                                     model_->stage_parameters(s).allocate_zeroed_values();
+                                     return true;
+                                   },
+                               .end =
+                                   [this](index_t s) {
+                                     shards_->keep_from_whole(s);
+                                     shards_->release(s);
+                                   }});
   }
 
   // ZeRO-3's gathers: a stage's values (and the embedding table for a head
@@ -443,7 +459,7 @@ private:
   Sharding sharding_;
   comm::Communicator* across_ = nullptr;      // the gradient norm sums over these ranks too
   std::function<bool(index_t)> holds_;         // the stages this rank keeps; empty: all
-  bool by_element_ = false;  // the optimizer's state is one value per parameter
+  OptimizerMaker<M> optimizer_;  // how the trained buffers are cut and their optimizers made
   Model* model_ = nullptr;
   Set set_;
   std::vector<ShardLayout> layouts_;  // one per buffer of set_, in order

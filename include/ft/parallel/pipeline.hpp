@@ -20,8 +20,9 @@
 // gradient goes to the first rank after backward, and the stepped table
 // comes back after the step (Megatron-LM does the same).
 //
-// The whole model (a preview, resuming, writing the model) is put together
-// stage by stage: a stage's owner broadcasts it to the pipe when asked.
+// A rank allocates and loads only what it keeps, at setup and when resuming.
+// The whole model (a preview, writing the model) is put together stage by
+// stage: a stage's owner broadcasts it to the pipe when asked.
 //
 // With a timeline file each rank records every step's passes, sends and
 // waits (pipeline_timeline.hpp) in wall-clock seconds, so the ranks' lines
@@ -90,9 +91,7 @@ public:
   data::Shard data_shard() const override { return {replica_, replicas_}; }
   comm::Communicator& data_group() override { return *data_; }
 
-  void attach(models::Transformer<T>& model, std::vector<adapters::Trainable<T>> trainables,
-              const OptimizerMaker<M>& optimizer, bool fused) override {
-    if (fused) throw Error("train.fuse_optimizer_with_backward does not combine with a pipeline");
+  void place(models::Transformer<T>& model, const OptimizerMaker<M>& optimizer) override {
     model_ = &model;
     const index_t L = model.config().num_layers;
     partition_ = partition_pipeline(model.config(), options_.sequence, options_.ranks, options_.stages_per_rank);
@@ -100,22 +99,23 @@ public:
     started_.assign(std::size_t(options_.microbatches), false);
     tied_ = model.config().tie_embeddings && options_.ranks > 1;
     head_rank_ = partition_.rank_of(partition_.chunk_holding(L));
+    Sharding sharding;
+    sharding.optimizer_state = options_.shard_optimizer_state;
+    inner_ = std::make_unique<DataParallel<T, M>>(*data_, sharding, *pipe_, [this](index_t s) { return holds(s); });
+    inner_->place(model, optimizer);
+    // The last rank also keeps the embedding table its tied head reads.
+    if (keeps_tied_table()) model.stage_parameters(-1).allocate_zeroed_values();
+    model.set_stage_loading({.begin = [this](index_t s) { return keeps(s); }, .end = {}});
+  }
+
+  void attach(std::vector<adapters::Trainable<T>> trainables, bool fused) override {
+    if (fused) throw Error("train.fuse_optimizer_with_backward does not combine with a pipeline");
     std::vector<adapters::Trainable<T>> mine;
     for (const adapters::Trainable<T>& t : trainables)
       if (holds(t.stage)) mine.push_back(t);
     trainables_ = std::move(trainables);
-    Sharding sharding;
-    sharding.optimizer_state = options_.shard_optimizer_state;
-    inner_ = std::make_unique<DataParallel<T, M>>(*data_, sharding, *pipe_, [this](index_t s) { return holds(s); });
-    inner_->attach(model, std::move(mine), optimizer, false);
-    // Drop what other ranks hold; the last rank keeps a tied embedding table for its head.
-    for (index_t s = -1; s <= L; ++s) {
-      if (holds(s)) continue;
-      auto& p = model.stage_parameters(s);
-      if (s == -1 && tied_ && pipe_rank_ == head_rank_) continue;
-      p.release_values();
-      p.release_grads();
-    }
+    inner_->attach(std::move(mine), false);
+    if (keeps_tied_table()) model_->stage_parameters(-1).allocate_grads();
   }
 
   index_t trainable_parameters() const override {
@@ -128,7 +128,7 @@ public:
 
   void begin_step() override {
     inner_->begin_step();
-    if (tied_ && pipe_rank_ == head_rank_) model_->stage_parameters(-1).zero_grads();
+    if (keeps_tied_table()) model_->stage_parameters(-1).zero_grads();
   }
 
   double forward_backward(const StepWork& work) override {
@@ -251,13 +251,15 @@ public:
     return hooks;
   }
 
-  void with_whole_model(const std::function<void()>& use, bool changes) override {
+  void with_whole_model(const std::function<void()>& use) override {
     const index_t L = model_->config().num_layers;
     for (index_t s = -1; s <= L; ++s) gather(s);
     share_trainables();
-    inner_->with_whole_model(use, changes);
+    inner_->with_whole_model(use);
     for (index_t s = -1; s <= L; ++s) release(s);
   }
+
+  void values_loaded() override { inner_->values_loaded(); }
 
   // The pipe of replica 0 puts the model together on world rank 0, a stage at
   // a time as it reads them; the other replicas hold copies and do nothing.
@@ -286,6 +288,9 @@ private:
   };
 
   bool holds(index_t stage) const { return partition_.rank_of(partition_.chunk_holding(stage)) == pipe_rank_; }
+  bool keeps_tied_table() const { return tied_ && pipe_rank_ == head_rank_; }
+  // The stages whose values this rank keeps: its own, and a tied head's table.
+  bool keeps(index_t stage) const { return holds(stage) || (stage == -1 && keeps_tied_table()); }
   int owner(index_t stage) const { return partition_.rank_of(partition_.chunk_holding(stage)); }
   static int forward_tag(int chunk) { return 2 * chunk; }
   static int backward_tag(int chunk) { return 2 * chunk + 1; }
@@ -355,7 +360,7 @@ private:
                      "values of stage " + std::to_string(s)).wait();
   }
   void release(index_t s) {
-    if (holds(s) || (s == -1 && tied_ && pipe_rank_ == head_rank_)) return;
+    if (keeps(s)) return;
     model_->stage_parameters(s).release_values();
   }
   // Every trainable buffer's values (an adapter's) on every rank of the pipe.

@@ -79,10 +79,14 @@ public:
   virtual ~Runtime() = default;
 
   virtual comm::Communicator& comm() = 0;
-  // Once, after the adapter has attached: the buffers that train, and how
-  // their optimizers are made.
-  virtual void attach(Model& model, std::vector<adapters::Trainable<T, Device>> trainables,
-                      const OptimizerMaker<M>& optimizer, bool fused) = 0;
+  // Once, on the model built unallocated (models::unallocated), before its
+  // weights load: allocates what this rank keeps of each stage and says how
+  // a load treats each stage (models::StageLoading), so that loading the
+  // model, at setup or when resuming, never puts more of it on this rank.
+  // `optimizer` says how the trained buffers will be cut.
+  virtual void place(Model& model, const OptimizerMaker<M>& optimizer) = 0;
+  // Once, after the adapter has attached: the buffers that train.
+  virtual void attach(std::vector<adapters::Trainable<T, Device>> trainables, bool fused) = 0;
   virtual index_t trainable_parameters() const = 0;
 
   // Which share of the data this rank reads, and the ranks that read the
@@ -108,10 +112,13 @@ public:
   // Hooks around a forward on this rank of the whole model (the preview):
   // each stage's values are there while it runs. Every rank runs it.
   virtual models::StageHooks evaluation_hooks() = 0;
-  // Runs `use` while the model's whole values are there (ZeRO-3 gathers them
-  // first, on every rank: call it on every rank). `changes`: use wrote new
-  // values (resume), so what is derived from them is refreshed.
-  virtual void with_whole_model(const std::function<void()>& use, bool changes) = 0;
+  // Runs `use` while the model's whole values are there (ZeRO-3 and a
+  // pipeline put them together first: call it on every rank). What `use`
+  // writes into them (a LoRA merged at the end) is not kept in the shards.
+  virtual void with_whole_model(const std::function<void()>& use) = 0;
+  // After values were loaded into the model or an adapter (resuming):
+  // refreshes what derives from them (master weights).
+  virtual void values_loaded() = 0;
   // Runs `use` on rank 0, which reads the model's values through
   // Transformer::hf_tensor (writing an HF model); the other ranks serve it.
   // Under ZeRO-3 each stage is gathered when first read and dropped when the

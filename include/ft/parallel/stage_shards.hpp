@@ -17,14 +17,13 @@ namespace ft::parallel {
 template <element T>
 class StageShards {
 public:
-  // `layouts[s + 1]` cuts stage s (-1 the embedding, L the head).
+  // `layouts[s + 1]` cuts stage s (-1 the embedding, L the head). The shards
+  // start zero; keep_from_whole fills one from loaded whole values.
   StageShards(comm::Communicator& comm, models::Transformer<T>& model, std::vector<ShardLayout> layouts)
       : comm_(comm), last_(model.config().num_layers) {
     for (index_t s = -1; s <= last_; ++s) {
-      Stage stage{&model.stage_parameters(s), layouts[std::size_t(s + 1)], {}, {}, true};
-      const T* v = stage.params->values().data();
-      const int r = comm_.rank();
-      stage.shard.assign(v + stage.layout.begin(r), v + stage.layout.end(r));
+      Stage stage{&model.stage_parameters(s), layouts[std::size_t(s + 1)], {}, {}, false};
+      stage.shard.resize(std::size_t(stage.layout.size(comm_.rank())));
       stage.name = s < 0 ? "the embedding" : s == last_ ? "the head" : "layers." + std::to_string(s);
       stages_.push_back(std::move(stage));
     }
@@ -61,13 +60,7 @@ public:
     stage.params->release_values();
     stage.whole = false;
   }
-  void release_all() {
-    for (index_t s = -1; s <= last_; ++s) {
-      release(s);
-      at(s).params->release_grads();
-    }
-  }
-  // After whole values were changed (loaded): keep this rank's range of them.
+  // After whole values were loaded: keep this rank's range of them.
   void keep_from_whole(index_t s) {
     Stage& stage = at(s);
     const T* v = stage.params->values().data() + stage.layout.begin(comm_.rank());

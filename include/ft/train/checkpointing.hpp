@@ -95,7 +95,8 @@ std::int64_t resume(Run<T, M, D>& run, const std::filesystem::path& dir) {
     throw Error(where + "was written with a global batch of " + std::to_string(then) + " rows per step, this run takes " +
                 std::to_string(now) + " (per_device_train_batch_size x gradient_accumulation_steps x ranks); keep the "
                 "product the same to resume (ranks: the data-parallel ones; a pipeline's ranks share rows), so that every step sees the rows it would have seen");
-  run.parallel->with_whole_model([&] { run.adapter->load(dir); }, true);
+  run.adapter->load(dir);  // a full fine-tune's model loads as at setup: each rank keeps its part
+  run.parallel->values_loaded();
   const std::vector<StateArray> arrays = run.parallel->state_arrays();
   std::string mine;
   for (const StateArray& a : arrays) mine += a.name + "\n";

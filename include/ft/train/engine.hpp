@@ -204,7 +204,7 @@ private:
         if (comm.rank() == 0)
           for (const std::string& line : run.adapter->save_final(run.out)) std::printf("%s\n", line.c_str());
       };
-      if (run.adapter->final_save_changes_model()) run.parallel->with_whole_model(save_final, false);
+      if (run.adapter->final_save_changes_model()) run.parallel->with_whole_model(save_final);
       else run.parallel->read_model_on_rank0(save_final);
       log.log("save", {{"step", step}, {"what", "final"}, {"peak_memory_bytes", largest_peak()}}, true);
     }

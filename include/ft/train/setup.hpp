@@ -106,17 +106,20 @@ void load_data(Run<T, M, D>& run) {
   }
 }
 
-// The model from the family's reading of config.json, its weights, the
-// adapter on it, and the trainable state in the parallelism's runtime.
+// The model from the family's reading of config.json; its weights, of which
+// each rank allocates and loads only what the parallelism keeps there (a
+// pipeline rank's stages, ZeRO-3's shards, one stage at a time); the adapter
+// on it, and the trainable state in the parallelism's runtime.
 template <element T, class M, class D>
 void build_model(Run<T, M, D>& run) {
   const recipe::Recipe& r = run.recipe;
   run.model = std::make_unique<models::Transformer<T, D>>(run.policies.model(r.model.path),
-                                                          run.policies.trains_base_weights);
+                                                          run.policies.trains_base_weights, models::unallocated);
+  run.parallel->place(*run.model, run.policies.optimizer);
   run.model->load(io::ModelWeights::open(r.model.path));
   run.model->set_memory_options({checkpoint_every(r.train.gradient_checkpointing), r.train.activation_offloading});
   auto trainables = run.adapter->attach(*run.model, run.text);
-  run.parallel->attach(*run.model, std::move(trainables), run.policies.optimizer, r.train.fuse_optimizer_with_backward);
+  run.parallel->attach(std::move(trainables), r.train.fuse_optimizer_with_backward);
   run.flops_per_token = flops_per_token(run.model->config(), r.data.max_seq_length, run.policies.trains_base_weights,
                                         run.adapter->added_matmul_parameters());
   const std::filesystem::path model = r.model.path;

@@ -97,14 +97,17 @@ public:
 
   // Adds a buffer whose range [begin, end) this rank steps. `step_grads`:
   // keep a step gradient in M (not needed when the optimizer is fused into
-  // backward: each stage is stepped from its fresh gradient).
+  // backward: each stage is stepped from its fresh gradient). With
+  // `values_sharded` the T values of the range are in `values_shard`.
   void add(std::string name, index_t stage, models::ParameterBuffer<T, Memory>& params, index_t begin, index_t end,
-           bool sharded_grads, bool step_grads, std::unique_ptr<ParameterOptimizer<M>> optimizer) {
+           bool sharded_grads, bool step_grads, std::unique_ptr<ParameterOptimizer<M>> optimizer,
+           bool values_sharded = false, T* values_shard = nullptr) {
     if (!params.trainable()) throw Error("internal: buffer \"" + name + "\" is frozen and cannot train");
-    Buffer b{std::move(name), stage, &params, begin, end, sharded_grads, false, nullptr, {}, {}, std::move(optimizer)};
+    Buffer b{std::move(name), stage, &params, begin, end, sharded_grads, values_sharded, values_shard,
+             {}, {}, std::move(optimizer)};
     if constexpr (has_master) {
       b.master = Tensor<M, Memory>(Shape{end - begin}, typename Tensor<M, Memory>::Uninitialized{});
-      Device::parallel_for(end - begin, Convert<M, T>{b.master.data(), params.values().data() + begin});
+      Device::parallel_for(end - begin, Convert<M, T>{b.master.data(), b.owned_storage()});
     }
     if (step_grads && (has_master || sharded_grads))
       b.grads = Tensor<M, Memory>(Shape{sharded_grads ? end - begin : params.size()});
