@@ -49,6 +49,19 @@ find_package(CUDAToolkit REQUIRED)
 set(FT_CUDA ON)
 message(STATUS "ft: CUDA backend built for sm_${CMAKE_CUDA_ARCHITECTURES}")
 
+# NCCL, where the toolkit has it (/usr/local/cuda here): ft::nccl, for the
+# communicator over device buffers (ft/comm/nccl.hpp). Sets FT_NCCL.
+set(FT_NCCL OFF)
+find_library(FT_NCCL_LIBRARY nccl HINTS ${CUDAToolkit_LIBRARY_DIR})
+find_path(FT_NCCL_INCLUDE_DIR nccl.h HINTS ${CUDAToolkit_INCLUDE_DIRS})
+if(FT_NCCL_LIBRARY AND FT_NCCL_INCLUDE_DIR)
+  add_library(ft::nccl UNKNOWN IMPORTED GLOBAL)
+  set_target_properties(ft::nccl PROPERTIES IMPORTED_LOCATION ${FT_NCCL_LIBRARY}
+                                            INTERFACE_INCLUDE_DIRECTORIES ${FT_NCCL_INCLUDE_DIR})
+  set(FT_NCCL ON)
+  message(STATUS "ft: NCCL found: ${FT_NCCL_LIBRARY}")
+endif()
+
 # ft's own CUDA targets build without a warning.
 function(ft_cuda_strict target)
   target_compile_options(${target} PRIVATE $<$<COMPILE_LANGUAGE:CUDA>:--Werror all-warnings -Xcompiler=-Wall,-Wextra,-Werror>)

@@ -1,7 +1,8 @@
 // `ftrun train` on a GPU against the same recipe on the CPU, from the outside:
 // ft's tiny Llama (models/ft-tiny-llama) on artificial token rows, two micro-batches a step,
 // clipping at 1.0, AdamW, a validation pass every 3 steps; once fp32 with
-// full fine-tuning, once bf16-mixed with LoRA. Step for step, the GPU's loss
+// full fine-tuning, once bf16-mixed with LoRA, once bf16-mixed full under
+// ZeRO-2 (through NCCL, one rank). Step for step, the GPU's loss
 // and gradient norm follow the CPU's, and so does the validation loss, within
 // a relative tolerance per precision. Exits 77 (skipped) where the CUDA
 // plugin finds no GPU.
@@ -75,16 +76,21 @@ int main(int argc, char** argv) {
     const char* name;
     const char* precision;
     const char* adapter;
+    const char* parallelism;
     double loss_tolerance, grad_norm_tolerance;
   };
   // bf16-mixed: the products round their inputs to bf16 and sum in another order on each device.
-  const Case cases[] = {{"fp32-full", "fp32", "full", 1e-5, 1e-5}, {"bf16-mixed-lora", "bf16-mixed", "lora", 1e-3, 1e-2}};
+  // zero2 on one rank: gradients reduce-scattered and values all-gathered through NCCL on the GPU.
+  const Case cases[] = {{"fp32-full", "fp32", "full", "single", 1e-5, 1e-5},
+                        {"bf16-mixed-lora", "bf16-mixed", "lora", "single", 1e-3, 1e-2},
+                        {"bf16-mixed-full-zero2", "bf16-mixed", "full", "zero2", 1e-3, 1e-2}};
   bool ok = true;
   std::printf("| run | steps | loss | grad norm | validation loss | |\n|---|---|---|---|---|---|\n");
   for (const Case& c : cases) {
     const fs::path recipe = scratch / (std::string(c.name) + ".toml");
     std::ofstream(recipe) << "[model]\npath = \"" << model << "\"\n"
                           << "[strategy]\nprecision = \"" << c.precision << "\"\nadapter = \"" << c.adapter << "\"\n"
+                          << "parallelism = \"" << c.parallelism << "\"\n"
                           << "optimizer = \"adamw\"\n"
                           << "[data]\ntrain = \"artificial:tokens-64-entries-256\"\nformat = \"tokens\"\n"
                           << "max_seq_length = 64\nvalidation_split = 0.1\n"

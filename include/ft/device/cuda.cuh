@@ -7,11 +7,15 @@
 #include <string>
 #include <string_view>
 
+#include "ft/comm/world.hpp"
 #include "ft/device/cpu.hpp"
 #include "ft/kernels/cuda/flash_attention.cuh"
 #include "ft/kernels/cuda/gemm.hpp"
 #include "ft/kernels/cuda/launch.cuh"
 #include "ft/tensor/cuda_memory.hpp"
+#if defined(FT_WITH_NCCL)
+#include "ft/comm/nccl.hpp"
+#endif
 
 namespace ft::device {
 
@@ -28,6 +32,18 @@ struct Cuda {
     std::snprintf(text, sizeof text, "%s (sm_%d%d, %.1f GiB)", p.name, p.major, p.minor,
                   double(p.totalGlobalMem) / double(1ull << 30));
     return text;
+  }
+  // The job's communicator: with NCCL (a build that defines FT_WITH_NCCL
+  // and links it) device buffers move between GPUs, each rank on its own;
+  // without it a job is one rank.
+  static std::unique_ptr<comm::Communicator> join_job(double timeout_seconds) {
+#if defined(FT_WITH_NCCL)
+    return comm::join_job_on_gpus(timeout_seconds);
+#else
+    if (comm::job_place().size > 1)
+      throw Error("a job of several ranks on GPUs needs NCCL, and this build of the CUDA plugin has none");
+    return comm::join_job(timeout_seconds);
+#endif
   }
   using Memory = memory::CudaDevice;
   template <class F>

@@ -122,7 +122,9 @@ private:
                     e.what());
       }
     }
-    comm_ = comm::join_job(r.launch.collective_timeout);
+    // A device may bring its own transport for its buffers (NCCL on GPUs).
+    if constexpr (requires { Device::join_job(0.0); }) comm_ = Device::join_job(r.launch.collective_timeout);
+    else comm_ = comm::join_job(r.launch.collective_timeout);
     run.comm = comm_.get();
     comm::Communicator& comm = *comm_;
     run.enter("setup");

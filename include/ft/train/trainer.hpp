@@ -82,9 +82,8 @@ class Trainer {
                 "this adapter runs on the CPU only: on another device choose full or lora");
   static_assert(on_host || requires { typename Parallelism::template runtime<float, float, Device>; },
                 "this parallelism runs on the CPU only: on another device choose single");
-  static_assert(on_host || !Parallelism::multi_rank,
-                "on a device other than the CPU only parallelism single runs for now: ddp and zero need the NCCL "
-                "communicator, which is not built yet");
+  static_assert(on_host || !Parallelism::shards_parameters,
+                "ZeRO-3 keeps its parameter shards in host memory: on another device choose ddp, zero1 or zero2");
 
 public:
   using model_type = Model;              // the network
