@@ -167,16 +167,9 @@ protected:
         FT_NCCL_CHECK(ncclReduceScatter(in, out, counts[0], type, ncclSum, comm_, stream_));
         return;
       }
-      FT_NCCL_CHECK(ncclGroupStart());
-      std::size_t offset = 0;
-      for (int r = 0; r < size(); ++r) {
-        const std::size_t n = counts[std::size_t(r)];
-        if (n > 0)
-          FT_NCCL_CHECK(ncclReduce(static_cast<const char*>(in) + offset * size_of(e), out, n, type, ncclSum, r,
-                                   comm_, stream_));
-        offset += n;
-      }
-      FT_NCCL_CHECK(ncclGroupEnd());
+      each_part(counts, e, [&](int r, std::size_t at, std::size_t n) {
+        FT_NCCL_CHECK(ncclReduce(static_cast<const char*>(in) + at, out, n, type, ncclSum, r, comm_, stream_));
+      });
     });
   }
 
@@ -194,15 +187,9 @@ protected:
         FT_NCCL_CHECK(ncclAllGather(in, out, counts[0], type, comm_, stream_));
         return;
       }
-      FT_NCCL_CHECK(ncclGroupStart());
-      std::size_t offset = 0;
-      for (int r = 0; r < size(); ++r) {
-        const std::size_t n = counts[std::size_t(r)];
-        if (n > 0)
-          FT_NCCL_CHECK(ncclBroadcast(in, static_cast<char*>(out) + offset * size_of(e), n, type, r, comm_, stream_));
-        offset += n;
-      }
-      FT_NCCL_CHECK(ncclGroupEnd());
+      each_part(counts, e, [&](int r, std::size_t at, std::size_t n) {
+        FT_NCCL_CHECK(ncclBroadcast(in, static_cast<char*>(out) + at, n, type, r, comm_, stream_));
+      });
     });
   }
 
@@ -291,6 +278,18 @@ private:
   }
   void untagged(int tag, const std::string& what) const {
     if (tag != 0) throw Error("internal: " + what + " is tagged, and NCCL matches messages by order alone");
+  }
+  // One NCCL group of calls, one per non-empty part: call(rank, its byte offset, its elements).
+  template <class Call>
+  void each_part(std::span<const std::size_t> counts, Element e, Call&& call) {
+    FT_NCCL_CHECK(ncclGroupStart());
+    std::size_t offset = 0;
+    for (int r = 0; r < size(); ++r) {
+      const std::size_t n = counts[std::size_t(r)];
+      if (n > 0) call(r, offset * size_of(e), n);
+      offset += n;
+    }
+    FT_NCCL_CHECK(ncclGroupEnd());
   }
   static bool equal(std::span<const std::size_t> counts) {
     for (std::size_t c : counts)
