@@ -7,8 +7,9 @@
 //
 // Its life in a run: attach() once to the loaded model as this rank holds it
 // (a pipeline rank has only its stages' values, ZeRO-3 no whole stage
-// between uses), returning the flat buffers that train; set_training() before each micro-batch and before
-// evaluation; save()/load() for checkpoints; save_final() at the end.
+// between uses), returning the flat buffers that train; set_training()
+// before each micro-batch and before evaluation; save()/load() for
+// checkpoints; save_final() at the end.
 #include <cstdint>
 #include <filesystem>
 #include <string>
