@@ -16,6 +16,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <map>
 #include <string>
 #include <thread>
@@ -241,6 +242,60 @@ TEST_CASE("gradient accumulation on 2 ranks (FSDP's no_shard) reduces once per s
   const fs::path dp = recipe("accumulation_two", "adapter = \"full\"\nparallelism = \"no_shard\"\n", 1, 2,
                              "gradient_accumulation_steps = 2\n");
   expect_same_training(single, dp);
+}
+
+namespace {
+
+// While it lives, ftrun also loads the tests' plugins (ft-cpu-as-device).
+struct TestPlugins {
+  TestPlugins() { ::setenv("FT_PLUGIN_PATH", FT_TEST_PLUGIN_DIR, 1); }
+  ~TestPlugins() { ::unsetenv("FT_PLUGIN_PATH"); }
+};
+
+}  // namespace
+
+// The engine's device paths, without a GPU: the CPU standing in for a device
+// (support/cpu_as_device.hpp) runs the CPU's own kernels, so every step and
+// every weight must come out exactly as on the CPU; a difference is the
+// device paths' (uploads, copies through the host, device buffers in the
+// collectives). A checkpoint written on the device resumes on the CPU.
+TEST_CASE("the CPU standing in for a device trains bit for bit what the CPU trains, on 1 and 2 ranks") {
+  const TestPlugins plugins;
+  struct Case {
+    std::string name, strategy;
+    int rows, ranks;
+    std::string weights = "model/model.safetensors";
+  };
+  const std::string lora = "adapter/adapter_model.safetensors";
+  for (const Case& c : {Case{"device_single", "adapter = \"full\"\n", 4, 1},
+                        Case{"device_lora_mixed", "adapter = \"lora\"\nprecision = \"bf16-mixed\"\n", 4, 1, lora},
+                        Case{"device_ddp", "adapter = \"full\"\nparallelism = \"ddp\"\n", 2, 2},
+                        Case{"device_zero1_lora", "adapter = \"lora\"\nparallelism = \"zero1\"\n", 2, 2, lora},
+                        Case{"device_zero2_mixed", "adapter = \"full\"\nparallelism = \"zero2\"\nprecision = \"bf16-mixed\"\n",
+                             2, 2}}) {
+    CAPTURE(c.name);
+    const fs::path cpu = recipe(c.name + "_cpu", c.strategy, c.rows, c.ranks);
+    const Run on_cpu = train(cpu);
+    INFO(on_cpu.err);
+    REQUIRE(on_cpu.code == 0);
+    const fs::path device = recipe(c.name, c.strategy + "device = \"cpu-as-device\"\n", c.rows, c.ranks);
+    std::ofstream(device, std::ios::app) << "[checkpoint]\nsave_steps = 10\n";
+    const double exactly = std::numeric_limits<double>::denorm_min();  // a difference below it is none
+    const Run r = expect_same_training(cpu, device, c.weights, exactly);
+    CHECK(r.out.find("device      the CPU, through the paths of a device") != std::string::npos);
+
+    // Its checkpoint (optimizer state and master weights copied out of the
+    // device's memory) resumes on the CPU with the device run's steps.
+    const fs::path resumed = recipe(c.name + "_resumed", c.strategy, c.rows, c.ranks);
+    std::ofstream(resumed, std::ios::app) << "[checkpoint]\nresume = \""
+                                          << (device.parent_path() / "run" / "checkpoint-10").string() << "\"\n";
+    const Run again = train(resumed);
+    INFO(again.err);
+    REQUIRE(again.code == 0);
+    const auto a = steps(device), b = steps(resumed);
+    REQUIRE(b.size() == 10);
+    for (const auto& [step, v] : b) CHECK(v == a.at(step));
+  }
 }
 
 TEST_CASE("a checkpoint written by zero2 on 2 ranks resumes on 4 ranks (zero1), on 2 (zero3) and on one process") {

@@ -35,6 +35,11 @@ struct Cpu {
   // bias's gradient): all of them here, where the columns alone keep the
   // threads busy; a GPU splits them (partial sums, then their sum).
   static constexpr index_t column_rows = 0;
+  // The product a run measures the device's peak FLOP/s with
+  // (train/flops.hpp): n x n in f32 on the CPU.
+  static constexpr index_t gemm_peak_size = 2048;
+  template <element T>
+  using gemm_peak_element = float;
   template <element T>
   static void gemm(Op op_a, Op op_b, index_t M, index_t N, index_t K, acc_t<T> alpha, const T* A, index_t lda,
                    const T* B, index_t ldb, acc_t<T> beta, T* C, index_t ldc) {

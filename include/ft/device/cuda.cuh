@@ -56,6 +56,10 @@ struct Cuda {
   }
   // Columns alone are too few threads for a GPU: each task sums this many rows.
   static constexpr index_t column_rows = 128;
+  // The peak is measured in the run's storage dtype, whose tensor cores set it.
+  static constexpr index_t gemm_peak_size = 8192;
+  template <element T>
+  using gemm_peak_element = T;
   template <element T>
   static void gemm(Op op_a, Op op_b, index_t M, index_t N, index_t K, acc_t<T> alpha, const T* A, index_t lda,
                    const T* B, index_t ldb, acc_t<T> beta, T* C, index_t ldc) {

@@ -540,7 +540,7 @@ MemoryEstimate estimate_memory_as(const recipe::Recipe& recipe, const models::Mo
   // buffers with the first backward.
   {
     const bool cpu = r.strategy.device == "cpu";
-    const std::uint64_t n = cpu ? std::uint64_t(train::gemm_peak_size<device::Cpu>) : 8192;
+    const std::uint64_t n = cpu ? std::uint64_t(device::Cpu::gemm_peak_size) : 8192;
     const std::uint64_t measurement = 3 * n * n * (cpu ? sizeof(float) : sizeof(T));
     const std::uint64_t laid_out = e.held_bytes() - reduction_after;
     const std::uint64_t streaming = shards_params ? shards_bytes + rope + largest_stage * sizeof(T) : 0;

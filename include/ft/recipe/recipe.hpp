@@ -53,9 +53,9 @@ struct StrategySection {
             "zero2, zero3)");
     v.field("optimizer", optimizer, policy_name(), "sgd | adamw | adafactor | adamw8bit | lion");
     v.field("adapter", adapter, policy_name(), "full | lora | prompt");
-    v.field("device", device, one_of({"cpu", "cuda"}),
-            "where the model, activations, gradients and optimizer state live; cuda needs a build with nvcc "
-            "(`ftrun plugins` lists what runs where)");
+    v.field("device", device, policy_name(),
+            "cpu | cuda: where the model, activations, gradients and optimizer state live; cuda needs a build with "
+            "nvcc (`ftrun plugins` lists what runs where)");
     v.field("optimizer_offload", optimizer_offload, Check<bool>{},
             "master weights and optimizer state in host memory, stepped there (DeepSpeed's offload_optimizer); "
             "the CPU backend keeps them there already");

@@ -39,8 +39,11 @@ private:
   std::atomic<std::size_t> peak_{0};
 };
 
-struct Host {
-  static constexpr std::string_view name = "host";
+// Aligned host memory with its own counts: the host itself (Host), or a
+// space that stands for another device's memory while living on the host
+// (a test's device, so the device paths run on a machine without one).
+template <class Space>
+struct AlignedHostMemory {
   static constexpr std::size_t alignment = 64;
 
   static Stats& stats() {
@@ -56,16 +59,16 @@ struct Host {
   }
   static void* allocate(std::size_t bytes) {
     if (bytes == 0) return nullptr;
+    const std::string what = " bytes of " + std::string(Space::name) + " memory";
     if (limit() && stats().current() + bytes > limit())
-      throw OutOfMemory("cannot allocate " + std::to_string(bytes) + " bytes of host memory: " +
-                            std::to_string(stats().current()) + " are in use and launch.memory_limit is " +
-                            std::to_string(limit()),
+      throw OutOfMemory("cannot allocate " + std::to_string(bytes) + what + ": " + std::to_string(stats().current()) +
+                            " are in use and launch.memory_limit is " + std::to_string(limit()),
                         bytes);
     std::size_t rounded = (bytes + alignment - 1) / alignment * alignment;
     void* p = std::aligned_alloc(alignment, rounded);
     if (!p)
-      throw OutOfMemory("cannot allocate " + std::to_string(bytes) + " bytes of host memory (" +
-                            std::to_string(stats().current()) + " in use by ft)",
+      throw OutOfMemory("cannot allocate " + std::to_string(bytes) + what + " (" + std::to_string(stats().current()) +
+                            " in use by ft)",
                         bytes);
     stats().add(bytes);
     return p;
@@ -78,6 +81,10 @@ struct Host {
   static void zero(void* p, std::size_t bytes) {
     if (bytes) std::memset(p, 0, bytes);
   }
+};
+
+struct Host : AlignedHostMemory<Host> {
+  static constexpr std::string_view name = "host";
 };
 
 template <class S>

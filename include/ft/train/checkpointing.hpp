@@ -85,7 +85,7 @@ std::int64_t resume(Run<T, M, D>& run, const std::filesystem::path& dir) {
   }
   if (state.value("resumable_as", state.value("trainer", "")) != run.policies.resumable_as)
     throw Error(where + "was written by " + state.value("trainer", "?") + ", this recipe builds " + run.policies.trainer +
-                "; only the parallelism may change on resume");
+                "; only the parallelism and the device may change on resume");
   const nlohmann::json data = state.value("data", nlohmann::json::object());
   const recipe::TrainSection& t = run.recipe.train;
   const std::int64_t then = data.value("per_device_train_batch_size", 0) * data.value("gradient_accumulation_steps", 0) *

@@ -137,7 +137,7 @@ private:
     comm.barrier("the output directory", true);  // rank 0 may be deleting a killed run's leftovers
     const std::filesystem::path resume_from = resolve_resume(run.out, r.checkpoint.resume);
     // Before the model exists, so that the measurement's matrices do not add to its memory.
-    run.peak_flops = measure_gemm_peak<Device, gemm_peak_type<Device, T>>(gemm_peak_size<Device>);
+    run.peak_flops = measure_gemm_peak<Device, typename Device::template gemm_peak_element<T>>(Device::gemm_peak_size);
 
     load_text(run);
     load_data(run);

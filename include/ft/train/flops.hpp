@@ -43,13 +43,6 @@ struct FillWith {
   FT_HOST_DEVICE void operator()(index_t i) const { x[i] = value; }
 };
 
-// The product a run measures its device's peak with: n x n in f32 on the
-// CPU, in the run's storage dtype on a GPU, whose tensor cores set its peak.
-template <class Device>
-inline constexpr index_t gemm_peak_size = std::is_same_v<Device, device::Cpu> ? 2048 : 8192;
-template <class Device, class T>
-using gemm_peak_type = std::conditional_t<std::is_same_v<Device, device::Cpu>, float, T>;
-
 // FLOP/s of the best of a few n^3 GEMMs in T on a device.
 template <class Device = device::Cpu, element T = float>
 double measure_gemm_peak(index_t n = 2048, int repeats = 5) {

@@ -94,16 +94,7 @@ public:
   using device_type = Device;            // where the model and the trainable state live
 
   // The C++ type; the device is named only when it is not the CPU.
-  static std::string type_name(std::string_view parallelism = Parallelism::type_name) {
-    std::string s = "ft::Trainer<";
-    for (std::string_view part : {Model::type_name, Precision::type_name, parallelism, Optimizer::type_name,
-                                  Adapter::type_name, on_host ? std::string_view() : Device::type_name}) {
-      if (part.empty()) continue;
-      if (s.back() != '<') s += ", ";
-      s += part;
-    }
-    return s + ">";
-  }
+  static std::string type_name() { return type_name_with(Parallelism::type_name, !on_host); }
 
   explicit Trainer(recipe::Recipe recipe) : recipe_(std::move(recipe)) {
     Adapter::resolve(recipe_, {Model::name, Model::linear_modules, Model::default_lora_targets});
@@ -163,7 +154,8 @@ public:
     using Master = element_t<Precision::master>;    // what the optimizer updates
     train::Policies<Storage, Master, Device> p;
     p.trainer = type_name();
-    p.resumable_as = type_name("/* any parallelism */");
+    // A checkpoint's bytes are the host's whatever the device, so it resumes on any.
+    p.resumable_as = type_name_with("/* any parallelism */", false);
     p.adapter_description = Adapter::describe(recipe_);
     p.loss_scaling = Precision::loss_scaling;
     p.model = [](const std::filesystem::path& dir) { return models::read_model_spec_of<Model>(dir); };
@@ -227,6 +219,19 @@ private:
     if (r.train.fuse_optimizer_with_backward && r.train.max_grad_norm > 0)
       throw Error("train.fuse_optimizer_with_backward steps each block before the global gradient norm is known, "
                   "so it cannot clip; set train.max_grad_norm = 0");
+  }
+
+  // The type with `parallelism` for the parallelism's part, and the device's
+  // part or none.
+  static std::string type_name_with(std::string_view parallelism, bool device) {
+    std::string s = "ft::Trainer<";
+    for (std::string_view part : {Model::type_name, Precision::type_name, parallelism, Optimizer::type_name,
+                                  Adapter::type_name, device ? Device::type_name : std::string_view()}) {
+      if (part.empty()) continue;
+      if (s.back() != '<') s += ", ";
+      s += part;
+    }
+    return s + ">";
   }
 
   static constexpr bool pipelined = Parallelism::name == parallel::Pipeline::name;
