@@ -1,6 +1,6 @@
 // Stock CUDA plugin: the Llama and GPT-NeoX families trained on NVIDIA GPUs
 // (sm_80 and later), full fine-tuning and LoRA, one process or several (one
-// GPU each) with DDP, ZeRO-1 or ZeRO-2 over NCCL. The same engine
+// GPU each) with DDP or ZeRO-1, 2 or 3 over NCCL. The same engine
 // as the CPU plugins, on device::Cuda: weights, activations, gradients and
 // optimizer state in the GPU's memory, flash attention on tensor cores,
 // matrix products through cuBLASLt.
@@ -13,6 +13,6 @@ FT_PLUGIN("ft-cuda", FT_VERSION_STRING,
           ft::plugin::product<std::tuple<ft::models::Llama, ft::models::GptNeox>,
                               std::tuple<ft::precision::FP32, ft::precision::BF16True, ft::precision::BF16Mixed>,
                               std::tuple<ft::parallel::Single, ft::parallel::DDP, ft::parallel::ZeRO<1>,
-                                         ft::parallel::ZeRO<2>>,
+                                         ft::parallel::ZeRO<2>, ft::parallel::ZeRO<3>>,
                               std::tuple<ft::optim::SGD, ft::optim::AdamW, ft::optim::Lion>,
                               std::tuple<ft::adapters::Full, ft::adapters::LoRA>, std::tuple<ft::device::Cuda>>)

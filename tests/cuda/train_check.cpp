@@ -2,7 +2,7 @@
 // ft's tiny Llama (models/ft-tiny-llama) on artificial token rows, two micro-batches a step,
 // clipping at 1.0, AdamW, a validation pass every 3 steps; once fp32 with
 // full fine-tuning, once bf16-mixed with LoRA, once bf16-mixed full under
-// ZeRO-2 (through NCCL, one rank). Step for step, the GPU's loss
+// ZeRO-2 and once fp32 full under ZeRO-3 (through NCCL, one rank). Step for step, the GPU's loss
 // and gradient norm follow the CPU's, and so does the validation loss, within
 // a relative tolerance per precision. Exits 77 (skipped) where the CUDA
 // plugin finds no GPU.
@@ -80,10 +80,12 @@ int main(int argc, char** argv) {
     double loss_tolerance, grad_norm_tolerance;
   };
   // bf16-mixed: the products round their inputs to bf16 and sum in another order on each device.
-  // zero2 on one rank: gradients reduce-scattered and values all-gathered through NCCL on the GPU.
+  // zero2 on one rank: gradients reduce-scattered and values all-gathered through NCCL on the GPU;
+  // zero3: the model's shards in the GPU's memory, each stage gathered before it runs.
   const Case cases[] = {{"fp32-full", "fp32", "full", "single", 1e-5, 1e-5},
                         {"bf16-mixed-lora", "bf16-mixed", "lora", "single", 1e-3, 1e-2},
-                        {"bf16-mixed-full-zero2", "bf16-mixed", "full", "zero2", 1e-3, 1e-2}};
+                        {"bf16-mixed-full-zero2", "bf16-mixed", "full", "zero2", 1e-3, 1e-2},
+                        {"fp32-full-zero3", "fp32", "full", "zero3", 1e-5, 1e-5}};
   bool ok = true;
   std::printf("| run | steps | loss | grad norm | validation loss | |\n|---|---|---|---|---|---|\n");
   for (const Case& c : cases) {

@@ -272,7 +272,10 @@ TEST_CASE("the CPU standing in for a device trains bit for bit what the CPU trai
                         Case{"device_ddp", "adapter = \"full\"\nparallelism = \"ddp\"\n", 2, 2},
                         Case{"device_zero1_lora", "adapter = \"lora\"\nparallelism = \"zero1\"\n", 2, 2, lora},
                         Case{"device_zero2_mixed", "adapter = \"full\"\nparallelism = \"zero2\"\nprecision = \"bf16-mixed\"\n",
-                             2, 2}}) {
+                             2, 2},
+                        Case{"device_zero3", "adapter = \"full\"\nparallelism = \"zero3\"\n", 2, 2},
+                        Case{"device_zero3_mixed_lora",
+                             "adapter = \"lora\"\nparallelism = \"zero3\"\nprecision = \"bf16-mixed\"\n", 2, 2, lora}}) {
     CAPTURE(c.name);
     const fs::path cpu = recipe(c.name + "_cpu", c.strategy, c.rows, c.ranks);
     const Run on_cpu = train(cpu);

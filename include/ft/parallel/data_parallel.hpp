@@ -51,9 +51,8 @@
 
 namespace ft::parallel {
 
-// On a device other than the CPU, buffers live in its memory and the
-// element-wise work runs there; ZeRO-3 (whose stage shards are the host's)
-// is the CPU's for now.
+// On a device other than the CPU, buffers (ZeRO-3's shards too) live in its
+// memory and the element-wise work runs there.
 template <element T, class M, class Device>
 class DataParallel final : public Runtime<T, M, Device> {
   using Set = train::TrainableSet<T, M, Device>;
@@ -61,7 +60,6 @@ class DataParallel final : public Runtime<T, M, Device> {
   using Memory = typename Device::Memory;
   using Scratch = Tensor<M, Memory>;
   using Model = models::Transformer<T, Device>;
-  static constexpr bool on_host = std::is_same_v<Device, device::Cpu>;
 
 public:
   DataParallel(comm::Communicator& comm, Sharding sharding) : comm_(comm), sharding_(sharding) {}
@@ -88,11 +86,7 @@ public:
       shard_group_ = comm_.split(comm_.rank() / G, "shard group " + std::to_string(comm_.rank() / G));
       replicas_ = comm_.split(comm_.rank() % G, "replicas of shard " + std::to_string(comm_.rank() % G));
     }
-    if (sharding_.parameters) {
-      if constexpr (on_host) return place_shards();
-      else throw Error("ZeRO-3 shards the model's stages in host memory; on " + std::string(Device::name) +
-                       " use zero1 or zero2");
-    }
+    if (sharding_.parameters) return place_shards();
     auto keeps = [this](index_t s) { return !holds_ || holds_(s); };
     for (index_t s = -1; s <= model.config().num_layers; ++s)
       if (keeps(s)) model.stage_parameters(s).allocate_zeroed_values();
@@ -217,9 +211,8 @@ public:
       if (comm_.rank() == 0) use();
       return;
     }
-    if constexpr (on_host)
-      read_stages_on_rank0<T>(
-          comm_, *model_, use, [this](index_t s) { shards_->gather(s); }, [this](index_t s) { shards_->release(s); });
+    read_stages_on_rank0(
+        comm_, *model_, use, [this](index_t s) { shards_->gather(s); }, [this](index_t s) { shards_->release(s); });
   }
 
   std::size_t state_bytes() const override {
@@ -292,7 +285,7 @@ private:
       auto& p = model_->stage_parameters(s);
       layouts.emplace_back(p.entries(), p.size(), world, p.trainable() ? optimizer_.by_element : true);
     }
-    shards_ = std::make_unique<StageShards<T>>(shards(), *model_, std::move(layouts));
+    shards_ = std::make_unique<StageShards<T, Device>>(shards(), *model_, std::move(layouts));
     model_->set_stage_loading({.begin =
                                    [this](index_t s) {
                                      model_->stage_parameters(s).allocate_zeroed_values();
@@ -466,7 +459,7 @@ private:
   std::deque<Pending> pending_;
   std::vector<std::shared_ptr<Scratch>> free_scratch_;
   Tensor<T, Memory> block_gradients_;  // shared by every block when the optimizer is fused into backward
-  std::unique_ptr<StageShards<T>> shards_;  // ZeRO-3
+  std::unique_ptr<StageShards<T, Device>> shards_;  // ZeRO-3
   std::unique_ptr<comm::Communicator> shard_group_, replicas_;  // hybrid sharding
   double fused_squares_ = 0;
 };

@@ -15,8 +15,8 @@
 
 namespace ft::parallel {
 
-template <element T>
-void read_stages_on_rank0(comm::Communicator& comm, models::Transformer<T>& model, const std::function<void()>& use,
+template <element T, class Device>
+void read_stages_on_rank0(comm::Communicator& comm, models::Transformer<T, Device>& model, const std::function<void()>& use,
                           const std::function<void(index_t)>& gather, const std::function<void(index_t)>& release) {
   constexpr std::int64_t done = -1000;
   std::int64_t held = done;

@@ -3,27 +3,31 @@
 // frozen ones too, keeps only this rank's range of its values between uses.
 // The whole values are gathered from every rank just before the stage runs,
 // forward or backward, and dropped right after; the next stage's gather is
-// started early (prefetch), so it moves while this stage computes.
+// started early (prefetch), so it moves while this stage computes. Shards
+// live in the device's memory, as the whole values do.
 #include <string>
 #include <vector>
 
 #include "ft/comm/communicator.hpp"
 #include "ft/models/transformer.hpp"
 #include "ft/parallel/shard_layout.hpp"
-#include "ft/tensor/memory.hpp"
+#include "ft/tensor/tensor.hpp"
 
 namespace ft::parallel {
 
-template <element T>
+template <element T, class Device = device::Cpu>
 class StageShards {
+  using Memory = typename Device::Memory;
+
 public:
   // `layouts[s + 1]` cuts stage s (-1 the embedding, L the head). The shards
   // start zero; keep_from_whole fills one from loaded whole values.
-  StageShards(comm::Communicator& comm, models::Transformer<T>& model, std::vector<ShardLayout> layouts)
+  StageShards(comm::Communicator& comm, models::Transformer<T, Device>& model, std::vector<ShardLayout> layouts)
       : comm_(comm), last_(model.config().num_layers) {
     for (index_t s = -1; s <= last_; ++s) {
-      Stage stage{&model.stage_parameters(s), layouts[std::size_t(s + 1)], {}, {}, false};
-      stage.shard.resize(std::size_t(stage.layout.size(comm_.rank())));
+      Stage stage{&model.stage_parameters(s), layouts[std::size_t(s + 1)], {}, 0, {}, false, {}};
+      stage.count = stage.layout.size(comm_.rank());
+      if (stage.count > 0) stage.shard = Tensor<T, Memory>(Shape{stage.count});
       stage.name = s < 0 ? "the embedding" : s == last_ ? "the head" : "layers." + std::to_string(s);
       stages_.push_back(std::move(stage));
     }
@@ -33,7 +37,7 @@ public:
   T* shard(index_t s) { return at(s).shard.data(); }
   std::size_t shard_bytes() const {
     std::size_t n = 0;
-    for (const Stage& s : stages_) n += s.shard.size() * sizeof(T);
+    for (const Stage& s : stages_) n += std::size_t(s.count) * sizeof(T);
     return n;
   }
 
@@ -43,8 +47,8 @@ public:
     Stage& stage = at(s);
     if (stage.whole) return;
     stage.params->allocate_values();
-    stage.gathering = comm_.all_gather(std::span<const T>(stage.shard), std::span<T>(stage.params->values().data(),
-                                                                                       std::size_t(stage.params->size())),
+    stage.gathering = comm_.all_gather(std::span<const T>(stage.shard.data(), std::size_t(stage.count)),
+                                       std::span<T>(stage.params->values().data(), std::size_t(stage.params->size())),
                                        stage.layout.counts(), "parameters of " + stage.name);
     stage.whole = true;
   }
@@ -64,15 +68,16 @@ public:
   void keep_from_whole(index_t s) {
     Stage& stage = at(s);
     const T* v = stage.params->values().data() + stage.layout.begin(comm_.rank());
-    std::copy(v, v + stage.shard.size(), stage.shard.begin());
+    Device::copy(stage.shard.data(), v, std::size_t(stage.count) * sizeof(T));
   }
   index_t last() const { return last_; }
 
 private:
   struct Stage {
-    models::ParameterBuffer<T>* params;
+    models::ParameterBuffer<T, Memory>* params;
     ShardLayout layout;
-    memory::HostVector<T> shard;
+    Tensor<T, Memory> shard;  // none when this rank's range is empty
+    index_t count;
     comm::Work gathering;
     bool whole = false;
     std::string name;

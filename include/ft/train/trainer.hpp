@@ -82,8 +82,6 @@ class Trainer {
                 "this adapter runs on the CPU only: on another device choose full or lora");
   static_assert(on_host || requires { typename Parallelism::template runtime<float, float, Device>; },
                 "this parallelism runs on the CPU only: on another device choose single");
-  static_assert(on_host || !Parallelism::shards_parameters,
-                "ZeRO-3 keeps its parameter shards in host memory: on another device choose ddp, zero1 or zero2");
 
 public:
   using model_type = Model;              // the network
