@@ -389,12 +389,24 @@ MemoryEstimate estimate_memory_as(const recipe::Recipe& recipe, const models::Mo
       grads = std::uint64_t(stages.front().size() + stages.back().size() + stages[1].size());
     e.held.push_back({"gradients", grads * sizeof(T), detail::dtype_name<T>() + (fused ? ", fused: one block's buffer shared" : "")});
   }
-  if (has_master) e.held.push_back({"master weights", owned * sizeof(M), "f32 copy of what this rank steps"});
+  // Offloaded on a device, the optimizer steps on the host: its values in M
+  // (the master copy, or a copy of the weights when T is M), the step's
+  // gradient copied there, the stepped weights on their way back, its state.
+  const bool offloaded = !on_cpu && r.strategy.optimizer_offload;
+  std::vector<Term>& stepped_in = offloaded ? e.host : e.held;
+  if (has_master || offloaded)
+    stepped_in.push_back({"master weights", owned * sizeof(M),
+                          detail::dtype_name<M>() + " copy of what this rank steps" + (offloaded ? ", on the host" : "")});
+  if (offloaded)
+    e.host.push_back({"offload transfers", owned * (sizeof(M) + (has_master ? sizeof(T) : 0)),
+                      "this rank's step gradient copied to the host" +
+                          std::string(has_master ? ", and its stepped weights in " + detail::dtype_name<T>() : "")});
   if (!fused && (has_master || shards_grads)) {
     const std::uint64_t n = shards_grads ? owned : stepped;
     e.held.push_back({"step gradients", n * sizeof(M), detail::dtype_name<M>() + ", accumulated over micro-batches"});
   }
-  e.held.push_back({"optimizer state", state, optimizer + (shards_state ? ", this rank's shard" : "")});
+  stepped_in.push_back({"optimizer state", state, optimizer + (shards_state ? ", this rank's shard" : "") +
+                                                   (offloaded ? ", on the host" : "")});
   // Reduce-scatter keeps two buffers in flight (the one whose backward just
   // completed and the one before it), each with the whole gradient in M
   // (when it must be converted) and this rank's part of the sum. Their

@@ -52,7 +52,9 @@
 namespace ft::parallel {
 
 // On a device other than the CPU, buffers (ZeRO-3's shards too) live in its
-// memory and the element-wise work runs there.
+// memory and the element-wise work runs there; with optimizer offload, the
+// optimizer steps each rank's range on the host (train/trainable.hpp),
+// buffer after buffer, while the previous buffer's values are all-gathered.
 template <element T, class M, class Device>
 class DataParallel final : public Runtime<T, M, Device> {
   using Set = train::TrainableSet<T, M, Device>;
@@ -66,7 +68,9 @@ public:
   // What a Trainer makes: the recipe adds the shard group's size.
   DataParallel(comm::Communicator& comm, const recipe::Recipe& r, Sharding sharding)
       : DataParallel(comm, Sharding{sharding.optimizer_state, sharding.gradients, sharding.parameters,
-                                    int(r.launch.shard_group_size)}) {}
+                                    int(r.launch.shard_group_size)}) {
+    offload_ = r.strategy.optimizer_offload && !std::is_same_v<Device, device::Cpu>;
+  }
 
   // Data parallelism over the replicas of a part of the model (a pipeline
   // rank's stages): `holds` says which stages this rank keeps, and the
@@ -102,9 +106,10 @@ public:
       const index_t begin = layout.begin(part), end = layout.end(part);
       // ZeRO-3: a stage's values live in its shard, cut as this layout cuts them (place_shards).
       const bool values_sharded = shards_ && t.params == &model_->stage_parameters(t.stage);
+      const auto& make = offload_ ? optimizer_.make_on_host : optimizer_.make;
       set_.add(t.name, t.stage, *t.params, begin, end, sharding_.gradients, !fused,
-               optimizer_.make(entries_in(entries, begin, end), end - begin), values_sharded,
-               values_sharded ? shards_->shard(t.stage) : nullptr);
+               make(entries_in(entries, begin, end), end - begin), values_sharded,
+               values_sharded ? shards_->shard(t.stage) : nullptr, offload_);
       layouts_.push_back(layout);
     }
     if (fused) share_block_gradients();
@@ -226,7 +231,7 @@ public:
     }
     for (const Buffer& b : set_.buffers()) {
       if (!is_model_stage(b)) n += std::size_t(b.size()) * sizeof(T) * 2;  // an adapter's values and gradients
-      n += (held(b.master) + held(b.grads)) * sizeof(M);
+      n += (held(b.master) + held(b.grads)) * sizeof(M) + b.host_bytes();
       for (const train::StateArray& a : b.optimizer->state()) n += a.bytes;
     }
     return n;
@@ -240,10 +245,12 @@ public:
         if (optimizer_.by_element) std::tie(a.begin, a.total) = std::pair{b.begin, b.size()};
         arrays.push_back(std::move(a));
       }
-      if constexpr (Set::has_master)
-        arrays.push_back({b.name + "/master", io::safetensors_dtype_of<M>(), b.master.data(),
-                          std::size_t(b.master.numel()) * sizeof(M), b.begin, b.size(), &Device::to_host,
-                          &Device::from_host});
+      if constexpr (Set::has_master) {
+        const auto [to_host, from_host] = b.offloaded ? std::pair{&device::Cpu::to_host, &device::Cpu::from_host}
+                                                      : std::pair{&Device::to_host, &Device::from_host};
+        arrays.push_back({b.name + "/master", io::safetensors_dtype_of<M>(), b.owned_values(),
+                          std::size_t(b.owned()) * sizeof(M), b.begin, b.size(), to_host, from_host});
+      }
     }
     return arrays;
   }
@@ -450,6 +457,7 @@ private:
 
   comm::Communicator& comm_;
   Sharding sharding_;
+  bool offload_ = false;                      // the optimizer steps on the host (a device's runs only)
   comm::Communicator* across_ = nullptr;      // the gradient norm sums over these ranks too
   std::function<bool(index_t)> holds_;         // the stages this rank keeps; empty: all
   OptimizerMaker<M> optimizer_;  // how the trained buffers are cut and their optimizers made

@@ -41,10 +41,13 @@ struct Sharding {
 // that part holds. by_element: the optimizer's state is one value per
 // parameter, so a buffer may be cut anywhere; otherwise cuts fall between
 // tensors (Adafactor factors matrices, 8-bit AdamW quantises per tensor).
+// make_on_host makes the same optimizer with its state in host memory,
+// stepping there (strategy.optimizer_offload on a device).
 template <class M>
 struct OptimizerMaker {
-  std::function<std::unique_ptr<train::ParameterOptimizer<M>>(const std::vector<models::ParameterEntry>&, index_t)>
-      make;
+  using Make =
+      std::function<std::unique_ptr<train::ParameterOptimizer<M>>(const std::vector<models::ParameterEntry>&, index_t)>;
+  Make make, make_on_host;
   bool by_element = false;
 };
 

@@ -353,9 +353,12 @@ private:
       for (const auto& [host, ranks] : hosts) where += (where.empty() ? "" : ", ") + host + " x" + std::to_string(ranks);
       std::printf("  ranks       %d on %zu machine(s): %s\n", run.comm->size(), hosts.size(), where.c_str());
     }
-    if (r.strategy.optimizer_offload)
+    if (r.strategy.optimizer_offload && std::is_same_v<Device, device::Cpu>)
       std::printf("  offload     optimizer_offload: on the CPU backend master weights and optimizer state are in host "
                   "memory already; nothing moves\n");
+    else if (r.strategy.optimizer_offload)
+      std::printf("  offload     optimizer_offload: master weights and optimizer state in host memory; each step "
+                  "copies this rank's gradient there, steps it and copies the weights back\n");
     std::fflush(stdout);
   }
 

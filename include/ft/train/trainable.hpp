@@ -24,6 +24,12 @@
 // [begin, end) live in `values_shard` (owned by the parallel runtime), and
 // the whole buffer exists only while its stage runs.
 //
+// Offloaded (strategy.optimizer_offload on a device, DeepSpeed's
+// offload_optimizer), the optimizer steps [begin, end) on the host: its
+// values in M (the master copy, or a copy of the T values when T is M) and
+// its state live in host memory, the step's gradient is copied there, and
+// the stepped values go back to the device in T. Gradients stay on the device.
+//
 // Everything lives in the device's memory (device/cpu.hpp), and the
 // element-wise work below runs there as named functors.
 #include <algorithm>
@@ -73,13 +79,23 @@ public:
     T* values_shard = nullptr;
     Tensor<M, Memory> master, grads;  // null data() when the run keeps none
     std::unique_ptr<ParameterOptimizer<M>> optimizer;  // over [begin, end)
+    // Offloaded: the values the optimizer steps and the step gradient, on
+    // the host, and the T values on their way back (when T is not M).
+    bool offloaded = false;
+    memory::HostVector<M> host_values, host_grads;
+    memory::HostVector<T> host_storage;
 
     index_t size() const { return params->size(); }
     index_t owned() const { return end - begin; }
     // The values the optimizer updates, from begin.
     M* owned_values() {
+      if (offloaded) return host_values.data();
       if constexpr (has_master) return master.data();
       else return owned_storage();
+    }
+    // Bytes this buffer keeps in host memory (offloaded).
+    std::size_t host_bytes() const {
+      return (host_values.size() + host_grads.size()) * sizeof(M) + host_storage.size() * sizeof(T);
     }
     // The T values of [begin, end), where this rank keeps them.
     T* owned_storage() { return values_sharded ? values_shard : params->values().data() + begin; }
@@ -98,14 +114,21 @@ public:
   // Adds a buffer whose range [begin, end) this rank steps. `step_grads`:
   // keep a step gradient in M (not needed when the optimizer is fused into
   // backward: each stage is stepped from its fresh gradient). With
-  // `values_sharded` the T values of the range are in `values_shard`.
+  // `values_sharded` the T values of the range are in `values_shard`. With
+  // `offloaded` the optimizer (made for the host) steps the range there.
   void add(std::string name, index_t stage, models::ParameterBuffer<T, Memory>& params, index_t begin, index_t end,
            bool sharded_grads, bool step_grads, std::unique_ptr<ParameterOptimizer<M>> optimizer,
-           bool values_sharded = false, T* values_shard = nullptr) {
+           bool values_sharded = false, T* values_shard = nullptr, bool offloaded = false) {
     if (!params.trainable()) throw Error("internal: buffer \"" + name + "\" is frozen and cannot train");
     Buffer b{std::move(name), stage, &params, begin, end, sharded_grads, values_sharded, values_shard,
-             {}, {}, std::move(optimizer)};
-    if constexpr (has_master) {
+             {}, {}, std::move(optimizer), false, {}, {}, {}};
+    if (offloaded) {
+      b.offloaded = true;
+      b.host_values.resize(std::size_t(end - begin));
+      b.host_grads.resize(std::size_t(end - begin));
+      if constexpr (has_master) b.host_storage.resize(std::size_t(end - begin));
+      pull_values(b);
+    } else if constexpr (has_master) {
       b.master = Tensor<M, Memory>(Shape{end - begin}, typename Tensor<M, Memory>::Uninitialized{});
       Device::parallel_for(end - begin, Convert<M, T>{b.master.data(), b.owned_storage()});
     }
@@ -141,6 +164,7 @@ public:
   // Steps [begin, end) of b with the gradient `g` (from begin) and refreshes
   // the T values of that range from the master copy.
   static void step(Buffer& b, const M* g, double lr, std::int64_t optimizer_step) {
+    if (b.offloaded) return step_on_host(b, g, lr, optimizer_step);
     b.optimizer->step(b.owned_values(), g, lr, optimizer_step);
     if constexpr (has_master) Device::parallel_for(b.owned(), Convert<T, M>{b.owned_storage(), b.master.data()});
   }
@@ -148,11 +172,39 @@ public:
   // After loading values (resume, adapters): refresh the master copy from
   // where this rank keeps its T values.
   void sync_master_from_storage() {
-    if constexpr (has_master)
-      for (Buffer& b : buffers_) Device::parallel_for(b.owned(), Convert<M, T>{b.master.data(), b.owned_storage()});
+    for (Buffer& b : buffers_) {
+      if (b.offloaded) pull_values(b);
+      else if constexpr (has_master)
+        Device::parallel_for(b.owned(), Convert<M, T>{b.master.data(), b.owned_storage()});
+    }
   }
 
 private:
+  // Offloaded: the host's values of b's range from the device's T values.
+  static void pull_values(Buffer& b) {
+    const std::size_t n = std::size_t(b.owned());
+    if (n == 0) return;
+    if constexpr (has_master) {
+      Device::to_host(b.host_storage.data(), b.owned_storage(), n * sizeof(T));
+      device::Cpu::parallel_for(b.owned(), Convert<M, T>{b.host_values.data(), b.host_storage.data()});
+    } else {
+      Device::to_host(b.host_values.data(), b.owned_storage(), n * sizeof(M));
+    }
+  }
+  // Offloaded: the gradient to the host, the step there, the values back.
+  static void step_on_host(Buffer& b, const M* g, double lr, std::int64_t optimizer_step) {
+    const std::size_t n = std::size_t(b.owned());
+    if (n == 0) return;
+    Device::to_host(b.host_grads.data(), g, n * sizeof(M));
+    b.optimizer->step(b.host_values.data(), b.host_grads.data(), lr, optimizer_step);
+    if constexpr (has_master) {
+      device::Cpu::parallel_for(b.owned(), Convert<T, M>{b.host_storage.data(), b.host_values.data()});
+      Device::from_host(b.owned_storage(), b.host_storage.data(), n * sizeof(T));
+    } else {
+      Device::from_host(b.owned_storage(), b.host_values.data(), n * sizeof(M));
+    }
+  }
+
   std::vector<Buffer> buffers_;
 };
 

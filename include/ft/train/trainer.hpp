@@ -169,6 +169,9 @@ public:
     p.optimizer.make = [t = recipe_.train](const auto& entries, index_t size) {
       return train::make_parameter_optimizer<Optimizer, Master, Device>(entries, size, t);
     };
+    p.optimizer.make_on_host = [t = recipe_.train](const auto& entries, index_t size) {
+      return train::make_parameter_optimizer<Optimizer, Master, device::Cpu>(entries, size, t);
+    };
     if constexpr (requires { Optimizer::elementwise_state; }) p.optimizer.by_element = Optimizer::elementwise_state;
     train::Engine<Storage, Master, Device> engine(recipe_, std::move(p));
     engine.run();
@@ -211,9 +214,6 @@ private:
       throw Error("the recipe's [pipeline] section sets pipeline ranks, micro-batches or stages, but "
                   "strategy.parallelism is " + std::string(Parallelism::name) + "; set it to \"pipeline\"");
     }
-    if (!on_host && r.strategy.optimizer_offload)
-      throw Error("strategy.optimizer_offload keeps master weights and optimizer state in host memory, which on " +
-                  std::string(Device::name) + " is not built yet; set it to false");
     if (r.train.fuse_optimizer_with_backward && r.train.max_grad_norm > 0)
       throw Error("train.fuse_optimizer_with_backward steps each block before the global gradient norm is known, "
                   "so it cannot clip; set train.max_grad_norm = 0");
