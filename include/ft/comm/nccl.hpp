@@ -15,7 +15,8 @@
 // (launch.collective_timeout): past it, the communicator is aborted and the
 // wait throws one line naming this rank, the collective and the phase. NCCL
 // does not say which peer is at fault; the host communicator's checks do,
-// when the peer's process is gone.
+// when the peer's process is gone. Creating and splitting the communicator
+// wait for every rank under the same deadline.
 //
 // NCCL's reduce-scatter and all-gather take equal parts. ft's parts are cut
 // at tensor boundaries and may differ, so unequal parts run as one NCCL
@@ -27,8 +28,12 @@
 
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
+#include <cstdio>
+#include <cstdlib>
 #include <future>
 #include <memory>
+#include <mutex>
 #include <span>
 #include <string>
 #include <thread>
@@ -86,6 +91,46 @@ Work with_element(Element e, F&& f) {
 
 #define FT_NCCL_CHECK(call) ::ft::comm::detail::nccl_check((call), #call)
 
+namespace detail {
+
+// Runs a blocking NCCL call that returns only once every rank has made it
+// (creating or splitting a communicator). NCCL aborts only a communicator it
+// has returned, so past the deadline a watchdog ends this process with one
+// line naming `where`, as the MPI communicator does for its own waits.
+template <class Call>
+void within_deadline(double timeout_seconds, const std::string& where, Call&& call) {
+  if (timeout_seconds <= 0) return call();
+  std::mutex mutex;
+  std::condition_variable finished;
+  bool done = false;
+  std::thread watchdog([&] {
+    std::unique_lock lock(mutex);
+    if (finished.wait_for(lock, std::chrono::duration<double>(timeout_seconds), [&] { return done; })) return;
+    std::fflush(stdout);
+    std::fprintf(stderr, "ftrun: %s did not complete within %d s (NCCL): a peer has died or hangs\n", where.c_str(),
+                 int(timeout_seconds));
+    std::fflush(stderr);
+    std::_Exit(1);
+  });
+  auto finish = [&] {
+    {
+      std::lock_guard lock(mutex);
+      done = true;
+    }
+    finished.notify_one();
+    watchdog.join();
+  };
+  try {
+    call();
+  } catch (...) {
+    finish();
+    throw;
+  }
+  finish();
+}
+
+}  // namespace detail
+
 // Makes the GPU of this rank's place on its machine (job.hpp's local rank,
 // modulo the GPUs it sees) the current device. Call before anything touches
 // the device, so every rank of a machine takes its own GPU.
@@ -103,7 +148,8 @@ public:
     ncclUniqueId id{};
     if (host_->rank() == 0) FT_NCCL_CHECK(ncclGetUniqueId(&id));
     host_->broadcast(std::span<ncclUniqueId>(&id, 1), 0, "the NCCL communicator's id").wait();
-    FT_NCCL_CHECK(ncclCommInitRank(&comm_, host_->size(), id, host_->rank()));
+    detail::within_deadline(timeout_, "rank " + std::to_string(rank()) + ", setup: creating the NCCL communicator",
+                            [&] { FT_NCCL_CHECK(ncclCommInitRank(&comm_, host_->size(), id, host_->rank())); });
     open_stream();
   }
   ~Nccl() override {
@@ -129,7 +175,8 @@ public:
   std::unique_ptr<Communicator> split(int color, const std::string& name) override {
     std::unique_ptr<Communicator> host = host_->split(color, name);
     ncclComm_t part = nullptr;
-    FT_NCCL_CHECK(ncclCommSplit(comm_, color, rank(), &part, nullptr));
+    detail::within_deadline(timeout_, "rank " + std::to_string(rank()) + ": splitting the NCCL communicator (" + name + ")",
+                            [&] { FT_NCCL_CHECK(ncclCommSplit(comm_, color, rank(), &part, nullptr)); });
     auto group = std::unique_ptr<Nccl>(new Nccl(std::move(host), part, timeout_));
     group->count_into(*this);
     return group;
