@@ -18,12 +18,15 @@
 #include <nlohmann/json.hpp>
 
 #include "support/command.hpp"
+#include "support/files.hpp"
 
 namespace fs = std::filesystem;
 
 namespace {
 
-const fs::path scratch = fs::temp_directory_path() / ("ft_bench_" + std::to_string(::getpid()));
+// Removed, with everything the runs wrote, when this process exits.
+const ft::testing::TempDir scratch_dir("ft_bench");
+const fs::path& scratch = scratch_dir.path;
 
 // The base recipe: the tiny Llama, 3 steps of 64-token rows.
 fs::path base_recipe() {

@@ -14,11 +14,15 @@
 
 #include <ft/io/model_weights.hpp>
 
+#include "support/files.hpp"
+
 namespace fs = std::filesystem;
 
 namespace {
 
-const fs::path scratch = fs::temp_directory_path() / ("ft_convert_" + std::to_string(::getpid()));
+// Removed, with everything the runs wrote, when this process exits.
+const ft::testing::TempDir scratch_dir("ft_convert");
+const fs::path& scratch = scratch_dir.path;
 const std::string fixtures = std::string(FT_SOURCE_DIR) + "/tests/fixtures";
 
 struct Run {

@@ -17,12 +17,15 @@
 #include <nlohmann/json.hpp>
 
 #include "support/command.hpp"
+#include "support/files.hpp"
 
 namespace fs = std::filesystem;
 
 namespace {
 
-const fs::path scratch = fs::temp_directory_path() / ("ft_estimate_" + std::to_string(::getpid()));
+// Removed, with everything the runs wrote, when this process exits.
+const ft::testing::TempDir scratch_dir("ft_estimate");
+const fs::path& scratch = scratch_dir.path;
 
 using Result = ft::testing::CommandResult;
 

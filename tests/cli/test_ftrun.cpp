@@ -14,6 +14,8 @@
 
 #include <ft/io/safetensors.hpp>
 
+#include "support/files.hpp"
+
 namespace fs = std::filesystem;
 
 namespace {
@@ -23,7 +25,9 @@ struct Run {
   std::string out, err;
 };
 
-const fs::path scratch = fs::temp_directory_path() / ("ft_cli_" + std::to_string(::getpid()));
+// Removed, with everything the runs wrote, when this process exits.
+const ft::testing::TempDir scratch_dir("ft_cli");
+const fs::path& scratch = scratch_dir.path;
 
 std::string slurp(const fs::path& p) {
   std::ifstream in(p);

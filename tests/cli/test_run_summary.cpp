@@ -13,12 +13,15 @@
 #include <nlohmann/json.hpp>
 
 #include "support/command.hpp"
+#include "support/files.hpp"
 
 namespace fs = std::filesystem;
 
 namespace {
 
-const fs::path scratch = fs::temp_directory_path() / ("ft_summary_" + std::to_string(::getpid()));
+// Removed, with everything the runs wrote, when this process exits.
+const ft::testing::TempDir scratch_dir("ft_summary");
+const fs::path& scratch = scratch_dir.path;
 
 // The tiny Llama on rows of 64 artificial tokens: micro-batches of 2 rows, 2 per step.
 std::string recipe(const std::string& name, const std::string& extra = "") {

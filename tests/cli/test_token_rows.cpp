@@ -13,12 +13,15 @@
 #include <nlohmann/json.hpp>
 
 #include "support/command.hpp"
+#include "support/files.hpp"
 
 namespace fs = std::filesystem;
 
 namespace {
 
-const fs::path scratch = fs::temp_directory_path() / ("ft_token_rows_" + std::to_string(::getpid()));
+// Removed, with everything the runs wrote, when this process exits.
+const ft::testing::TempDir scratch_dir("ft_token_rows");
+const fs::path& scratch = scratch_dir.path;
 const fs::path tiny = FT_SOURCE_DIR "/models/ft-tiny-llama";
 
 ft::testing::CommandResult ftrun(const std::string& args, const std::string& name) {

@@ -35,7 +35,9 @@ namespace fs = std::filesystem;
 namespace {
 
 const std::string fixtures = std::string(FT_SOURCE_DIR) + "/tests/fixtures/train";
-const fs::path scratch = fs::temp_directory_path() / ("ft_dp_" + std::to_string(::getpid()));
+// Removed, with everything the runs wrote, when this process exits.
+const ft::testing::TempDir scratch_dir("ft_dp");
+const fs::path& scratch = scratch_dir.path;
 // mpirun refuses root unless told; CI machines run as root.
 const std::string mpi_env = "OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1 ";
 
