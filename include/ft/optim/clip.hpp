@@ -12,6 +12,7 @@
 #include "ft/core/host_device.hpp"
 #include "ft/core/numeric.hpp"
 #include "ft/device/cpu.hpp"
+#include "ft/optim/chunk_squares.hpp"
 #include "ft/tensor/shape.hpp"
 #include "ft/tensor/scratch.hpp"
 
@@ -21,26 +22,6 @@ template <class G>
 struct GradientBuffer {
   G* data;
   index_t size;
-};
-
-// The sum of squares of one chunk, by the team that owns it: each lane
-// walks its stride of the chunk in order, the team adds the lanes' sums.
-// On the CPU the team is one lane, so a chunk is summed in index order.
-template <class G>
-struct ChunkSquares {
-  static constexpr index_t chunk = 1 << 14;
-  const G* x;
-  index_t n;
-  double* partial;  // one per chunk
-
-  template <class Team>
-  FT_HOST_DEVICE void operator()(index_t c, const Team& team) const {
-    double s = 0;
-    const index_t end = c * chunk + chunk < n ? c * chunk + chunk : n;
-    for (index_t i = c * chunk + team.rank; i < end; i += team.size) s += double(x[i]) * double(x[i]);
-    s = team.sum(s);
-    if (team.rank == 0) partial[c] = s;
-  }
 };
 
 template <class G>
@@ -57,7 +38,7 @@ struct ScaleElements {
 // buffer come back to the host in one copy, one wait for the device a step.
 template <class Device = device::Cpu, class G>
 double sum_of_squares(std::span<const GradientBuffer<G>> buffers) {
-  constexpr index_t chunk = ChunkSquares<G>::chunk;
+  constexpr index_t chunk = 1 << 14;
   auto chunks_of = [](const GradientBuffer<G>& b) { return (b.size + chunk - 1) / chunk; };
   index_t total = 0;
   for (const auto& b : buffers) total += chunks_of(b);
@@ -65,7 +46,8 @@ double sum_of_squares(std::span<const GradientBuffer<G>> buffers) {
   memory::Scratch<double, typename Device::Memory> partial(total);
   index_t at = 0;
   for (const auto& b : buffers) {
-    Device::parallel_rows(chunks_of(b), chunk, ChunkSquares<G>{b.data, b.size, partial.data() + at});
+    Device::parallel_rows(chunks_of(b), chunk,
+                          ChunkSquares<Elements<G>>{{b.data}, b.size, chunk, partial.data() + at});
     at += chunks_of(b);
   }
   std::vector<double> host(static_cast<std::size_t>(total));
