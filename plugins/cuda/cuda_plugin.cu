@@ -14,5 +14,6 @@ FT_PLUGIN("ft-cuda", FT_VERSION_STRING,
                               std::tuple<ft::precision::FP32, ft::precision::BF16True, ft::precision::BF16Mixed>,
                               std::tuple<ft::parallel::Single, ft::parallel::DDP, ft::parallel::ZeRO<1>,
                                          ft::parallel::ZeRO<2>, ft::parallel::ZeRO<3>>,
-                              std::tuple<ft::optim::SGD, ft::optim::AdamW, ft::optim::Lion>,
+                              std::tuple<ft::optim::SGD, ft::optim::AdamW, ft::optim::Lion, ft::optim::Adafactor,
+                                         ft::optim::AdamW8bit>,
                               std::tuple<ft::adapters::Full, ft::adapters::LoRA>, std::tuple<ft::device::Cuda>>)

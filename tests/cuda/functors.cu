@@ -22,6 +22,8 @@
 #include <ft/nn/mlp.hpp>
 #include <ft/nn/norm.hpp>
 #include <ft/nn/rope.hpp>
+#include <ft/optim/adafactor.hpp>
+#include <ft/optim/adamw8bit.hpp>
 #include <ft/optim/update.hpp>
 #include <ft/tensor/cuda_memory.hpp>
 
@@ -298,6 +300,56 @@ void optimizers(index_t n) {
   compare("sgd nesterov step", shape, p);
 }
 
+// Adafactor's steps with every scalar path on (relative step scaled by the
+// parameter's RMS, clipping, momentum, weight decay): factored second
+// moments summed down columns in spans of rows on the GPU, whole on the CPU.
+template <class T>
+void adafactors(const ft::Shape& shape, bool momentum) {
+  using A = ft::acc_t<T>;
+  const auto n = std::size_t(shape.numel());
+  Buffer<T> p(random_values<T>(n, 1.0f, 20)), g(random_values<T>(n, 0.1f, 21));
+  ft::optim::AdafactorOptions o;
+  o.clip_threshold = 0.5;
+  o.weight_decay = 0.01;
+  if (momentum) o.beta1 = 0.9;
+  auto host = ft::optim::adafactor_state<A>(shape, o);
+  auto device = ft::optim::adafactor_state<A, ft::memory::CudaDevice>(shape, o);
+  for (std::int64_t step = 1; step <= 3; ++step) {
+    ft::optim::adafactor_step<ft::device::Cpu>(p.at(false), g.at(false), shape, host, o, step);
+    ft::optim::adafactor_step<ft::device::Cuda>(p.at(true), g.at(true), shape, device, o, step);
+  }
+  FT_CUDA_CHECK(cudaDeviceSynchronize());
+  compare(std::string("adafactor step") + (momentum ? " beta1" : ""), shape.str(), p);
+}
+
+// 8-bit AdamW over quantised blocks (and the plain moments of a small
+// tensor): the parameters, and how many of the codes differ from the CPU's.
+template <class T>
+void adamw8bits(index_t n) {
+  using A = ft::acc_t<T>;
+  Buffer<T> p(random_values<T>(std::size_t(n), 1.0f, 22)), g(random_values<T>(std::size_t(n), 0.1f, 23));
+  ft::optim::Hyperparameters h;
+  h.weight_decay = 0.01;
+  auto host = ft::optim::adamw8bit_state<A>(n);
+  auto device = ft::optim::adamw8bit_state<A, ft::memory::CudaDevice>(n);
+  ft::memory::Array<ft::optim::DynamicMap, ft::memory::CudaDevice> maps(2);
+  FT_CUDA_CHECK(cudaMemcpy(maps.data(), ft::optim::host_dynamic_maps(), maps.bytes(), cudaMemcpyHostToDevice));
+  for (std::int64_t step = 1; step <= 3; ++step) {
+    ft::optim::adamw8bit_step<ft::device::Cpu>(p.at(false), g.at(false), n, host, ft::optim::host_dynamic_maps(), h,
+                                               step);
+    ft::optim::adamw8bit_step<ft::device::Cuda>(p.at(true), g.at(true), n, device, maps.data(), h, step);
+  }
+  FT_CUDA_CHECK(cudaDeviceSynchronize());
+  compare("adamw8bit step", std::to_string(n), p);
+  if (!host.quantized()) return;
+  std::vector<std::uint8_t> codes(host.v_q.size());
+  FT_CUDA_CHECK(cudaMemcpy(codes.data(), device.v_q.data(), codes.size(), cudaMemcpyDeviceToHost));
+  std::size_t differ = 0;
+  for (std::size_t i = 0; i < codes.size(); ++i) differ += codes[i] != host.v_q.data()[i];
+  report<T>("adamw8bit exp_avg_sq codes", std::to_string(n), double(differ) / double(codes.size()),
+            1e-3 / tolerance<T>());  // a fraction of codes, allowed 0.1%
+}
+
 // cuBLASLt against BLAS, every transpose pair, with leading dimensions wider
 // than the rows (a view into a larger matrix) and beta != 0.
 template <class T>
@@ -339,6 +391,11 @@ void every_op() {
   attentions<T>({1, 777, 4, 4, 64, 300}, false);
   attentions<T>({1, 150, 4, 2, 96, 0}, true);
   optimizers<T>(100003);
+  adafactors<T>(ft::Shape{300, 577}, false);
+  adafactors<T>(ft::Shape{3, 40, 33}, true);
+  adafactors<T>(ft::Shape{10000}, true);
+  adamw8bits<T>(100003);
+  adamw8bits<T>(1000);
   ft::cuda::Blas blas;
   gemms<T>(blas, 64, 48, 96);
   gemms<T>(blas, 333, 1536, 576);

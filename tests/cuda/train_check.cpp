@@ -1,8 +1,9 @@
 // `ftrun train` on a GPU against the same recipe on the CPU, from the outside:
 // ft's tiny Llama (models/ft-tiny-llama) on artificial token rows, two micro-batches a step,
-// clipping at 1.0, AdamW, a validation pass every 3 steps; once fp32 with
-// full fine-tuning, once bf16-mixed with LoRA, once bf16-mixed full under
-// ZeRO-2 and once fp32 full under ZeRO-3 (through NCCL, one rank). Step for step, the GPU's loss
+// clipping at 1.0, a validation pass every 3 steps; with AdamW once fp32
+// with full fine-tuning, once bf16-mixed with LoRA, once bf16-mixed full
+// under ZeRO-2 and once fp32 full under ZeRO-3 (through NCCL, one rank);
+// then Adafactor, and 8-bit AdamW under ZeRO-2, fp32 full. Step for step, the GPU's loss
 // and gradient norm follow the CPU's, and so does the validation loss, within
 // a relative tolerance per precision. Exits 77 (skipped) where the CUDA
 // plugin finds no GPU.
@@ -77,15 +78,19 @@ int main(int argc, char** argv) {
     const char* precision;
     const char* adapter;
     const char* parallelism;
+    const char* optimizer;
     double loss_tolerance, grad_norm_tolerance;
   };
   // bf16-mixed: the products round their inputs to bf16 and sum in another order on each device.
   // zero2 on one rank: gradients reduce-scattered and values all-gathered through NCCL on the GPU;
   // zero3: the model's shards in the GPU's memory, each stage gathered before it runs.
-  const Case cases[] = {{"fp32-full", "fp32", "full", "single", 1e-5, 1e-5},
-                        {"bf16-mixed-lora", "bf16-mixed", "lora", "single", 1e-3, 1e-2},
-                        {"bf16-mixed-full-zero2", "bf16-mixed", "full", "zero2", 1e-3, 1e-2},
-                        {"fp32-full-zero3", "fp32", "full", "zero3", 1e-5, 1e-5}};
+  // adamw8bit: a moment near the midpoint between two codes may take the other one on the GPU.
+  const Case cases[] = {{"fp32-full", "fp32", "full", "single", "adamw", 1e-5, 1e-5},
+                        {"bf16-mixed-lora", "bf16-mixed", "lora", "single", "adamw", 1e-3, 1e-2},
+                        {"bf16-mixed-full-zero2", "bf16-mixed", "full", "zero2", "adamw", 1e-3, 1e-2},
+                        {"fp32-full-zero3", "fp32", "full", "zero3", "adamw", 1e-5, 1e-5},
+                        {"fp32-full-adafactor", "fp32", "full", "single", "adafactor", 1e-5, 1e-5},
+                        {"fp32-full-adamw8bit-zero2", "fp32", "full", "zero2", "adamw8bit", 1e-4, 1e-3}};
   bool ok = true;
   std::printf("| run | steps | loss | grad norm | validation loss | |\n|---|---|---|---|---|---|\n");
   for (const Case& c : cases) {
@@ -93,7 +98,7 @@ int main(int argc, char** argv) {
     std::ofstream(recipe) << "[model]\npath = \"" << model << "\"\n"
                           << "[strategy]\nprecision = \"" << c.precision << "\"\nadapter = \"" << c.adapter << "\"\n"
                           << "parallelism = \"" << c.parallelism << "\"\n"
-                          << "optimizer = \"adamw\"\n"
+                          << "optimizer = \"" << c.optimizer << "\"\n"
                           << "[data]\ntrain = \"artificial:tokens-64-entries-256\"\nformat = \"tokens\"\n"
                           << "max_seq_length = 64\nvalidation_split = 0.1\n"
                           << "[train]\nper_device_train_batch_size = 4\ngradient_accumulation_steps = 2\n"

@@ -154,7 +154,7 @@ TEST_CASE("Adafactor keeps R + C numbers for a matrix and gives the same bits wi
       auto state = optim::adafactor_state<float>(shape, o);
       for (std::int64_t step = 1; step <= 3; ++step) optim::adafactor_step(p.data(), g.data(), shape, state, o, step);
       results.push_back(p);
-      states.push_back(state);
+      states.push_back(std::move(state));
     }
     omp_set_num_threads(threads);
     CHECK(same_bits(results[0], results[1]));

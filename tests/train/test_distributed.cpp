@@ -285,6 +285,17 @@ TEST_CASE("the CPU standing in for a device trains bit for bit what the CPU trai
                              "optimizer_offload = true\n",
                              2, 2},
                         Case{"device_zero3_offload", "adapter = \"full\"\nparallelism = \"zero3\"\noptimizer_offload = true\n",
+                             2, 2},
+                        // Optimizers whose state is per tensor: Adafactor's factored moments, 8-bit
+                        // AdamW's codes and block scales, stepped in the device's memory.
+                        Case{"device_adafactor_single", "adapter = \"full\"\noptimizer = \"adafactor\"\n", 4, 1},
+                        Case{"device_adafactor_zero2_mixed_lora",
+                             "adapter = \"lora\"\nparallelism = \"zero2\"\nprecision = \"bf16-mixed\"\n"
+                             "optimizer = \"adafactor\"\n",
+                             2, 2, lora},
+                        Case{"device_adamw8bit_zero3_mixed",
+                             "adapter = \"full\"\nparallelism = \"zero3\"\nprecision = \"bf16-mixed\"\n"
+                             "optimizer = \"adamw8bit\"\n",
                              2, 2}}) {
     CAPTURE(c.name);
     const fs::path cpu = recipe(c.name + "_cpu", c.strategy, c.rows, c.ranks);

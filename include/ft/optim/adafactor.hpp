@@ -21,21 +21,29 @@
 //
 // RMS(p) and RMS(u) are sums over the whole tensor. They are taken in a fixed
 // order -- one partial sum per matrix row (per 4096-element chunk for a
-// vector), each on one thread, then the partials added one after another --
-// never with an OpenMP reduction, whose combine order varies. A step thus gives
-// the same bits with any number of threads, and a resumed run stays bit-exact.
-// Sums accumulate in double.
+// vector), the partials then added one after another -- never with a
+// reduction whose combine order varies. The column means of q are sums down
+// each column in spans of Device::column_rows rows (every row on the CPU),
+// the spans added in order. A step thus gives the same bits with any number
+// of threads, and a resumed run stays bit-exact. Sums accumulate in double.
+//
+// Every pass is a functor over the state in the device's memory (device/);
+// the scalars a step needs (lr_t, the clipping divisor) are computed there
+// too, by one task, so a step on a GPU never waits for the host.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <optional>
 #include <string>
-#include <vector>
+#include <type_traits>
 
 #include "ft/core/error.hpp"
+#include "ft/core/host_device.hpp"
 #include "ft/core/numeric.hpp"
-#include "ft/kernels/cpu/launch.hpp"
-#include "ft/tensor/memory.hpp"
+#include "ft/device/cpu.hpp"
+#include "ft/optim/chunk_squares.hpp"
+#include "ft/tensor/array.hpp"
+#include "ft/tensor/scratch.hpp"
 #include "ft/tensor/shape.hpp"
 
 namespace ft::optim {
@@ -52,11 +60,12 @@ struct AdafactorOptions {
   bool warmup_init = false;     // with relative_step: rise as 1e-6 t
 };
 
-template <class S = float>
+// The state of one tensor, in a memory space (a device's, or the host's).
+template <class S = float, memory::memory_space Space = memory::Host>
 struct AdafactorState {
-  memory::HostVector<S> row, col;  // factored: running means of q over each row / column, matrix after matrix
-  memory::HostVector<S> full;      // not factored: running q per element
-  memory::HostVector<S> momentum;  // with beta1
+  memory::Array<S, Space> row, col;  // factored: running means of q over each row / column, matrix after matrix
+  memory::Array<S, Space> full;      // not factored: running q per element
+  memory::Array<S, Space> momentum;  // with beta1
 };
 
 // How a shape is seen: `batch` matrices of rows x cols when factored.
@@ -86,160 +95,259 @@ inline void check_adafactor_options(const AdafactorOptions& o) {
   if (o.beta1 && !(*o.beta1 >= 0 && *o.beta1 < 1)) throw Error("adafactor: beta1 must be in [0, 1)");
 }
 
-// lr_t of the definition above; what a trainer logs as the learning rate.
-inline double adafactor_learning_rate(const AdafactorOptions& o, std::int64_t step, double parameter_rms) {
-  double rho = o.lr.value_or(0.0);
-  if (o.relative_step) rho = std::min(o.warmup_init ? 1e-6 * double(step) : 1e-2, 1.0 / std::sqrt(double(step)));
-  const double scale = o.scale_parameter ? std::max(o.eps2, parameter_rms) : 1.0;
-  return scale * rho;
+// rho of the definition above: lr_t before the parameter's scale.
+inline double adafactor_rho(const AdafactorOptions& o, std::int64_t step) {
+  if (!o.relative_step) return o.lr.value_or(0.0);
+  return std::min(o.warmup_init ? 1e-6 * double(step) : 1e-2, 1.0 / std::sqrt(double(step)));
 }
 
-template <class S = float>
-AdafactorState<S> adafactor_state(const Shape& shape, const AdafactorOptions& o) {
+template <class S = float, memory::memory_space Space = memory::Host>
+AdafactorState<S, Space> adafactor_state(const Shape& shape, const AdafactorOptions& o) {
   check_adafactor_options(o);
   const AdafactorLayout l(shape);
-  AdafactorState<S> s;
+  using Values = memory::Array<S, Space>;  // zero-filled
+  AdafactorState<S, Space> s;
   if (l.factored) {
-    s.row.assign(std::size_t(l.batch * l.rows), S(0.0f));
-    s.col.assign(std::size_t(l.batch * l.cols), S(0.0f));
+    s.row = Values(std::size_t(l.batch * l.rows));
+    s.col = Values(std::size_t(l.batch * l.cols));
   } else {
-    s.full.assign(std::size_t(l.size()), S(0.0f));
+    s.full = Values(std::size_t(l.size()));
   }
-  if (o.beta1) s.momentum.assign(std::size_t(l.size()), S(0.0f));
+  if (o.beta1) s.momentum = Values(std::size_t(l.size()));
   return s;
 }
 
 namespace detail {
 
 inline constexpr index_t adafactor_chunk = 4096;  // partial sums of a vector
-inline constexpr index_t adafactor_column_block = 64;
 
-// The sum of part(0) + part(1) + ... in that order; the parts run in parallel.
-template <class F>
-double ordered_sum(index_t parts, const F& part) {
-  std::vector<double> partial(std::size_t(parts), 0.0);
-  cpu::parallel_for(parts, [&](index_t q) { partial[std::size_t(q)] = part(q); });
-  double sum = 0;
-  for (double x : partial) sum += x;
-  return sum;
+// q = g^2 + eps1, the quantity the second moment averages.
+template <class G, class A>
+FT_HOST_DEVICE A adafactor_q(const G* g, index_t k, A eps1) {
+  return A(g[k]) * A(g[k]) + eps1;
 }
+
+// row_r = b2_t row_r + (1 - b2_t) mean_j q_rj, one team per row.
+template <class G, class S>
+struct AdafactorRowMoment {
+  using A = acc_t<S>;
+  S* row;
+  const G* g;
+  index_t C;
+  A keep, add, eps1;
+
+  template <class Team>
+  FT_HOST_DEVICE void operator()(index_t r, const Team& team) const {
+    double sum = 0;
+    for (index_t j = team.rank; j < C; j += team.size) sum += double(adafactor_q(g, r * C + j, eps1));
+    sum = team.sum(sum);
+    if (team.rank == 0) row[r] = S(keep * A(row[r]) + add * A(sum / double(C)));
+  }
+};
+
+// Sums of q down Width columns over one span of rows, into partials
+// [batch, spans, C]. Width columns per task keep the CPU's reads along
+// cache lines; a GPU takes one column per thread.
+template <class G, class A, int Width>
+struct AdafactorColumnPartial {
+  const G* g;
+  double* partial;
+  index_t R, C, rows, spans, blocks;
+  A eps1;
+
+  FT_HOST_DEVICE void operator()(index_t task) const {
+    const index_t b = task / (spans * blocks), span = task / blocks % spans, j0 = task % blocks * Width;
+    const index_t width = C - j0 < Width ? C - j0 : Width;
+    const index_t i0 = span * rows, i1 = i0 + rows < R ? i0 + rows : R;
+    double sum[Width] = {};
+    for (index_t i = i0; i < i1; ++i)
+      for (index_t j = 0; j < width; ++j) sum[j] += double(adafactor_q(g, (b * R + i) * C + j0 + j, eps1));
+    for (index_t j = 0; j < width; ++j) partial[(b * spans + span) * C + j0 + j] = sum[j];
+  }
+};
+
+// col_c = b2_t col_c + (1 - b2_t) mean_i q_ic from the spans' partials, in order.
+template <class S>
+struct AdafactorColumnMoment {
+  using A = acc_t<S>;
+  S* col;
+  const double* partial;
+  index_t R, C, spans;
+  A keep, add;
+
+  FT_HOST_DEVICE void operator()(index_t bc) const {
+    const index_t b = bc / C, j = bc % C;
+    double sum = 0;
+    for (index_t span = 0; span < spans; ++span) sum += partial[(b * spans + span) * C + j];
+    col[bc] = S(keep * A(col[bc]) + add * A(sum / double(R)));
+  }
+};
+
+// full_k = b2_t full_k + (1 - b2_t) q_k.
+template <class G, class S>
+struct AdafactorFullMoment {
+  using A = acc_t<S>;
+  S* full;
+  const G* g;
+  A keep, add, eps1;
+
+  FT_HOST_DEVICE void operator()(index_t k) const { full[k] = S(keep * A(full[k]) + add * adafactor_q(g, k, eps1)); }
+};
+
+// The mean of each matrix's row moments, one task per matrix.
+template <class S>
+struct AdafactorRowMean {
+  using A = acc_t<S>;
+  A* mean;
+  const S* row;
+  index_t R;
+
+  FT_HOST_DEVICE void operator()(index_t b) const {
+    double sum = 0;
+    for (index_t i = 0; i < R; ++i) sum += double(A(row[b * R + i]));
+    mean[b] = A(sum / double(R));
+  }
+};
+
+// rsqrt(row_r / mean(row)) and rsqrt(col_c): the factors of u = factor_r factor_c g.
+template <class S>
+struct AdafactorFactors {
+  using A = acc_t<S>;
+  A *row_factor, *col_factor;
+  const S *row, *col;
+  const A* mean;
+  index_t R, rows;  // rows: batch R; the tasks past them are columns
+
+  FT_HOST_DEVICE void operator()(index_t t) const {
+    if (t < rows)
+      row_factor[t] = A(1) / std::sqrt(A(row[t]) / mean[t / R]);
+    else
+      col_factor[t - rows] = A(1) / std::sqrt(A(col[t - rows]));
+  }
+};
+
+// The raw update u of element k: rsqrt of its second moment (factored or
+// not) times its gradient. The same expression feeds RMS(u) and the step.
+template <class G, class S>
+struct AdafactorRawUpdate {
+  using A = acc_t<S>;
+  const G* g;
+  const A *row_factor, *col_factor;  // factored
+  const S* full;                     // not factored
+  index_t R, C;
+  bool factored;
+
+  FT_HOST_DEVICE A operator()(index_t k) const {
+    if (!factored) return A(1) / std::sqrt(A(full[k])) * A(g[k]);
+    const index_t r = k / C, j = k - r * C;
+    return row_factor[r] * col_factor[(r / R) * C + j] * A(g[k]);
+  }
+};
+
+// lr_t and the clipping divisor from the two ordered sums of squares, by one
+// task: scalars = {lr_t, max(1, RMS(u) / clip_threshold)}.
+struct AdafactorScalars {
+  double* scalars;
+  const double* parameter_partial;  // null without scale_parameter
+  const double* update_partial;
+  index_t parts;
+  double n, rho, eps2, clip_threshold;
+
+  FT_HOST_DEVICE void operator()(index_t) const {
+    double scale = 1;
+    if (parameter_partial) {
+      double sum = 0;
+      for (index_t c = 0; c < parts; ++c) sum += parameter_partial[c];
+      const double rms = std::sqrt(sum) / std::sqrt(n);
+      scale = eps2 < rms ? rms : eps2;
+    }
+    double sum = 0;
+    for (index_t c = 0; c < parts; ++c) sum += update_partial[c];
+    const double clip = std::sqrt(sum) / std::sqrt(n) / clip_threshold;
+    scalars[0] = scale * rho;
+    scalars[1] = clip < 1.0 ? 1.0 : clip;
+  }
+};
+
+// u = lr_t u / divisor; with beta1 m = beta1 m + (1 - beta1) u, u = m; p -= weight_decay lr_t p + u.
+template <class T, class G, class S>
+struct AdafactorApply {
+  using A = acc_t<S>;
+  T* p;
+  S* momentum;  // null without beta1
+  AdafactorRawUpdate<G, S> raw;
+  const double* scalars;
+  A beta1, one_minus_beta1;
+  double weight_decay;
+
+  FT_HOST_DEVICE void operator()(index_t k) const {
+    const A rate = A(scalars[0]), divisor = A(scalars[1]);
+    A u = raw(k) / divisor * rate;
+    if (momentum) {
+      momentum[k] = S(beta1 * A(momentum[k]) + one_minus_beta1 * u);
+      u = A(momentum[k]);
+    }
+    A param = A(p[k]);
+    if (weight_decay != 0) param = param + A(-weight_decay * scalars[0]) * param;
+    p[k] = T(param - u);
+  }
+};
 
 }  // namespace detail
 
-// One step; `step` counts from 1.
-template <class T, class G, class S>
-void adafactor_step(T* p, const G* g, const Shape& shape, AdafactorState<S>& s, const AdafactorOptions& o,
+// One step on a device, the state in its memory; `step` counts from 1.
+template <class Device = device::Cpu, class T, class G, class S, class Space>
+void adafactor_step(T* p, const G* g, const Shape& shape, AdafactorState<S, Space>& s, const AdafactorOptions& o,
                     std::int64_t step) {
-  using A = acc_t<T>;
+  static_assert(std::is_same_v<Space, typename Device::Memory>, "the state must live in the device's memory");
+  using A = acc_t<S>;
+  static_assert(std::is_same_v<A, acc_t<T>>, "the state accumulates in the parameters' type");
+  using Memory = typename Device::Memory;
   const AdafactorLayout l(shape);
   const index_t n = l.size(), R = l.rows, C = l.cols;
-  const auto want = [](const memory::HostVector<S>& v, index_t size) { return index_t(v.size()) == size; };
+  const auto want = [](const memory::Array<S, Space>& v, index_t size) { return index_t(v.size()) == size; };
   if (!(l.factored ? want(s.row, l.batch * R) && want(s.col, l.batch * C) : want(s.full, n)) ||
       !want(s.momentum, o.beta1 ? n : 0))
     throw Error("adafactor: the state does not fit a parameter of shape " + shape.str() + " with these options");
   if (n == 0) return;
-  const index_t chunks = (n + detail::adafactor_chunk - 1) / detail::adafactor_chunk;
-  const auto chunk_sum = [&](index_t q, const auto& term) {
-    double sum = 0;
-    for (index_t k = q * detail::adafactor_chunk; k < std::min(n, (q + 1) * detail::adafactor_chunk); ++k)
-      sum += term(k);
-    return sum;
-  };
+  // Partial sums by matrix row, or by chunk of a vector.
+  const index_t chunk = l.factored ? C : detail::adafactor_chunk, parts = (n + chunk - 1) / chunk;
+  memory::Scratch<double, Memory> sums(2 * parts + 2);
+  double *parameter_partial = sums.data(), *update_partial = sums.data() + parts, *scalars = sums.data() + 2 * parts;
+  if (o.scale_parameter)
+    Device::parallel_rows(parts, chunk, ChunkSquares<Elements<T>>{{p}, n, chunk, parameter_partial});
 
-  double parameter_rms = 0;
-  if (o.scale_parameter) {
-    const auto square = [&](index_t k) { return double(A(p[k])) * double(A(p[k])); };
-    const double sum =
-        l.factored ? detail::ordered_sum(l.batch * R,
-                                         [&](index_t r) {
-                                           double part = 0;
-                                           for (index_t k = r * C; k < (r + 1) * C; ++k) part += square(k);
-                                           return part;
-                                         })
-                   : detail::ordered_sum(chunks, [&](index_t c) { return chunk_sum(c, square); });
-    parameter_rms = std::sqrt(sum) / std::sqrt(double(n));
-  }
-  const double lr = adafactor_learning_rate(o, step, parameter_rms);
   const double beta2t = 1.0 - std::pow(double(step), o.decay_rate);
   const A keep = A(beta2t), add = A(1.0 - beta2t), eps1 = A(o.eps1);
-  const auto q = [&](index_t k) { return A(g[k]) * A(g[k]) + eps1; };
-
-  // Second moment, and the factors whose product with g is the raw update u.
-  std::vector<A> row_factor, col_factor;
+  // The second moment, and the factors whose product with g is the raw update.
+  const index_t factor_count = l.factored ? l.batch * (R + C + 1) : 0;
+  memory::Scratch<A, Memory> factors(factor_count);
+  A *row_factor = factors.data(), *col_factor = row_factor + l.batch * R, *mean = col_factor + l.batch * C;
   if (l.factored) {
-    S* row = s.row.data();
-    S* col = s.col.data();
-    cpu::parallel_for(l.batch * R, [&](index_t r) {
-      double sum = 0;
-      for (index_t j = 0; j < C; ++j) sum += double(q(r * C + j));
-      row[r] = S(keep * A(row[r]) + add * A(sum / double(C)));
-    });
-    const index_t blocks = (C + detail::adafactor_column_block - 1) / detail::adafactor_column_block;
-    cpu::parallel_for(l.batch * blocks, [&](index_t bb) {
-      const index_t b = bb / blocks, j0 = (bb % blocks) * detail::adafactor_column_block;
-      const index_t width = std::min(detail::adafactor_column_block, C - j0);
-      double sum[detail::adafactor_column_block] = {};
-      for (index_t i = 0; i < R; ++i)
-        for (index_t j = 0; j < width; ++j) sum[j] += double(q((b * R + i) * C + j0 + j));
-      for (index_t j = 0; j < width; ++j) {
-        S& c = col[b * C + j0 + j];
-        c = S(keep * A(c) + add * A(sum[j] / double(R)));
-      }
-    });
-    row_factor.resize(std::size_t(l.batch * R));
-    col_factor.resize(std::size_t(l.batch * C));
-    for (index_t b = 0; b < l.batch; ++b) {
-      double sum = 0;
-      for (index_t i = 0; i < R; ++i) sum += double(A(row[b * R + i]));
-      const A mean = A(sum / double(R));
-      for (index_t i = 0; i < R; ++i)
-        row_factor[std::size_t(b * R + i)] = A(1) / std::sqrt(A(row[b * R + i]) / mean);
-    }
-    for (index_t c = 0; c < l.batch * C; ++c) col_factor[std::size_t(c)] = A(1) / std::sqrt(A(col[c]));
+    Device::parallel_rows(l.batch * R, C, detail::AdafactorRowMoment<G, S>{s.row.data(), g, C, keep, add, eps1});
+    constexpr int width = Device::column_rows > 0 ? 1 : 64;
+    const index_t rows = Device::column_rows > 0 && Device::column_rows < R ? Device::column_rows : R;
+    const index_t spans = (R + rows - 1) / rows, blocks = (C + width - 1) / width;
+    memory::Scratch<double, Memory> column_partial(l.batch * spans * C);
+    Device::parallel_for(l.batch * spans * blocks, detail::AdafactorColumnPartial<G, A, width>{
+                                                       g, column_partial.data(), R, C, rows, spans, blocks, eps1});
+    Device::parallel_for(l.batch * C, detail::AdafactorColumnMoment<S>{s.col.data(), column_partial.data(), R, C,
+                                                                        spans, keep, add});
+    Device::parallel_for(l.batch, detail::AdafactorRowMean<S>{mean, s.row.data(), R});
+    Device::parallel_for(l.batch * (R + C), detail::AdafactorFactors<S>{row_factor, col_factor, s.row.data(),
+                                                                         s.col.data(), mean, R, l.batch * R});
   } else {
-    S* full = s.full.data();
-    cpu::parallel_for(n, [&](index_t k) { full[k] = S(keep * A(full[k]) + add * q(k)); });
+    Device::parallel_for(n, detail::AdafactorFullMoment<G, S>{s.full.data(), g, keep, add, eps1});
   }
-  // The raw update u of a matrix element (r counts rows across the stack) and
-  // of a vector element; each is the same expression in both passes below.
-  const A* rf = row_factor.data();
-  const A* cf = col_factor.data();
-  const S* full = s.full.data();
-  const auto matrix_u = [&](index_t r, index_t j) { return rf[r] * cf[(r / R) * C + j] * A(g[r * C + j]); };
-  const auto vector_u = [&](index_t k) { return A(1) / std::sqrt(A(full[k])) * A(g[k]); };
-  const auto square = [](A u) { return double(u) * double(u); };
-  const double sum_u =
-      l.factored ? detail::ordered_sum(l.batch * R,
-                                       [&](index_t r) {
-                                         double part = 0;
-                                         for (index_t j = 0; j < C; ++j) part += square(matrix_u(r, j));
-                                         return part;
-                                       })
-                 : detail::ordered_sum(chunks, [&](index_t c) {
-                     return chunk_sum(c, [&](index_t k) { return square(vector_u(k)); });
-                   });
-  const double update_rms = std::sqrt(sum_u) / std::sqrt(double(n));
+  const detail::AdafactorRawUpdate<G, S> raw{g, row_factor, col_factor, s.full.data(), R, C, l.factored};
+  Device::parallel_rows(parts, chunk, ChunkSquares<detail::AdafactorRawUpdate<G, S>>{raw, n, chunk, update_partial});
 
-  const A divisor = A(std::max(update_rms / o.clip_threshold, 1.0)), rate = A(lr);
-  const A beta1 = A(o.beta1.value_or(0.0)), one_minus_beta1 = A(1.0 - o.beta1.value_or(0.0));
-  const A decay = A(-o.weight_decay * lr);
-  S* m = s.momentum.data();
-  const auto apply = [&](index_t k, A u) {
-    u = u / divisor * rate;
-    if (o.beta1) {
-      m[k] = S(beta1 * A(m[k]) + one_minus_beta1 * u);
-      u = A(m[k]);
-    }
-    A param = A(p[k]);
-    if (o.weight_decay != 0) param = param + decay * param;
-    p[k] = T(param - u);
-  };
-  if (l.factored)
-    cpu::parallel_for(l.batch * R, [&](index_t r) {
-      for (index_t j = 0; j < C; ++j) apply(r * C + j, matrix_u(r, j));
-    });
-  else
-    cpu::parallel_for(n, [&](index_t k) { apply(k, vector_u(k)); });
+  Device::parallel_for(1, detail::AdafactorScalars{scalars, o.scale_parameter ? parameter_partial : nullptr,
+                                                   update_partial, parts, double(n), adafactor_rho(o, step), o.eps2,
+                                                   o.clip_threshold});
+  const double beta1 = o.beta1.value_or(0.0);
+  Device::parallel_for(n, detail::AdafactorApply<T, G, S>{p, o.beta1 ? s.momentum.data() : nullptr, raw, scalars,
+                                                          A(beta1), A(1.0 - beta1), o.weight_decay});
 }
 
 }  // namespace ft::optim

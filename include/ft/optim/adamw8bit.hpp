@@ -48,14 +48,14 @@
 #include <cmath>
 #include <cstdint>
 #include <string>
-#include <vector>
+#include <type_traits>
 
 #include "ft/core/error.hpp"
 #include "ft/core/host_device.hpp"
 #include "ft/core/numeric.hpp"
-#include "ft/kernels/cpu/launch.hpp"
+#include "ft/device/cpu.hpp"
 #include "ft/optim/update.hpp"
-#include "ft/tensor/memory.hpp"
+#include "ft/tensor/array.hpp"
 #include "ft/tensor/shape.hpp"
 
 namespace ft::optim {
@@ -100,38 +100,39 @@ inline DynamicMap make_dynamic_map(bool is_signed) {
   return map;
 }
 
-inline const DynamicMap& signed_dynamic_map() {
-  static const DynamicMap map = make_dynamic_map(true);
-  return map;
+// Both maps, signed then unsigned, in host memory. A device steps with its
+// own copy of them (the optimizer keeps one in the device's memory).
+inline const DynamicMap* host_dynamic_maps() {
+  static const std::array<DynamicMap, 2> maps{make_dynamic_map(true), make_dynamic_map(false)};
+  return maps.data();
 }
-inline const DynamicMap& unsigned_dynamic_map() {
-  static const DynamicMap map = make_dynamic_map(false);
-  return map;
-}
+inline const DynamicMap& signed_dynamic_map() { return host_dynamic_maps()[0]; }
+inline const DynamicMap& unsigned_dynamic_map() { return host_dynamic_maps()[1]; }
 
-// Plain arrays, so a checkpoint saves and restores them byte for byte. A
+// The state of one tensor in a memory space (a device's, or the host's), as
+// plain arrays, so a checkpoint saves and restores it byte for byte. A
 // tensor of n >= 4096 elements has codes and absmax; a smaller one m and v.
-template <class S = float>
+template <class S = float, memory::memory_space Space = memory::Host>
 struct AdamW8bitState {
-  memory::HostVector<std::uint8_t> m_q, v_q;     // one code per element
-  memory::HostVector<float> m_absmax, v_absmax;  // one scale per block of 256 elements
-  memory::HostVector<S> m, v;                    // the moments of a small tensor
+  memory::Array<std::uint8_t, Space> m_q, v_q;     // one code per element
+  memory::Array<float, Space> m_absmax, v_absmax;  // one scale per block of 256 elements
+  memory::Array<S, Space> m, v;                    // the moments of a small tensor
 
   bool quantized() const { return !m_q.empty(); }
 };
 
-template <class S = float>
-AdamW8bitState<S> adamw8bit_state(index_t n) {
-  AdamW8bitState<S> s;
+template <class S = float, memory::memory_space Space = memory::Host>
+AdamW8bitState<S, Space> adamw8bit_state(index_t n) {
+  AdamW8bitState<S, Space> s;  // zero-filled: code 0 is 0 in both maps
   if (n >= adamw8bit_min_size) {
     const auto blocks = std::size_t((n + adamw8bit_block - 1) / adamw8bit_block);
-    s.m_q.assign(std::size_t(n), 0);  // code 0 is 0 in both maps
-    s.v_q.assign(std::size_t(n), 0);
-    s.m_absmax.assign(blocks, 0.0f);
-    s.v_absmax.assign(blocks, 0.0f);
+    s.m_q = memory::Array<std::uint8_t, Space>(std::size_t(n));
+    s.v_q = memory::Array<std::uint8_t, Space>(std::size_t(n));
+    s.m_absmax = memory::Array<float, Space>(blocks);
+    s.v_absmax = memory::Array<float, Space>(blocks);
   } else {
-    s.m.assign(std::size_t(n), S(0.0f));
-    s.v.assign(std::size_t(n), S(0.0f));
+    s.m = memory::Array<S, Space>(std::size_t(n));
+    s.v = memory::Array<S, Space>(std::size_t(n));
   }
   return s;
 }
@@ -177,9 +178,13 @@ struct AdamW8bitBlockUpdate {
   }
 };
 
-// One step over a flat shard of n elements; `step` counts from 1.
-template <class T, class G, class S>
-void adamw8bit_step(T* p, const G* g, index_t n, AdamW8bitState<S>& s, const Hyperparameters& h, std::int64_t step) {
+// One step over a flat shard of n elements on a device, the state and
+// `maps` (host_dynamic_maps()'s two, copied) in its memory; `step` counts
+// from 1.
+template <class Device, class T, class G, class S, class Space>
+void adamw8bit_step(T* p, const G* g, index_t n, AdamW8bitState<S, Space>& s, const DynamicMap* maps,
+                    const Hyperparameters& h, std::int64_t step) {
+  static_assert(std::is_same_v<Space, typename Device::Memory>, "the state must live in the device's memory");
   using A = acc_t<T>;
   const auto size = std::size_t(n), blocks = std::size_t((n + adamw8bit_block - 1) / adamw8bit_block);
   const bool fits = n >= adamw8bit_min_size
@@ -190,17 +195,22 @@ void adamw8bit_step(T* p, const G* g, index_t n, AdamW8bitState<S>& s, const Hyp
     throw Error("adamw8bit: the optimizer state does not fit a parameter of " + std::to_string(n) +
                 " elements; make it with adamw8bit_state(" + std::to_string(n) + ")");
   if (!s.quantized()) {
-    adamw_step(p, g, s.m.data(), s.v.data(), n, h, step);
+    adamw_step<Device>(p, g, s.m.data(), s.v.data(), n, h, step);
     return;
   }
   const A lr = A(h.lr), beta1 = A(h.beta1), beta2 = A(h.beta2);
   const A bias1 = A(1) - std::pow(beta1, A(step)), bias2 = A(1) - std::pow(beta2, A(step));
-  cpu::parallel_for(index_t(blocks),
-                    AdamW8bitBlockUpdate<T, G>{p, g, n, s.m_q.data(), s.v_q.data(), s.m_absmax.data(),
-                                               s.v_absmax.data(), &signed_dynamic_map(), &unsigned_dynamic_map(),
-                                               beta1, A(1) - beta1, beta2, A(1) - beta2, A(h.eps),
-                                               std::fma(-lr, A(h.weight_decay), A(1)), lr / bias1,
-                                               std::sqrt(bias2)});
+  Device::parallel_for(index_t(blocks),
+                       AdamW8bitBlockUpdate<T, G>{p, g, n, s.m_q.data(), s.v_q.data(), s.m_absmax.data(),
+                                                  s.v_absmax.data(), maps, maps + 1, beta1, A(1) - beta1, beta2,
+                                                  A(1) - beta2, A(h.eps), std::fma(-lr, A(h.weight_decay), A(1)),
+                                                  lr / bias1, std::sqrt(bias2)});
+}
+
+// The same step on the CPU, with the host's maps.
+template <class T, class G, class S>
+void adamw8bit_step(T* p, const G* g, index_t n, AdamW8bitState<S>& s, const Hyperparameters& h, std::int64_t step) {
+  adamw8bit_step<device::Cpu>(p, g, n, s, host_dynamic_maps(), h, step);
 }
 
 }  // namespace ft::optim

@@ -25,7 +25,7 @@
 #include "ft/optim/optimizer.hpp"
 #include "ft/optim/update.hpp"
 #include "ft/recipe/recipe.hpp"
-#include "ft/tensor/tensor.hpp"
+#include "ft/tensor/array.hpp"
 
 namespace ft::train {
 
@@ -72,35 +72,29 @@ namespace detail {
 template <class M>
 using state_t = std::conditional_t<std::is_same_v<M, bf16>, bf16, acc_t<M>>;
 
-template <class V>
+// A state array in a device's memory (the host's for device::Cpu).
+template <class Device, class V>
 StateArray array(const std::string& name, V& v) {
   using S = typename V::value_type;
-  return {name, io::safetensors_dtype_of<S>(), v.data(), v.size() * sizeof(S)};
-}
-
-// A state tensor in a device's memory.
-template <class Device, class S, class Space>
-StateArray array(const std::string& name, Tensor<S, Space>& t) {
-  return {name, io::safetensors_dtype_of<S>(), t.data(), std::size_t(t.numel()) * sizeof(S), -1, 0,
-          &Device::to_host, &Device::from_host};
+  return {name, io::safetensors_dtype_of<S>(), v.data(), v.size() * sizeof(S), -1, 0, &Device::to_host,
+          &Device::from_host};
 }
 
 // State arrays that exist (an optimizer keeps only what a tensor's shape needs).
-template <class V>
+template <class Device, class V>
 void add_nonempty(std::vector<StateArray>& out, const std::string& name, V& v) {
-  if (!v.empty()) out.push_back(array(name, v));
+  if (!v.empty()) out.push_back(array<Device>(name, v));
 }
 
-// The optimizers whose state is one value per parameter keep it in the
-// device's memory (zero-filled) and step there.
+// State one value per parameter, zero-filled, in the device's memory.
 template <class M, class Device>
-using StateTensor = Tensor<state_t<M>, typename Device::Memory>;
+using StateValues = memory::Array<state_t<M>, typename Device::Memory>;
 
 template <class M, class Device>
 class Sgd final : public ParameterOptimizer<M> {
 public:
   Sgd(index_t n, const optim::Hyperparameters& h) : h_(h), n_(n) {
-    if (h.momentum != 0) buffer_ = StateTensor<M, Device>(Shape{n});  // plain SGD keeps nothing
+    if (h.momentum != 0) buffer_ = StateValues<M, Device>(std::size_t(n));  // plain SGD keeps nothing
   }
   void step(M* p, const M* g, double lr, std::int64_t step) override {
     optim::Hyperparameters h = h_;
@@ -108,24 +102,24 @@ public:
     optim::sgd_step<Device>(p, g, buffer_.data(), n_, h, step);
   }
   std::vector<StateArray> state() override {
-    if (!buffer_.data()) return {};
+    if (buffer_.empty()) return {};
     return {array<Device>("momentum_buffer", buffer_)};
   }
 
 private:
   optim::Hyperparameters h_;
   index_t n_;
-  StateTensor<M, Device> buffer_;  // null data() without momentum
+  StateValues<M, Device> buffer_;  // empty without momentum
 };
 
 template <class M, class Device>
 class AdamW final : public ParameterOptimizer<M> {
 public:
-  AdamW(index_t n, const optim::Hyperparameters& h) : h_(h), m_(Shape{n}), v_(Shape{n}) {}
+  AdamW(index_t n, const optim::Hyperparameters& h) : h_(h), m_(std::size_t(n)), v_(std::size_t(n)) {}
   void step(M* p, const M* g, double lr, std::int64_t step) override {
     optim::Hyperparameters h = h_;
     h.lr = lr;
-    optim::adamw_step<Device>(p, g, m_.data(), v_.data(), m_.numel(), h, step);
+    optim::adamw_step<Device>(p, g, m_.data(), v_.data(), index_t(m_.size()), h, step);
   }
   std::vector<StateArray> state() override {
     return {array<Device>("exp_avg", m_), array<Device>("exp_avg_sq", v_)};
@@ -133,29 +127,29 @@ public:
 
 private:
   optim::Hyperparameters h_;
-  StateTensor<M, Device> m_, v_;
+  StateValues<M, Device> m_, v_;
 };
 
 template <class M, class Device>
 class Lion final : public ParameterOptimizer<M> {
 public:
-  Lion(index_t n, const optim::Hyperparameters& h) : h_(h), m_(Shape{n}) {}
+  Lion(index_t n, const optim::Hyperparameters& h) : h_(h), m_(std::size_t(n)) {}
   void step(M* p, const M* g, double lr, std::int64_t) override {
     optim::Hyperparameters h = h_;
     h.lr = lr;
-    optim::lion_step<Device>(p, g, m_.data(), m_.numel(), h);
+    optim::lion_step<Device>(p, g, m_.data(), index_t(m_.size()), h);
   }
   std::vector<StateArray> state() override { return {array<Device>("exp_avg", m_)}; }
 
 private:
   optim::Hyperparameters h_;
-  StateTensor<M, Device> m_;
+  StateValues<M, Device> m_;
 };
 
 // Adafactor keeps per-tensor state (factored for matrices), so it steps the
 // buffer entry by entry. The external rate is the schedule's (as HF's
 // Trainer runs it: relative_step and scale_parameter off).
-template <class M>
+template <class M, class Device>
 class Adafactor final : public ParameterOptimizer<M> {
 public:
   Adafactor(const std::vector<models::ParameterEntry>& entries, const recipe::TrainSection& t) : entries_(entries) {
@@ -165,21 +159,23 @@ public:
     options_.warmup_init = false;
     options_.weight_decay = t.weight_decay;
     if (t.adafactor_beta1 > 0) options_.beta1 = t.adafactor_beta1;
-    for (const auto& e : entries_) states_.push_back(optim::adafactor_state<state_t<M>>(e.shape, options_));
+    for (const auto& e : entries_)
+      states_.push_back(optim::adafactor_state<state_t<M>, typename Device::Memory>(e.shape, options_));
   }
   void step(M* p, const M* g, double lr, std::int64_t step) override {
     options_.lr = lr;
     for (std::size_t i = 0; i < entries_.size(); ++i)
-      optim::adafactor_step(p + entries_[i].offset, g + entries_[i].offset, entries_[i].shape, states_[i], options_, step);
+      optim::adafactor_step<Device>(p + entries_[i].offset, g + entries_[i].offset, entries_[i].shape, states_[i],
+                                    options_, step);
   }
   std::vector<StateArray> state() override {
     std::vector<StateArray> out;
     for (std::size_t i = 0; i < entries_.size(); ++i) {
       const std::string& n = entries_[i].name;
-      add_nonempty(out, n + "/exp_avg_sq_row", states_[i].row);
-      add_nonempty(out, n + "/exp_avg_sq_col", states_[i].col);
-      add_nonempty(out, n + "/exp_avg_sq", states_[i].full);
-      add_nonempty(out, n + "/exp_avg", states_[i].momentum);
+      add_nonempty<Device>(out, n + "/exp_avg_sq_row", states_[i].row);
+      add_nonempty<Device>(out, n + "/exp_avg_sq_col", states_[i].col);
+      add_nonempty<Device>(out, n + "/exp_avg_sq", states_[i].full);
+      add_nonempty<Device>(out, n + "/exp_avg", states_[i].momentum);
     }
     return out;
   }
@@ -187,34 +183,38 @@ public:
 private:
   std::vector<models::ParameterEntry> entries_;
   optim::AdafactorOptions options_;
-  std::vector<optim::AdafactorState<state_t<M>>> states_;
+  std::vector<optim::AdafactorState<state_t<M>, typename Device::Memory>> states_;
 };
 
-// 8-bit AdamW quantises per tensor (small tensors keep plain moments).
-template <class M>
+// 8-bit AdamW quantises per tensor (small tensors keep plain moments). The
+// two code maps are copied once into the device's memory, where the steps
+// read them.
+template <class M, class Device>
 class AdamW8bit final : public ParameterOptimizer<M> {
 public:
   AdamW8bit(const std::vector<models::ParameterEntry>& entries, const optim::Hyperparameters& h)
-      : entries_(entries), h_(h) {
-    for (const auto& e : entries_) states_.push_back(optim::adamw8bit_state<state_t<M>>(e.shape.numel()));
+      : entries_(entries), h_(h), maps_(2) {
+    Device::from_host(maps_.data(), optim::host_dynamic_maps(), maps_.bytes());
+    for (const auto& e : entries_)
+      states_.push_back(optim::adamw8bit_state<state_t<M>, typename Device::Memory>(e.shape.numel()));
   }
   void step(M* p, const M* g, double lr, std::int64_t step) override {
     optim::Hyperparameters h = h_;
     h.lr = lr;
     for (std::size_t i = 0; i < entries_.size(); ++i)
-      optim::adamw8bit_step(p + entries_[i].offset, g + entries_[i].offset, entries_[i].shape.numel(), states_[i], h,
-                            step);
+      optim::adamw8bit_step<Device>(p + entries_[i].offset, g + entries_[i].offset, entries_[i].shape.numel(),
+                                    states_[i], maps_.data(), h, step);
   }
   std::vector<StateArray> state() override {
     std::vector<StateArray> out;
     for (std::size_t i = 0; i < entries_.size(); ++i) {
       const std::string& n = entries_[i].name;
-      add_nonempty(out, n + "/exp_avg_codes", states_[i].m_q);
-      add_nonempty(out, n + "/exp_avg_sq_codes", states_[i].v_q);
-      add_nonempty(out, n + "/exp_avg_absmax", states_[i].m_absmax);
-      add_nonempty(out, n + "/exp_avg_sq_absmax", states_[i].v_absmax);
-      add_nonempty(out, n + "/exp_avg", states_[i].m);
-      add_nonempty(out, n + "/exp_avg_sq", states_[i].v);
+      add_nonempty<Device>(out, n + "/exp_avg_codes", states_[i].m_q);
+      add_nonempty<Device>(out, n + "/exp_avg_sq_codes", states_[i].v_q);
+      add_nonempty<Device>(out, n + "/exp_avg_absmax", states_[i].m_absmax);
+      add_nonempty<Device>(out, n + "/exp_avg_sq_absmax", states_[i].v_absmax);
+      add_nonempty<Device>(out, n + "/exp_avg", states_[i].m);
+      add_nonempty<Device>(out, n + "/exp_avg_sq", states_[i].v);
     }
     return out;
   }
@@ -222,45 +222,41 @@ public:
 private:
   std::vector<models::ParameterEntry> entries_;
   optim::Hyperparameters h_;
-  std::vector<optim::AdamW8bitState<state_t<M>>> states_;
+  memory::Array<optim::DynamicMap, typename Device::Memory> maps_;  // signed, unsigned
+  std::vector<optim::AdamW8bitState<state_t<M>, typename Device::Memory>> states_;
 };
 
 }  // namespace detail
 
 // The policy's optimizer for one flat buffer with these entries (shapes
-// matter to optimizers that factor matrices). A policy from outside ft brings
-// its own by defining
+// matter to optimizers that factor matrices), its state in the device's
+// memory. A policy from outside ft brings its own by defining
 //   template <class M> static std::unique_ptr<ft::train::ParameterOptimizer<M>>
 //   make(const std::vector<ft::models::ParameterEntry>&, ft::index_t size, const ft::recipe::TrainSection&);
-// (examples/third_party_plugin does).
-//
-// On a device other than the CPU (the buffers then live in its memory), the
-// optimizers with per-element state (SGD, AdamW, Lion) run; a policy's own
-// make<M> and the per-tensor optimizers (Adafactor, 8-bit AdamW) are the
-// CPU's for now, and asking for them elsewhere does not compile.
+// (examples/third_party_plugin does); that optimizer steps on the CPU, and
+// on another device only with strategy.optimizer_offload.
 template <class Policy, class M, class Device = device::Cpu>
 std::unique_ptr<ParameterOptimizer<M>> make_parameter_optimizer(
     const std::vector<models::ParameterEntry>& entries, index_t size,
     const recipe::TrainSection& train) {
   const optim::Hyperparameters h = hyperparameters(train);
-  constexpr bool on_host = std::is_same_v<Device, device::Cpu>;
   if constexpr (std::is_same_v<Policy, optim::SGD>) {
     return std::make_unique<detail::Sgd<M, Device>>(size, h);
   } else if constexpr (std::is_same_v<Policy, optim::AdamW>) {
     return std::make_unique<detail::AdamW<M, Device>>(size, h);
   } else if constexpr (std::is_same_v<Policy, optim::Lion>) {
     return std::make_unique<detail::Lion<M, Device>>(size, h);
-  } else if constexpr (!on_host) {
-    static_assert(on_host, "this optimizer runs on the CPU only: on another device choose sgd, adamw or lion");
-    return nullptr;
-  } else if constexpr (requires { Policy::template make<M>(entries, size, train); }) {
-    return Policy::template make<M>(entries, size, train);
   } else if constexpr (std::is_same_v<Policy, optim::Adafactor>) {
-    return std::make_unique<detail::Adafactor<M>>(entries, train);
+    return std::make_unique<detail::Adafactor<M, Device>>(entries, train);
+  } else if constexpr (std::is_same_v<Policy, optim::AdamW8bit>) {
+    return std::make_unique<detail::AdamW8bit<M, Device>>(entries, h);
   } else {
-    static_assert(std::is_same_v<Policy, optim::AdamW8bit>,
+    static_assert(requires { Policy::template make<M>(entries, size, train); },
                   "this optimizer policy has no run-time optimizer: give it a static make<M>(entries, size, train)");
-    return std::make_unique<detail::AdamW8bit<M>>(entries, h);
+    if constexpr (!std::is_same_v<Device, device::Cpu>)
+      throw Error(std::string("optimizer ") + std::string(Policy::name) +
+                  " steps on the CPU only: set strategy.optimizer_offload = true to step it in host memory");
+    return Policy::template make<M>(entries, size, train);
   }
 }
 

@@ -11,5 +11,6 @@ FT_PLUGIN("ft-cpu-as-device", FT_VERSION_STRING,
           ft::plugin::product<std::tuple<ft::models::Llama>, std::tuple<ft::precision::FP32, ft::precision::BF16Mixed>,
                               std::tuple<ft::parallel::Single, ft::parallel::DDP, ft::parallel::ZeRO<1>,
                                          ft::parallel::ZeRO<2>, ft::parallel::ZeRO<3>>,
-                              std::tuple<ft::optim::AdamW>, std::tuple<ft::adapters::Full, ft::adapters::LoRA>,
+                              std::tuple<ft::optim::AdamW, ft::optim::Adafactor, ft::optim::AdamW8bit>,
+                              std::tuple<ft::adapters::Full, ft::adapters::LoRA>,
                               std::tuple<ft::testing::CpuAsDevice>>)
