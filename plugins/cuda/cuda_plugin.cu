@@ -1,5 +1,5 @@
 // Stock CUDA plugin: the Llama and GPT-NeoX families trained on NVIDIA GPUs
-// (sm_80 and later), full fine-tuning and LoRA, one process or several (one
+// (sm_80 and later), full fine-tuning, LoRA and prompt tuning, one process or several (one
 // GPU each) with DDP or ZeRO-1, 2 or 3 over NCCL. The same engine
 // as the CPU plugins, on device::Cuda: weights, activations, gradients and
 // optimizer state in the GPU's memory, flash attention on tensor cores,
@@ -16,4 +16,5 @@ FT_PLUGIN("ft-cuda", FT_VERSION_STRING,
                                          ft::parallel::ZeRO<2>, ft::parallel::ZeRO<3>>,
                               std::tuple<ft::optim::SGD, ft::optim::AdamW, ft::optim::Lion, ft::optim::Adafactor,
                                          ft::optim::AdamW8bit>,
-                              std::tuple<ft::adapters::Full, ft::adapters::LoRA>, std::tuple<ft::device::Cuda>>)
+                              std::tuple<ft::adapters::Full, ft::adapters::LoRA, ft::adapters::Prompt>,
+                              std::tuple<ft::device::Cuda>>)

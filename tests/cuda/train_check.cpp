@@ -3,7 +3,8 @@
 // clipping at 1.0, a validation pass every 3 steps; with AdamW once fp32
 // with full fine-tuning, once bf16-mixed with LoRA, once bf16-mixed full
 // under ZeRO-2 and once fp32 full under ZeRO-3 (through NCCL, one rank);
-// then Adafactor, and 8-bit AdamW under ZeRO-2, fp32 full. Step for step, the GPU's loss
+// then Adafactor, and 8-bit AdamW under ZeRO-2, fp32 full; then prompt
+// tuning, bf16-mixed. Step for step, the GPU's loss
 // and gradient norm follow the CPU's, and so does the validation loss, within
 // a relative tolerance per precision. Exits 77 (skipped) where the CUDA
 // plugin finds no GPU.
@@ -90,7 +91,8 @@ int main(int argc, char** argv) {
                         {"bf16-mixed-full-zero2", "bf16-mixed", "full", "zero2", "adamw", 1e-3, 1e-2},
                         {"fp32-full-zero3", "fp32", "full", "zero3", "adamw", 1e-5, 1e-5},
                         {"fp32-full-adafactor", "fp32", "full", "single", "adafactor", 1e-5, 1e-5},
-                        {"fp32-full-adamw8bit-zero2", "fp32", "full", "zero2", "adamw8bit", 1e-4, 1e-3}};
+                        {"fp32-full-adamw8bit-zero2", "fp32", "full", "zero2", "adamw8bit", 1e-4, 1e-3},
+                        {"bf16-mixed-prompt", "bf16-mixed", "prompt", "single", "adamw", 1e-3, 1e-2}};
   bool ok = true;
   std::printf("| run | steps | loss | grad norm | validation loss | |\n|---|---|---|---|---|---|\n");
   for (const Case& c : cases) {

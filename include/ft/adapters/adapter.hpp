@@ -38,7 +38,7 @@ template <element T, class Device = device::Cpu>
 class FullRuntime;
 template <element T, class Device = device::Cpu>
 class LoraRuntime;
-template <element T>
+template <element T, class Device = device::Cpu>
 class PromptRuntime;
 
 // What an adapter may check a recipe against: the model family's linear
@@ -108,8 +108,8 @@ struct Prompt : Policy {
   static constexpr std::string_view name = "prompt";
   static constexpr std::string_view type_name = "ft::adapters::Prompt";
   static constexpr bool trains_base_weights = false;
-  template <element T>
-  using runtime = PromptRuntime<T>;
+  template <element T, class Device = device::Cpu>
+  using runtime = PromptRuntime<T, Device>;
 
   static void resolve(recipe::Recipe& r, const FamilyModules&) {
     if (r.data.packing)

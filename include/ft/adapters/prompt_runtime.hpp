@@ -14,16 +14,16 @@
 
 namespace ft::adapters {
 
-template <element T>
-class PromptRuntime final : public Runtime<T> {
+template <element T, class Device>
+class PromptRuntime final : public Runtime<T, Device> {
 public:
   explicit PromptRuntime(const recipe::Recipe& r)
       : source_(r.model.path), init_text_(r.prompt_tuning.init_text), tokens_(r.prompt_tuning.num_virtual_tokens),
         seed_(std::uint64_t(r.seed)) {}
 
-  std::vector<Trainable<T>> attach(models::Transformer<T>& model, const text::ModelText& text) override {
+  std::vector<Trainable<T, Device>> attach(models::Transformer<T, Device>& model, const text::ModelText& text) override {
     model_ = &model;
-    prompt_ = std::make_unique<PromptTuning<T>>(model, tokens_, seed_);
+    prompt_ = std::make_unique<PromptTuning<T, Device>>(model, tokens_, seed_);
     if (!init_text_.empty()) {
       // From the model's files: a rank may keep no whole table (ZeRO-3, a pipeline rank).
       const std::vector<T> table = model.read_parameter(io::ModelWeights::open(source_), "embed.weight");
@@ -51,8 +51,8 @@ private:
   std::string source_, init_text_;
   index_t tokens_;
   std::uint64_t seed_;
-  models::Transformer<T>* model_ = nullptr;
-  std::unique_ptr<PromptTuning<T>> prompt_;
+  models::Transformer<T, Device>* model_ = nullptr;
+  std::unique_ptr<PromptTuning<T, Device>> prompt_;
 };
 
 }  // namespace ft::adapters

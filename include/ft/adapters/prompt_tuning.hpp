@@ -26,6 +26,7 @@
 #include <nlohmann/json.hpp>
 
 #include "ft/core/error.hpp"
+#include "ft/core/host_device.hpp"
 #include "ft/core/random.hpp"
 #include "ft/io/hf_config.hpp"
 #include "ft/io/model_files.hpp"
@@ -46,19 +47,36 @@ inline std::vector<std::int32_t> prompt_init_ids(std::vector<std::int32_t> text_
   return text_ids;
 }
 
-template <element T>
-class PromptTuning : public models::InputAdapter<T> {
+// Every row's virtual tokens are the same vectors: their gradient is the
+// sum over rows, one task per element adding the rows in order.
+template <class T>
+struct PromptGradient {
+  T* grad;
+  const T* dy;
+  index_t rows, row_stride;
+
+  FT_HOST_DEVICE void operator()(index_t i) const {
+    acc_t<T> sum = 0;
+    for (index_t b = 0; b < rows; ++b) sum += acc_t<T>(dy[b * row_stride + i]);
+    grad[i] = T(acc_t<T>(grad[i]) + sum);
+  }
+};
+
+// Device: where the model runs; the virtual tokens live in its memory.
+template <element T, class Device = device::Cpu>
+class PromptTuning : public models::InputAdapter<T, Device> {
 public:
   // N virtual tokens drawn from N(0, 1) with ft::Rng(seed), attached to the model's embedding stage.
-  PromptTuning(models::Transformer<T>& model, index_t num_virtual_tokens, std::uint64_t seed)
+  PromptTuning(models::Transformer<T, Device>& model, index_t num_virtual_tokens, std::uint64_t seed)
       : model_(model), N_(num_virtual_tokens), C_(model.config().hidden_size) {
     if (num_virtual_tokens < 1)
       throw Error("num_virtual_tokens " + std::to_string(num_virtual_tokens) + " is not allowed, allowed: 1 or more");
     params_.declare("prompt_embeddings", {N_, C_});
     params_.allocate(true);
     Rng rng(derive_key(seed, 0x70726f6d7074ull));  // "prompt"
-    T* v = params_.value("prompt_embeddings");
-    for (index_t i = 0; i < N_ * C_; ++i) v[i] = T(float(rng.normal()));
+    std::vector<T> v(std::size_t(N_ * C_));
+    for (T& x : v) x = T(float(rng.normal()));
+    set_values(v);
     model_.embedding().set_adapter(this);
   }
   ~PromptTuning() override { model_.embedding().set_adapter(nullptr); }
@@ -71,34 +89,39 @@ public:
     if (index_t(ids.size()) != N_)
       throw Error("internal: " + std::to_string(ids.size()) + " ids for " + std::to_string(N_) + " virtual tokens");
     const index_t V = model_.config().vocab_size;
+    std::vector<T> v(std::size_t(N_ * C_));
     for (index_t i = 0; i < N_; ++i) {
       const std::int32_t id = ids[std::size_t(i)];
       if (id < 0 || id >= V) throw Error("token id " + std::to_string(id) + " is outside the vocabulary");
-      std::copy_n(table + index_t(id) * C_, C_, params_.value("prompt_embeddings") + i * C_);
+      std::copy_n(table + index_t(id) * C_, C_, v.begin() + i * C_);
     }
+    set_values(v);
   }
 
   index_t num_virtual_tokens() const { return N_; }
-  models::ParameterBuffer<T>& parameters() { return params_; }
+  models::ParameterBuffer<T, typename Device::Memory>& parameters() { return params_; }
+  // In the device's memory.
   const T* values() const { return params_.value("prompt_embeddings"); }
   T* values() { return params_.value("prompt_embeddings"); }
   const T* grads() const { return params_.grad("prompt_embeddings"); }
+  // The virtual tokens [N, C] through the host, out and in.
+  std::vector<T> host_values() const {
+    std::vector<T> v(std::size_t(N_ * C_));
+    Device::to_host(v.data(), values(), v.size() * sizeof(T));
+    return v;
+  }
+  void set_values(const std::vector<T>& v) { Device::from_host(values(), v.data(), v.size() * sizeof(T)); }
 
   void forward(T* y, const models::Batch& batch) override {
     check(batch);
-    for (index_t b = 0; b < batch.B; ++b) std::copy_n(values(), N_ * C_, y + b * batch.T * C_);
+    for (index_t b = 0; b < batch.B; ++b) Device::copy(y + b * batch.T * C_, values(), std::size_t(N_ * C_) * sizeof(T));
   }
 
-  // Every row's virtual tokens are the same vectors: their gradient is the sum over rows.
   void backward(const T* dy, const models::Batch& batch) override {
     check(batch);
     T* g = params_.grad("prompt_embeddings");
     if (!g) return;
-    for (index_t i = 0; i < N_ * C_; ++i) {
-      acc_t<T> sum = 0;
-      for (index_t b = 0; b < batch.B; ++b) sum += acc_t<T>(dy[b * batch.T * C_ + i]);
-      g[i] = T(acc_t<T>(g[i]) + sum);
-    }
+    Device::parallel_for(N_ * C_, PromptGradient<T>{g, dy, batch.B, batch.T * C_});
   }
 
 private:
@@ -108,9 +131,9 @@ private:
                   std::to_string(batch.T) + " does not fit a prompt of " + std::to_string(N_) + " virtual tokens");
   }
 
-  models::Transformer<T>& model_;
+  models::Transformer<T, Device>& model_;
   index_t N_, C_;
-  models::ParameterBuffer<T> params_;
+  models::ParameterBuffer<T, typename Device::Memory> params_;
 };
 
 // What adapter_config.json records about how the prompt was made.
@@ -120,14 +143,15 @@ struct PromptTuningFileInfo {
 };
 
 // Writes adapter_config.json and adapter_model.safetensors (dtype "F32", "BF16" or "F16") into dir.
-template <element T>
-void save_peft_prompt(const PromptTuning<T>& prompt, const models::TransformerConfig& config,
+template <element T, class Device>
+void save_peft_prompt(const PromptTuning<T, Device>& prompt, const models::TransformerConfig& config,
                       const PromptTuningFileInfo& info, const std::filesystem::path& dir,
                       const std::string& dtype = "F32") {
   const index_t N = prompt.num_virtual_tokens(), C = config.hidden_size;
-  const std::vector<float> values(prompt.values(), prompt.values() + N * C);
+  const std::vector<T> host = prompt.host_values();
+  const std::vector<float> values(host.begin(), host.end());
   const std::vector<std::byte> bytes = io::encode_floats(values, dtype);
-  io::write_safetensors(dir / "adapter_model.safetensors", {{"prompt_embeddings", dtype, {N, C}, bytes}},
+  io::write_safetensors(dir / "adapter_model.safetensors", {{"prompt_embeddings", dtype, {N, C}, bytes, {}}},
                         {{"format", "pt"}});
   nlohmann::ordered_json c;
   c["peft_type"] = "PROMPT_TUNING";
@@ -147,8 +171,8 @@ void save_peft_prompt(const PromptTuning<T>& prompt, const models::TransformerCo
 }
 
 // Loads a PEFT prompt-tuning adapter's virtual tokens; their count and width must be this prompt's.
-template <element T>
-void load_peft_prompt(PromptTuning<T>& prompt, const models::TransformerConfig& config,
+template <element T, class Device>
+void load_peft_prompt(PromptTuning<T, Device>& prompt, const models::TransformerConfig& config,
                       const std::filesystem::path& dir) {
   const auto config_file = dir / "adapter_config.json";
   if (!std::filesystem::exists(config_file))
@@ -172,7 +196,9 @@ void load_peft_prompt(PromptTuning<T>& prompt, const models::TransformerConfig& 
   if (t->shape != std::vector<std::int64_t>{N, C})
     throw Error(file_where + "\"prompt_embeddings\" is not [" + std::to_string(N) + ", " + std::to_string(C) +
                 "] (virtual tokens x hidden size)");
-  io::copy_elements(file, *t, prompt.values(), N * C);
+  std::vector<T> values(std::size_t(N * C));
+  io::copy_elements(file, *t, values.data(), N * C);
+  prompt.set_values(values);
 }
 
 }  // namespace ft::adapters

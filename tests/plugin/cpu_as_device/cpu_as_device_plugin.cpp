@@ -12,5 +12,5 @@ FT_PLUGIN("ft-cpu-as-device", FT_VERSION_STRING,
                               std::tuple<ft::parallel::Single, ft::parallel::DDP, ft::parallel::ZeRO<1>,
                                          ft::parallel::ZeRO<2>, ft::parallel::ZeRO<3>>,
                               std::tuple<ft::optim::AdamW, ft::optim::Adafactor, ft::optim::AdamW8bit>,
-                              std::tuple<ft::adapters::Full, ft::adapters::LoRA>,
+                              std::tuple<ft::adapters::Full, ft::adapters::LoRA, ft::adapters::Prompt>,
                               std::tuple<ft::testing::CpuAsDevice>>)
