@@ -36,7 +36,7 @@ struct Policy {};  // base tag of every parallelism policy
 
 template <element T, class M, class Device = device::Cpu>
 class DataParallel;
-template <element T, class M>
+template <element T, class M, class Device = device::Cpu>
 class PipelineParallel;
 }  // namespace ft::parallel
 
@@ -93,8 +93,8 @@ struct Pipeline : Policy {
   static constexpr std::string_view type_name = "ft::parallel::Pipeline";
   static constexpr bool multi_rank = true, shards_optimizer_state = false,
                         shards_gradients = false, shards_parameters = false;
-  template <element T, class M>
-  using runtime = PipelineParallel<T, M>;
+  template <element T, class M, class Device = device::Cpu>
+  using runtime = PipelineParallel<T, M, Device>;
 };
 
 static_assert(parallelism_policy<Single> && parallelism_policy<DDP> &&

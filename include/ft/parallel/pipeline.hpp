@@ -27,6 +27,13 @@
 // With a timeline file each rank records every step's passes, sends and
 // waits (pipeline_timeline.hpp) in wall-clock seconds, so the ranks' lines
 // of one step line up on one machine (and on NTP-synchronised nodes).
+//
+// On a device (device/) the stages, contexts and stepping stay in its
+// memory, and what travels point to point (the stream between chunks, the
+// tied table and its gradient) goes through a host copy over the host's
+// communicator: messages keep their tags, which NCCL's send and receive do
+// not have (they match by order alone), and a blocking receive on one rank
+// never waits behind its own queued send.
 #include <chrono>
 #include <cmath>
 #include <deque>
@@ -35,6 +42,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "ft/comm/communicator.hpp"
@@ -57,9 +65,11 @@ struct PipelineOptions {
   std::filesystem::path timeline;      // a directory for each rank's timeline; empty: none recorded
 };
 
-template <element T, class M>
-class PipelineParallel final : public Runtime<T, M> {
+template <element T, class M, class Device>
+class PipelineParallel final : public Runtime<T, M, Device> {
 public:
+  using Model = models::Transformer<T, Device>;
+
   // What a Trainer makes: the options from the recipe's pipeline section.
   PipelineParallel(comm::Communicator& comm, const recipe::Recipe& r, Sharding)
       : PipelineParallel(comm, options_of(r)) {}
@@ -91,7 +101,7 @@ public:
   data::Shard data_shard() const override { return {replica_, replicas_}; }
   comm::Communicator& data_group() override { return *data_; }
 
-  void place(models::Transformer<T>& model, const OptimizerMaker<M>& optimizer) override {
+  void place(Model& model, const OptimizerMaker<M>& optimizer) override {
     model_ = &model;
     const index_t L = model.config().num_layers;
     partition_ = partition_pipeline(model.config(), options_.sequence, options_.ranks, options_.stages_per_rank);
@@ -101,17 +111,18 @@ public:
     head_rank_ = partition_.rank_of(partition_.chunk_holding(L));
     Sharding sharding;
     sharding.optimizer_state = options_.shard_optimizer_state;
-    inner_ = std::make_unique<DataParallel<T, M>>(*data_, sharding, *pipe_, [this](index_t s) { return holds(s); });
+    inner_ = std::make_unique<DataParallel<T, M, Device>>(*data_, sharding, *pipe_,
+                                                          [this](index_t s) { return holds(s); });
     inner_->place(model, optimizer);
     // The last rank also keeps the embedding table its tied head reads.
     if (keeps_tied_table()) model.stage_parameters(-1).allocate_zeroed_values();
     model.set_stage_loading({.begin = [this](index_t s) { return keeps(s); }, .end = {}});
   }
 
-  void attach(std::vector<adapters::Trainable<T>> trainables, bool fused) override {
+  void attach(std::vector<adapters::Trainable<T, Device>> trainables, bool fused) override {
     if (fused) throw Error("train.fuse_optimizer_with_backward does not combine with a pipeline");
-    std::vector<adapters::Trainable<T>> mine;
-    for (const adapters::Trainable<T>& t : trainables)
+    std::vector<adapters::Trainable<T, Device>> mine;
+    for (const adapters::Trainable<T, Device>& t : trainables)
       if (holds(t.stage)) mine.push_back(t);
     trainables_ = std::move(trainables);
     inner_->attach(std::move(mine), false);
@@ -120,7 +131,7 @@ public:
 
   index_t trainable_parameters() const override {
     index_t n = 0;
-    for (const adapters::Trainable<T>& t : trainables_) n += t.params->size();
+    for (const adapters::Trainable<T, Device>& t : trainables_) n += t.params->size();
     return n;
   }
 
@@ -149,7 +160,7 @@ public:
         if (!options_.timeline.empty()) timeline_.push_back({activity, op.micro_batch, op.chunk, since, wall_clock()});
       };
       const std::size_t k = std::size_t(op.micro_batch);
-      models::Context<T>& context = context_of(op.micro_batch);
+      models::Context<T, Device>& context = context_of(op.micro_batch);
       if (!started_[k]) {
         context.begin(work.batches[k], {.token_count = work.token_count});
         context.defer_weight_gradients = defer;
@@ -217,8 +228,8 @@ public:
   // every context is free, so evaluation borrows one rather than keep its
   // own beside them for the rest of the run.
   double evaluate(const models::Batch& batch) override {
-    std::unique_ptr<models::Context<T>> borrowed = free_context();
-    models::Context<T>& context = *borrowed;
+    std::unique_ptr<models::Context<T, Device>> borrowed = free_context();
+    models::Context<T, Device>& context = *borrowed;
     context.begin(batch, {.backward = false});
     const index_t width = batch.rows() * model_->config().hidden_size;
     double loss = 0;
@@ -266,13 +277,13 @@ public:
   void read_model_on_rank0(const std::function<void()>& use) override {
     if (replica_ != 0) return;
     share_trainables();
-    read_stages_on_rank0<T>(
+    read_stages_on_rank0<T, Device>(
         *pipe_, *model_, use, [this](index_t s) { gather(s); }, [this](index_t s) { release(s); });
   }
 
   std::size_t state_bytes() const override { return inner_->state_bytes(); }
   std::vector<train::StateArray> state_arrays() override { return inner_->state_arrays(); }
-  typename Runtime<T, M>::StateShard state_shard() const override {
+  typename Runtime<T, M, Device>::StateShard state_shard() const override {
     const auto inner = inner_->state_shard();
     const int parts = std::max(inner.parts, 1);
     return {inner.writes, pipe_rank_ * parts + inner.part, options_.ranks * parts};
@@ -283,7 +294,7 @@ public:
 private:
   using Clock = std::chrono::steady_clock;
   struct Sent {
-    Tensor<T> data;
+    Tensor<T> data;  // a host copy
     comm::Work work;
   };
 
@@ -296,15 +307,15 @@ private:
   static int backward_tag(int chunk) { return 2 * chunk + 1; }
 
   // The context of micro-batch mb, from a pool of contexts of finished ones.
-  models::Context<T>& context_of(int mb) {
+  models::Context<T, Device>& context_of(int mb) {
     auto it = live_.find(mb);
     if (it != live_.end()) return *it->second;
     return *(live_[mb] = free_context());
   }
   // A context from the pool, or a new one when every context is in use.
-  std::unique_ptr<models::Context<T>> free_context() {
+  std::unique_ptr<models::Context<T, Device>> free_context() {
     if (free_.empty()) return model_->make_context();
-    std::unique_ptr<models::Context<T>> c = std::move(free_.back());
+    std::unique_ptr<models::Context<T, Device>> c = std::move(free_.back());
     free_.pop_back();
     return c;
   }
@@ -319,7 +330,7 @@ private:
     const int peer = partition_.rank_of(from);
     if (peer == pipe_rank_) return 0;  // the same rank's chunk left it in this context
     const auto start = Clock::now();
-    pipe_->recv(std::span<T>(into, std::size_t(count)), peer, what(tag), tag).wait();
+    receive_from_rank(into, count, peer, what(tag), tag);
     return std::chrono::duration<double>(Clock::now() - start).count();
   }
   // Sends a copy, so the context may be written again before it arrives;
@@ -327,11 +338,35 @@ private:
   bool send(const T* data, index_t count, int to, int tag) {
     const int peer = partition_.rank_of(to);
     if (peer == pipe_rank_) return false;
-    Tensor<T> copy(Shape{count}, typename Tensor<T>::Uninitialized{});
-    std::copy_n(data, count, copy.data());
+    Tensor<T> copy = host_copy(data, count);
     comm::Work work = pipe_->send(std::span<const T>(copy.data(), std::size_t(count)), peer, what(tag), tag);
     sent_.push_back({std::move(copy), std::move(work)});
     return true;
+  }
+  // Point to point through the host (see the top of this file): a host copy
+  // of device values, and a receive into the device through one.
+  static Tensor<T> host_copy(const T* data, index_t count) {
+    Tensor<T> copy(Shape{count}, typename Tensor<T>::Uninitialized{});
+    Device::to_host(copy.data(), data, std::size_t(count) * sizeof(T));
+    return copy;
+  }
+  static constexpr bool in_host_memory = std::is_same_v<typename Device::Memory, memory::Host>;
+  void send_to_rank(const T* data, index_t count, int peer, const std::string& what, int tag) {
+    if constexpr (in_host_memory) {
+      pipe_->send(std::span<const T>(data, std::size_t(count)), peer, what, tag).wait();
+    } else {
+      const Tensor<T> copy = host_copy(data, count);
+      pipe_->send(std::span<const T>(copy.data(), std::size_t(count)), peer, what, tag).wait();
+    }
+  }
+  void receive_from_rank(T* into, index_t count, int peer, const std::string& what, int tag) {
+    if constexpr (in_host_memory) {
+      pipe_->recv(std::span<T>(into, std::size_t(count)), peer, what, tag).wait();
+    } else {
+      Tensor<T> staged(Shape{count}, typename Tensor<T>::Uninitialized{});
+      pipe_->recv(std::span<T>(staged.data(), std::size_t(count)), peer, what, tag).wait();
+      Device::from_host(into, staged.data(), std::size_t(count) * sizeof(T));
+    }
   }
   void drop_sent() {
     while (!sent_.empty() && sent_.front().work.ready()) sent_.pop_front();
@@ -365,7 +400,7 @@ private:
   }
   // Every trainable buffer's values (an adapter's) on every rank of the pipe.
   void share_trainables() {
-    for (const adapters::Trainable<T>& t : trainables_)
+    for (const adapters::Trainable<T, Device>& t : trainables_)
       if (t.params != &model_->stage_parameters(t.stage))
         pipe_->broadcast(std::span<T>(t.params->values().data(), std::size_t(t.params->size())), owner(t.stage),
                          "values of " + t.name).wait();
@@ -380,11 +415,12 @@ private:
       if (!table.trainable()) return;
       T* g = table.grads().data();
       data_->all_reduce_sum(std::span<T>(g, n), "the tied LM head's gradient").wait();
-      pipe_->send(std::span<const T>(g, n), owner(-1), "the tied LM head's gradient", tied_tag).wait();
+      send_to_rank(g, index_t(n), owner(-1), "the tied LM head's gradient", tied_tag);
     } else if (pipe_rank_ == owner(-1)) {
       if (!table.trainable()) return;
-      Tensor<T> g(Shape{index_t(n)}, typename Tensor<T>::Uninitialized{});
-      pipe_->recv(std::span<T>(g.data(), n), head_rank_, "the tied LM head's gradient", tied_tag).wait();
+      using DeviceTensor = Tensor<T, typename Device::Memory>;
+      DeviceTensor g(Shape{index_t(n)}, typename DeviceTensor::Uninitialized{});
+      receive_from_rank(g.data(), index_t(n), head_rank_, "the tied LM head's gradient", tied_tag);
       inner_->add_to_step_gradient(-1, g.data());
     }
   }
@@ -393,9 +429,9 @@ private:
     if (!table.trainable()) return;
     const std::size_t n = std::size_t(table.size());
     if (pipe_rank_ == owner(-1))
-      pipe_->send(std::span<const T>(table.values().data(), n), head_rank_, "the tied embedding table", tied_tag).wait();
+      send_to_rank(table.values().data(), index_t(n), head_rank_, "the tied embedding table", tied_tag);
     else if (pipe_rank_ == head_rank_)
-      pipe_->recv(std::span<T>(table.values().data(), n), owner(-1), "the tied embedding table", tied_tag).wait();
+      receive_from_rank(table.values().data(), index_t(n), owner(-1), "the tied embedding table", tied_tag);
   }
   static constexpr int tied_tag = 30000;  // MPI guarantees tags up to 32767
 
@@ -404,13 +440,13 @@ private:
   int replicas_ = 1, pipe_rank_ = 0, replica_ = 0, head_rank_ = 0;
   bool tied_ = false;
   std::unique_ptr<comm::Communicator> data_, pipe_;
-  models::Transformer<T>* model_ = nullptr;
+  Model* model_ = nullptr;
   PipePartition partition_;
   std::vector<PipeOp> ops_;
-  std::vector<adapters::Trainable<T>> trainables_;
-  std::unique_ptr<DataParallel<T, M>> inner_;
-  std::map<int, std::unique_ptr<models::Context<T>>> live_;
-  std::vector<std::unique_ptr<models::Context<T>>> free_;
+  std::vector<adapters::Trainable<T, Device>> trainables_;
+  std::unique_ptr<DataParallel<T, M, Device>> inner_;
+  std::map<int, std::unique_ptr<models::Context<T, Device>>> live_;
+  std::vector<std::unique_ptr<models::Context<T, Device>>> free_;
   std::vector<bool> started_;
   std::deque<Sent> sent_;
   double bubble_ = 0;
