@@ -81,11 +81,13 @@ TEST_CASE("strategy.device chooses where a trainer runs: cuda where this build h
   const std::size_t on_cuda = listed.out.find("  model, precision, parallelism, optimizer, adapter (on cuda)\n");
   CHECK(on_cuda != std::string::npos);
   CHECK(listed.out.find("  llama, bf16-mixed, single, adamw, lora\n", on_cuda) != std::string::npos);
-  // What the CUDA plugin does not offer is a missing combination that names the device.
-  Run prompt = ftrun("train " + recipe("[strategy]\ndevice = \"cuda\"\nadapter = \"prompt\"\n") + " --dry-run");
-  CHECK(prompt.code == 2);
-  CHECK(prompt.err.rfind("ftrun: no plugin offers the trainer (llama, fp32, single, adamw, prompt) on cuda\n", 0) == 0);
-  CHECK(prompt.err.find("ft::adapters::Prompt, ft::device::Cuda>)  // in a .cu source") != std::string::npos);
+  // What the CUDA plugin does not offer (fp16 with loss scaling) is a missing combination that names the device.
+  Run fp16 = ftrun("train " + recipe("[strategy]\ndevice = \"cuda\"\nprecision = \"fp16-mixed\"\nadapter = \"full\"\n") +
+                   " --dry-run");
+  CHECK(fp16.code == 2);
+  CHECK(fp16.err.rfind("ftrun: no plugin offers the trainer (llama, fp16-mixed, single, adamw, full) on cuda\n", 0) == 0);
+  CHECK(fp16.err.find("ft::adapters::Full, ft::device::Cuda>)  // in a .cu source") != std::string::npos);
+  CHECK(fp16.err.find("ft::precision::FP16Mixed") != std::string::npos);
   // Training stops in one line where no GPU answers (and trains where one does).
   Run train =
       ftrun("train " + recipe(cuda) + " --set train.max_steps=1 --set output_dir=" + (scratch / "cuda-run").string());
