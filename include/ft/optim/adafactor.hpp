@@ -41,6 +41,7 @@
 #include "ft/core/host_device.hpp"
 #include "ft/core/numeric.hpp"
 #include "ft/device/cpu.hpp"
+#include "ft/nn/column_sums.hpp"
 #include "ft/optim/chunk_squares.hpp"
 #include "ft/tensor/array.hpp"
 #include "ft/tensor/scratch.hpp"
@@ -326,7 +327,7 @@ void adafactor_step(T* p, const G* g, const Shape& shape, AdafactorState<S, Spac
   if (l.factored) {
     Device::parallel_rows(l.batch * R, C, detail::AdafactorRowMoment<G, S>{s.row.data(), g, C, keep, add, eps1});
     constexpr int width = Device::column_rows > 0 ? 1 : 64;
-    const index_t rows = Device::column_rows > 0 && Device::column_rows < R ? Device::column_rows : R;
+    const index_t rows = nn::column_span_rows<Device>(R);
     const index_t spans = (R + rows - 1) / rows, blocks = (C + width - 1) / width;
     memory::Scratch<double, Memory> column_partial(l.batch * spans * C);
     Device::parallel_for(l.batch * spans * blocks, detail::AdafactorColumnPartial<G, A, width>{
