@@ -75,9 +75,10 @@ TEST_CASE("strategy.device chooses where a trainer runs: cuda where this build h
   Run listed = ftrun("plugins");
 #ifdef FT_WITH_CUDA
   CHECK(plan.code == 0);
-  CHECK(plan.out.find("#   plugin       ft-cuda ") != std::string::npos);
+  CHECK(plan.out.find("#   plugin       ft-cuda-llama ") != std::string::npos);
   CHECK(plan.out.find("ft::adapters::Full, ft::device::Cuda>\n#   device       cuda: ") != std::string::npos);
-  CHECK(listed.out.find("ft-cuda ") != std::string::npos);
+  CHECK(listed.out.find("ft-cuda-llama ") != std::string::npos);
+  CHECK(listed.out.find("ft-cuda-gpt-neox ") != std::string::npos);
   const std::size_t on_cuda = listed.out.find("  model, precision, parallelism, optimizer, adapter (on cuda)\n");
   CHECK(on_cuda != std::string::npos);
   CHECK(listed.out.find("  llama, bf16-mixed, single, adamw, lora\n", on_cuda) != std::string::npos);
