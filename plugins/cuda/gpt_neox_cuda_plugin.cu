@@ -4,8 +4,8 @@
 #include <ft/models/gpt_neox.hpp>
 #include <ft/plugin/define.hpp>
 
-#include "cuda_policies.hpp"
+#include "stock_policies.hpp"
 
 FT_PLUGIN("ft-cuda-gpt-neox", FT_VERSION_STRING,
-          ft::plugin::product<std::tuple<ft::models::GptNeox>, ft::stock::cuda::Precisions, ft::stock::Parallelisms,
+          ft::plugin::product<std::tuple<ft::models::GptNeox>, ft::stock::Precisions, ft::stock::Parallelisms,
                               ft::stock::Optimizers, ft::stock::Adapters, std::tuple<ft::device::Cuda>>)

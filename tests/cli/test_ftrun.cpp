@@ -82,13 +82,21 @@ TEST_CASE("strategy.device chooses where a trainer runs: cuda where this build h
   const std::size_t on_cuda = listed.out.find("  model, precision, parallelism, optimizer, adapter (on cuda)\n");
   CHECK(on_cuda != std::string::npos);
   CHECK(listed.out.find("  llama, bf16-mixed, single, adamw, lora\n", on_cuda) != std::string::npos);
-  // What the CUDA plugin does not offer (fp16 with loss scaling) is a missing combination that names the device.
-  Run fp16 = ftrun("train " + recipe("[strategy]\ndevice = \"cuda\"\nprecision = \"fp16-mixed\"\nadapter = \"full\"\n") +
-                   " --dry-run");
-  CHECK(fp16.code == 2);
-  CHECK(fp16.err.rfind("ftrun: no plugin offers the trainer (llama, fp16-mixed, single, adamw, full) on cuda\n", 0) == 0);
-  CHECK(fp16.err.find("ft::adapters::Full, ft::device::Cuda>)  // in a .cu source") != std::string::npos);
-  CHECK(fp16.err.find("ft::precision::FP16Mixed") != std::string::npos);
+  // fp16 with its loss scale runs there too, as every stock combination does.
+  const std::string fp16_recipe = "[strategy]\ndevice = \"cuda\"\nprecision = \"fp16-mixed\"\nadapter = \"full\"\n";
+  Run fp16 = ftrun("train " + recipe(fp16_recipe) + " --dry-run");
+  CHECK(fp16.code == 0);
+  CHECK(fp16.out.find("ft::precision::FP16Mixed") != std::string::npos);
+  CHECK(fp16.out.find("ft::adapters::Full, ft::device::Cuda>\n") != std::string::npos);
+  // A third party's policy offered on the CPU only is a missing combination on cuda, which names the device.
+  const std::string third_party = "[strategy]\ndevice = \"cuda\"\nparallelism = \"fixture-dp\"\nprecision = \"bf16-mixed\"\n";
+  Run missing = ftrun("train " + recipe(third_party) + " --dry-run --plugin " + fixture_plugins + "/libfixture_good.so");
+  CHECK(missing.code == 2);
+  CHECK(missing.err.rfind("ftrun: no plugin offers the trainer (llama, bf16-mixed, fixture-dp, adamw, lora) on cuda\n",
+                          0) == 0);
+  CHECK(missing.err.find("(llama, bf16-mixed, fixture-dp, adamw, lora)  from fixture-good  (differs in device)") !=
+        std::string::npos);
+  CHECK(missing.err.find("ft::adapters::LoRA, ft::device::Cuda>)  // in a .cu source") != std::string::npos);
   // Training stops in one line where no GPU answers (and trains where one does).
   Run train =
       ftrun("train " + recipe(cuda) + " --set train.max_steps=1 --set output_dir=" + (scratch / "cuda-run").string());

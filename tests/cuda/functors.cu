@@ -1,6 +1,6 @@
 // The numerical core's layers and updates, run on device::Cpu and on
 // device::Cuda over the same inputs (the same nn:: calls, the same
-// functors), forward and backward, in f32 and bf16, and cuBLASLt against
+// functors), forward and backward, in f32, bf16 and f16, and cuBLASLt against
 // BLAS: one line per op x shape x dtype with the largest difference
 // against its tolerance. The device rounds transcendental functions and
 // contracts multiply-adds differently from the host, so results agree to a
@@ -11,6 +11,7 @@
 #include <cstdio>
 #include <random>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include <ft/device/cuda.cuh>
@@ -73,11 +74,12 @@ std::vector<T> zeros(index_t n) {
 
 template <class T>
 const char* dtype() {
-  return sizeof(T) == 4 ? "f32" : "bf16";
+  return std::is_same_v<T, float> ? "f32" : std::is_same_v<T, ft::bf16> ? "bf16" : "f16";
 }
+// Relative to 1 + |host value|; a 16-bit type: two units in the last place.
 template <class T>
 double tolerance() {
-  return sizeof(T) == 4 ? 2e-5 : 1.6e-2;  // relative to 1 + |host value|; bf16: two units in the last place
+  return std::is_same_v<T, float> ? 2e-5 : std::is_same_v<T, ft::bf16> ? 1.6e-2 : 2e-3;
 }
 
 int failures = 0;
@@ -201,7 +203,7 @@ void linears(index_t N, index_t I, index_t O) {
 }
 
 // The device's attention against the CPU's tiled attention: causal,
-// grouped-query, documents packed in a row, a sliding window. bf16 with
+// grouped-query, documents packed in a row, a sliding window. bf16 or f16 with
 // head dimension 64 or 128 runs the tensor-core kernels
 // (kernels/cuda/flash_attention.cuh), everything else the row functors.
 template <class T>
@@ -414,6 +416,7 @@ int main() {
                 "max diff", "tol");
     every_op<float>();
     every_op<ft::bf16>();
+    every_op<ft::f16>();  // fp16-mixed's storage
   } catch (const ft::Error& e) {
     std::printf("%s\n", e.what());
     return 1;

@@ -9,7 +9,8 @@
 #include "support/cpu_as_device.hpp"
 
 FT_PLUGIN("ft-cpu-as-device", FT_VERSION_STRING,
-          ft::plugin::product<std::tuple<ft::models::Llama>, std::tuple<ft::precision::FP32, ft::precision::BF16Mixed>,
+          ft::plugin::product<std::tuple<ft::models::Llama>,
+                              std::tuple<ft::precision::FP32, ft::precision::BF16Mixed, ft::precision::FP16Mixed>,
                               std::tuple<ft::parallel::Single, ft::parallel::DDP, ft::parallel::ZeRO<1>,
                                          ft::parallel::ZeRO<2>, ft::parallel::ZeRO<3>, ft::parallel::Pipeline>,
                               std::tuple<ft::optim::AdamW, ft::optim::Adafactor, ft::optim::AdamW8bit>,
