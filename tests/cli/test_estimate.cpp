@@ -29,8 +29,9 @@ const fs::path& scratch = scratch_dir.path;
 
 using Result = ft::testing::CommandResult;
 
-Result ftrun(const std::string& args, const std::string& name) {
-  return ft::testing::run_command(FTRUN_PATH " " + args, scratch, name);
+// `env`: variables for ftrun ("FT_PLUGIN_PATH=... ").
+Result ftrun(const std::string& args, const std::string& name, const std::string& env = "") {
+  return ft::testing::run_command(env + FTRUN_PATH " " + args, scratch, name);
 }
 
 // The tiny Llama on rows of 128 artificial tokens: 2 steps of 2 micro-batches of 2 rows.
@@ -64,11 +65,11 @@ struct Phases {
 };
 
 // The estimate of each phase (a step, an evaluation, saving checkpoints and the result) and the run's measurements.
-Phases estimate_and_measure(const std::vector<std::string>& keys) {
+Phases estimate_and_measure(const std::vector<std::string>& keys, const std::string& env = "") {
   static int count = 0;
   const std::string name = "run" + std::to_string(++count);
   const std::string file = recipe(name);
-  const Result estimate = ftrun("estimate " + file + sets(keys) + " --json", name + "_estimate");
+  const Result estimate = ftrun("estimate " + file + sets(keys) + " --json", name + "_estimate", env);
   REQUIRE_MESSAGE(estimate.code == 0, estimate.err);
   const auto e = nlohmann::json::parse(estimate.out);
   Phases p;
@@ -76,7 +77,7 @@ Phases estimate_and_measure(const std::vector<std::string>& keys) {
   p.step.estimated = e.at("step_peak_bytes").get<double>();
   p.eval.estimated = e.at("eval_peak_bytes").get<double>();
   p.save.estimated = e.at("save_peak_bytes").get<double>();
-  const Result train = ftrun("train " + file + sets(keys), name + "_train");
+  const Result train = ftrun("train " + file + sets(keys), name + "_train", env);
   REQUIRE_MESSAGE(train.code == 0, train.err);
   std::ifstream metrics(scratch / name / "metrics.jsonl");
   for (std::string line; std::getline(metrics, line);) {
@@ -94,11 +95,12 @@ Phases estimate_and_measure(const std::vector<std::string>& keys) {
 }
 
 // Each phase's estimate within 5% of what the run with these keys measured (p).
-void check_within_5_percent(const std::vector<std::string>& keys, const Phases& p) {
+void check_within_5_percent(const std::vector<std::string>& keys, const Phases& p, bool with_setup = true) {
   std::string what;
   for (const auto& k : keys) what += k + " ";
   for (const auto& [phase, f] : {std::pair{"setup", p.setup}, std::pair{"step", p.step}, std::pair{"evaluation", p.eval},
                                  std::pair{"saving", p.save}}) {
+    if (!with_setup && std::string(phase) == "setup") continue;
     INFO(what << std::string(phase) << ": estimated " << f.estimated << ", measured " << f.measured);
     CHECK(f.measured > 0);
     CHECK(std::abs(f.measured / f.estimated - 1) <= 0.05);
@@ -269,6 +271,40 @@ TEST_CASE("merging LoRA into ZeRO-3 shards gathers the whole model: saving outgr
   CHECK(p.save.estimated > p.step.estimated);
   CHECK(p.save.measured > p.step.measured);
   check_within_5_percent(keys, p);
+}
+
+// A device's memory comes from a caching allocator: each allocation takes a
+// block of its size class (512 bytes below 1 MiB, 2 MiB above), which is
+// what the device measures, and the estimate counts each allocation as its
+// block. On the CPU standing in for a device (tests/support/cpu_as_device.hpp),
+// whose memory is cached as a GPU's is, every phase but setup agrees within
+// 5%; setup measures the GEMM peak at the CPU's size, which the estimate
+// takes as a GPU's. The model's blocks are 1.6 MB in f32, so each of their
+// f32 buffers (weights, gradients, master weights, moments) takes a 2 MiB
+// block: counted as asked, the full fine-tunes' estimates would be 10-20% low.
+TEST_CASE("on a device, the estimate counts every allocation as the caching allocator's block") {
+  const fs::path dir = scratch / "blocky-llama";
+  fs::create_directories(dir);
+  auto config = nlohmann::json::parse(std::ifstream(FT_SOURCE_DIR "/models/ft-tiny-llama/config.json"));
+  config["hidden_size"] = 192;
+  config["intermediate_size"] = 512;
+  std::ofstream(dir / "config.json") << config.dump(2);
+  const Result init = ftrun("init " + dir.string(), "blocky_init");
+  REQUIRE_MESSAGE(init.code == 0, init.err);
+  const std::string env = "FT_PLUGIN_PATH=" FT_TEST_PLUGIN_DIR " ";
+  const std::string model = "model.path=" + dir.string(), device = "strategy.device=cpu-as-device";
+  for (const std::vector<std::string>& keys :
+       {std::vector<std::string>{model, device, "strategy.adapter=full"},
+        {model, device, "strategy.adapter=lora", "strategy.precision=bf16-mixed"},
+        {model, device, "strategy.adapter=prompt", "prompt_tuning.num_virtual_tokens=8"},
+        {model, device, "strategy.adapter=full", "strategy.optimizer=adafactor"},
+        {model, device, "strategy.adapter=full", "strategy.optimizer=adamw8bit", "strategy.precision=fp16-mixed"},
+        {model, device, "strategy.adapter=full", "strategy.optimizer_offload=true", "strategy.precision=bf16-mixed"},
+        {model, device, "strategy.adapter=full", "launch.nproc=2", "strategy.parallelism=zero2",
+         "strategy.precision=bf16-mixed"},
+        {model, device, "strategy.adapter=full", "launch.nproc=2", "strategy.parallelism=zero3"},
+        {model, device, "strategy.adapter=full", "launch.nproc=2", "strategy.parallelism=pipeline"}})
+    check_within_5_percent(keys, estimate_and_measure(keys, env), false);
 }
 
 TEST_CASE("a run whose estimate exceeds launch.memory_limit is refused before it loads anything") {

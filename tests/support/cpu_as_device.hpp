@@ -1,7 +1,7 @@
 #pragma once
 // The CPU standing in for another device, for tests on a machine without a
 // GPU. Its buffers live in a memory space of their own (host memory, counted
-// apart from the host's), so Trainer, the engine and the parallel runtimes
+// apart from the host's, cached by size class as a GPU's is), so Trainer, the engine and the parallel runtimes
 // take every path they take on a GPU: batches uploaded, checkpoints copied
 // through the host, NCCL-style device buffers in the collectives, state kept
 // apart when offloaded. Its kernels are the CPU's own (attention included),
@@ -12,12 +12,29 @@
 
 #include <ft/device/cpu.hpp>
 #include <ft/nn/attention.hpp>
+#include <ft/tensor/caching_allocator.hpp>
 #include <ft/tensor/memory.hpp>
 
 namespace ft::testing {
 
-struct CpuAsDeviceMemory : memory::AlignedHostMemory<CpuAsDeviceMemory> {
+// What the cache reserves from: host memory, with launch.memory_limit.
+struct CpuAsDeviceReserve : memory::AlignedHostMemory<CpuAsDeviceReserve> {
   static constexpr std::string_view name = "cpu-as-device";
+};
+
+// As memory::CudaDevice: the caching allocator's blocks, stats() the allocated figure.
+struct CpuAsDeviceMemory {
+  static constexpr std::string_view name = "cpu-as-device";
+  // Never destroyed, as a GPU's: buffers in other statics may be freed after it would be.
+  static memory::CachingAllocator<CpuAsDeviceReserve>& cache() {
+    static auto* allocator = new memory::CachingAllocator<CpuAsDeviceReserve>();
+    return *allocator;
+  }
+  static memory::Stats& stats() { return cache().allocated(); }
+  static std::size_t& limit() { return CpuAsDeviceReserve::limit(); }
+  static void* allocate(std::size_t bytes) { return cache().allocate(bytes); }
+  static void deallocate(void* p, std::size_t bytes) { cache().deallocate(p, bytes); }
+  static void zero(void* p, std::size_t bytes) { CpuAsDeviceReserve::zero(p, bytes); }
 };
 static_assert(memory::memory_space<CpuAsDeviceMemory>);
 

@@ -350,7 +350,8 @@ TEST_CASE("the CPU standing in for a device trains bit for bit what the CPU trai
   // Offloading takes the master weights (f32) and AdamW's two moments (f32)
   // of a rank's half of the model out of the device's memory: 12 bytes per
   // parameter off the device's peak over step 1 (a rank's half is a few
-  // parameters more or less than half, per buffer).
+  // parameters more or less than half, per buffer, and each of the three
+  // arrays takes a block of the device cache's 512-byte classes).
   auto device_peak = [](const std::string& name) {
     std::ifstream in(scratch / name / "run" / "metrics.jsonl");
     for (std::string line; std::getline(in, line);)
@@ -363,7 +364,7 @@ TEST_CASE("the CPU standing in for a device trains bit for bit what the CPU trai
   const double kept = device_peak("device_zero2_mixed"), offloaded = device_peak("device_zero2_mixed_offload");
   CAPTURE(kept);
   CAPTURE(offloaded);
-  CHECK(kept - offloaded == doctest::Approx(12 * parameters / 2).epsilon(0.01));
+  CHECK(kept - offloaded == doctest::Approx(12 * parameters / 2).epsilon(0.03));
 
   // ftrun estimate puts them on the host too: its step peak is the device's
   // measured one (to the byte here; the estimate's contract is 5%).

@@ -14,8 +14,10 @@
 // GEMM operands widened to f32). tests/estimate checks every stock
 // combination against the allocator's measured peak.
 //
-// Bytes are those the memory space hands out (memory/memory.hpp counts the
-// requested size); the host also holds code, the mapped token cache and
+// Bytes are those the memory space counts: on the CPU the requested size
+// (tensor/memory.hpp), on a device the caching allocator's block for each
+// allocation, so the estimate rounds every allocation as the allocator does;
+// on a GPU, cuBLASLt's workspace besides. The host also holds code, the mapped token cache and
 // BLAS's own buffers, which the allocator does not see and RSS does.
 #include <algorithm>
 #include <cstdint>
@@ -27,6 +29,7 @@
 #include "ft/adapters/adapter.hpp"
 #include "ft/adapters/lora.hpp"
 #include "ft/core/half.hpp"
+#include "ft/kernels/cuda/workspace.hpp"
 #include "ft/models/block.hpp"
 #include "ft/models/context.hpp"
 #include "ft/models/load.hpp"
@@ -38,6 +41,7 @@
 #include "ft/parallel/pipeline_schedule.hpp"
 #include "ft/parallel/shard_layout.hpp"
 #include "ft/recipe/recipe.hpp"
+#include "ft/tensor/caching_allocator.hpp"
 #include "ft/train/flops.hpp"
 #include "ft/train/optimizer_state.hpp"
 #include "ft/train/setup.hpp"
@@ -100,12 +104,21 @@ namespace detail {
 // A stage's buffer as the engine declares it, never allocated: its entries and size only.
 using Layout = models::ParameterBuffer<float>;
 
-// Bytes of a set of buffers from its layout (models/context.hpp).
+// What an allocation of `bytes` takes: on a device, a block of the caching
+// allocator's size class (tensor/caching_allocator.hpp), which is what its
+// allocated figure counts; on the CPU, what is asked.
+struct Blocks {
+  bool cached = false;
+  std::uint64_t operator()(std::uint64_t bytes) const { return cached ? memory::cached_block_bytes(bytes) : bytes; }
+};
+
+// Bytes of a set of buffers from its layout (models/context.hpp), a block per tensor.
 struct CountBytes {
   std::uint64_t* total;
+  Blocks block;
   template <class U, class Space, class Set>
   void operator()(Tensor<U, Space> Set::*, const Shape& shape) const {
-    *total += std::uint64_t(shape.numel()) * sizeof(U);
+    *total += block(std::uint64_t(shape.numel()) * sizeof(U));
   }
 };
 
@@ -121,27 +134,28 @@ std::uint64_t widened_gemm_bytes(index_t M, index_t N, index_t K, bool on_cpu) {
 // in [begin, end), as the optimizer is made with them (parallel/data_parallel.hpp).
 template <class M>
 std::uint64_t optimizer_state_bytes(const std::string& optimizer, const std::vector<models::ParameterEntry>& entries,
-                                    index_t n, const recipe::TrainSection& t) {
+                                    index_t n, const recipe::TrainSection& t, Blocks block) {
   using S = train::detail::state_t<M>;
-  if (optimizer == "adamw") return 2 * std::uint64_t(n) * sizeof(S);
-  if (optimizer == "lion") return std::uint64_t(n) * sizeof(S);
-  if (optimizer == "sgd") return t.momentum != 0 ? std::uint64_t(n) * sizeof(S) : 0;
+  const auto values = [&](index_t count) { return block(std::uint64_t(count) * sizeof(S)); };
+  if (optimizer == "adamw") return 2 * values(n);
+  if (optimizer == "lion") return values(n);
+  if (optimizer == "sgd") return t.momentum != 0 ? values(n) : 0;
   std::uint64_t bytes = 0;
   if (optimizer == "adafactor") {
     for (const auto& e : entries) {
       const optim::AdafactorLayout l(e.shape);
-      bytes += (l.factored ? std::uint64_t(l.batch * (l.rows + l.cols)) : std::uint64_t(l.size())) * sizeof(S);
-      if (t.adafactor_beta1 > 0) bytes += std::uint64_t(l.size()) * sizeof(S);
+      bytes += l.factored ? values(l.batch * l.rows) + values(l.batch * l.cols) : values(l.size());
+      if (t.adafactor_beta1 > 0) bytes += values(l.size());
     }
     return bytes;
   }
   if (optimizer == "adamw8bit") {
     for (const auto& e : entries) {
       const index_t size = e.shape.numel();
+      const index_t blocks = (size + optim::adamw8bit_block - 1) / optim::adamw8bit_block;
       if (size >= optim::adamw8bit_min_size)
-        bytes += 2 * std::uint64_t(size) +
-                 2 * std::uint64_t((size + optim::adamw8bit_block - 1) / optim::adamw8bit_block) * sizeof(float);
-      else bytes += 2 * std::uint64_t(size) * sizeof(S);
+        bytes += 2 * block(std::uint64_t(size)) + 2 * block(std::uint64_t(blocks) * sizeof(float));
+      else bytes += 2 * values(size);
     }
     return bytes;
   }
@@ -262,6 +276,8 @@ MemoryEstimate estimate_memory_as(const recipe::Recipe& recipe, const models::Mo
   const bool by_element = optimizer == "sgd" || optimizer == "adamw" || optimizer == "lion";
   const index_t L = c.num_layers, C = c.hidden_size, V = c.vocab_size, HD = c.num_heads * c.head_dim;
 
+  const detail::Blocks block{!on_cpu};
+
   MemoryEstimate e;
   e.device = r.strategy.device;
   e.rank = rank;
@@ -275,15 +291,21 @@ MemoryEstimate estimate_memory_as(const recipe::Recipe& recipe, const models::Mo
   // stage(i): the index of stages[i] (-1 the embedding, L the head).
   auto stage = [](std::size_t i) { return index_t(i) - 1; };
   auto keeps = [&](index_t s) { return place.holds(s) || (s == -1 && place.keeps_tied_table(c.tie_embeddings)); };
-  std::uint64_t parameters = 0, largest_stage = 0, kept = 0, largest_elsewhere = 0;
+  // Parameter counts, and the bytes of each stage's buffer (values or gradients).
+  std::uint64_t parameters = 0, kept = 0, all_bytes = 0, kept_bytes = 0, largest_stage = 0, largest_elsewhere = 0;
   for (std::size_t i = 0; i < stages.size(); ++i) {
-    const std::uint64_t size = std::uint64_t(stages[i].size());
+    const std::uint64_t size = std::uint64_t(stages[i].size()), bytes = block(size * sizeof(T));
     parameters += size;
-    largest_stage = std::max(largest_stage, size);
-    if (keeps(stage(i))) kept += size;
-    else largest_elsewhere = std::max(largest_elsewhere, size);
+    all_bytes += bytes;
+    largest_stage = std::max(largest_stage, bytes);
+    if (keeps(stage(i))) {
+      kept += size;
+      kept_bytes += bytes;
+    } else {
+      largest_elsewhere = std::max(largest_elsewhere, bytes);
+    }
   }
-  const std::uint64_t rope = std::uint64_t(L) * nn::rope_inverse_frequencies(c.rope).size() * sizeof(float);
+  const std::uint64_t rope = std::uint64_t(L) * block(nn::rope_inverse_frequencies(c.rope).size() * sizeof(float));
 
   // What trains: the stages themselves, one LoRA buffer per adapted block,
   // or the prompt; each with the stage it belongs to.
@@ -314,27 +336,33 @@ MemoryEstimate estimate_memory_as(const recipe::Recipe& recipe, const models::Mo
     throw Error("ftrun estimate has no memory model for adapter \"" + adapter + "\"; it knows full, lora, prompt");
   }
   // Every rank keeps every adapter buffer (trained); the optimizer steps
-  // those of this rank's stages (stepped), or its shard of them.
-  std::uint64_t trained = 0, stepped = 0;
+  // those of this rank's stages (mine), or its shard of them.
+  std::uint64_t trained = 0, trained_bytes = 0;
   std::vector<detail::Layout> mine;
   for (std::size_t i = 0; i < trainables.size(); ++i) {
     trained += std::uint64_t(trainables[i].size());
-    if (!place.holds(trainable_stage[i])) continue;
-    stepped += std::uint64_t(trainables[i].size());
-    mine.push_back(trainables[i]);
+    trained_bytes += block(std::uint64_t(trainables[i].size()) * sizeof(T));
+    if (place.holds(trainable_stage[i])) mine.push_back(trainables[i]);
   }
 
   // This rank's range of each trainable buffer.
   const int world = shards_state ? (pipelined ? place.replicas : ranks) : 1;
   const int part = shards_state ? (pipelined ? place.replica : rank) : 0;
-  std::uint64_t owned = 0, state = 0, largest_buffer = 0;
+  // Offloaded on a device, the optimizer steps on the host: its values in M
+  // (the master copy, or a copy of the weights when T is M), the step's
+  // gradient copied there, the stepped weights on their way back, its state.
+  const bool offloaded = !on_cpu && r.strategy.optimizer_offload;
+  const detail::Blocks state_block = offloaded ? detail::Blocks{} : block;
+  std::uint64_t owned = 0, owned_bytes = 0, state = 0, step_gradient_bytes = 0, largest_buffer = 0;
   for (const auto& t : mine) {
     const parallel::ShardLayout cut(t.entries(), t.size(), world, by_element);
     const index_t begin = cut.begin(part), end = cut.end(part);
     owned += std::uint64_t(end - begin);
+    owned_bytes += state_block(std::uint64_t(end - begin) * sizeof(M));
+    step_gradient_bytes += block(std::uint64_t(shards_grads ? end - begin : t.size()) * sizeof(M));
     state += detail::optimizer_state_bytes<M>(optimizer, parallel::entries_in(t.entries(), begin, end), end - begin,
-                                              r.train);
-    largest_buffer = std::max(largest_buffer, std::uint64_t(t.size()));
+                                              r.train, state_block);
+    largest_buffer = std::max(largest_buffer, block(std::uint64_t(t.size()) * sizeof(M)));
   }
 
   // Held from setup to the end.
@@ -344,11 +372,11 @@ MemoryEstimate estimate_memory_as(const recipe::Recipe& recipe, const models::Mo
   std::uint64_t forward_gathered = 0, backward_gathered = 0, head_gathered = 0, head_values = 0;
   std::uint64_t shards_bytes = 0;
   if (shards_params) {
-    std::uint64_t shard = 0;
     for (const auto& stage : stages)
-      shard += std::uint64_t(parallel::ShardLayout(stage.entries(), stage.size(), ranks, trains_base ? by_element : true)
-                                 .size(rank));
-    shards_bytes = shard * sizeof(T);
+      shards_bytes += block(
+          std::uint64_t(parallel::ShardLayout(stage.entries(), stage.size(), ranks, trains_base ? by_element : true)
+                            .size(rank)) *
+          sizeof(T));
     e.held.push_back({"weights (this rank's shard)", shards_bytes,
                       "ZeRO-3: 1/" + std::to_string(ranks) + " of the weights in " + detail::dtype_name<T>()});
     // Whole stages at each point of a step (gather_hooks in
@@ -359,7 +387,7 @@ MemoryEstimate estimate_memory_as(const recipe::Recipe& recipe, const models::Mo
     // whose reduction is still in flight. A tied table's gradient is made at
     // the head's forward and kept to the end of backward.
     auto V = [&](index_t s) -> std::uint64_t {
-      return s < -1 || s > L ? 0 : std::uint64_t(stages[std::size_t(s + 1)].size()) * sizeof(T);
+      return s < -1 || s > L ? 0 : block(std::uint64_t(stages[std::size_t(s + 1)].size()) * sizeof(T));
     };
     auto G = [&](index_t s) -> std::uint64_t { return trains_base ? V(s) : 0; };
     const std::uint64_t table_gradient = c.tie_embeddings ? G(-1) : 0;
@@ -370,41 +398,35 @@ MemoryEstimate estimate_memory_as(const recipe::Recipe& recipe, const models::Mo
       backward_gathered = std::max(backward_gathered, V(l) + V(l - 1) + G(l) + G(l + 1) + table_gradient);
     backward_gathered = std::max(backward_gathered, V(-1) + G(-1) + G(0));
   } else if (place.across_ranks()) {
-    e.held.push_back({"weights (this rank's stages)", kept * sizeof(T),
+    e.held.push_back({"weights (this rank's stages)", kept_bytes,
                       std::to_string(kept) + " of " + std::to_string(parameters) + " parameters in " +
                           detail::dtype_name<T>() +
                           (place.keeps_tied_table(c.tie_embeddings) ? ", with the embedding table the head is tied to" : "")});
   } else {
-    e.held.push_back({"weights", parameters * sizeof(T), std::to_string(parameters) + " parameters in " +
-                                                             detail::dtype_name<T>()});
+    e.held.push_back({"weights", all_bytes, std::to_string(parameters) + " parameters in " + detail::dtype_name<T>()});
   }
   e.held.push_back({"rotary frequencies", rope, "per block"});
   if (!trains_base)
-    e.held.push_back({"adapter weights", trained * sizeof(T), std::to_string(trained) + " trainable parameters"});
+    e.held.push_back({"adapter weights", trained_bytes, std::to_string(trained) + " trainable parameters"});
   // Gradients in T: the model's own under a full fine-tune (one block's
   // buffer serves every block when the optimizer is fused into backward), the adapter's otherwise.
   if (!shards_params || !trains_base) {
-    std::uint64_t grads = trains_base ? kept : trained;
-    if (fused && trains_base && L > 0)
-      grads = std::uint64_t(stages.front().size() + stages.back().size() + stages[1].size());
-    e.held.push_back({"gradients", grads * sizeof(T), detail::dtype_name<T>() + (fused ? ", fused: one block's buffer shared" : "")});
+    auto bytes_of = [&](const detail::Layout& l) { return block(std::uint64_t(l.size()) * sizeof(T)); };
+    std::uint64_t grads = trains_base ? kept_bytes : trained_bytes;
+    if (fused && trains_base && L > 0) grads = bytes_of(stages.front()) + bytes_of(stages.back()) + bytes_of(stages[1]);
+    e.held.push_back({"gradients", grads, detail::dtype_name<T>() + (fused ? ", fused: one block's buffer shared" : "")});
   }
-  // Offloaded on a device, the optimizer steps on the host: its values in M
-  // (the master copy, or a copy of the weights when T is M), the step's
-  // gradient copied there, the stepped weights on their way back, its state.
-  const bool offloaded = !on_cpu && r.strategy.optimizer_offload;
   std::vector<Term>& stepped_in = offloaded ? e.host : e.held;
   if (has_master || offloaded)
-    stepped_in.push_back({"master weights", owned * sizeof(M),
+    stepped_in.push_back({"master weights", owned_bytes,
                           detail::dtype_name<M>() + " copy of what this rank steps" + (offloaded ? ", on the host" : "")});
   if (offloaded)
     e.host.push_back({"offload transfers", owned * (sizeof(M) + (has_master ? sizeof(T) : 0)),
                       "this rank's step gradient copied to the host" +
                           std::string(has_master ? ", and its stepped weights in " + detail::dtype_name<T>() : "")});
-  if (!fused && (has_master || shards_grads)) {
-    const std::uint64_t n = shards_grads ? owned : stepped;
-    e.held.push_back({"step gradients", n * sizeof(M), detail::dtype_name<M>() + ", accumulated over micro-batches"});
-  }
+  if (!fused && (has_master || shards_grads))
+    e.held.push_back({"step gradients", step_gradient_bytes,
+                      detail::dtype_name<M>() + ", accumulated over micro-batches"});
   stepped_in.push_back({"optimizer state", state, optimizer + (shards_state ? ", this rank's shard" : "") +
                                                    (offloaded ? ", on the host" : "")});
   // Reduce-scatter keeps two buffers in flight (the one whose backward just
@@ -417,15 +439,14 @@ MemoryEstimate estimate_memory_as(const recipe::Recipe& recipe, const models::Mo
     std::vector<std::uint64_t> in_flight;  // per buffer, in the order backward completes them
     for (auto t = mine.rbegin(); t != mine.rend(); ++t) {
       const parallel::ShardLayout cut(t->entries(), t->size(), world, by_element);
-      in_flight.push_back((has_master ? std::uint64_t(t->size()) : 0) + std::uint64_t(cut.size(part)));
+      in_flight.push_back((has_master ? block(std::uint64_t(t->size()) * sizeof(M)) : 0) +
+                          block(std::uint64_t(cut.size(part)) * sizeof(M)));
     }
     for (std::size_t i = 0; i < in_flight.size(); ++i) {
       const std::uint64_t pair = in_flight[i] + (i > 0 ? in_flight[i - 1] : 0);
       reduction_most = std::max(reduction_most, pair);
       if (i + 1 == in_flight.size()) reduction_after = pair;
     }
-    reduction_after *= sizeof(M);
-    reduction_most *= sizeof(M);
     e.held.push_back({"reduction buffers", reduction_after, "the last two buffers' gradients of a backward, kept"});
   }
 
@@ -453,12 +474,12 @@ MemoryEstimate estimate_memory_as(const recipe::Recipe& recipe, const models::Mo
     else ++blocks_kept;
   }
   std::uint64_t per_block = 0;
-  models::BlockActivations<T>::layout(c, B, T_, detail::CountBytes{&per_block});
+  models::BlockActivations<T>::layout(c, B, T_, detail::CountBytes{&per_block, block});
   e.activations.push_back({"block activations", per_block * blocks_kept * contexts,
                            in_flight + std::to_string(blocks_kept) + " of " + std::to_string(L) + " blocks keep theirs"});
   if (any_checkpointed)
     e.activations.push_back({"recomputed activations", per_block, "one set shared by checkpointed blocks"});
-  const std::uint64_t stream = std::uint64_t(N * C) * sizeof(T);
+  const std::uint64_t stream_bytes = std::uint64_t(N * C) * sizeof(T), stream = block(stream_bytes);
   // Offloading: two buffers in turn, a restored input and the gradient;
   // otherwise each block's input, the head's, and the gradient.
   const std::uint64_t stream_buffers = memory.offload_inputs ? 4 : std::uint64_t(place.stream_buffers()) + 1;
@@ -467,24 +488,24 @@ MemoryEstimate estimate_memory_as(const recipe::Recipe& recipe, const models::Mo
                                                               : "every block's input, the head's, and the gradient")});
   if (place.has_head()) {
     std::uint64_t head = 0;
-    models::HeadActivations<T>::layout(N, C, detail::CountBytes{&head});
+    models::HeadActivations<T>::layout(N, C, detail::CountBytes{&head, block});
     e.activations.push_back({"head", head * contexts, in_flight + "the final norm's output and its gradient"});
   }
   std::uint64_t scratch = 0;
-  models::BlockScratch<T>::layout(c, N, detail::CountBytes{&scratch});
+  models::BlockScratch<T>::layout(c, N, detail::CountBytes{&scratch, block});
   e.activations.push_back({"backward scratch", scratch, "one set every block's backward uses"});
   if (pipelined && r.pipeline.schedule == "zero_bubble") {
     std::uint64_t deferred = 0;
-    models::DeferredGradients<T>::layout(c, N, detail::CountBytes{&deferred});
+    models::DeferredGradients<T>::layout(c, N, detail::CountBytes{&deferred, block});
     e.activations.push_back({"deferred output gradients", deferred * blocks_here * contexts,
                              in_flight + "each block's projections' output gradients, kept for its weight gradients"});
   }
   if (memory.offload_inputs) {
-    const Term offloaded{"offloaded block inputs", stream * blocks_here * contexts,
+    const Term offloaded{"offloaded block inputs", stream_bytes * blocks_here * contexts,
                          in_flight + "host copies of each block's input"};
     (on_cpu ? e.activations : e.host).push_back(offloaded);
   }
-  if (!on_cpu) e.activations.push_back({"batch arrays", std::uint64_t(N) * 4 * sizeof(std::int32_t) * contexts,
+  if (!on_cpu) e.activations.push_back({"batch arrays", 4 * block(std::uint64_t(N) * sizeof(std::int32_t)) * contexts,
                                         "token ids, targets, positions, documents"});
   if (!lora.empty()) {
     // Each adapted block keeps A x and its gradient [N, r], and with dropout x's dropped copy.
@@ -499,8 +520,8 @@ MemoryEstimate estimate_memory_as(const recipe::Recipe& recipe, const models::Mo
           widest = std::max(widest, t.in);
         }
       if (!adapted) continue;
-      bytes += 2 * std::uint64_t(N * r.lora.r) * sizeof(T);
-      if (r.lora.dropout > 0) bytes += std::uint64_t(N * widest) * sizeof(T);
+      bytes += 2 * block(std::uint64_t(N * r.lora.r) * sizeof(T));
+      if (r.lora.dropout > 0) bytes += block(std::uint64_t(N * widest) * sizeof(T));
     }
     e.activations.push_back({"adapter activations", bytes, "A x and its gradient per adapted block"});
   }
@@ -509,7 +530,7 @@ MemoryEstimate estimate_memory_as(const recipe::Recipe& recipe, const models::Mo
   // of rows (nn/cross_entropy.hpp): a chunk of logits and, on the CPU in 16
   // bits, its GEMMs' f32 copies; a block's projections widen on the CPU too.
   const index_t head_chunk = models::HeadOptions{}.chunk_rows, chunk = std::min(head_chunk, N);
-  const std::uint64_t logits = std::uint64_t(chunk * V) * sizeof(T) + std::uint64_t(chunk) * sizeof(double);
+  const std::uint64_t logits = block(std::uint64_t(chunk * V) * sizeof(T)) + block(std::uint64_t(chunk) * sizeof(double));
   const std::uint64_t head_gemm = detail::widened_gemm_bytes<T>(chunk, V, C, on_cpu);
   // The widest of a block's projections over `rows` tokens.
   auto block_gemm_of = [&](index_t rows) {
@@ -520,13 +541,15 @@ MemoryEstimate estimate_memory_as(const recipe::Recipe& recipe, const models::Mo
     return most;
   };
   const std::uint64_t block_gemm = block_gemm_of(N);
-  const std::uint64_t norm_partials = std::uint64_t(C) * sizeof(A) * 2;
+  const std::uint64_t norm_partials = 2 * block(std::uint64_t(C) * sizeof(A));
   // A pipeline rank sends a copy of the stream it passes on, kept until the
-  // next rank has taken it; the head's part of a tied table's gradient
-  // arrives on the embedding's rank after backward, into a buffer of its own.
-  const std::uint64_t sent = place.across_ranks() ? stream : 0;
-  const std::uint64_t tied_gradient =
-      place.across_ranks() && c.tie_embeddings && trains_base && place.holds(-1) ? stages.front().size() * sizeof(T) : 0;
+  // next rank has taken it (in host memory, which is the device's only on
+  // the CPU); the head's part of a tied table's gradient arrives on the
+  // embedding's rank after backward, into a buffer of its own.
+  const std::uint64_t sent = place.across_ranks() && on_cpu ? stream : 0;
+  const std::uint64_t tied_gradient = place.across_ranks() && c.tie_embeddings && trains_base && place.holds(-1)
+                                          ? block(std::uint64_t(stages.front().size()) * sizeof(T))
+                                          : 0;
   const std::uint64_t head_work = place.has_head() ? logits + head_gemm + head_gathered : 0;
   e.step_workspace = {"workspace",
                       std::max(std::max({head_work,
@@ -542,7 +565,7 @@ MemoryEstimate estimate_memory_as(const recipe::Recipe& recipe, const models::Mo
                           (tied_gradient ? ", or the head's part of the tied table's gradient" : "")};
   // Fused into backward under a master copy, each buffer's gradient is
   // converted to M before its step (parallel/data_parallel.hpp).
-  if (fused && has_master) e.step_workspace.bytes += largest_buffer * sizeof(M);
+  if (fused && has_master) e.step_workspace.bytes += largest_buffer;
 
   // Setup measures the device's GEMM peak on three square matrices
   // (train/flops.hpp), freed before the model loads. Then each rank
@@ -550,12 +573,16 @@ MemoryEstimate estimate_memory_as(const recipe::Recipe& recipe, const models::Mo
   // rank its stages, ZeRO-3 a stage at a time, whole, keeping its shard of
   // it; the adapter and the trainable state come after, and the reduction
   // buffers with the first backward.
+  // On a GPU, the measurement's first product allocates cuBLASLt's
+  // workspace, which stays for the run.
+  if (r.strategy.device == "cuda")
+    e.held.push_back({"cuBLASLt workspace", cuda::blas_workspace_bytes, "for the products, kept from setup on"});
   {
-    const bool cpu = r.strategy.device == "cpu";
-    const std::uint64_t n = cpu ? std::uint64_t(device::Cpu::gemm_peak_size) : 8192;
-    const std::uint64_t measurement = 3 * n * n * (cpu ? sizeof(float) : sizeof(T));
+    const std::uint64_t n = on_cpu ? std::uint64_t(device::Cpu::gemm_peak_size) : 8192;
+    const std::uint64_t blas = r.strategy.device == "cuda" ? cuda::blas_workspace_bytes : 0;
+    const std::uint64_t measurement = 3 * block(n * n * (on_cpu ? sizeof(float) : sizeof(T))) + blas;
     const std::uint64_t laid_out = e.held_bytes() - reduction_after;
-    const std::uint64_t streaming = shards_params ? shards_bytes + rope + largest_stage * sizeof(T) : 0;
+    const std::uint64_t streaming = shards_params ? shards_bytes + rope + largest_stage + blas : 0;
     if (measurement >= std::max(laid_out, streaming))
       e.setup_workspace = {"GEMM peak measurement", measurement,
                            "three " + std::to_string(n) + " x " + std::to_string(n) +
@@ -571,10 +598,11 @@ MemoryEstimate estimate_memory_as(const recipe::Recipe& recipe, const models::Mo
   // one, or the head and its table beside the logits, values only.
   const index_t eval_rows = r.train.per_device_eval_batch_size > 0 ? r.train.per_device_eval_batch_size : B;
   const index_t eval_N = eval_rows * T_, eval_chunk = std::min(head_chunk, eval_N);
-  const std::uint64_t eval_logits = std::uint64_t(eval_chunk * V) * sizeof(T) +
-                                    std::uint64_t(eval_chunk) * sizeof(double) +
+  const std::uint64_t eval_stream = block(std::uint64_t(eval_N * C) * sizeof(T));
+  const std::uint64_t eval_logits = block(std::uint64_t(eval_chunk * V) * sizeof(T)) +
+                                    block(std::uint64_t(eval_chunk) * sizeof(double)) +
                                     detail::widened_gemm_bytes<T>(eval_chunk, V, C, on_cpu);
-  const std::uint64_t eval_sent = place.across_ranks() ? std::uint64_t(eval_N * C) * sizeof(T) : 0;
+  const std::uint64_t eval_sent = place.across_ranks() && on_cpu ? eval_stream : 0;
   e.eval_workspace = {"workspace",
                       std::max(place.has_head() ? eval_logits + head_values : 0, block_gemm_of(eval_N) + forward_gathered) +
                           eval_sent,
@@ -586,9 +614,9 @@ MemoryEstimate estimate_memory_as(const recipe::Recipe& recipe, const models::Mo
   // eval_steps so does the first step after each evaluation.
   std::uint64_t growth = 0;
   if (eval_rows > B) {
-    std::uint64_t more = 0;
-    models::BlockActivations<T>::layout(c, eval_rows - B, T_, detail::CountBytes{&more});
-    growth = more * blocks_kept + std::uint64_t((eval_rows - B) * T_ * C) * sizeof(T) * stream_buffers;
+    std::uint64_t eval_block = 0;
+    models::BlockActivations<T>::layout(c, eval_rows, T_, detail::CountBytes{&eval_block, block});
+    growth = (eval_block - per_block) * blocks_kept + (eval_stream - stream) * stream_buffers;
     e.eval_workspace.bytes += growth;
   }
   const bool evaluates = !r.data.validation.empty() || r.data.validation_split > 0;
@@ -601,15 +629,15 @@ MemoryEstimate estimate_memory_as(const recipe::Recipe& recipe, const models::Mo
   const bool merges = r.strategy.adapter == "lora" && r.lora.save_merged;
   if (shards_params) {
     if (merges)
-      e.save_workspace = {"workspace", parameters * sizeof(T), "the whole model gathered to merge the adapter into"};
+      e.save_workspace = {"workspace", all_bytes, "the whole model gathered to merge the adapter into"};
     else if (trains_base)
-      e.save_workspace = {"workspace", largest_stage * sizeof(T), "one gathered stage at a time"};
+      e.save_workspace = {"workspace", largest_stage, "one gathered stage at a time"};
   } else if (place.across_ranks()) {
     if (merges)
-      e.save_workspace = {"workspace", (parameters - kept) * sizeof(T),
+      e.save_workspace = {"workspace", all_bytes - kept_bytes,
                           "the other ranks' stages, to merge the adapter into the whole model"};
     else if (trains_base && place.replica == 0)
-      e.save_workspace = {"workspace", largest_elsewhere * sizeof(T), "another rank's stage at a time"};
+      e.save_workspace = {"workspace", largest_elsewhere, "another rank's stage at a time"};
   }
   if (evaluates && growth > 0) {
     e.save_workspace.bytes += growth;

@@ -32,6 +32,14 @@
 
 namespace ft::memory {
 
+// The block a request of `bytes` takes: what the allocator counts as
+// allocated, and what the memory estimate counts per allocation.
+constexpr std::size_t cached_block_bytes(std::size_t bytes) {
+  constexpr std::size_t small_limit = std::size_t(1) << 20, small_round = 512, large_round = std::size_t(2) << 20;
+  const std::size_t round = bytes < small_limit ? small_round : large_round;
+  return (bytes + round - 1) / round * round;
+}
+
 template <class Raw>
 class CachingAllocator {
 public:
@@ -40,12 +48,7 @@ public:
   CachingAllocator(const CachingAllocator&) = delete;
   CachingAllocator& operator=(const CachingAllocator&) = delete;
 
-  static constexpr std::size_t small_limit = std::size_t(1) << 20, small_round = 512, large_round = std::size_t(2) << 20;
-
-  static std::size_t size_class(std::size_t bytes) {
-    const std::size_t round = bytes < small_limit ? small_round : large_round;
-    return (bytes + round - 1) / round * round;
-  }
+  static std::size_t size_class(std::size_t bytes) { return cached_block_bytes(bytes); }
 
   void* allocate(std::size_t bytes) {
     if (bytes == 0) return nullptr;

@@ -22,6 +22,7 @@
 
 #include "ft/core/numeric.hpp"
 #include "ft/kernels/cuda/check.hpp"
+#include "ft/kernels/cuda/workspace.hpp"
 #include "ft/kernels/gemm.hpp"
 #include "ft/tensor/cuda_memory.hpp"
 
@@ -48,7 +49,7 @@ constexpr cudaDataType_t cuda_type() {
 class Blas {
 public:
   // tf32: f32 products on TF32 tensor cores (10-bit mantissa inputs, f32 sums).
-  explicit Blas(cudaStream_t stream = nullptr, bool tf32 = false, std::size_t workspace_bytes = std::size_t(32) << 20)
+  explicit Blas(cudaStream_t stream = nullptr, bool tf32 = false, std::size_t workspace_bytes = blas_workspace_bytes)
       : stream_(stream), tf32_(tf32), workspace_bytes_(workspace_bytes) {
     check(cublasLtCreate(&handle_), "cublasLtCreate");
     workspace_ = memory::CudaDevice::allocate(workspace_bytes_);
