@@ -56,6 +56,19 @@ std::string sets(const std::vector<std::string>& keys) {
 
 const std::string neox = "model.path=" FT_SOURCE_DIR "/models/ft-tiny-neox";
 
+// ft-tiny-llama with `changes` to its config.json, its weights made by ftrun
+// init in the scratch directory `name`; the recipe key that selects it.
+std::string tiny_llama_with(const std::string& name, const nlohmann::json& changes) {
+  const fs::path dir = scratch / name;
+  fs::create_directories(dir);
+  auto config = nlohmann::json::parse(std::ifstream(FT_SOURCE_DIR "/models/ft-tiny-llama/config.json"));
+  config.merge_patch(changes);
+  std::ofstream(dir / "config.json") << config.dump(2);
+  const Result init = ftrun("init " + dir.string(), name + "_init");
+  REQUIRE_MESSAGE(init.code == 0, init.err);
+  return "model.path=" + dir.string();
+}
+
 // A phase's estimated peak and the largest its records in metrics.jsonl measured.
 struct Figures {
   double estimated = 0, measured = 0;
@@ -237,16 +250,8 @@ TEST_CASE("estimate within 5% of the measured peak: pipelines on 2 and 4 ranks, 
 // a LoRA pipeline the first rank peaks in setup and the last in a step: each
 // phase's estimate is its largest rank's, as metrics.jsonl records it.
 TEST_CASE("estimate within 5% of the measured peak: loading a model larger than the setup's measurement") {
-  const fs::path dir = scratch / "wide-llama";
-  fs::create_directories(dir);
-  auto config = nlohmann::json::parse(std::ifstream(FT_SOURCE_DIR "/models/ft-tiny-llama/config.json"));
-  config["hidden_size"] = 256;
-  config["intermediate_size"] = 688;
-  config["vocab_size"] = 65536;
-  std::ofstream(dir / "config.json") << config.dump(2);
-  const Result init = ftrun("init " + dir.string(), "wide_init");
-  REQUIRE_MESSAGE(init.code == 0, init.err);
-  const std::string model = "model.path=" + dir.string();
+  const std::string model =
+      tiny_llama_with("wide-llama", {{"hidden_size", 256}, {"intermediate_size", 688}, {"vocab_size", 65536}});
   for (const char* parallelism : {"zero3", "pipeline"})
     for (const char* adapter : {"full", "lora"}) {
       const std::vector<std::string> keys{model, "launch.nproc=2", std::string("strategy.parallelism=") + parallelism,
@@ -283,16 +288,9 @@ TEST_CASE("merging LoRA into ZeRO-3 shards gathers the whole model: saving outgr
 // f32 buffers (weights, gradients, master weights, moments) takes a 2 MiB
 // block: counted as asked, the full fine-tunes' estimates would be 10-20% low.
 TEST_CASE("on a device, the estimate counts every allocation as the caching allocator's block") {
-  const fs::path dir = scratch / "blocky-llama";
-  fs::create_directories(dir);
-  auto config = nlohmann::json::parse(std::ifstream(FT_SOURCE_DIR "/models/ft-tiny-llama/config.json"));
-  config["hidden_size"] = 192;
-  config["intermediate_size"] = 512;
-  std::ofstream(dir / "config.json") << config.dump(2);
-  const Result init = ftrun("init " + dir.string(), "blocky_init");
-  REQUIRE_MESSAGE(init.code == 0, init.err);
+  const std::string model = tiny_llama_with("blocky-llama", {{"hidden_size", 192}, {"intermediate_size", 512}});
   const std::string env = "FT_PLUGIN_PATH=" FT_TEST_PLUGIN_DIR " ";
-  const std::string model = "model.path=" + dir.string(), device = "strategy.device=cpu-as-device";
+  const std::string device = "strategy.device=cpu-as-device";
   for (const std::vector<std::string>& keys :
        {std::vector<std::string>{model, device, "strategy.adapter=full"},
         {model, device, "strategy.adapter=lora", "strategy.precision=bf16-mixed"},
