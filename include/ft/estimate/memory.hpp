@@ -16,9 +16,10 @@
 //
 // Bytes are those the memory space counts: on the CPU the requested size
 // (tensor/memory.hpp), on a device the caching allocator's block for each
-// allocation, so the estimate rounds every allocation as the allocator does;
-// on a GPU, cuBLASLt's workspace besides. The host also holds code, the mapped token cache and
-// BLAS's own buffers, which the allocator does not see and RSS does.
+// allocation, so the estimate rounds every allocation as the allocator
+// does; on a GPU, cuBLASLt's workspace besides. The host also holds code,
+// the mapped token cache and BLAS's own buffers, which the allocator does
+// not see and RSS does.
 #include <algorithm>
 #include <cstdint>
 #include <map>
