@@ -531,7 +531,8 @@ MemoryEstimate estimate_memory_as(const recipe::Recipe& recipe, const models::Mo
   // of rows (nn/cross_entropy.hpp): a chunk of logits and, on the CPU in 16
   // bits, its GEMMs' f32 copies; a block's projections widen on the CPU too.
   const index_t head_chunk = models::HeadOptions{}.chunk_rows, chunk = std::min(head_chunk, N);
-  const std::uint64_t logits = block(std::uint64_t(chunk * V) * sizeof(T)) + block(std::uint64_t(chunk) * sizeof(double));
+  const std::uint64_t logits =
+      block(std::uint64_t(chunk * V) * sizeof(T)) + block(std::uint64_t(chunk) * sizeof(double));
   const std::uint64_t head_gemm = detail::widened_gemm_bytes<T>(chunk, V, C, on_cpu);
   // The widest of a block's projections over `rows` tokens.
   auto block_gemm_of = [&](index_t rows) {
@@ -573,14 +574,12 @@ MemoryEstimate estimate_memory_as(const recipe::Recipe& recipe, const models::Mo
   // allocates and loads only what it keeps (train/setup.hpp): a pipeline
   // rank its stages, ZeRO-3 a stage at a time, whole, keeping its shard of
   // it; the adapter and the trainable state come after, and the reduction
-  // buffers with the first backward.
-  // On a GPU, the measurement's first product allocates cuBLASLt's
-  // workspace, which stays for the run.
-  if (r.strategy.device == "cuda")
-    e.held.push_back({"cuBLASLt workspace", cuda::blas_workspace_bytes, "for the products, kept from setup on"});
+  // buffers with the first backward. On a GPU the measurement's first
+  // product allocates cuBLASLt's workspace, which stays for the run.
+  const std::uint64_t blas = r.strategy.device == "cuda" ? cuda::blas_workspace_bytes : 0;
+  if (blas) e.held.push_back({"cuBLASLt workspace", blas, "for the products, kept from setup on"});
   {
     const std::uint64_t n = on_cpu ? std::uint64_t(device::Cpu::gemm_peak_size) : 8192;
-    const std::uint64_t blas = r.strategy.device == "cuda" ? cuda::blas_workspace_bytes : 0;
     const std::uint64_t measurement = 3 * block(n * n * (on_cpu ? sizeof(float) : sizeof(T))) + blas;
     const std::uint64_t laid_out = e.held_bytes() - reduction_after;
     const std::uint64_t streaming = shards_params ? shards_bytes + rope + largest_stage + blas : 0;
