@@ -211,6 +211,17 @@ std::string as_comment(const std::string& text) {
   return out;
 }
 
+// srun starts every rank itself, and Open MPI's ranks find each other
+// through the PMIx server that srun runs only when asked (--mpi=pmix, or
+// MpiDefault=pmix in slurm.conf). Without it each rank would end in MPI_Init
+// with a page of text; this says it in one line before that.
+std::string srun_without_pmix(const ft::comm::JobPlace& job) {
+  if (job.launcher != "srun" || job.size <= 1 || std::getenv("PMIX_RANK") || std::getenv("PMI_FD")) return "";
+  return "srun started this job's " + std::to_string(job.size) +
+         " ranks without an MPI plugin, so they cannot find each other (no PMIX_RANK in the environment); "
+         "start it with srun --mpi=pmix, or set MpiDefault=pmix in slurm.conf";
+}
+
 }  // namespace
 
 int run_train(const TrainOptions& options) {
@@ -234,6 +245,10 @@ int run_train(const TrainOptions& options) {
   std::string resolved, plan;
   const ft::plugin::Factory* factory = nullptr;
   const ft::comm::JobPlace job = ft::comm::job_place();  // this process's place, when a launcher started it
+  if (const std::string why = srun_without_pmix(job); !why.empty()) {
+    if (job.rank == 0) std::cerr << "ftrun: " << why << "\n";
+    return bad_input;
+  }
   try {
     ft::recipe::Recipe& recipe = loaded.recipe;
     recipe.model.family = resolve_family(loaded, search.registry);

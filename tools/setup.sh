@@ -13,6 +13,8 @@ packages=(
   libcli11-dev doctest-dev libbenchmark-dev libcpp-httplib-dev
   # distributed runs (one machine or many); iproute2 makes the two-node test's namespaces
   openmpi-bin libopenmpi-dev iproute2
+  # a Slurm of one machine, started by the test that runs ranks under srun and sbatch
+  slurm-wlm munge
   # fast GEMM on the CPU: OpenBLAS on the OpenMP thread pool, so there is one pool
   libopenblas-dev libopenblas0-openmp
   # tokenizers' split patterns need a regex engine with Unicode classes

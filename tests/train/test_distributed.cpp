@@ -68,9 +68,10 @@ fs::path recipe(const std::string& name, const std::string& strategy, int rows, 
   return dir / "recipe.toml";
 }
 
-Run train(const fs::path& recipe_file, const std::string& sets = "") {
+// `launcher`: a command that starts ftrun's ranks itself (srun ...), or none.
+Run train(const fs::path& recipe_file, const std::string& sets = "", const std::string& launcher = "") {
   const fs::path dir = recipe_file.parent_path();
-  const std::string cmd = mpi_env + FTRUN_PATH " train \"" + recipe_file.string() + "\" " + sets + " >\"" +
+  const std::string cmd = mpi_env + launcher + FTRUN_PATH " train \"" + recipe_file.string() + "\" " + sets + " >\"" +
                           (dir / "stdout").string() + "\" 2>\"" + (dir / "stderr").string() + "\"";
   const int status = std::system(cmd.c_str());
   return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, read_bytes(dir / "stdout"), read_bytes(dir / "stderr")};
@@ -600,6 +601,64 @@ TEST_CASE("two nodes x two ranks over TCP between network namespaces train what 
   CHECK(out.find("ranks       4 on 2 machine(s): node1 x2, node2 x2") != std::string::npos);
   CHECK(metric_difference(single, nodes) < 1e-5);
   CHECK(weight_difference(final_weights(single), final_weights(nodes)) < 1e-5);
+}
+
+// A Slurm cluster of this one machine: tests/train/slurm_cluster.sh starts
+// munged, slurmctld and slurmd for the test. srun starts the ranks itself
+// and they find each other through its PMIx server; in a batch job, the
+// mpirun that ftrun starts takes the CPUs Slurm allocated. Both must train
+// what one process trains; srun without an MPI plugin is refused in one line.
+TEST_CASE("Slurm: ranks started by srun --mpi=pmix, and by ftrun's mpirun in an sbatch job, train what one process trains") {
+  const fs::path dir = scratch / "slurm";
+  const std::string cluster = std::string(FT_SOURCE_DIR) + "/tests/train/slurm_cluster.sh ";
+  if (::geteuid() != 0 || std::system("command -v srun sbatch slurmctld slurmd munged >/dev/null") != 0) {
+    MESSAGE("skipped: a Slurm cluster cannot be started here (needs root and the slurm-wlm and munge packages)");
+    return;
+  }
+  fs::create_directories(dir);
+  const int started = std::system((cluster + "start " + dir.string() + " 2>" + (dir / "error").string()).c_str());
+  struct Stop {
+    std::string command;
+    ~Stop() { std::system(command.c_str()); }
+  } stop{cluster + "stop " + dir.string()};
+  INFO(read_bytes(dir / "error"));
+  REQUIRE(started == 0);
+  const std::string slurm = "SLURM_CONF=" + (dir / "slurm.conf").string() + " ";
+
+  const fs::path single = recipe("slurm_single", "adapter = \"full\"\n", 4);
+  REQUIRE(train(single).code == 0);
+
+  const fs::path by_srun = recipe("slurm_srun", "adapter = \"full\"\nparallelism = \"zero2\"\n", 2, 2);
+  Run r = train(by_srun, "", slurm + "srun --mpi=pmix -n 2 --kill-on-bad-exit=1 ");
+  INFO(r.err);
+  REQUIRE(r.code == 0);
+  CHECK(r.out.find("ranks       2 on 1 machine(s)") != std::string::npos);
+  CHECK(metric_difference(single, by_srun) < 1e-5);
+  CHECK(weight_difference(final_weights(single), final_weights(by_srun)) < 1e-5);
+
+  // sbatch runs the script once, on the allocation's first CPU; launch.nproc = 2 makes ftrun start mpirun there.
+  const fs::path batch = recipe("slurm_sbatch", "adapter = \"full\"\nparallelism = \"ddp\"\n", 2, 2);
+  std::ofstream(batch.parent_path() / "job.sh") << "#!/bin/sh\nexec " FTRUN_PATH " train " << batch.string() << "\n";
+  const std::string submit = mpi_env + slurm + "sbatch --wait -n 2 -o " + (batch.parent_path() / "stdout").string() +
+                             " -e " + (batch.parent_path() / "stderr").string() + " " +
+                             (batch.parent_path() / "job.sh").string() + " >/dev/null";
+  const int status = std::system(submit.c_str());
+  INFO(read_bytes(batch.parent_path() / "stderr"));
+  REQUIRE(WIFEXITED(status));
+  REQUIRE(WEXITSTATUS(status) == 0);
+  CHECK(read_bytes(batch.parent_path() / "stdout").find("ranks       2 on 1 machine(s)") != std::string::npos);
+  CHECK(metric_difference(single, batch) < 1e-5);
+  CHECK(weight_difference(final_weights(single), final_weights(batch)) < 1e-5);
+
+  const fs::path no_plugin = recipe("slurm_no_pmix", "adapter = \"full\"\nparallelism = \"ddp\"\n", 2, 2);
+  r = train(no_plugin, "", slurm + "srun --mpi=none -n 2 ");
+  CHECK(r.code == 2);  // srun passes on the ranks' exit code, and adds a line of its own
+  CHECK(r.err.rfind("ftrun: srun started this job's 2 ranks without an MPI plugin, so they cannot find each other (no "
+                    "PMIX_RANK in the environment); start it with srun --mpi=pmix, or set MpiDefault=pmix in "
+                    "slurm.conf\n",
+                    0) == 0);
+  CHECK(r.err.find("ftrun:", 1) == std::string::npos);  // once, from rank 0
+  CHECK_FALSE(fs::exists(no_plugin.parent_path() / "run"));
 }
 
 TEST_CASE("a hostfile naming a host that does not resolve is refused in one line before mpirun starts") {
