@@ -2,7 +2,8 @@
 // (bench_grid.hpp) is a real `ftrun train` in its own process (an mpirun job
 // when it has several ranks), measured by the summary its run writes
 // (train/summary.hpp), and recorded as seed 003 records it:
-//   valid     the run finished; its measured properties
+//   valid     the run finished; its measured properties, and the gpu_*
+//             ones ftrun bench samples beside it (gpu_monitor.hpp)
 //   invalid   is_valid = false, no properties: the point breaks a validity
 //             rule, ran out of memory (exit 4), or ft refuses the combination
 //   failed    anything else (a crash, a time-out, a diverged loss): no
@@ -20,10 +21,13 @@
 //   iterations.svg  seconds per step along each run
 //   runs/<point>-<repeat>-<hash>/ each run's metrics.jsonl, stdout and stderr
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <memory>
+#include <optional>
 #include <set>
 #include <string>
 #include <vector>
@@ -41,6 +45,7 @@
 #include "child_process.hpp"
 #include "commands.hpp"
 #include "exit_code.hpp"
+#include "gpu_monitor.hpp"
 #include "svg_chart.hpp"
 
 namespace ftrun {
@@ -56,6 +61,13 @@ constexpr const char* properties[] = {
     "dataset_tokens_per_second_per_gpu", "cpu_compute_utilization", "cpu_memory_utilization",
     "mfu",                     "peak_memory_bytes",                 "max_rss_bytes",
     "state_bytes",             "measured_steps"};
+
+// Every measured property, as results.csv's columns: the run's own, then the GPUs' sampled beside it.
+std::vector<std::string> property_names() {
+  std::vector<std::string> names(std::begin(properties), std::end(properties));
+  for (const GpuProperty& g : no_gpu_properties()) names.push_back(g.name);
+  return names;
+}
 
 // Writes `text` to `path` through a temporary file, so a reader never sees half of it.
 void write_atomically(const fs::path& path, const std::string& text) {
@@ -131,14 +143,29 @@ json summary_of(const fs::path& run_dir) {
   return summary;
 }
 
-// What the estimate says the run's steps will take, per rank: what peak_memory_bytes measures.
-std::optional<std::uint64_t> estimated_peak(const Grid& grid, const GridPoint& p) {
+// The point's recipe as its run resolves it; nothing for one the run refuses.
+std::optional<ft::recipe::Recipe> point_recipe(const Grid& grid, const GridPoint& p) {
   try {
-    const auto loaded = ft::recipe::load<ft::recipe::Recipe>(grid.recipe, p.sets);
-    return ft::estimate::estimate_memory(loaded.recipe).step_peak();
+    return ft::recipe::load<ft::recipe::Recipe>(grid.recipe, p.sets).recipe;
+  } catch (const ft::Error&) {
+    return std::nullopt;
+  }
+}
+
+// What the estimate says the run's steps will take, per rank: what peak_memory_bytes measures.
+std::optional<std::uint64_t> estimated_peak(const std::optional<ft::recipe::Recipe>& recipe) {
+  if (!recipe) return std::nullopt;
+  try {
+    return ft::estimate::estimate_memory(*recipe).step_peak();
   } catch (const ft::Error&) {
     return std::nullopt;  // a policy the estimate has no model for
   }
+}
+
+// How many ranks of the point's run take a GPU of this machine: 0 on the CPU.
+int gpu_ranks(const std::optional<ft::recipe::Recipe>& recipe) {
+  if (!recipe || recipe->strategy.device != "cuda") return 0;
+  return int(std::max<std::int64_t>(1, recipe->launch.nproc));
 }
 
 // "003-0-1f2e3d4c": the point's index and repeat for people, and a hash of
@@ -174,7 +201,23 @@ json run_point(const Grid& grid, const GridPoint& p, std::int64_t repeat, std::i
   std::vector<std::string> argv{self_path(), "train", grid.recipe.string()};
   for (const std::string& s : p.sets) argv.insert(argv.end(), {"--set", s});
   argv.insert(argv.end(), {"--set", "output_dir=" + dir.string()});
+  const std::optional<ft::recipe::Recipe> recipe = point_recipe(grid, p);
+
+  // Seed 003's gpu_* properties: sampled while the run goes when it takes GPUs, 0 when it takes none.
+  std::vector<GpuProperty> gpu = no_gpu_properties();
+  std::unique_ptr<GpuMonitor> monitor;
+  std::string gpu_unmeasured;
+  if (const int ranks = gpu_ranks(recipe); ranks > 0) try {
+      monitor = std::make_unique<GpuMonitor>(ranks, std::chrono::milliseconds(200));
+    } catch (const ft::Error& e) {
+      gpu_unmeasured = e.what();
+    }
   const ChildResult child = run_child(argv, dir / "stdout.txt", dir / "stderr.txt", grid.point_timeout_seconds);
+  if (monitor) try {
+      gpu = monitor->finish();
+    } catch (const ft::Error& e) {
+      gpu_unmeasured = e.what();
+    }
 
   json r = base_record(p, repeat);
   r["attempt"] = attempt;
@@ -212,10 +255,14 @@ json run_point(const Grid& grid, const GridPoint& p, std::int64_t repeat, std::i
     json measured = json::object();
     for (const char* key : properties)
       if (summary.contains(key)) measured[key] = summary[key];
+    if (gpu_unmeasured.empty())
+      for (const GpuProperty& g : gpu) measured[g.name] = g.value;
+    else
+      r["gpu_properties_unmeasured"] = gpu_unmeasured;
     r["properties"] = measured;
   }
   if (r["status"] != "failed")
-    if (auto estimate = estimated_peak(grid, p)) r["estimated_peak_memory_bytes"] = *estimate;
+    if (auto estimate = estimated_peak(recipe)) r["estimated_peak_memory_bytes"] = *estimate;
   return r;
 }
 
@@ -246,7 +293,7 @@ void write_results_csv(const Grid& grid, const Results& results) {
   std::string text = "point,repeat";
   for (const std::string& key : grid.keys) text += "," + csv_field(key);
   text += ",is_valid,reason";
-  for (const char* key : properties) text += std::string(",") + key;
+  for (const std::string& key : property_names()) text += "," + key;
   text += ",estimated_peak_memory_bytes\n";
   for (const auto& [at, r] : finished(grid, results, false)) {
     text += std::to_string(at.first) + "," + std::to_string(at.second);
@@ -254,7 +301,8 @@ void write_results_csv(const Grid& grid, const Results& results) {
     text += std::string(",") + (r["is_valid"].get<bool>() ? "true" : "false") + "," +
             csv_field(r.value("reason", ""));
     const json& measured = r.contains("properties") ? r["properties"] : json::object();
-    for (const char* key : properties) text += "," + number_text(measured.contains(key) ? measured[key] : json());
+    for (const std::string& key : property_names())
+      text += "," + number_text(measured.contains(key) ? measured[key] : json());
     text += "," + number_text(r.contains("estimated_peak_memory_bytes") ? r["estimated_peak_memory_bytes"] : json());
     text += "\n";
   }

@@ -152,6 +152,10 @@ number_gpus = [1, 2]
           doctest::Approx(3 * std::stod(row.at("batch_size"))));
     const double measured = std::stod(row.at("peak_memory_bytes")), estimated = std::stod(row.at("estimated_peak_memory_bytes"));
     CHECK(std::abs(measured / estimated - 1) <= 0.05);
+    // The run takes no GPU: seed 003 reports its gpu_* properties as 0.
+    for (const char* gpu : {"gpu_compute_utilization_min", "gpu_memory_utilization_avg", "gpu_power_percent_max",
+                            "gpu_power_watts_avg", "gpu_memory_utilization_peak"})
+      CHECK_MESSAGE(row.at(gpu) == "0.0", gpu);
   }
   CHECK(valid == 12);
   CHECK(invalid == 4);
