@@ -54,10 +54,8 @@ struct Cuda {
   static void parallel_rows(index_t n, index_t columns, const F& f) {
     cuda::parallel_rows(n, columns, f);
   }
-  // Columns alone are too few threads for a GPU: each task sums this many rows.
-  static constexpr index_t column_rows = 128;
-  // The peak is measured in the run's storage dtype, whose tensor cores set it.
-  static constexpr index_t gemm_peak_size = 8192;
+  static constexpr index_t column_rows = cuda::column_rows;
+  static constexpr index_t gemm_peak_size = cuda::gemm_peak_size;
   template <element T>
   using gemm_peak_element = T;
   template <element T>

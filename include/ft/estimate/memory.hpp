@@ -35,6 +35,7 @@
 #include "ft/models/context.hpp"
 #include "ft/models/load.hpp"
 #include "ft/models/stages.hpp"
+#include "ft/nn/column_sums.hpp"
 #include "ft/nn/rope.hpp"
 #include "ft/optim/adafactor.hpp"
 #include "ft/optim/adamw8bit.hpp"
@@ -131,6 +132,37 @@ std::uint64_t widened_gemm_bytes(index_t M, index_t N, index_t K, bool on_cpu) {
   return std::uint64_t(M * K + K * N + M * N) * sizeof(float);
 }
 
+// The device a column sum runs on, for nn::column_span_rows: a GPU sums
+// spans of rows, the CPU (and the CPU standing in for a device) every row at once.
+struct GpuColumns {
+  static constexpr index_t column_rows = cuda::column_rows;
+};
+
+// The spans a column sum over `rows` rows makes partials for, on the run's device.
+inline index_t column_spans(index_t rows, bool on_gpu) {
+  const index_t per = on_gpu ? nn::column_span_rows<GpuColumns>(rows) : nn::column_span_rows<device::Cpu>(rows);
+  return (rows + per - 1) / per;
+}
+
+// What one Adafactor step makes and frees (optim/adafactor.hpp), for the
+// largest of `entries`: the two RMS sums' partials, and on a factored matrix
+// its row and column factors and the column partials, one per span of rows.
+template <class M>
+std::uint64_t adafactor_step_scratch(const std::vector<models::ParameterEntry>& entries, bool on_gpu, Blocks block) {
+  using A = acc_t<train::detail::state_t<M>>;
+  std::uint64_t most = 0;
+  for (const auto& e : entries) {
+    const optim::AdafactorLayout l(e.shape);
+    const index_t chunk = l.factored ? l.cols : optim::detail::adafactor_chunk, parts = (l.size() + chunk - 1) / chunk;
+    std::uint64_t bytes = block(std::uint64_t(2 * parts + 2) * sizeof(double));
+    if (l.factored)
+      bytes += block(std::uint64_t(l.batch * (l.rows + l.cols + 1)) * sizeof(A)) +
+               block(std::uint64_t(l.batch * column_spans(l.rows, on_gpu) * l.cols) * sizeof(double));
+    most = std::max(most, bytes);
+  }
+  return most;
+}
+
 // The optimizer state of one shard of a buffer: `entries` are the tensors
 // in [begin, end), as the optimizer is made with them (parallel/data_parallel.hpp).
 template <class M>
@@ -158,7 +190,7 @@ std::uint64_t optimizer_state_bytes(const std::string& optimizer, const std::vec
         bytes += 2 * block(std::uint64_t(size)) + 2 * block(std::uint64_t(blocks) * sizeof(float));
       else bytes += 2 * values(size);
     }
-    return bytes;
+    return bytes + block(2 * sizeof(optim::DynamicMap));  // the code maps, copied for each optimizer
   }
   throw Error("ftrun estimate has no memory model for optimizer \"" + optimizer +
               "\"; it knows sgd, adamw, adafactor, adamw8bit, lion");
@@ -257,7 +289,7 @@ MemoryEstimate estimate_memory_as(const recipe::Recipe& recipe, const models::Mo
   using A = acc_t<T>;
   const models::TransformerConfig& c = spec.config;
   const recipe::Recipe& r = recipe;
-  const bool on_cpu = r.strategy.device == "cpu";
+  const bool on_cpu = r.strategy.device == "cpu", on_gpu = r.strategy.device == "cuda";
   const bool has_master = !std::is_same_v<T, M>;
   const std::string& adapter = r.strategy.adapter;
   const std::string parallelism = parallel::canonical_name(r.strategy.parallelism);
@@ -355,6 +387,7 @@ MemoryEstimate estimate_memory_as(const recipe::Recipe& recipe, const models::Mo
   const bool offloaded = !on_cpu && r.strategy.optimizer_offload;
   const detail::Blocks state_block = offloaded ? detail::Blocks{} : block;
   std::uint64_t owned = 0, owned_bytes = 0, state = 0, step_gradient_bytes = 0, largest_buffer = 0;
+  std::uint64_t optimizer_scratch = 0;  // the largest a step of the device's optimizer makes and frees
   for (const auto& t : mine) {
     const parallel::ShardLayout cut(t.entries(), t.size(), world, by_element);
     const index_t begin = cut.begin(part), end = cut.end(part);
@@ -364,6 +397,9 @@ MemoryEstimate estimate_memory_as(const recipe::Recipe& recipe, const models::Mo
     state += detail::optimizer_state_bytes<M>(optimizer, parallel::entries_in(t.entries(), begin, end), end - begin,
                                               r.train, state_block);
     largest_buffer = std::max(largest_buffer, block(std::uint64_t(t.size()) * sizeof(M)));
+    if (optimizer == "adafactor" && !offloaded)
+      optimizer_scratch = std::max(optimizer_scratch, detail::adafactor_step_scratch<M>(
+                                                          parallel::entries_in(t.entries(), begin, end), on_gpu, block));
   }
 
   // Held from setup to the end.
@@ -543,7 +579,16 @@ MemoryEstimate estimate_memory_as(const recipe::Recipe& recipe, const models::Mo
     return most;
   };
   const std::uint64_t block_gemm = block_gemm_of(N);
-  const std::uint64_t norm_partials = 2 * block(std::uint64_t(C) * sizeof(A));
+  // Backward's column sums (nn/column_sums.hpp) when the base trains: a
+  // norm's weight (and a layer norm's bias) gradient, and a linear's bias
+  // gradient, from partials over spans of the micro-batch's rows.
+  const index_t spans = detail::column_spans(N, on_gpu);
+  const index_t widest_bias = std::max({c.qkv_bias ? c.qkv_width() : 0, c.o_bias ? C : 0,
+                                        c.mlp_bias ? std::max(c.mlp_in_width(), C) : 0});
+  const std::uint64_t column_partials =
+      trains_base ? std::max((c.norm == nn::NormKind::layer ? 2 : 1) * block(std::uint64_t(spans * C) * sizeof(A)),
+                             widest_bias ? block(std::uint64_t(spans * widest_bias) * sizeof(A)) : 0)
+                  : 0;
   // A pipeline rank sends a copy of the stream it passes on, kept until the
   // next rank has taken it (in host memory, which is the device's only on
   // the CPU); the head's part of a tied table's gradient arrives on the
@@ -554,17 +599,18 @@ MemoryEstimate estimate_memory_as(const recipe::Recipe& recipe, const models::Mo
                                           : 0;
   const std::uint64_t head_work = place.has_head() ? logits + head_gemm + head_gathered : 0;
   e.step_workspace = {"workspace",
-                      std::max(std::max({head_work,
-                                         block_gemm + std::max(forward_gathered, backward_gathered) +
-                                             (reduction_most - reduction_after),
-                                         norm_partials}) + sent,
-                               tied_gradient),
+                      std::max({std::max({head_work,
+                                          block_gemm + std::max(forward_gathered, backward_gathered) +
+                                              (reduction_most - reduction_after),
+                                          column_partials}) + sent,
+                                tied_gradient, optimizer_scratch}),
                       (place.has_head() ? "a chunk of " + std::to_string(chunk) + " rows of logits" +
                                               (head_gemm ? " and the f32 copies of 16-bit GEMMs" : "")
                                         : std::string(block_gemm ? "the f32 copies of a block's 16-bit GEMMs"
-                                                                 : "a norm's partial sums")) +
+                                                                 : "a column sum's partials")) +
                           (shards_params ? ", or two gathered stages" : "") + (sent ? ", a sent copy of the stream" : "") +
-                          (tied_gradient ? ", or the head's part of the tied table's gradient" : "")};
+                          (tied_gradient ? ", or the head's part of the tied table's gradient" : "") +
+                          (optimizer_scratch ? ", or an optimizer step's scratch" : "")};
   // Fused into backward under a master copy, each buffer's gradient is
   // converted to M before its step (parallel/data_parallel.hpp).
   if (fused && has_master) e.step_workspace.bytes += largest_buffer;
@@ -579,7 +625,7 @@ MemoryEstimate estimate_memory_as(const recipe::Recipe& recipe, const models::Mo
   const std::uint64_t blas = r.strategy.device == "cuda" ? cuda::blas_workspace_bytes : 0;
   if (blas) e.held.push_back({"cuBLASLt workspace", blas, "for the products, kept from setup on"});
   {
-    const std::uint64_t n = on_cpu ? std::uint64_t(device::Cpu::gemm_peak_size) : 8192;
+    const std::uint64_t n = std::uint64_t(on_cpu ? device::Cpu::gemm_peak_size : cuda::gemm_peak_size);
     const std::uint64_t measurement = 3 * block(n * n * (on_cpu ? sizeof(float) : sizeof(T))) + blas;
     const std::uint64_t laid_out = e.held_bytes() - reduction_after;
     const std::uint64_t streaming = shards_params ? shards_bytes + rope + largest_stage + blas : 0;
