@@ -188,10 +188,15 @@ public:
         throw Error("internal: stage " + std::to_string(s) + " has no room for its values to load into");
       for (const WeightBinding* w : by_stage[std::size_t(s + 1)]) {
         auto [buffer, entry] = find_parameter(w->param);
-        const std::vector<T> rows = read_binding(weights, *w);
         const index_t cols = entry->shape.rank == 2 ? entry->shape[1] : 1;
-        Device::from_host(buffer->values().data() + entry->offset + w->row_offset * cols, rows.data(),
-                          rows.size() * sizeof(T));
+        T* into = buffer->values().data() + entry->offset + w->row_offset * cols;
+        // The CPU's buffers are host memory: the rows go straight there.
+        if constexpr (std::is_same_v<Device, device::Cpu>) {
+          read_binding_into(weights, *w, into);
+        } else {
+          const std::vector<T> rows = read_binding(weights, *w);
+          Device::from_host(into, rows.data(), rows.size() * sizeof(T));
+        }
       }
       if (loading_.end) loading_.end(s);
     }
@@ -283,18 +288,30 @@ private:
   }
 
   // The rows a binding fills, read and converted to T, in ft's row order.
-  std::vector<T> read_binding(const io::ModelWeights& weights, const WeightBinding& w) {
+  // A binding's rows converted from the file into host memory at `out`, in
+  // ft's row order: straight into place when the order is HF's, else through
+  // one staged copy. The file's pages of the tensor are dropped once read,
+  // so loading holds one tensor of the file at a time, not all of it.
+  void read_binding_into(const io::ModelWeights& weights, const WeightBinding& w, T* out) {
     const io::TensorView& t = tensor_of(weights, w);
-    const ParameterEntry* entry = find_parameter(w.param).second;
-    const index_t cols = entry->shape.rank == 2 ? entry->shape[1] : 1;
-    const index_t rows = binding_rows(spec_, w, entry->shape[0]);
-    std::vector<T> staged(std::size_t(t.numel())), ordered(staged.size());
-    io::copy_elements(weights.file_of(t.name), t, staged.data(), t.numel());
-    for (index_t r = 0; r < rows; ++r) {
-      const index_t src = hf_row(w.order, r, rows, spec_.config.num_heads);
-      std::copy_n(staged.data() + src * cols, cols, ordered.data() + r * cols);
+    const io::SafetensorsFile& file = weights.file_of(t.name);
+    if (w.order == RowOrder::same) {
+      io::copy_elements(file, t, out, t.numel());
+    } else {
+      const ParameterEntry* entry = find_parameter(w.param).second;
+      const index_t cols = entry->shape.rank == 2 ? entry->shape[1] : 1;
+      const index_t rows = binding_rows(spec_, w, entry->shape[0]);
+      std::vector<T> staged(std::size_t(t.numel()));
+      io::copy_elements(file, t, staged.data(), t.numel());
+      for (index_t r = 0; r < rows; ++r)
+        std::copy_n(staged.data() + hf_row(w.order, r, rows, spec_.config.num_heads) * cols, cols, out + r * cols);
     }
-    return ordered;
+    file.release(t);
+  }
+  std::vector<T> read_binding(const io::ModelWeights& weights, const WeightBinding& w) {
+    std::vector<T> rows(std::size_t(tensor_of(weights, w).numel()));
+    read_binding_into(weights, w, rows.data());
+    return rows;
   }
 
   static std::string shape_string(const std::vector<std::int64_t>& shape) {
