@@ -11,8 +11,8 @@
 // and adapter. The first step is left out of the averages (it warms caches
 // and the allocator); figures are the mean of the others, from each run's
 // metrics.jsonl. Peak tensor memory is ft's host allocator's high-water mark
-// during a step, beside ftrun estimate's prediction of it; RSS is the
-// process's, including the frozen model.
+// during a step, beside ftrun estimate's prediction of it; max RSS is the
+// process's, beside the estimate's resident peak.
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -82,7 +82,7 @@ struct Row {
   std::string precision, adapter;
   bool ok = false;
   std::string error;
-  double seconds = 0, tokens = 0, dataset_tokens = 0, mfu = 0, peak = 0, rss = 0, estimate = 0;
+  double seconds = 0, tokens = 0, dataset_tokens = 0, mfu = 0, peak = 0, rss = 0, estimate = 0, resident_estimate = 0;
 };
 
 Row run(const Options& o, const std::string& precision, const std::string& adapter, const fs::path& dir) {
@@ -106,7 +106,9 @@ Row run(const Options& o, const std::string& precision, const std::string& adapt
                                " --json >" + (dir / "estimate.json").string() + " 2>&1";
   if (std::system(estimate.c_str()) == 0) {
     std::ifstream in(dir / "estimate.json");
-    row.estimate = nlohmann::json::parse(in).at("step_peak_bytes").get<double>();
+    const auto e = nlohmann::json::parse(in);
+    row.estimate = e.at("step_peak_bytes").get<double>();
+    row.resident_estimate = e.at("host_peak_bytes").get<double>();
   }
   const std::string command =
       std::string(FTRUN_PATH) + " train " + (dir / "recipe.toml").string() + sets + " >" + (dir / "log").string() + " 2>&1";
@@ -151,9 +153,9 @@ int main(int argc, char** argv) {
   const fs::path work = fs::temp_directory_path() / ("ft_bench_train_table_" + std::to_string(::getpid()));
   std::printf("%s, %s: %d steps of %d x %d (first not measured), packing %s\n\n", o.model.c_str(), o.data.c_str(),
               o.steps, o.batch, o.seq, o.packing.c_str());
-  std::printf("| precision | adapter | s/step | train tok/s | dataset tok/s | MFU | peak tensors MB | estimated MB | "
-              "max RSS MB |\n");
-  std::printf("| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n");
+  std::printf("| precision | adapter | s/step | train tok/s | dataset tok/s | MFU | peak tensors MiB | estimated MiB | "
+              "max RSS MiB | estimated resident MiB |\n");
+  std::printf("| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n");
   std::fflush(stdout);
   int failures = 0;
   for (const std::string& precision : o.precisions)
@@ -163,9 +165,10 @@ int main(int argc, char** argv) {
         std::printf("| %s | %s | failed: %s |\n", precision.c_str(), adapter.c_str(), r.error.c_str());
         ++failures;
       } else {
-        std::printf("| %s | %s | %.2f | %.0f | %.0f | %.3f | %.1f | %.1f | %.0f |\n", precision.c_str(),
-                    adapter.c_str(), r.seconds, r.tokens, r.dataset_tokens, r.mfu, r.peak / 1e6, r.estimate / 1e6,
-                    r.rss / 1e6);
+        const double MiB = 1 << 20;
+        std::printf("| %s | %s | %.2f | %.0f | %.0f | %.3f | %.1f | %.1f | %.1f | %.1f |\n", precision.c_str(),
+                    adapter.c_str(), r.seconds, r.tokens, r.dataset_tokens, r.mfu, r.peak / MiB, r.estimate / MiB,
+                    r.rss / MiB, r.resident_estimate / MiB);
       }
       std::fflush(stdout);
     }

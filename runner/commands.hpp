@@ -28,7 +28,8 @@ int run_prepare(const PrepareOptions& options);
 
 struct EstimateOptions {
   std::string recipe;
-  std::vector<std::string> sets;  // --set section.key=value
+  std::vector<std::string> sets;     // --set section.key=value
+  std::vector<std::string> plugins;  // --plugin FILE, as train loads them
   bool json = false;
 };
 int run_estimate(const EstimateOptions& options);

@@ -15,6 +15,8 @@
 
 #include "commands.hpp"
 #include "exit_code.hpp"
+#include "memory_fit.hpp"
+#include "plugin_search.hpp"
 
 namespace ftrun {
 namespace {
@@ -51,12 +53,16 @@ nlohmann::ordered_json to_json(const ft::estimate::MemoryEstimate& e,
           {"save_workspace", {{"bytes", e.save_workspace.bytes}, {"detail", e.save_workspace.detail}}},
           {"setup_workspace", {{"bytes", e.setup_workspace.bytes}, {"detail", e.setup_workspace.detail}}},
           {"host", terms_json(e.host)},
+          {"process_bytes", e.process_bytes},
+          {"file_tensor_bytes", e.file_tensor_bytes},
+          {"comm_scratch", {{"bytes", e.comm_scratch.bytes}, {"detail", e.comm_scratch.detail}}},
           {"step_peak_bytes", largest_rank(by_rank, &MemoryEstimate::step_peak)},
           {"eval_peak_bytes", largest_rank(by_rank, &MemoryEstimate::eval_peak)},
           {"save_peak_bytes", largest_rank(by_rank, &MemoryEstimate::save_peak)},
           {"setup_peak_bytes", largest_rank(by_rank, &MemoryEstimate::setup_peak)},
           {"peak_bytes", e.peak()},
-          {"peak_phase", e.peak_phase()}};
+          {"peak_phase", e.peak_phase()},
+          {"host_peak_bytes", largest_rank(by_rank, &MemoryEstimate::host_peak)}};
 }
 
 void print_terms(const char* heading, const std::vector<ft::estimate::Term>& terms) {
@@ -77,8 +83,14 @@ int run_estimate(const EstimateOptions& options) {
   try {
     const auto loaded = ft::recipe::load<ft::recipe::Recipe>(options.recipe, options.sets);
     const ft::recipe::Recipe& r = loaded.recipe;
-    const std::vector<ft::estimate::MemoryEstimate> by_rank = ft::estimate::estimate_memory_by_rank(r);
-    const ft::estimate::MemoryEstimate e = ft::estimate::estimate_memory(r);
+    // A run's process loads the plugins before it allocates; so does this
+    // one, which then measures itself as what every rank starts from.
+    const PluginSearch loaded_plugins = find_plugins(options.plugins);
+    const std::uint64_t process = starting_process_bytes(r);
+    std::vector<ft::estimate::MemoryEstimate> by_rank = ft::estimate::estimate_memory_by_rank(r);
+    for (auto& one : by_rank) one.process_bytes = process;
+    ft::estimate::MemoryEstimate e = ft::estimate::estimate_memory(r);
+    e.process_bytes = process;
 
     // The other choices, at the recipe's ranks (2 when it has one).
     const std::int64_t ranks = r.launch.nproc > 1 ? r.launch.nproc : 2;
@@ -92,6 +104,7 @@ int run_estimate(const EstimateOptions& options) {
       other.train.gradient_checkpointing = o.checkpointing;
       other.launch.nproc = o.nproc;
       table.emplace_back(o, ft::estimate::estimate_memory(other));
+      table.back().second.process_bytes = process;
     }
 
     if (options.json) {
@@ -102,6 +115,7 @@ int run_estimate(const EstimateOptions& options) {
                           {"gradient_checkpointing", o.checkpointing},
                           {"nproc", o.nproc},
                           {"peak_bytes", est.peak()},
+                          {"host_peak_bytes", est.host_peak()},
                           {"held_bytes", est.held_bytes()},
                           {"activation_bytes", est.activation_bytes()}});
       j["options"] = others;
@@ -114,7 +128,8 @@ int run_estimate(const EstimateOptions& options) {
                          {"eval_peak_bytes", one.eval_peak()},
                          {"save_peak_bytes", one.save_peak()},
                          {"setup_peak_bytes", one.setup_peak()},
-                         {"peak_bytes", one.peak()}});
+                         {"peak_bytes", one.peak()},
+                         {"host_peak_bytes", one.host_peak()}});
       j["by_rank"] = ranks;
       std::printf("%s\n", j.dump(2).c_str());
       return ok;
@@ -137,6 +152,11 @@ int run_estimate(const EstimateOptions& options) {
     std::printf("  peak  %s in the %s (step %s, evaluation %s, saving %s, setup %s)\n", ft::format_bytes(e.peak()).c_str(),
                 e.peak_phase().c_str(), ft::format_bytes(e.step_peak()).c_str(), ft::format_bytes(e.eval_peak()).c_str(),
                 ft::format_bytes(e.save_peak()).c_str(), ft::format_bytes(e.setup_peak()).c_str());
+    print_terms("resident beside the allocator's",
+                {{"this process", e.process_bytes, "code, libraries and plugins, measured before the run allocates"},
+                 {"a tensor being loaded", e.file_tensor_bytes, "the model file's largest, while it is converted"},
+                 e.comm_scratch});
+    std::printf("  resident peak  %s (max RSS)\n", ft::format_bytes(e.host_peak()).c_str());
     if (by_rank.size() > 1) {
       std::printf("\n  every rank (the one reported above has the largest peak):\n");
       std::printf("    %5s %12s %12s %12s %12s %12s\n", "rank", "held", "activations", "setup peak", "step peak", "peak");
@@ -145,13 +165,13 @@ int run_estimate(const EstimateOptions& options) {
                     ft::format_bytes(one.activation_bytes()).c_str(), ft::format_bytes(one.setup_peak()).c_str(),
                     ft::format_bytes(one.step_peak()).c_str(), ft::format_bytes(one.peak()).c_str());
     }
-    std::printf("\n  per rank, other choices (held + activations + workspace = peak):\n");
-    std::printf("    %-11s %-14s %5s %12s %12s %12s\n", "parallelism", "checkpointing", "ranks", "held", "activations",
-                "peak");
+    std::printf("\n  per rank, other choices (held + activations + workspace = peak; resident: max RSS):\n");
+    std::printf("    %-11s %-14s %5s %12s %12s %12s %12s\n", "parallelism", "checkpointing", "ranks", "held",
+                "activations", "peak", "resident");
     for (const auto& [o, est] : table)
-      std::printf("    %-11s %-14s %5lld %12s %12s %12s\n", o.parallelism.c_str(), o.checkpointing.c_str(),
+      std::printf("    %-11s %-14s %5lld %12s %12s %12s %12s\n", o.parallelism.c_str(), o.checkpointing.c_str(),
                   (long long)o.nproc, ft::format_bytes(est.held_bytes()).c_str(), ft::format_bytes(est.activation_bytes()).c_str(),
-                  ft::format_bytes(est.peak()).c_str());
+                  ft::format_bytes(est.peak()).c_str(), ft::format_bytes(est.host_peak()).c_str());
     return ok;
   } catch (const ft::Error& e) {
     std::cerr << "ftrun: " << e.what() << "\n";

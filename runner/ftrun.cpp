@@ -35,6 +35,7 @@ int main(int argc, char** argv) {
   estimate->add_option("recipe", estimate_options.recipe, "Recipe file (TOML)")->required();
   estimate->add_option("--set", estimate_options.sets, "Override a recipe key: section.key=value (repeatable)");
   estimate->add_flag("--json", estimate_options.json, "Print one JSON object instead of tables");
+  estimate->add_option("--plugin", estimate_options.plugins, "Also load this plugin file, as train would (repeatable)");
 
   ftrun::BenchOptions bench_options;
   auto* bench = app.add_subcommand("bench", "Run every point of an experiment grid (TOML) as its own training run: "

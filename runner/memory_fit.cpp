@@ -7,6 +7,7 @@
 #include <ft/core/bytes.hpp>
 #include <ft/core/process.hpp>
 #include <ft/estimate/memory.hpp>
+#include <ft/train/flops.hpp>
 
 namespace ftrun {
 namespace {
@@ -52,19 +53,41 @@ std::vector<Change> changes(const ft::recipe::Recipe& r) {
 
 }  // namespace
 
-void check_memory_fits(const ft::recipe::Loaded<ft::recipe::Recipe>& loaded, std::int64_t ranks_here) {
+std::uint64_t starting_process_bytes(const ft::recipe::Recipe& r) {
+  // A run's setup begins with a product that measures the GEMM peak
+  // (train/flops.hpp); on the CPU it makes BLAS touch the buffers it keeps
+  // per thread. One product of the same size touches them here.
+  if (r.strategy.device == "cpu")
+    ft::train::measure_gemm_peak<ft::device::Cpu, float>(ft::device::Cpu::gemm_peak_size, 0);
+  return ft::resident_bytes();
+}
+
+void check_memory_fits(const ft::recipe::Loaded<ft::recipe::Recipe>& loaded, std::int64_t ranks_here, bool starts_ranks) {
   const ft::recipe::Recipe& r = loaded.recipe;
   if (!r.launch.memory_check) return;
   std::uint64_t available = 0;
   std::string source;
+  // launch.memory_limit bounds ft's allocator (a device's memory, or the
+  // host's); the host's available memory bounds the whole process, less
+  // what this process already holds when it is the one that trains (ranks
+  // about to be started bring their own).
+  bool resident = false;
   if (!r.launch.memory_limit.empty()) {
     available = ft::parse_bytes(r.launch.memory_limit).value_or(0);
     source = "launch.memory_limit = \"" + r.launch.memory_limit + "\"";
   } else if (r.strategy.device == "cpu") {
     available = ft::meminfo_bytes("MemAvailable") / std::uint64_t(std::max<std::int64_t>(1, ranks_here));  // what new allocations can get without swapping
     source = "the host's available memory" + (ranks_here > 1 ? " over " + std::to_string(ranks_here) + " ranks" : "");
+    resident = true;
   }
   if (available == 0) return;
+  // This process as it is now: without the BLAS buffers that setup's first
+  // product will touch (starting_process_bytes), which a check need not wait for.
+  const std::uint64_t process = ft::resident_bytes(), held_already = resident && !starts_ranks ? process : 0;
+  auto need = [&](ft::estimate::MemoryEstimate e) {
+    e.process_bytes = process;
+    return resident ? e.host_peak() - std::min(held_already, e.host_peak()) : e.peak();
+  };
 
   ft::estimate::MemoryEstimate estimate;
   try {
@@ -72,17 +95,18 @@ void check_memory_fits(const ft::recipe::Loaded<ft::recipe::Recipe>& loaded, std
   } catch (const ft::Error&) {
     return;  // a policy the estimate has no model for: nothing to compare
   }
-  if (estimate.peak() <= available) return;
+  const std::uint64_t needed = need(estimate);
+  if (needed <= available) return;
 
   const ft::estimate::Term largest = estimate.largest();
   std::ostringstream why;
-  why << "this run needs about " << ft::format_bytes(estimate.peak()) << " per rank at its peak (the " << estimate.peak_phase()
+  why << "this run needs about " << ft::format_bytes(needed) << (held_already ? " more" : "") << " per rank at its peak (the " << estimate.peak_phase()
       << "; largest part: " << largest.name << ", " << ft::format_bytes(largest.bytes) << "), more than the " << ft::format_bytes(available)
       << " of " << source << ".";
   std::string fits;
   for (const Change& c : changes(r)) {
     try {
-      const std::uint64_t peak = ft::estimate::estimate_memory(c.recipe).peak();
+      const std::uint64_t peak = need(ft::estimate::estimate_memory(c.recipe));
       if (peak <= available) fits += std::string(fits.empty() ? "" : "; ") + c.what + ": " + ft::format_bytes(peak);
     } catch (const ft::Error&) {
     }
@@ -91,7 +115,7 @@ void check_memory_fits(const ft::recipe::Loaded<ft::recipe::Recipe>& loaded, std
                            "see ftrun estimate for the terms";
   else why << " Changes that fit: " << fits;
   why << " (launch.memory_check = false runs it anyway)";
-  throw ft::OutOfMemory(why.str(), estimate.peak());
+  throw ft::OutOfMemory(why.str(), needed);
 }
 
 }  // namespace ftrun

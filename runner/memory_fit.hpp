@@ -2,15 +2,23 @@
 // Before a run loads anything: does its estimated peak fit the memory it
 // has? A run that will not fit is refused with the largest term and the
 // cheapest changes that would fit, each with its own estimate.
+#include <cstdint>
+
 #include <ft/recipe/load.hpp>
 #include <ft/recipe/recipe.hpp>
 
 namespace ftrun {
 
+// The resident memory a run's process has when it begins to allocate the
+// model: this process (code, libraries, the plugins it loaded) after the
+// setup's first matrix product, which it runs.
+std::uint64_t starting_process_bytes(const ft::recipe::Recipe& recipe);
+
 // Throws ft::OutOfMemory with that message when the run will not fit; does
 // nothing when it fits, when launch.memory_check is off, or when the memory
 // available is not known (a GPU without launch.memory_limit). The host's
-// available memory is shared by `ranks_here`, the job's ranks on this machine.
-void check_memory_fits(const ft::recipe::Loaded<ft::recipe::Recipe>& loaded, std::int64_t ranks_here);
+// available memory is shared by `ranks_here`, the job's ranks on this
+// machine; `starts_ranks` when this process launches them rather than trains.
+void check_memory_fits(const ft::recipe::Loaded<ft::recipe::Recipe>& loaded, std::int64_t ranks_here, bool starts_ranks);
 
 }  // namespace ftrun

@@ -69,12 +69,21 @@ std::string tiny_llama_with(const std::string& name, const nlohmann::json& chang
   return "model.path=" + dir.string();
 }
 
+// The tiny Llama widened until its embedding table (65536 x 256, 64 MiB in
+// f32) is most of the model; made once.
+const std::string& wide_llama() {
+  static const std::string key =
+      tiny_llama_with("wide-llama", {{"hidden_size", 256}, {"intermediate_size", 688}, {"vocab_size", 65536}});
+  return key;
+}
+
 // A phase's estimated peak and the largest its records in metrics.jsonl measured.
 struct Figures {
   double estimated = 0, measured = 0;
 };
 struct Phases {
   Figures setup, step, eval, save;
+  Figures resident;  // the process's max RSS (the largest rank's)
 };
 
 // The estimate of each phase (a step, an evaluation, saving checkpoints and the result) and the run's measurements.
@@ -90,6 +99,7 @@ Phases estimate_and_measure(const std::vector<std::string>& keys, const std::str
   p.step.estimated = e.at("step_peak_bytes").get<double>();
   p.eval.estimated = e.at("eval_peak_bytes").get<double>();
   p.save.estimated = e.at("save_peak_bytes").get<double>();
+  p.resident.estimated = e.at("host_peak_bytes").get<double>();
   const Result train = ftrun("train " + file + sets(keys), name + "_train", env);
   REQUIRE_MESSAGE(train.code == 0, train.err);
   std::ifstream metrics(scratch / name / "metrics.jsonl");
@@ -102,6 +112,7 @@ Phases estimate_and_measure(const std::vector<std::string>& keys, const std::str
                  : split == "save"  ? &p.save
                                     : nullptr;
     if (f) f->measured = std::max(f->measured, j.at("peak_memory_bytes").get<double>());
+    if (j.contains("max_rss_bytes")) p.resident.measured = std::max(p.resident.measured, j["max_rss_bytes"].get<double>());
   }
   fs::remove_all(scratch / name);
   return p;
@@ -250,8 +261,7 @@ TEST_CASE("estimate within 5% of the measured peak: pipelines on 2 and 4 ranks, 
 // a LoRA pipeline the first rank peaks in setup and the last in a step: each
 // phase's estimate is its largest rank's, as metrics.jsonl records it.
 TEST_CASE("estimate within 5% of the measured peak: loading a model larger than the setup's measurement") {
-  const std::string model =
-      tiny_llama_with("wide-llama", {{"hidden_size", 256}, {"intermediate_size", 688}, {"vocab_size", 65536}});
+  const std::string& model = wide_llama();
   for (const char* parallelism : {"zero3", "pipeline"})
     for (const char* adapter : {"full", "lora"}) {
       const std::vector<std::string> keys{model, "launch.nproc=2", std::string("strategy.parallelism=") + parallelism,
@@ -267,6 +277,35 @@ TEST_CASE("estimate within 5% of the measured peak: loading a model larger than 
       CHECK(p.setup.measured < p.step.measured);
       check_within_5_percent(keys, p);
     }
+}
+
+// The process's resident memory at its peak (max RSS) is what ft's
+// allocator holds and what it does not see: the process before the run
+// allocates (code, libraries, plugins, BLAS's buffers; the estimate measures
+// itself), the model file's pages of the tensor being loaded, and the
+// scratch MPI's collectives make beside the reductions. On the wide Llama
+// (a 64 MiB embedding in an f32 file, all-reduced as 64 MiB of scratch or
+// reduce-scattered as 128 MiB) each term is a fifth or more of the whole,
+// so an estimate without one is more than 15% under. Still outside it:
+// what glibc keeps of freed memory for reuse, and the host copies a tensor
+// passes through when the model is written (docs/design.md), which keep
+// RSS up to 12% above the estimate on these runs.
+TEST_CASE("the resident peak (max RSS) against the estimate: loading, and MPI's scratch on 2 ranks") {
+  const std::string& model = wide_llama();
+  const std::vector<std::vector<std::string>> runs{
+      {model, "strategy.adapter=lora"},
+      {model, "strategy.adapter=full"},
+      {model, "strategy.adapter=full", "launch.nproc=2", "strategy.parallelism=ddp"},
+      {model, "strategy.adapter=full", "launch.nproc=2", "strategy.parallelism=zero2"},
+      {model, "strategy.adapter=full", "launch.nproc=2", "strategy.parallelism=zero3"}};
+  for (const auto& keys : runs) {
+    const Phases p = estimate_and_measure(keys);
+    std::string what;
+    for (const auto& k : keys) what += k + " ";
+    INFO(what << "resident: estimated " << p.resident.estimated << ", measured " << p.resident.measured);
+    CHECK(p.resident.measured >= 0.9 * p.resident.estimated);
+    CHECK(p.resident.measured <= 1.15 * p.resident.estimated);
+  }
 }
 
 TEST_CASE("merging LoRA into ZeRO-3 shards gathers the whole model: saving outgrows a step, and is estimated") {

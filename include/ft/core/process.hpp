@@ -3,6 +3,7 @@
 // reports beside its own allocator's (resident memory, CPU time) and the
 // memory a plan is checked against.
 #include <sys/resource.h>
+#include <unistd.h>
 
 #include <cstdint>
 #include <fstream>
@@ -15,6 +16,14 @@ inline std::size_t max_rss_bytes() {
   rusage usage{};
   ::getrusage(RUSAGE_SELF, &usage);
   return std::size_t(usage.ru_maxrss) * 1024;  // Linux reports KiB
+}
+
+// The memory this process has resident now, in bytes (VmRSS); 0 when unknown.
+inline std::uint64_t resident_bytes() {
+  std::ifstream in("/proc/self/statm");
+  std::uint64_t size = 0, resident = 0;
+  if (!(in >> size >> resident)) return 0;
+  return resident * std::uint64_t(::sysconf(_SC_PAGESIZE));
 }
 
 // CPU seconds this process has used, user and system, over all its threads.

@@ -18,8 +18,8 @@
 // (tensor/memory.hpp), on a device the caching allocator's block for each
 // allocation, so the estimate rounds every allocation as the allocator
 // does; on a GPU, cuBLASLt's workspace besides. The host also holds code,
-// the mapped token cache and BLAS's own buffers, which the allocator does
-// not see and RSS does.
+// libraries and their buffers, which the caller measures, and MPI's own
+// scratch for collectives: host_peak() is the process's max RSS.
 #include <algorithm>
 #include <cstdint>
 #include <map>
@@ -30,6 +30,7 @@
 #include "ft/adapters/adapter.hpp"
 #include "ft/adapters/lora.hpp"
 #include "ft/core/half.hpp"
+#include "ft/io/model_weights.hpp"
 #include "ft/kernels/cuda/workspace.hpp"
 #include "ft/models/block.hpp"
 #include "ft/models/context.hpp"
@@ -76,6 +77,16 @@ struct MemoryEstimate {
   Term save_workspace;                  // writing a checkpoint or the result (ZeRO-3 gathers stages)
   Term setup_workspace;                 // measuring the device's GEMM peak, before the model exists
   std::vector<Term> host;               // on a GPU: host memory beside the device's
+  // What the allocator does not see and RSS does. The process before the
+  // run allocates (code, libraries, the loaded plugins and the buffers they
+  // make as they load) is measured by the caller, which is such a process;
+  // MPI's collectives allocate their own scratch while gradients reduce.
+  std::uint64_t process_bytes = 0;
+  Term comm_scratch;
+  std::uint64_t reducing_workspace = 0;  // the step's workspace while gradients reduce
+  // Loading reads the model file a tensor at a time, its pages resident
+  // until it is converted into the weights, which are what is allocated then.
+  std::uint64_t loading_weights = 0, file_tensor_bytes = 0;
 
   std::uint64_t held_bytes() const { return sum(held); }
   std::uint64_t activation_bytes() const { return sum(activations); }
@@ -84,6 +95,18 @@ struct MemoryEstimate {
   std::uint64_t eval_peak() const { return held_bytes() + activation_bytes() + eval_workspace.bytes; }
   std::uint64_t save_peak() const { return held_bytes() + activation_bytes() + save_workspace.bytes; }
   std::uint64_t peak() const { return std::max({setup_peak(), step_peak(), eval_peak(), save_peak()}); }
+  // The process's resident memory at its peak (max RSS): on the CPU the
+  // allocator's peak, with a step's MPI scratch beside the reductions'
+  // workspace; on a GPU the host terms; both over the measured process.
+  std::uint64_t host_step_peak() const {
+    return held_bytes() + activation_bytes() +
+           std::max(step_workspace.bytes, reducing_workspace + comm_scratch.bytes);
+  }
+  std::uint64_t host_peak() const {
+    if (device != "cpu") return process_bytes + sum(host);
+    const std::uint64_t loading = loading_weights + file_tensor_bytes;
+    return process_bytes + std::max({setup_peak(), loading, host_step_peak(), eval_peak(), save_peak()});
+  }
   std::string peak_phase() const {
     if (peak() == step_peak()) return "step";
     if (peak() == eval_peak()) return "evaluation";
@@ -214,6 +237,23 @@ adapters::FamilyModules family_modules_of(const std::string& architecture) {
   (look.template operator()<Families>(), ...);
   if (out.family.empty()) throw Error("ftrun estimate: no stock family reads architecture \"" + architecture + "\"");
   return out;
+}
+
+// The largest tensor as the model's files hold it (models/transformer.hpp
+// reads them one at a time); 0 for a directory with a config.json and no
+// weights yet, which can be planned for all the same.
+inline std::uint64_t largest_file_tensor(const std::string& dir, const models::ModelSpec& spec) {
+  std::uint64_t largest = 0;
+  try {
+    const io::ModelWeights weights = io::ModelWeights::open(dir);
+    for (const models::WeightBinding& w : spec.weights) {
+      const io::TensorView* t = weights.find(w.hf_name);
+      if (!t && !w.alias.empty()) t = weights.find(w.alias);
+      if (t) largest = std::max<std::uint64_t>(largest, t->bytes.size());
+    }
+  } catch (const Error&) {
+  }
+  return largest;
 }
 
 // Where a rank stands: the chunks of stages it runs, the replicas it shares
@@ -486,6 +526,25 @@ MemoryEstimate estimate_memory_as(const recipe::Recipe& recipe, const models::Mo
     }
     e.held.push_back({"reduction buffers", reduction_after, "the last two buffers' gradients of a backward, kept"});
   }
+  // MPI's non-blocking collectives (Open MPI's libnbc) make scratch of
+  // their own for as long as they run: a reduce-scatter two copies of what
+  // it reduces, an all-reduce one. Two buffers' reductions are in flight at
+  // once, as above (one when the optimizer is fused into backward, which
+  // waits for each). A GPU reduces through NCCL, in device memory.
+  const int reducers = pipelined ? place.replicas : multi ? ranks : 1;
+  if (on_cpu && reducers > 1) {
+    const std::uint64_t copies = shards_grads ? 2 : 1;
+    std::uint64_t previous = 0, most = 0;
+    for (auto t = mine.rbegin(); t != mine.rend(); ++t) {
+      const std::uint64_t bytes = copies * std::uint64_t(t->size()) * sizeof(M);
+      most = std::max(most, bytes + (fused ? 0 : previous));
+      previous = bytes;
+    }
+    e.comm_scratch = {"MPI's collective scratch", most,
+                      std::string(shards_grads ? "two copies of each reduce-scattered gradient"
+                                               : "a copy of each all-reduced gradient") +
+                          (fused ? "" : ", two buffers' in flight")};
+  }
 
   // A training micro-batch: rows x tokens (the longest a batch can be).
   const index_t B = r.train.per_device_train_batch_size;
@@ -598,12 +657,11 @@ MemoryEstimate estimate_memory_as(const recipe::Recipe& recipe, const models::Mo
                                           ? block(std::uint64_t(stages.front().size()) * sizeof(T))
                                           : 0;
   const std::uint64_t head_work = place.has_head() ? logits + head_gemm + head_gathered : 0;
+  e.reducing_workspace =
+      block_gemm + std::max(forward_gathered, backward_gathered) + (reduction_most - reduction_after) + sent;
   e.step_workspace = {"workspace",
-                      std::max({std::max({head_work,
-                                          block_gemm + std::max(forward_gathered, backward_gathered) +
-                                              (reduction_most - reduction_after),
-                                          column_partials}) + sent,
-                                tied_gradient, optimizer_scratch}),
+                      std::max({head_work + sent, e.reducing_workspace, column_partials + sent, tied_gradient,
+                                optimizer_scratch}),
                       (place.has_head() ? "a chunk of " + std::to_string(chunk) + " rows of logits" +
                                               (head_gemm ? " and the f32 copies of 16-bit GEMMs" : "")
                                         : std::string(block_gemm ? "the f32 copies of a block's 16-bit GEMMs"
@@ -613,7 +671,10 @@ MemoryEstimate estimate_memory_as(const recipe::Recipe& recipe, const models::Mo
                           (optimizer_scratch ? ", or an optimizer step's scratch" : "")};
   // Fused into backward under a master copy, each buffer's gradient is
   // converted to M before its step (parallel/data_parallel.hpp).
-  if (fused && has_master) e.step_workspace.bytes += largest_buffer;
+  if (fused && has_master) {
+    e.step_workspace.bytes += largest_buffer;
+    e.reducing_workspace += largest_buffer;
+  }
 
   // Setup measures the device's GEMM peak on three square matrices
   // (train/flops.hpp), freed before the model loads. Then each rank
@@ -629,6 +690,7 @@ MemoryEstimate estimate_memory_as(const recipe::Recipe& recipe, const models::Mo
     const std::uint64_t measurement = 3 * block(n * n * (on_cpu ? sizeof(float) : sizeof(T))) + blas;
     const std::uint64_t laid_out = e.held_bytes() - reduction_after;
     const std::uint64_t streaming = shards_params ? shards_bytes + rope + largest_stage + blas : 0;
+    e.loading_weights = (shards_params ? streaming : e.held.front().bytes + rope + blas);
     if (measurement >= std::max(laid_out, streaming))
       e.setup_workspace = {"GEMM peak measurement", measurement,
                            "three " + std::to_string(n) + " x " + std::to_string(n) +
@@ -712,6 +774,7 @@ inline std::vector<MemoryEstimate> estimate_memory_by_rank(recipe::Recipe recipe
     adapters::LoRA::resolve(recipe, detail::family_modules_of<models::Llama, models::GptNeox>(spec.config.architecture));
   std::vector<MemoryEstimate> ranks{estimate_memory_of_rank(recipe, spec, 0)};
   for (int rank = 1; rank < ranks.front().ranks; ++rank) ranks.push_back(estimate_memory_of_rank(recipe, spec, rank));
+  for (MemoryEstimate& e : ranks) e.file_tensor_bytes = detail::largest_file_tensor(recipe.model.path, spec);
   return ranks;
 }
 
