@@ -284,8 +284,8 @@ TEST_CASE("estimate within 5% of the measured peak: loading a model larger than 
 // allocates (code, libraries, plugins, BLAS's buffers; the estimate measures
 // itself), the model file's pages of the tensor being loaded, and the
 // scratch MPI's collectives make beside the reductions. On the wide Llama
-// (a 64 MiB embedding in an f32 file, all-reduced as 64 MiB of scratch or
-// reduce-scattered as 128 MiB) each term is a fifth or more of the whole,
+// (a 64 MiB embedding in an f32 file, all-reduced or reduce-scattered on 2
+// ranks through 64 MiB of scratch) each term is a tenth or more of the whole,
 // so an estimate without one is more than 15% under. Still outside it:
 // what glibc keeps of freed memory for reuse, and the host copies a tensor
 // passes through when the model is written (docs/design.md), which keep

@@ -527,13 +527,15 @@ MemoryEstimate estimate_memory_as(const recipe::Recipe& recipe, const models::Mo
     e.held.push_back({"reduction buffers", reduction_after, "the last two buffers' gradients of a backward, kept"});
   }
   // MPI's non-blocking collectives (Open MPI's libnbc) make scratch of
-  // their own for as long as they run: a reduce-scatter two copies of what
-  // it reduces, an all-reduce one. Two buffers' reductions are in flight at
-  // once, as above (one when the optimizer is fused into backward, which
-  // waits for each). A GPU reduces through NCCL, in device memory.
+  // their own for as long as they run: an all-reduce touches a copy of what
+  // it reduces, a reduce-scatter one on 2 ranks and two on more (it
+  // allocates two on any; measured with a bare MPI program). Two buffers'
+  // reductions are in flight at once, as above (one when the optimizer is
+  // fused into backward, which waits for each). A GPU reduces through NCCL,
+  // in device memory.
   const int reducers = pipelined ? place.replicas : multi ? ranks : 1;
   if (on_cpu && reducers > 1) {
-    const std::uint64_t copies = shards_grads ? 2 : 1;
+    const std::uint64_t copies = shards_grads && reducers > 2 ? 2 : 1;
     std::uint64_t previous = 0, most = 0;
     for (auto t = mine.rbegin(); t != mine.rend(); ++t) {
       const std::uint64_t bytes = copies * std::uint64_t(t->size()) * sizeof(M);
@@ -541,8 +543,9 @@ MemoryEstimate estimate_memory_as(const recipe::Recipe& recipe, const models::Mo
       previous = bytes;
     }
     e.comm_scratch = {"MPI's collective scratch", most,
-                      std::string(shards_grads ? "two copies of each reduce-scattered gradient"
-                                               : "a copy of each all-reduced gradient") +
+                      std::string(copies == 2 ? "two copies of each reduce-scattered gradient"
+                                              : shards_grads ? "a copy of each reduce-scattered gradient"
+                                                             : "a copy of each all-reduced gradient") +
                           (fused ? "" : ", two buffers' in flight")};
   }
 
