@@ -89,8 +89,7 @@ int run_estimate(const EstimateOptions& options) {
     const std::uint64_t process = starting_process_bytes(r);
     std::vector<ft::estimate::MemoryEstimate> by_rank = ft::estimate::estimate_memory_by_rank(r);
     for (auto& one : by_rank) one.process_bytes = process;
-    ft::estimate::MemoryEstimate e = ft::estimate::estimate_memory(r);
-    e.process_bytes = process;
+    const ft::estimate::MemoryEstimate& e = ft::estimate::largest_peak_rank(by_rank);
 
     // The other choices, at the recipe's ranks (2 when it has one).
     const std::int64_t ranks = r.launch.nproc > 1 ? r.launch.nproc : 2;

@@ -693,7 +693,7 @@ MemoryEstimate estimate_memory_as(const recipe::Recipe& recipe, const models::Mo
     const std::uint64_t measurement = 3 * block(n * n * (on_cpu ? sizeof(float) : sizeof(T))) + blas;
     const std::uint64_t laid_out = e.held_bytes() - reduction_after;
     const std::uint64_t streaming = shards_params ? shards_bytes + rope + largest_stage + blas : 0;
-    e.loading_weights = (shards_params ? streaming : e.held.front().bytes + rope + blas);
+    e.loading_weights = shards_params ? streaming : kept_bytes + rope + blas;
     if (measurement >= std::max(laid_out, streaming))
       e.setup_workspace = {"GEMM peak measurement", measurement,
                            "three " + std::to_string(n) + " x " + std::to_string(n) +
@@ -783,11 +783,11 @@ inline std::vector<MemoryEstimate> estimate_memory_by_rank(recipe::Recipe recipe
 
 // The rank whose peak is the largest: the one that must fit. The setup's
 // measurement is the same on every rank, so ties go to the larger step.
-inline MemoryEstimate estimate_memory(const recipe::Recipe& recipe) {
-  std::vector<MemoryEstimate> ranks = estimate_memory_by_rank(recipe);
+inline const MemoryEstimate& largest_peak_rank(const std::vector<MemoryEstimate>& ranks) {
   return *std::max_element(ranks.begin(), ranks.end(), [](const MemoryEstimate& a, const MemoryEstimate& b) {
     return std::pair(a.peak(), a.step_peak()) < std::pair(b.peak(), b.step_peak());
   });
 }
+inline MemoryEstimate estimate_memory(const recipe::Recipe& recipe) { return largest_peak_rank(estimate_memory_by_rank(recipe)); }
 
 }  // namespace ft::estimate

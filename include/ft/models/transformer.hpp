@@ -287,7 +287,6 @@ private:
     return *t;
   }
 
-  // The rows a binding fills, read and converted to T, in ft's row order.
   // A binding's rows converted from the file into host memory at `out`, in
   // ft's row order: straight into place when the order is HF's, else through
   // one staged copy. The file's pages of the tensor are dropped once read,
@@ -308,6 +307,7 @@ private:
     }
     file.release(t);
   }
+  // The same rows in a host vector of their own.
   std::vector<T> read_binding(const io::ModelWeights& weights, const WeightBinding& w) {
     std::vector<T> rows(std::size_t(tensor_of(weights, w).numel()));
     read_binding_into(weights, w, rows.data());
