@@ -92,24 +92,24 @@ Staged stage_model(const fs::path& src, const ConvertOptions& options) {
       file = &adapter->file();
       source = it->second;
     }
-    std::function<std::vector<std::byte>()> produce;
+    std::function<void(const ft::io::ByteSink&)> produce;
     if (auto m = lora.find(name); m != lora.end()) {
       if (t.shape.size() != 2) throw ft::Error(src.string() + ": \"" + name + "\" is not a matrix and cannot take LoRA");
       if (source->dtype != "F32" && source->dtype != "BF16" && source->dtype != "F16")
         throw ft::Error(src.string() + ": \"" + name + "\" has dtype " + source->dtype + ", LoRA merges need a float weight");
-      produce = [file, source, adapter, module = m->second, dtype] {
+      produce = ft::io::whole_bytes([file, source, adapter, module = m->second, dtype] {
         std::vector<float> merged(std::size_t(source->numel()));
         ft::io::copy_elements(*file, *source, merged.data(), source->numel());
         file->release(*source);
         ft::io::merge_lora_module(*adapter, *module, merged.data(), source->shape[0], source->shape[1]);
         return ft::io::encode_floats(merged, dtype);
-      };
+      });
     } else {
-      produce = [file, source, dtype] {
+      produce = ft::io::whole_bytes([file, source, dtype] {
         std::vector<std::byte> bytes = ft::io::convert_tensor(*file, *source, dtype);
         file->release(*source);
         return bytes;
-      };
+      });
     }
     staged.tensors.push_back({name, dtype, t.shape, {}, std::move(produce)});
   }
@@ -143,15 +143,15 @@ void add_tokens(const fs::path& src, const fs::path& out, Staged& staged, const 
         it = std::find_if(staged.tensors.begin(), staged.tensors.end(), named(w.alias));
       if (it == staged.tensors.end()) continue;
       const std::int64_t old_rows = it->shape[0], width = it->shape[1];
-      it->produce = [base = std::move(it->produce), dtype = it->dtype, old_rows, width, size] {
-        std::vector<float> rows = ft::io::decode_floats(base(), dtype);
+      it->produce = ft::io::whole_bytes([base = std::move(it->produce), dtype = it->dtype, old_rows, width, size] {
+        std::vector<float> rows = ft::io::decode_floats(ft::io::collect_bytes(base), dtype);
         std::vector<double> mean(std::size_t(width), 0.0);
         for (std::int64_t r = 0; r < old_rows; ++r)
           for (std::int64_t c = 0; c < width; ++c) mean[std::size_t(c)] += rows[std::size_t(r * width + c)];
         for (std::int64_t r = old_rows; r < size; ++r)
           for (std::int64_t c = 0; c < width; ++c) rows.push_back(float(mean[std::size_t(c)] / double(old_rows)));
         return ft::io::encode_floats(rows, dtype);
-      };
+      });
       it->shape[0] = size;
     }
     config["vocab_size"] = size;

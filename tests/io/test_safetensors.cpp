@@ -436,22 +436,31 @@ TEST_CASE("safetensors tensors made by the writer give the same file; a wrong or
   const std::vector<float> four = {1, 2, 3, 4};
   const std::vector<std::int32_t> ids = {7, -8};
   write_safetensors(dir / "spans.safetensors", {tensor("a", "F32", {2, 2}, bytes_of(four)), tensor("b", "I32", {2}, bytes_of(ids))});
-  auto maker = [](std::span<const std::byte> bytes) {
-    return [bytes] { return std::vector<std::byte>(bytes.begin(), bytes.end()); };
+  // Whole, and in pieces of `piece` bytes.
+  auto maker = [](std::span<const std::byte> bytes, std::size_t piece) {
+    return [bytes, piece](const ByteSink& put) {
+      for (std::size_t at = 0; at < bytes.size(); at += piece) put(bytes.subspan(at, std::min(piece, bytes.size() - at)));
+    };
   };
   std::vector<TensorToWrite> made = {tensor("a", "F32", {2, 2}, {}), tensor("b", "I32", {2}, {})};
-  made[0].produce = maker(bytes_of(four));
-  made[1].produce = maker(bytes_of(ids));
-  std::vector<std::uint64_t> wrote;
-  write_safetensors(dir / "made.safetensors", made, {}, [&](std::uint64_t n) { wrote.push_back(n); });
-  CHECK(read_bytes(dir / "made.safetensors") == read_bytes(dir / "spans.safetensors"));
-  CHECK(wrote == std::vector<std::uint64_t>{16, 8});
+  for (std::size_t piece : {std::size_t(64), std::size_t(3)}) {
+    made[0].produce = maker(bytes_of(four), piece);
+    made[1].produce = maker(bytes_of(ids), piece);
+    std::vector<std::uint64_t> wrote;
+    write_safetensors(dir / "made.safetensors", made, {}, [&](std::uint64_t n) { wrote.push_back(n); });
+    CHECK(read_bytes(dir / "made.safetensors") == read_bytes(dir / "spans.safetensors"));
+    CHECK(wrote == std::vector<std::uint64_t>{16, 8});
+  }
+  CHECK(collect_bytes(made[0].produce) == std::vector<std::byte>(bytes_of(four).begin(), bytes_of(four).end()));
 
   const fs::path p = dir / "bad.safetensors";
-  made[1].produce = [] { return std::vector<std::byte>(4); };
+  made[1].produce = whole_bytes([] { return std::vector<std::byte>(4); });
   CHECK(error_of([&] { write_safetensors(p, made); }) ==
         p.string() + R"(: cannot write tensor "b": it has 4 bytes, but shape [2] of I32 needs 8)");
-  made[1].produce = []() -> std::vector<std::byte> { throw ft::Error("the maker failed"); };
+  made[1].produce = maker(bytes_of(four), 3);  // past its size: the rest is not written, and the total is told
+  CHECK(error_of([&] { write_safetensors(p, made); }) ==
+        p.string() + R"(: cannot write tensor "b": it has 16 bytes, but shape [2] of I32 needs 8)");
+  made[1].produce = [](const ByteSink&) { throw ft::Error("the maker failed"); };
   CHECK(error_of([&] { write_safetensors(p, made); }) == "the maker failed");
   CHECK(!fs::exists(p));
   CHECK(std::distance(fs::directory_iterator(dir.path), fs::directory_iterator()) == 2);  // no temporaries

@@ -351,7 +351,7 @@ inline void convert_gguf_to_hf(const std::filesystem::path& gguf, const std::fil
   std::vector<TensorToWrite> tensors;
   for (const detail::TensorPlan& p : plan)  // dequantised one at a time, as the writer reaches each
     tensors.push_back({p.hf_name, dtype, p.source->shape(), {},
-                       [&file, &p, &dtype] { return detail::hf_tensor_bytes(file, p, dtype); }});
+                       whole_bytes([&file, &p, &dtype] { return detail::hf_tensor_bytes(file, p, dtype); })});
   write_model_safetensors(temp.path, tensors, options.max_shard_bytes, {{"format", "pt"}}, options.progress);
 
   // rename(2) replaces an empty directory, and only an empty one.

@@ -97,16 +97,28 @@ inline std::string safetensors_dtype(std::string_view name, const std::string& w
   throw Error(where + ": dtype \"" + std::string(name) + "\" is not supported; allowed: float32, bfloat16, float16");
 }
 
-// Float values as the bytes of a safetensors float dtype (F32, BF16 or F16),
-// rounding once, and back.
-inline std::vector<std::byte> encode_floats(const std::vector<float>& values, const std::string& dtype) {
-  auto as_bytes = [](const auto& v) {
-    auto span = std::as_bytes(std::span(v));
-    return std::vector<std::byte>(span.begin(), span.end());
+// Values as the bytes of a safetensors float dtype (F32, BF16 or F16), into
+// `out` (resized to fit). Each value passes through float, which holds every
+// f32, bf16 and f16 exactly, so it is rounded once.
+template <class T>
+void encode_elements(std::span<const T> values, const std::string& dtype, std::vector<std::byte>& out) {
+  auto encode = [&]<class D>(D) {
+    out.resize(values.size() * sizeof(D));
+    for (std::size_t i = 0; i < values.size(); ++i) {
+      const D d(static_cast<float>(values[i]));
+      std::memcpy(out.data() + i * sizeof(D), &d, sizeof(D));
+    }
   };
-  if (dtype == "F32") return as_bytes(values);
-  if (dtype == "BF16") return as_bytes(std::vector<bf16>(values.begin(), values.end()));
-  return as_bytes(std::vector<f16>(values.begin(), values.end()));
+  if (dtype == "F32") encode(float{});
+  else if (dtype == "BF16") encode(bf16{});
+  else encode(f16{});
+}
+
+// Float values as the bytes of a safetensors float dtype, and back.
+inline std::vector<std::byte> encode_floats(const std::vector<float>& values, const std::string& dtype) {
+  std::vector<std::byte> out;
+  encode_elements(std::span<const float>(values), dtype, out);
+  return out;
 }
 
 inline std::vector<float> decode_floats(std::span<const std::byte> bytes, const std::string& dtype) {

@@ -74,16 +74,36 @@ struct TensorView {  // one tensor in a mapped file
   }
 };
 
-// A tensor for write_safetensors: its bytes, or a function that makes them
-// when the writer reaches the tensor, so that writing a model holds one
-// tensor's bytes at a time rather than a second copy of the model.
+// Where a producer puts a tensor's bytes, in order, in as many pieces as it likes.
+using ByteSink = std::function<void(std::span<const std::byte>)>;
+
+// A tensor for write_safetensors: its bytes, or a function that puts them
+// when the writer reaches the tensor. A producer that puts a run of rows at
+// a time lets writing a model hold a few rows beside the weights, not a
+// tensor, nor a second copy of the model.
 struct TensorToWrite {
   std::string name;
   std::string dtype;
   std::vector<std::int64_t> shape;
-  std::span<const std::byte> bytes;                  // used when `produce` is empty
-  std::function<std::vector<std::byte>()> produce;  // must give the bytes that shape and dtype need
+  std::span<const std::byte> bytes;                 // used when `produce` is empty
+  std::function<void(const ByteSink&)> produce;     // must put the bytes that shape and dtype need
 };
+
+// A producer that puts one whole vector of bytes (`make` returns it).
+template <class Make>
+std::function<void(const ByteSink&)> whole_bytes(Make make) {
+  return [make = std::move(make)](const ByteSink& put) {
+    const std::vector<std::byte> bytes = make();
+    put(bytes);
+  };
+}
+
+// Everything a producer puts, in one vector (for a producer that rewrites another's bytes).
+inline std::vector<std::byte> collect_bytes(const std::function<void(const ByteSink&)>& produce) {
+  std::vector<std::byte> out;
+  produce([&out](std::span<const std::byte> piece) { out.insert(out.end(), piece.begin(), piece.end()); });
+  return out;
+}
 
 namespace detail {
 
@@ -474,17 +494,27 @@ inline void write_safetensors(const std::filesystem::path& file, const std::vect
   for (const TensorToWrite& t : tensors) {
     put(zeros, align(written) - written);
     written = align(written);
-    std::vector<std::byte> produced;
-    if (t.produce) produced = t.produce();
-    const std::span<const std::byte> bytes = t.produce ? std::span<const std::byte>(produced) : t.bytes;
-    if (const std::uint64_t expected = detail::tensor_bytes(t); bytes.size() != expected) {
-      throw Error(where + "cannot write tensor " + detail::quoted(t.name) + ": it has " + std::to_string(bytes.size()) +
-                  " bytes, but shape " + detail::shape_string(t.shape) + " of " + t.dtype + " needs " +
-                  std::to_string(expected));
+    const std::uint64_t expected = detail::tensor_bytes(t);
+    std::uint64_t given = 0;
+    auto wrong_size = [&](std::uint64_t bytes) {
+      return Error(where + "cannot write tensor " + detail::quoted(t.name) + ": it has " + std::to_string(bytes) +
+                   " bytes, but shape " + detail::shape_string(t.shape) + " of " + t.dtype + " needs " +
+                   std::to_string(expected));
+    };
+    if (t.produce) {
+      bool over = false;  // a producer past its size is stopped at once; its total is told after
+      t.produce([&](std::span<const std::byte> piece) {
+        given += piece.size();
+        over = over || given > expected;
+        if (!over) put(piece.data(), piece.size());
+      });
+    } else {
+      given = t.bytes.size();
+      put(t.bytes.data(), t.bytes.size());
     }
-    put(bytes.data(), bytes.size());
-    written += bytes.size();
-    if (wrote) wrote(bytes.size());
+    if (given != expected) throw wrong_size(given);
+    written += given;
+    if (wrote) wrote(given);
   }
   // Without fsync the rename could reach the disk before the data, and a crash
   // would leave a complete-looking name over missing bytes.

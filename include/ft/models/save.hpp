@@ -5,6 +5,7 @@
 // from (config.json, tokenizer, chat template, generation config), so the
 // result loads in transformers as it is.
 #include <filesystem>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -24,11 +25,14 @@ void save_pretrained(Transformer<T, Device>& model, const std::filesystem::path&
       fs::copy_file(entry.path(), dir / entry.path().filename(), fs::copy_options::overwrite_existing);
   std::vector<io::TensorToWrite> tensors;
   for (const WeightBinding& w : model.spec().weights) {
-    // One tensor at a time, as the writer reaches it: no second copy of the model.
+    // A run of rows at a time, encoded as the writer reaches it: no copy of a tensor, nor of the model.
     std::vector<std::int64_t> hf_shape = model.hf_shape(w);
-    tensors.push_back({w.hf_name, dtype, std::move(hf_shape), {}, [&model, &w, &dtype] {
-                         std::vector<std::int64_t> shape;
-                         return io::encode_floats(model.hf_tensor(w, shape), dtype);
+    tensors.push_back({w.hf_name, dtype, std::move(hf_shape), {}, [&model, &w, &dtype](const io::ByteSink& put) {
+                         std::vector<std::byte> bytes;
+                         model.read_hf_rows(w, false, [&](std::span<const T> rows) {
+                           io::encode_elements(rows, dtype, bytes);
+                           put(bytes);
+                         });
                        }});
   }
   io::write_model_safetensors(dir, tensors, max_shard_bytes);

@@ -9,9 +9,11 @@
 // Backward adds every parameter's gradient into its stage's buffer, scaled
 // by 1 / token_count. The device holds the weights and every context's
 // buffers; loading and reading HF tensors copy through the host.
+#include <algorithm>
 #include <filesystem>
 #include <functional>
 #include <memory>
+#include <span>
 #include <vector>
 
 #include "ft/io/model_weights.hpp"
@@ -218,24 +220,44 @@ public:
     return out;
   }
 
-  // An HF tensor of the model (its values, or its gradient), as float in HF's
-  // layout; `shape` receives its HF shape. Saving a model and the parity tests read through this.
-  std::vector<float> hf_tensor(const WeightBinding& w, std::vector<std::int64_t>& shape, bool gradient = false) {
+  // An HF tensor of the model (its values, or its gradient) in HF's row
+  // order, given to `put` as spans of T in host memory, a run of rows at a
+  // time (about 1 MiB, or one row when a row is larger): writing a model
+  // holds one run beside the weights, not a copy of a tensor. The CPU's
+  // spans are the weights themselves; a device's are staged on the host.
+  template <class Put>
+  void read_hf_rows(const WeightBinding& w, bool gradient, Put&& put) {
     auto [buffer, entry] = find_parameter(w.param);
     if (stage_reader_ && !gradient)
       for (index_t s = -1; s <= spec_.config.num_layers; ++s)
         if (&stage_parameters(s) == buffer) stage_reader_(s);
     const index_t cols = entry->shape.rank == 2 ? entry->shape[1] : 1;
-    const index_t rows = binding_rows(spec_, w, entry->shape[0]);
-    std::vector<T> src(std::size_t(rows * cols));
-    Device::to_host(src.data(),
-                    (gradient ? buffer->grads() : buffer->values()).data() + entry->offset + w.row_offset * cols,
-                    src.size() * sizeof(T));
-    std::vector<float> out(std::size_t(rows * cols));
-    for (index_t r = 0; r < rows; ++r) {
-      const index_t dst = hf_row(w.order, r, rows, spec_.config.num_heads);
-      for (index_t c = 0; c < cols; ++c) out[std::size_t(dst * cols + c)] = float(src[std::size_t(r * cols + c)]);
+    const index_t rows = binding_rows(spec_, w, entry->shape[0]), heads = spec_.config.num_heads;
+    const index_t run = contiguous_rows(w.order, rows, heads);
+    const index_t per_piece = std::max<index_t>(1, index_t(1 << 20) / index_t(sizeof(T) * std::size_t(cols)));
+    const T* base = (gradient ? buffer->grads() : buffer->values()).data() + entry->offset + w.row_offset * cols;
+    std::vector<T> staged;
+    for (index_t h = 0; h < rows;) {
+      const index_t n = std::min({per_piece, run - h % run, rows - h});
+      const T* from = base + ft_row(w.order, h, rows, heads) * cols;
+      if constexpr (std::is_same_v<Device, device::Cpu>) {
+        put(std::span<const T>(from, std::size_t(n * cols)));
+      } else {
+        staged.resize(std::size_t(n * cols));
+        Device::to_host(staged.data(), from, staged.size() * sizeof(T));
+        put(std::span<const T>(staged));
+      }
+      h += n;
     }
+  }
+
+  // The same as float in one vector; `shape` receives its HF shape. The
+  // parity tests and tools read through this.
+  std::vector<float> hf_tensor(const WeightBinding& w, std::vector<std::int64_t>& shape, bool gradient = false) {
+    std::vector<float> out;
+    read_hf_rows(w, gradient, [&out](std::span<const T> rows) {
+      for (const T& x : rows) out.push_back(float(x));
+    });
     shape = hf_shape(w);
     return out;
   }

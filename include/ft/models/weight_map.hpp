@@ -49,4 +49,18 @@ inline index_t hf_row(RowOrder order, index_t r, index_t rows, index_t heads) {
   return (head * 3 + part) * D + d;
 }
 
+// Row h of the HF tensor -> row of ft's layout (hf_row undone).
+inline index_t ft_row(RowOrder order, index_t h, index_t rows, index_t heads) {
+  if (order == RowOrder::same) return h;
+  index_t D = rows / (3 * heads);
+  index_t head = h / (3 * D), part = h / D % 3, d = h % D;
+  return (part * heads + head) * D + d;
+}
+
+// How many rows, from any multiple of this count, follow one another in
+// both layouts: all of them, or one head's part of q, k or v.
+inline index_t contiguous_rows(RowOrder order, index_t rows, index_t heads) {
+  return order == RowOrder::same ? rows : rows / (3 * heads);
+}
+
 }  // namespace ft::models

@@ -121,11 +121,15 @@ inline void write_state(const std::filesystem::path& file, const std::vector<Sta
     if (a.to_host == &device::Cpu::to_host) {
       t.bytes = std::span<const std::byte>(static_cast<const std::byte*>(a.data), a.bytes);
     } else {
-      // In a device's memory: copied to the host when the writer reaches it, one array at a time.
-      t.produce = [a] {
-        std::vector<std::byte> bytes(a.bytes);
-        a.to_host(bytes.data(), a.data, a.bytes);
-        return bytes;
+      // In a device's memory: copied to the host when the writer reaches it, a piece at a time.
+      t.produce = [a](const io::ByteSink& put) {
+        constexpr std::size_t piece = std::size_t(1) << 20;
+        std::vector<std::byte> bytes;
+        for (std::size_t done = 0; done < a.bytes; done += bytes.size()) {
+          bytes.resize(std::min(piece, a.bytes - done));
+          a.to_host(bytes.data(), static_cast<const std::byte*>(a.data) + done, bytes.size());
+          put(bytes);
+        }
       };
     }
     tensors.push_back(std::move(t));
