@@ -83,9 +83,10 @@ int run_estimate(const EstimateOptions& options) {
   try {
     const auto loaded = ft::recipe::load<ft::recipe::Recipe>(options.recipe, options.sets);
     const ft::recipe::Recipe& r = loaded.recipe;
-    // A run's process loads the plugins before it allocates; so does this
-    // one, which then measures itself as what every rank starts from.
-    const PluginSearch loaded_plugins = find_plugins(options.plugins);
+    // A run's process loads the plugins before it allocates (on the CPU, not
+    // the stock CUDA ones); so does this one, which then measures itself as
+    // what every rank starts from.
+    const PluginSearch loaded_plugins = find_plugins(options.plugins, r.strategy.device);
     const std::uint64_t process = starting_process_bytes(r);
     std::vector<ft::estimate::MemoryEstimate> by_rank = ft::estimate::estimate_memory_by_rank(r);
     for (auto& one : by_rank) one.process_bytes = process;

@@ -235,12 +235,16 @@ int run_train(const TrainOptions& options) {
 
   PluginSearch search;
   try {
-    search = find_plugins(options.plugins);
+    search = find_plugins(options.plugins, loaded.recipe.strategy.device);
   } catch (const ft::Error& e) {
     std::cerr << "ftrun: " << e.what() << "\n";
     return plugin_refused;
   }
-  for (const std::string& refusal : search.refusals) std::cerr << "ftrun: warning: " << refusal << "\n";
+  std::size_t warned = 0;
+  auto warn_refused = [&] {
+    for (; warned < search.refusals.size(); ++warned) std::cerr << "ftrun: warning: " << search.refusals[warned] << "\n";
+  };
+  warn_refused();
 
   std::string resolved, plan;
   const ft::plugin::Factory* factory = nullptr;
@@ -251,18 +255,26 @@ int run_train(const TrainOptions& options) {
   }
   try {
     ft::recipe::Recipe& recipe = loaded.recipe;
-    recipe.model.family = resolve_family(loaded, search.registry);
     recipe.strategy.parallelism = ft::parallel::canonical_name(recipe.strategy.parallelism);
     if (job.size > 1 && recipe.launch.nproc > 1 && recipe.launch.nproc != job.size)
       throw loaded.error("launch.nproc", "is " + std::to_string(recipe.launch.nproc) + ", but " + job.launcher +
                                              " started this job with " + std::to_string(job.size) +
                                              " ranks; allowed: 1 or " + std::to_string(job.size));
     if (job.size > 1) recipe.launch.nproc = job.size;
-    TrainerKey key{recipe.model.family,     recipe.strategy.precision, recipe.strategy.parallelism,
-                   recipe.strategy.optimizer, recipe.strategy.adapter,   recipe.strategy.device};
-    check_names_offered(loaded, key, search.registry);
-    factory = search.registry.find(key);
-    if (!factory) throw ft::Error(missing_combination(key, search.registry));
+    // The plugins set aside are loaded only when those loaded do not serve the recipe.
+    while (!factory) {
+      try {
+        recipe.model.family = resolve_family(loaded, search.registry);
+        const TrainerKey key{recipe.model.family,     recipe.strategy.precision, recipe.strategy.parallelism,
+                             recipe.strategy.optimizer, recipe.strategy.adapter,   recipe.strategy.device};
+        check_names_offered(loaded, key, search.registry);
+        factory = search.registry.find(key);
+        if (!factory) throw ft::Error(missing_combination(key, search.registry));
+      } catch (const ft::Error&) {
+        if (!search.load_deferred()) throw;
+        warn_refused();
+      }
+    }
     resolved = ft::recipe::emit(recipe);
     plan = "plugin       " + factory->plugin->name() + " " + factory->plugin->version() + " (" +
            factory->plugin->path().string() + ")\n" + ft::plugin::plan(*factory, resolved);

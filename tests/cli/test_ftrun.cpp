@@ -70,11 +70,19 @@ TEST_CASE("ftrun plugins lists the stock plugins and their combinations") {
 
 TEST_CASE("strategy.device chooses where a trainer runs: cuda where this build has it, one line where not") {
   // recipe() writes one file: each run writes the recipe it reads.
+  // glibc's LD_DEBUG=files names every library a run maps.
+  Run cpu_plan = ftrun("train " + recipe("[strategy]\nadapter = \"full\"\n") + " --dry-run", "LD_DEBUG=files");
   const std::string cuda = "[strategy]\ndevice = \"cuda\"\nadapter = \"full\"\n";
-  Run plan = ftrun("train " + recipe(cuda) + " --dry-run");
+  Run plan = ftrun("train " + recipe(cuda) + " --dry-run", "LD_DEBUG=files");
   Run listed = ftrun("plugins");
+  CHECK(cpu_plan.code == 0);
+  CHECK(cpu_plan.err.find("libft_llama.so") != std::string::npos);
+  // A run on the CPU leaves the CUDA plugins, and CUDA's libraries, unloaded.
+  CHECK(cpu_plan.err.find("libft_cuda") == std::string::npos);
+  CHECK(cpu_plan.err.find("libcublasLt") == std::string::npos);
 #ifdef FT_WITH_CUDA
   CHECK(plan.code == 0);
+  CHECK(plan.err.find("libcublasLt") != std::string::npos);
   CHECK(plan.out.find("#   plugin       ft-cuda-llama ") != std::string::npos);
   CHECK(plan.out.find("ft::adapters::Full, ft::device::Cuda>\n#   device       cuda: ") != std::string::npos);
   CHECK(listed.out.find("ft-cuda-llama ") != std::string::npos);

@@ -3,6 +3,7 @@
 // with one line that names the file.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 
@@ -61,6 +62,22 @@ TEST_CASE("the stock llama plugin offers every stock parallelism, and the closes
     CHECK(f->key.parallelism != "fixture-dp");
     CHECK(f->key == ft::plugin::TrainerKey{"llama", "bf16-mixed", f->key.parallelism, "adamw", "lora"});
   }
+}
+
+TEST_CASE("a library's needed libraries are read from its dynamic section without loading it") {
+  const auto needed = ft::plugin::needed_libraries(FT_STOCK_LLAMA_PLUGIN);
+  CHECK(std::find(needed.begin(), needed.end(), "libstdc++.so.6") != needed.end());
+  CHECK(std::find(needed.begin(), needed.end(), "libc.so.6") != needed.end());
+  CHECK_FALSE(ft::plugin::needs_cuda(FT_STOCK_LLAMA_PLUGIN));
+  // A file that is no library, whole or cut short, names none.
+  auto garbage = temp_file("garbage-needed.so", std::string(4096, '\x7f'));
+  CHECK(ft::plugin::needed_libraries(garbage).empty());
+  std::ifstream in(FT_STOCK_LLAMA_PLUGIN, std::ios::binary);
+  const std::string bytes((std::istreambuf_iterator<char>(in)), {});
+  auto cut = temp_file("cut-needed.so", bytes.substr(0, bytes.size() / 3));
+  CHECK(ft::plugin::needed_libraries(cut).empty());
+  fs::remove(garbage);
+  fs::remove(cut);
 }
 
 TEST_CASE("another ABI version is refused, naming both versions") {

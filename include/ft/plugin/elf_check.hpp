@@ -59,4 +59,57 @@ inline std::optional<std::string> elf_problem(const std::filesystem::path& file)
   return std::nullopt;
 }
 
+// The libraries a shared library names as needed (its DT_NEEDED entries),
+// read from its dynamic section without loading it; empty when the file
+// has none or is not a library elf_problem accepts.
+inline std::vector<std::string> needed_libraries(const std::filesystem::path& file) {
+  if (elf_problem(file)) return {};
+  std::ifstream in(file, std::ios::binary);
+  auto read_at = [&](std::uint64_t offset, void* to, std::size_t bytes) {
+    in.seekg(static_cast<std::streamoff>(offset));
+    return bool(in.read(static_cast<char*>(to), static_cast<std::streamsize>(bytes)));
+  };
+  Elf64_Ehdr eh{};
+  if (!read_at(0, &eh, sizeof eh)) return {};
+  std::vector<Elf64_Phdr> ph(eh.e_phnum);
+  if (!read_at(eh.e_phoff, ph.data(), ph.size() * sizeof(Elf64_Phdr))) return {};
+  // The dynamic section gives the string table by address; a loaded segment maps it to the file.
+  auto file_offset = [&](std::uint64_t address) -> std::optional<std::uint64_t> {
+    for (const Elf64_Phdr& p : ph)
+      if (p.p_type == PT_LOAD && address >= p.p_vaddr && address < p.p_vaddr + p.p_filesz)
+        return address - p.p_vaddr + p.p_offset;
+    return std::nullopt;
+  };
+  std::vector<std::string> out;
+  for (const Elf64_Phdr& p : ph) {
+    if (p.p_type != PT_DYNAMIC) continue;
+    std::vector<Elf64_Dyn> dynamic(p.p_filesz / sizeof(Elf64_Dyn));
+    if (!read_at(p.p_offset, dynamic.data(), dynamic.size() * sizeof(Elf64_Dyn))) return {};
+    std::uint64_t strtab = 0, strsz = 0;
+    for (const Elf64_Dyn& d : dynamic) {
+      if (d.d_tag == DT_STRTAB) strtab = d.d_un.d_ptr;
+      if (d.d_tag == DT_STRSZ) strsz = d.d_un.d_val;
+    }
+    const auto strings_at = file_offset(strtab);
+    if (!strings_at || strsz == 0) return {};
+    std::string strings(strsz, '\0');
+    if (!read_at(*strings_at, strings.data(), strings.size())) return {};
+    for (const Elf64_Dyn& d : dynamic) {
+      if (d.d_tag == DT_NULL) break;
+      if (d.d_tag == DT_NEEDED && d.d_un.d_val < strings.size()) out.emplace_back(strings.c_str() + d.d_un.d_val);
+    }
+  }
+  return out;
+}
+
+// Whether a library needs CUDA's runtime or libraries (cudart, cuBLAS,
+// NCCL, cuDNN): loading one maps hundreds of MiB, which a run on the CPU
+// need not pay.
+inline bool needs_cuda(const std::filesystem::path& file) {
+  for (const std::string& name : needed_libraries(file))
+    for (const char* prefix : {"libcudart.", "libcuda.", "libcublas", "libnccl.", "libcudnn"})
+      if (name.rfind(prefix, 0) == 0) return true;
+  return false;
+}
+
 }  // namespace ft::plugin
