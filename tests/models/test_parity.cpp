@@ -13,8 +13,10 @@
 #include <string>
 
 #include "support/compare.hpp"
+#include "support/files.hpp"
 #include <ft/io/model_weights.hpp>
 #include <ft/models/load.hpp>
+#include <ft/models/save.hpp>
 
 using namespace ft;
 namespace fs = std::filesystem;
@@ -159,4 +161,29 @@ TEST_CASE("model directories with problems give one-line errors") {
   CHECK_THROWS_WITH_AS(models::load_pretrained<float>(dir),
                        doctest::Contains("has shape [128, 64], the configuration implies [10, 8]"), Error);
   fs::remove_all(dir);
+}
+
+TEST_CASE("a saved model holds the tensors it loaded: bit for bit in f32, rounded once in bf16 and f16") {
+  for (const char* name : cases) {
+    CAPTURE(name);
+    auto model = models::load_pretrained<float>(fixture(name));
+    const io::ModelWeights source = io::ModelWeights::open(fixture(name));
+    for (const std::string dtype : {"F32", "BF16", "F16"}) {
+      CAPTURE(dtype);
+      ft::testing::TempDir dir("ft_saved");
+      models::save_pretrained(*model, fixture(name), dir.path, dtype);
+      const io::ModelWeights saved = io::ModelWeights::open(dir.path);
+      CHECK(saved.names().size() == source.names().size());
+      for (const std::string& tensor : source.names()) {
+        CAPTURE(tensor);
+        const io::TensorView& want = source.at(tensor);
+        const io::TensorView& got = saved.at(tensor);
+        CHECK(got.dtype == dtype);
+        CHECK(got.shape == want.shape);
+        const std::vector<float> values = read<float>(source.file_of(tensor), tensor);
+        const std::vector<std::byte> expected = io::encode_floats(values, dtype);
+        CHECK(std::equal(got.bytes.begin(), got.bytes.end(), expected.begin(), expected.end()));
+      }
+    }
+  }
 }
