@@ -5,6 +5,7 @@
 #include <doctest/doctest.h>
 
 #include <ft/tensor/caching_allocator.hpp>
+#include <ft/tensor/memory.hpp>
 
 using namespace ft;
 
@@ -82,4 +83,36 @@ TEST_CASE("running out releases the cached blocks and tries again; then out of m
     CHECK(std::string(e.what()).find("12582912 allocated") != std::string::npos);
   }
   cache.deallocate(big, 12 * MiB);
+}
+
+TEST_CASE("host pages: blocks are page-rounded, and the cache never holds more than the peak in use") {
+  using Pages = memory::CachingAllocator<SmallDevice, memory::PageBlocks>;
+  CHECK(Pages::size_class(1) == 4096);
+  CHECK(Pages::size_class(4096) == 4096);
+  CHECK(Pages::size_class(MiB + 1) == MiB + 4096);
+  SmallDevice::capacity = 1024 * MiB;
+  SmallDevice::calls = 0;
+  Pages cache;
+  // A step's repeating sizes come back from the cache.
+  for (int step = 0; step < 3; ++step) {
+    void* a = cache.allocate(3 * MiB);
+    void* b = cache.allocate(MiB + 100);
+    cache.deallocate(a, 3 * MiB);
+    cache.deallocate(b, MiB + 100);
+  }
+  CHECK(SmallDevice::calls == 2);
+  CHECK(cache.allocated().peak() == 4 * MiB + 4096);
+  CHECK(cache.reserved().current() == 4 * MiB + 4096);
+  // A size the cache does not have releases cached blocks, the largest first,
+  // until reserving it stays within the peak in use (4 MiB + a page).
+  void* c = cache.allocate(2 * MiB);
+  CHECK(cache.reserved().current() == MiB + 4096 + 2 * MiB);  // the 3 MiB block went
+  // At a new peak nothing may stay cached beside it.
+  void* d = cache.allocate(5 * MiB);
+  CHECK(cache.reserved().current() == 7 * MiB);
+  CHECK(cache.reserved().current() <= cache.allocated().peak());
+  cache.deallocate(c, 2 * MiB);
+  cache.deallocate(d, 5 * MiB);
+  cache.release_cached();
+  CHECK(SmallDevice::used == 0);
 }

@@ -84,6 +84,7 @@ struct MemoryEstimate {
   std::uint64_t process_bytes = 0;
   Term comm_scratch;
   std::uint64_t reducing_workspace = 0;  // the step's workspace while gradients reduce
+  bool reductions_allocate = false;      // reduce-scatter: buffers made as backward completes stages
   // Loading reads the model file a tensor at a time, its pages resident
   // until it is converted into the weights, which are what is allocated then.
   std::uint64_t loading_weights = 0, file_tensor_bytes = 0;
@@ -95,17 +96,24 @@ struct MemoryEstimate {
   std::uint64_t eval_peak() const { return held_bytes() + activation_bytes() + eval_workspace.bytes; }
   std::uint64_t save_peak() const { return held_bytes() + activation_bytes() + save_workspace.bytes; }
   std::uint64_t peak() const { return std::max({setup_peak(), step_peak(), eval_peak(), save_peak()}); }
-  // The process's resident memory at its peak (max RSS): on the CPU the
-  // allocator's peak, with a step's MPI scratch beside the reductions'
-  // workspace; on a GPU the host terms; both over the measured process.
-  std::uint64_t host_step_peak() const {
-    return held_bytes() + activation_bytes() +
-           std::max(step_workspace.bytes, reducing_workspace + comm_scratch.bytes);
+  // While gradients reduce, MPI's scratch is beside what ft holds then. An
+  // all-reduce reduces in place and allocates nothing, so what the cache of
+  // pages keeps (the allocator's peak, from when it is reached: memory.hpp)
+  // is still resident under it; a reduce-scatter allocates its buffers as
+  // backward completes stages, which take the cached pages of the freed
+  // workspace, so only the reductions' own workspace is beside the scratch.
+  std::uint64_t reducing_peak() const {
+    if (comm_scratch.bytes == 0) return 0;
+    if (!reductions_allocate) return peak() + comm_scratch.bytes;
+    return held_bytes() + activation_bytes() + reducing_workspace + comm_scratch.bytes;
   }
+  // The process's resident memory at its peak (max RSS): on the CPU the
+  // allocator's peak, loading's file pages, or the reductions' scratch; on
+  // a GPU the host terms; both over the measured process.
   std::uint64_t host_peak() const {
     if (device != "cpu") return process_bytes + sum(host);
     const std::uint64_t loading = loading_weights + file_tensor_bytes;
-    return process_bytes + std::max({setup_peak(), loading, host_step_peak(), eval_peak(), save_peak()});
+    return process_bytes + std::max({peak(), loading, reducing_peak()});
   }
   std::string peak_phase() const {
     if (peak() == step_peak()) return "step";
@@ -662,6 +670,7 @@ MemoryEstimate estimate_memory_as(const recipe::Recipe& recipe, const models::Mo
   const std::uint64_t head_work = place.has_head() ? logits + head_gemm + head_gathered : 0;
   e.reducing_workspace =
       block_gemm + std::max(forward_gathered, backward_gathered) + (reduction_most - reduction_after) + sent;
+  e.reductions_allocate = shards_grads;
   e.step_workspace = {"workspace",
                       std::max({head_work + sent, e.reducing_workspace, column_partials + sent, tied_gradient,
                                 optimizer_scratch}),

@@ -1,25 +1,35 @@
 #pragma once
-// A caching allocator over a raw one (cudaMalloc and cudaFree for device
-// memory): a freed block is kept for the next request of its size class
-// instead of being returned, because raw device allocation synchronises the
-// device and costs far more than a step's kernels. Two figures result, the
+// A caching allocator over a raw one: a freed block is kept for the next
+// request of its size class instead of being returned, because the raw
+// allocation costs far more than reusing a block. Two figures result, the
 // ones PyTorch users read: allocated (blocks in use) and reserved (held
 // from the raw allocator: in use plus cached), each with its peak.
 //
-// Size classes: requests round up to 512 bytes below 1 MiB and to 2 MiB
-// above, so a block serves any request of its class and a training step's
-// repeating sizes hit the cache from the second step on. When the raw
-// allocator fails, every cached block is released and the request tried
-// once more; failing again, ft::OutOfMemory reports the request and both
-// figures. A freed block may still be read by kernels queued before the
-// free; reuse is safe because every kernel runs on one stream, in order
-// (a second stream would need the block's stream recorded, as PyTorch's
-// allocator does). Blocks are not split or merged (a larger class is not used for
-// a smaller request), which keeps the accounting exact and simple; the
+// Two kinds of blocks (the Blocks policy):
+// - A device's (cudaMalloc and cudaFree, which synchronise the device):
+//   requests round up to 512 bytes below 1 MiB and to 2 MiB above, so a
+//   block serves any request of its class and a training step's repeating
+//   sizes hit the cache from the second step on. Cached blocks are kept
+//   until the raw allocator fails; then every cached block is released and
+//   the request tried once more.
+// - The host's pages (mmap and munmap, whose fresh pages fault in on first
+//   touch): requests round up to a page, and the cache never holds more
+//   than the peak in use, so a process's resident memory stays within the
+//   allocator's peak, which the memory estimate predicts. A request the
+//   cache cannot serve first releases cached blocks, the largest first,
+//   until it fits under that bound.
+// Failing for good, ft::OutOfMemory reports the request and both figures.
+//
+// A freed device block may still be read by kernels queued before the free;
+// reuse is safe because every kernel runs on one stream, in order (a second
+// stream would need the block's stream recorded, as PyTorch's allocator
+// does). Blocks are not split or merged (a larger class is not used for a
+// smaller request), which keeps the accounting exact and simple; the
 // rounding bounds what that wastes.
 //
 // Raw: static void* allocate(std::size_t) (throws ft::OutOfMemory when it
 // cannot), static void deallocate(void*, std::size_t).
+#include <algorithm>
 #include <cstddef>
 #include <map>
 #include <mutex>
@@ -28,19 +38,32 @@
 #include <vector>
 
 #include "ft/core/error.hpp"
-#include "ft/tensor/memory.hpp"
+#include "ft/tensor/memory_stats.hpp"
 
 namespace ft::memory {
 
-// The block a request of `bytes` takes: what the allocator counts as
-// allocated, and what the memory estimate counts per allocation.
+// The block a request of `bytes` takes on a device: what its allocator
+// counts as allocated, and what the memory estimate counts per allocation.
 constexpr std::size_t cached_block_bytes(std::size_t bytes) {
   constexpr std::size_t small_limit = std::size_t(1) << 20, small_round = 512, large_round = std::size_t(2) << 20;
   const std::size_t round = bytes < small_limit ? small_round : large_round;
   return (bytes + round - 1) / round * round;
 }
 
-template <class Raw>
+// A device's blocks: size classes, kept until the raw allocator fails.
+struct DeviceBlocks {
+  static constexpr std::size_t block_bytes(std::size_t bytes) { return cached_block_bytes(bytes); }
+  static constexpr bool within_peak = false;
+};
+
+// The host's pages: a block per page-rounded size, never more reserved than the peak in use.
+struct PageBlocks {
+  static constexpr std::size_t page = 4096;
+  static constexpr std::size_t block_bytes(std::size_t bytes) { return (bytes + page - 1) / page * page; }
+  static constexpr bool within_peak = true;
+};
+
+template <class Raw, class Blocks = DeviceBlocks>
 class CachingAllocator {
 public:
   CachingAllocator() = default;
@@ -48,7 +71,7 @@ public:
   CachingAllocator(const CachingAllocator&) = delete;
   CachingAllocator& operator=(const CachingAllocator&) = delete;
 
-  static std::size_t size_class(std::size_t bytes) { return cached_block_bytes(bytes); }
+  static std::size_t size_class(std::size_t bytes) { return Blocks::block_bytes(bytes); }
 
   void* allocate(std::size_t bytes) {
     if (bytes == 0) return nullptr;
@@ -59,10 +82,12 @@ public:
       p = cached.back();
       cached.pop_back();
     } else {
+      if constexpr (Blocks::within_peak) make_room_within_peak(size);
       p = reserve(size, bytes);
     }
     in_use_[p] = size;
     allocated_.add(size);
+    most_in_use_ = std::max(most_in_use_, allocated_.current());
     return p;
   }
 
@@ -106,6 +131,19 @@ private:
     reserved_.add(size);
     return p;
   }
+  // Releases cached blocks, the largest first, until reserving `size` more
+  // keeps what is reserved within the most ever in use (this request included).
+  void make_room_within_peak(std::size_t size) {
+    const std::size_t bound = std::max(most_in_use_, allocated_.current() + size);
+    for (auto it = free_.rbegin(); it != free_.rend() && reserved_.current() + size > bound; ++it) {
+      auto& [block, blocks] = *it;
+      while (!blocks.empty() && reserved_.current() + size > bound) {
+        Raw::deallocate(blocks.back(), block);
+        reserved_.remove(block);
+        blocks.pop_back();
+      }
+    }
+  }
   void release_cached_locked() {
     for (auto& [size, blocks] : free_) {
       for (void* p : blocks) {
@@ -120,6 +158,7 @@ private:
   std::map<std::size_t, std::vector<void*>> free_;  // cached blocks by size class
   std::unordered_map<void*, std::size_t> in_use_;   // block -> its size class
   Stats allocated_, reserved_;
+  std::size_t most_in_use_ = 0;  // allocated's peak, which nothing resets
 };
 
 }  // namespace ft::memory
