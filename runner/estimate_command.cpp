@@ -87,8 +87,10 @@ int run_estimate(const EstimateOptions& options) {
     // the stock CUDA ones); so does this one, which then measures itself as
     // what every rank starts from.
     const PluginSearch loaded_plugins = find_plugins(options.plugins, r.strategy.device);
-    const std::uint64_t process = starting_process_bytes(r);
     std::vector<ft::estimate::MemoryEstimate> by_rank = ft::estimate::estimate_memory_by_rank(r);
+    std::int64_t widest_rows = 0;
+    for (const auto& one : by_rank) widest_rows = std::max(widest_rows, one.widest_product_rows);
+    const std::uint64_t process = starting_process_bytes(r, widest_rows);
     for (auto& one : by_rank) one.process_bytes = process;
     const ft::estimate::MemoryEstimate& e = ft::estimate::largest_peak_rank(by_rank);
 

@@ -1,12 +1,18 @@
 #include "memory_fit.hpp"
 
+#include <omp.h>
+
+#include <algorithm>
+#include <cstdlib>
 #include <sstream>
+#include <thread>
 #include <string>
 #include <vector>
 
 #include <ft/core/bytes.hpp>
 #include <ft/core/process.hpp>
 #include <ft/estimate/memory.hpp>
+#include <ft/kernels/gemm.hpp>
 #include <ft/train/flops.hpp>
 
 namespace ftrun {
@@ -53,15 +59,33 @@ std::vector<Change> changes(const ft::recipe::Recipe& r) {
 
 }  // namespace
 
-std::uint64_t starting_process_bytes(const ft::recipe::Recipe& r) {
+int threads_per_rank(std::int64_t nproc) {
+  if (const char* threads = std::getenv("OMP_NUM_THREADS"); threads && std::atoi(threads) > 0) return std::atoi(threads);
+  const long cores = long(std::max(1u, std::thread::hardware_concurrency()));
+  return int(std::max(1L, cores / long(std::max<std::int64_t>(1, nproc))));
+}
+
+std::uint64_t starting_process_bytes(const ft::recipe::Recipe& r, std::int64_t widest_rows) {
+  if (r.strategy.device != "cpu") return ft::resident_bytes();
   // A run's setup begins with a product that measures the GEMM peak
   // (train/flops.hpp); on the CPU it makes BLAS touch the buffers it keeps
-  // per thread. One product of the same size touches them here.
-  // Its matrices are ft's to count, not the process's: their cached pages go back.
-  if (r.strategy.device == "cpu") {
-    ft::train::measure_gemm_peak<ft::device::Cpu, float>(ft::device::Cpu::gemm_peak_size, 0);
-    ft::memory::Host::release_cached();
+  // per thread, and the run's widest products touch more of them (OpenBLAS
+  // packs a call's rows by its inner block: kernels/gemm.hpp). One product
+  // of each shape touches them here, with a rank's threads; an inner
+  // dimension of 1024 reaches any inner block. Their matrices are ft's to
+  // count, not the process's: their cached pages go back.
+  const int threads = omp_get_max_threads();
+  omp_set_num_threads(threads_per_rank(r.launch.nproc));
+  ft::train::measure_gemm_peak<ft::device::Cpu, float>(ft::device::Cpu::gemm_peak_size, 0);
+  {
+    const ft::index_t rows = std::min<ft::index_t>(widest_rows, ft::blas_row_block), inner = 1024, columns = 16;
+    const ft::memory::HostVector<float> a(std::size_t(inner * rows), 1.0f), b(std::size_t(inner * columns), 1.0f);
+    ft::memory::HostVector<float> c(std::size_t(rows * columns));
+    ft::gemm<float>(ft::Op::transpose, ft::Op::none, rows, columns, inner, 1.0f, a.data(), rows, b.data(), columns,
+                    0.0f, c.data(), columns);
   }
+  omp_set_num_threads(threads);
+  ft::memory::Host::release_cached();
   return ft::resident_bytes();
 }
 

@@ -9,10 +9,16 @@
 
 namespace ftrun {
 
+// The threads each rank of a job ftrun starts runs: OMP_NUM_THREADS when
+// set, else this machine's cores shared out over `nproc` ranks.
+int threads_per_rank(std::int64_t nproc);
+
 // The resident memory a run's process has when it begins to allocate the
 // model: this process (code, libraries, the plugins it loaded) after the
-// setup's first matrix product, which it runs.
-std::uint64_t starting_process_bytes(const ft::recipe::Recipe& recipe);
+// setup's first matrix product and a product of `widest_rows` rows (the
+// run's widest, MemoryEstimate::widest_product_rows), which it runs with
+// the threads a rank runs, so that BLAS touches what its buffers will hold.
+std::uint64_t starting_process_bytes(const ft::recipe::Recipe& recipe, std::int64_t widest_rows);
 
 // Throws ft::OutOfMemory with that message when the run will not fit; does
 // nothing when it fits, when launch.memory_check is off, or when the memory

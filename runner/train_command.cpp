@@ -145,9 +145,7 @@ std::vector<std::string> launch_argv(const TrainOptions& options, const ft::reci
     if (recipe.launch.hostfile.empty()) argv.push_back("--oversubscribe");
     else argv.insert(argv.end(), {"--hostfile", recipe.launch.hostfile});
     if (::geteuid() == 0) argv.push_back("--allow-run-as-root");
-    const char* threads = std::getenv("OMP_NUM_THREADS");
-    const long cores = long(std::max(1u, std::thread::hardware_concurrency()));
-    argv.insert(argv.end(), {"-x", threads ? "OMP_NUM_THREADS" : "OMP_NUM_THREADS=" + std::to_string(std::max(1L, cores / long(nproc)))});
+    argv.insert(argv.end(), {"-x", "OMP_NUM_THREADS=" + std::to_string(threads_per_rank(nproc))});
   }
   std::error_code ec;
   const auto self = std::filesystem::read_symlink("/proc/self/exe", ec);

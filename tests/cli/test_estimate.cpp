@@ -283,13 +283,15 @@ TEST_CASE("estimate within 5% of the measured peak: loading a model larger than 
 // allocator holds and what it does not see: the process before the run
 // allocates (code, libraries, plugins, BLAS's buffers; the estimate measures
 // itself), the model file's pages of the tensor being loaded, and the
-// scratch MPI's collectives make beside the reductions. On the wide Llama
-// (a 64 MiB embedding in an f32 file, all-reduced or reduce-scattered on 2
-// ranks through 64 MiB of scratch) each term is a tenth or more of the whole,
-// so an estimate without one is more than 15% under. Still outside it:
-// what glibc keeps of freed memory for reuse, and the host copies a tensor
-// passes through when the model is written (docs/design.md), which keep
-// RSS up to 12% above the estimate on these runs.
+// scratch MPI's collectives make beside the reductions. ft's freed buffers
+// stay in its own cache of pages, never above its peak, rather than in
+// glibc's heaps (tensor/memory.hpp), so the allocator's peak is what is
+// resident of them. On the wide Llama (a 64 MiB embedding in an f32 file,
+// all-reduced or reduce-scattered on 2 ranks through 64 MiB of scratch)
+// each of the last two terms is a tenth or more of the whole, so an
+// estimate without one is more than 10% under. Measured here: 1.003-1.046
+// of the estimate over three runs of each; the bound leaves the spread
+// from run to run of MPI's timing a point beyond the 5% target.
 TEST_CASE("the resident peak (max RSS) against the estimate: loading, and MPI's scratch on 2 ranks") {
   const std::string& model = wide_llama();
   const std::vector<std::vector<std::string>> runs{
@@ -303,8 +305,8 @@ TEST_CASE("the resident peak (max RSS) against the estimate: loading, and MPI's 
     std::string what;
     for (const auto& k : keys) what += k + " ";
     INFO(what << "resident: estimated " << p.resident.estimated << ", measured " << p.resident.measured);
-    CHECK(p.resident.measured >= 0.9 * p.resident.estimated);
-    CHECK(p.resident.measured <= 1.15 * p.resident.estimated);
+    CHECK(p.resident.measured >= 0.95 * p.resident.estimated);
+    CHECK(p.resident.measured <= 1.06 * p.resident.estimated);
   }
 }
 

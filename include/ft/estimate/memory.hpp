@@ -85,6 +85,10 @@ struct MemoryEstimate {
   Term comm_scratch;
   std::uint64_t reducing_workspace = 0;  // the step's workspace while gradients reduce
   bool reductions_allocate = false;      // reduce-scatter: buffers made as backward completes stages
+  // The most rows of C a product of the run has (a micro-batch's tokens
+  // forward, a trained weight's rows backward): how much of BLAS's own
+  // buffers the run touches, which the caller measures with it.
+  std::int64_t widest_product_rows = 0;
   // Loading reads the model file a tensor at a time, its pages resident
   // until it is converted into the weights, which are what is allocated then.
   std::uint64_t loading_weights = 0, file_tensor_bytes = 0;
@@ -563,6 +567,10 @@ MemoryEstimate estimate_memory_as(const recipe::Recipe& recipe, const models::Mo
   const index_t N = B * T_;
   e.rows = B;
   e.tokens = T_;
+  e.widest_product_rows = N;
+  for (const detail::Layout& t : trainables)
+    for (const models::ParameterEntry& entry : t.entries())
+      if (entry.shape.rank == 2) e.widest_product_rows = std::max<std::int64_t>(e.widest_product_rows, entry.shape[0]);
   e.in_flight = place.contexts;
   if (pipelined) e.pipeline = place.partition.describe();
   const models::MemoryOptions memory{train::checkpoint_every(r.train.gradient_checkpointing),
