@@ -21,6 +21,7 @@
 // libraries and their buffers, which the caller measures, and MPI's own
 // scratch for collectives: host_peak() is the process's max RSS.
 #include <algorithm>
+#include <cstdio>
 #include <cstdint>
 #include <map>
 #include <string>
@@ -539,26 +540,29 @@ MemoryEstimate estimate_memory_as(const recipe::Recipe& recipe, const models::Mo
     e.held.push_back({"reduction buffers", reduction_after, "the last two buffers' gradients of a backward, kept"});
   }
   // MPI's non-blocking collectives (Open MPI's libnbc) make scratch of
-  // their own for as long as they run: an all-reduce touches a copy of what
-  // it reduces, a reduce-scatter one on 2 ranks and two on more (it
-  // allocates two on any; measured with a bare MPI program). Two buffers'
-  // reductions are in flight at once, as above (one when the optimizer is
-  // fused into backward, which waits for each). A GPU reduces through NCCL,
-  // in device memory.
+  // their own for as long as they run. What the rank that touches most
+  // (rank 0) touches, in copies of what is reduced, measured with a bare
+  // MPI program on 2, 3, 4 and 8 ranks: a reduce-scatter 1.5 on 2 ranks and
+  // 2 + 1/n on n > 2 (it reduces onto one rank, then scatters); an
+  // all-reduce 1 on 2 ranks, 1.5 on 4 and 8, 2 on 3 (another algorithm
+  // where n is not a power of two). Two buffers' reductions are in flight
+  // at once, as above (one when the optimizer is fused into backward,
+  // which waits for each). A GPU reduces through NCCL, in device memory.
   const int reducers = pipelined ? place.replicas : multi ? ranks : 1;
   if (on_cpu && reducers > 1) {
-    const std::uint64_t copies = shards_grads && reducers > 2 ? 2 : 1;
+    const bool power_of_two = (reducers & (reducers - 1)) == 0;
+    const double copies = shards_grads ? (reducers == 2 ? 1.5 : 2.0 + 1.0 / reducers)
+                                       : (reducers == 2 ? 1.0 : power_of_two ? 1.5 : 2.0);
     std::uint64_t previous = 0, most = 0;
     for (auto t = mine.rbegin(); t != mine.rend(); ++t) {
-      const std::uint64_t bytes = copies * std::uint64_t(t->size()) * sizeof(M);
+      const auto bytes = std::uint64_t(copies * double(std::uint64_t(t->size()) * sizeof(M)));
       most = std::max(most, bytes + (fused ? 0 : previous));
       previous = bytes;
     }
-    e.comm_scratch = {"MPI's collective scratch", most,
-                      std::string(copies == 2 ? "two copies of each reduce-scattered gradient"
-                                              : shards_grads ? "a copy of each reduce-scattered gradient"
-                                                             : "a copy of each all-reduced gradient") +
-                          (fused ? "" : ", two buffers' in flight")};
+    char what[96];
+    std::snprintf(what, sizeof what, "%.3g copies of each %s gradient", copies,
+                  shards_grads ? "reduce-scattered" : "all-reduced");
+    e.comm_scratch = {"MPI's collective scratch", most, std::string(what) + (fused ? "" : ", two buffers' in flight")};
   }
 
   // A training micro-batch: rows x tokens (the longest a batch can be).
