@@ -15,7 +15,7 @@ struct PluginSearch {
   // One line per plugin that was found but refused.
   std::vector<std::string> refusals;
   // Stock plugins found but set aside: for a run on the CPU, those that need
-  // CUDA's libraries (mapping them costs a CPU rank about 150 MiB and 80 ms).
+  // CUDA's libraries (mapping them costs a CPU rank about 200 MiB and 90 ms).
   std::vector<std::filesystem::path> deferred;
 
   // Loads the plugins set aside, in the order found; false when there were none.
