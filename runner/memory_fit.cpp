@@ -74,8 +74,11 @@ std::uint64_t starting_process_bytes(const ft::recipe::Recipe& r, std::int64_t w
   // of each shape touches them here, with a rank's threads; an inner
   // dimension of 1024 reaches any inner block. Their matrices are ft's to
   // count, not the process's: their cached pages go back.
-  const int threads = omp_get_max_threads();
-  omp_set_num_threads(threads_per_rank(r.launch.nproc));
+  struct RankThreads {  // a rank's threads for the products, this process's again after
+    int mine = omp_get_max_threads();
+    explicit RankThreads(int rank) { omp_set_num_threads(rank); }
+    ~RankThreads() { omp_set_num_threads(mine); }
+  } rank_threads(threads_per_rank(r.launch.nproc));
   ft::train::measure_gemm_peak<ft::device::Cpu, float>(ft::device::Cpu::gemm_peak_size, 0);
   {
     const ft::index_t rows = std::min<ft::index_t>(widest_rows, ft::blas_row_block), inner = 1024, columns = 16;
@@ -84,7 +87,6 @@ std::uint64_t starting_process_bytes(const ft::recipe::Recipe& r, std::int64_t w
     ft::gemm<float>(ft::Op::transpose, ft::Op::none, rows, columns, inner, 1.0f, a.data(), rows, b.data(), columns,
                     0.0f, c.data(), columns);
   }
-  omp_set_num_threads(threads);
   ft::memory::Host::release_cached();
   return ft::resident_bytes();
 }

@@ -3,7 +3,10 @@
 // with one line that names the file.
 #include <doctest/doctest.h>
 
+#include <elf.h>
+
 #include <algorithm>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 
@@ -76,8 +79,28 @@ TEST_CASE("a library's needed libraries are read from its dynamic section withou
   const std::string bytes((std::istreambuf_iterator<char>(in)), {});
   auto cut = temp_file("cut-needed.so", bytes.substr(0, bytes.size() / 3));
   CHECK(ft::plugin::needed_libraries(cut).empty());
+  // A string table said to be larger than the file: none, and no attempt to make room for it.
+  std::string patched = bytes;
+  Elf64_Ehdr eh;
+  std::memcpy(&eh, patched.data(), sizeof eh);
+  for (int i = 0; i < eh.e_phnum; ++i) {
+    Elf64_Phdr p;
+    std::memcpy(&p, patched.data() + eh.e_phoff + std::size_t(i) * sizeof p, sizeof p);
+    if (p.p_type != PT_DYNAMIC) continue;
+    for (std::size_t at = p.p_offset; at + sizeof(Elf64_Dyn) <= p.p_offset + p.p_filesz; at += sizeof(Elf64_Dyn)) {
+      Elf64_Dyn d;
+      std::memcpy(&d, patched.data() + at, sizeof d);
+      if (d.d_tag != DT_STRSZ) continue;
+      d.d_un.d_val = std::uint64_t(1) << 62;
+      std::memcpy(patched.data() + at, &d, sizeof d);
+    }
+  }
+  REQUIRE(patched != bytes);
+  auto huge = temp_file("huge-strings.so", patched);
+  CHECK(ft::plugin::needed_libraries(huge).empty());
   fs::remove(garbage);
   fs::remove(cut);
+  fs::remove(huge);
 }
 
 TEST_CASE("another ABI version is refused, naming both versions") {

@@ -502,7 +502,7 @@ inline void write_safetensors(const std::filesystem::path& file, const std::vect
                    std::to_string(expected));
     };
     if (t.produce) {
-      bool over = false;  // a producer past its size is stopped at once; its total is told after
+      bool over = false;  // past its size, a producer's bytes are not written; its total is told after
       t.produce([&](std::span<const std::byte> piece) {
         given += piece.size();
         over = over || given > expected;

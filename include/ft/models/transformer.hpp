@@ -254,15 +254,16 @@ public:
   // The same as float in one vector; `shape` receives its HF shape. The
   // parity tests and tools read through this.
   std::vector<float> hf_tensor(const WeightBinding& w, std::vector<std::int64_t>& shape, bool gradient = false) {
+    shape = hf_shape(w);
     std::vector<float> out;
+    out.reserve(std::size_t(shape[0] * (shape.size() == 2 ? shape[1] : 1)));
     read_hf_rows(w, gradient, [&out](std::span<const T> rows) {
       for (const T& x : rows) out.push_back(float(x));
     });
-    shape = hf_shape(w);
     return out;
   }
 
-  // Called with a stage's index before hf_tensor reads that stage's values:
+  // Called with a stage's index before read_hf_rows reads that stage's values:
   // ZeRO-3 gathers the stage there, so a model is written one stage at a time.
   void set_stage_reader(std::function<void(index_t stage)> reader) { stage_reader_ = std::move(reader); }
 

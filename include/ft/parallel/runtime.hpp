@@ -123,7 +123,7 @@ public:
   // refreshes what derives from them (master weights).
   virtual void values_loaded() = 0;
   // Runs `use` on rank 0, which reads the model's values through
-  // Transformer::hf_tensor (writing an HF model); the other ranks serve it.
+  // Transformer::read_hf_rows (writing an HF model); the other ranks serve it.
   // Under ZeRO-3 each stage is gathered when first read and dropped when the
   // next is, so no rank ever holds the whole model. Call it on every rank.
   virtual void read_model_on_rank0(const std::function<void()>& use) = 0;

@@ -1,7 +1,7 @@
 #pragma once
 // Writing a model whose stages are spread over ranks (ZeRO-3 shards, a
 // pipeline's chunks) from rank 0, one stage at a time: rank 0 reads the
-// model through Transformer::hf_tensor, which says before each tensor which
+// model through Transformer::read_hf_rows, which says before each tensor which
 // stage it reads; rank 0 broadcasts that stage's index (once per stage, not
 // per tensor), every rank then puts the stage together (`gather`, a
 // collective) and drops the one before (`release`). The others loop until

@@ -61,11 +61,16 @@ inline std::optional<std::string> elf_problem(const std::filesystem::path& file)
 
 // The libraries a shared library names as needed (its DT_NEEDED entries),
 // read from its dynamic section without loading it; empty when the file
-// has none or is not a library elf_problem accepts.
+// has none or is not a library elf_problem accepts, or when what its
+// headers say does not fit in the file.
 inline std::vector<std::string> needed_libraries(const std::filesystem::path& file) {
   if (elf_problem(file)) return {};
+  std::error_code ec;
+  const std::uint64_t size = std::filesystem::file_size(file, ec);
+  if (ec) return {};
   std::ifstream in(file, std::ios::binary);
-  auto read_at = [&](std::uint64_t offset, void* to, std::size_t bytes) {
+  auto read_at = [&](std::uint64_t offset, void* to, std::uint64_t bytes) {
+    if (offset > size || bytes > size - offset) return false;
     in.seekg(static_cast<std::streamoff>(offset));
     return bool(in.read(static_cast<char*>(to), static_cast<std::streamsize>(bytes)));
   };
@@ -76,22 +81,23 @@ inline std::vector<std::string> needed_libraries(const std::filesystem::path& fi
   // The dynamic section gives the string table by address; a loaded segment maps it to the file.
   auto file_offset = [&](std::uint64_t address) -> std::optional<std::uint64_t> {
     for (const Elf64_Phdr& p : ph)
-      if (p.p_type == PT_LOAD && address >= p.p_vaddr && address < p.p_vaddr + p.p_filesz)
+      if (p.p_type == PT_LOAD && address >= p.p_vaddr && address - p.p_vaddr < p.p_filesz)
         return address - p.p_vaddr + p.p_offset;
     return std::nullopt;
   };
   std::vector<std::string> out;
   for (const Elf64_Phdr& p : ph) {
-    if (p.p_type != PT_DYNAMIC) continue;
+    if (p.p_type != PT_DYNAMIC || p.p_filesz > size) continue;
     std::vector<Elf64_Dyn> dynamic(p.p_filesz / sizeof(Elf64_Dyn));
     if (!read_at(p.p_offset, dynamic.data(), dynamic.size() * sizeof(Elf64_Dyn))) return {};
     std::uint64_t strtab = 0, strsz = 0;
     for (const Elf64_Dyn& d : dynamic) {
+      if (d.d_tag == DT_NULL) break;
       if (d.d_tag == DT_STRTAB) strtab = d.d_un.d_ptr;
       if (d.d_tag == DT_STRSZ) strsz = d.d_un.d_val;
     }
     const auto strings_at = file_offset(strtab);
-    if (!strings_at || strsz == 0) return {};
+    if (!strings_at || strsz == 0 || *strings_at > size || strsz > size - *strings_at) return {};
     std::string strings(strsz, '\0');
     if (!read_at(*strings_at, strings.data(), strings.size())) return {};
     for (const Elf64_Dyn& d : dynamic) {

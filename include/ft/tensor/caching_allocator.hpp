@@ -33,6 +33,7 @@
 #include <cstddef>
 #include <map>
 #include <mutex>
+#include <new>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -85,7 +86,12 @@ public:
       if constexpr (Blocks::within_peak) make_room_within_peak(size);
       p = reserve(size, bytes);
     }
-    in_use_[p] = size;
+    try {
+      in_use_[p] = size;
+    } catch (const std::bad_alloc&) {  // no room to note it: the block goes back, counted as out of memory
+      free_[size].push_back(p);
+      throw OutOfMemory("cannot note a block of " + std::to_string(size) + " bytes", bytes);
+    }
     allocated_.add(size);
     most_in_use_ = std::max(most_in_use_, allocated_.current());
     return p;
@@ -96,9 +102,15 @@ public:
     const std::lock_guard lock(mutex_);
     const auto it = in_use_.find(p);
     if (it == in_use_.end()) throw Error("internal: a block freed twice or not from this allocator");
-    allocated_.remove(it->second);
-    free_[it->second].push_back(p);
+    const std::size_t size = it->second;
+    allocated_.remove(size);
     in_use_.erase(it);
+    try {
+      free_[size].push_back(p);
+    } catch (const std::bad_alloc&) {  // no room to cache it: returned instead, as a free must not throw
+      Raw::deallocate(p, size);
+      reserved_.remove(size);
+    }
   }
 
   // Returns every cached block to the raw allocator (torch.cuda.empty_cache()).
