@@ -41,6 +41,7 @@
 #include "ft/precision/precision.hpp"
 #include "ft/recipe/recipe.hpp"
 #include "ft/train/engine.hpp"
+#include "ft/train/policy_set.hpp"
 
 namespace ft {
 
@@ -55,6 +56,34 @@ template <class Policy, class... Types>
 struct runtime_on<Policy, device::Cpu, Types...> {
   using type = typename Policy::template runtime<Types...>;
 };
+
+// The makers the engine calls, one per policy and dtypes rather than one per
+// Trainer: a stock plugin's Trainers share them.
+template <class Adapter, class T, class Device>
+std::unique_ptr<adapters::Runtime<T, Device>> make_adapter_runtime(const recipe::Recipe& r) {
+  return std::make_unique<typename runtime_on<Adapter, Device, T>::type>(r);
+}
+
+template <class Parallelism, class T, class M, class Device>
+std::unique_ptr<parallel::Runtime<T, M, Device>> make_parallel_runtime(comm::Communicator& c,
+                                                                      const recipe::Recipe& r) {
+  return std::make_unique<typename runtime_on<Parallelism, Device, T, M>::type>(c, r,
+                                                                                parallel::Sharding::of<Parallelism>());
+}
+
+template <class Optimizer, class M, class Device>
+struct optimizer_maker {
+  recipe::TrainSection train;
+  std::unique_ptr<train::ParameterOptimizer<M>> operator()(const std::vector<models::ParameterEntry>& entries,
+                                                           index_t size) const {
+    return train::make_parameter_optimizer<Optimizer, M, Device>(entries, size, train);
+  }
+};
+
+template <class Adapter>
+std::string describe_adapter(const recipe::Recipe& r) {
+  return Adapter::describe(r);
+}
 }  // namespace detail
 
 template <class Model, class Precision, class Parallelism, class Optimizer, class Adapter,
@@ -91,58 +120,50 @@ public:
   using adapter_type = Adapter;          // which parameters train
   using device_type = Device;            // where the model and the trainable state live
 
+  // The policies as values: what the checks, the plan and the type name read.
+  static constexpr train::PolicySet policy_set{
+      .model = Model::name,
+      .model_type = Model::type_name,
+      .read_model = &models::read_model_spec_of<Model>,
+      .precision = Precision::name,
+      .precision_type = Precision::type_name,
+      .storage = Precision::storage,
+      .compute = Precision::compute,
+      .grad = Precision::grad,
+      .master = Precision::master,
+      .loss_scaling = Precision::loss_scaling,
+      .parallelism = Parallelism::name,
+      .parallelism_type = Parallelism::type_name,
+      .multi_rank = Parallelism::multi_rank,
+      .shards_optimizer_state = Parallelism::shards_optimizer_state,
+      .shards_gradients = Parallelism::shards_gradients,
+      .shards_parameters = Parallelism::shards_parameters,
+      .pipelined = Parallelism::name == parallel::Pipeline::name,
+      .optimizer = Optimizer::name,
+      .optimizer_type = Optimizer::type_name,
+      .optimizer_state_bytes = Optimizer::state_bytes,
+      .adapter_type = Adapter::type_name,
+      .describe_adapter = &detail::describe_adapter<Adapter>,
+      .device = Device::name,
+      .device_type = Device::type_name,
+      .on_host = on_host,
+  };
+
   // The C++ type; the device is named only when it is not the CPU.
-  static std::string type_name() { return type_name_with(Parallelism::type_name, !on_host); }
+  static std::string type_name() { return train::trainer_type_name(policy_set, Parallelism::type_name, !on_host); }
 
   explicit Trainer(recipe::Recipe recipe) : recipe_(std::move(recipe)) {
     Adapter::resolve(recipe_, {Model::name, Model::linear_modules, Model::default_lora_targets});
-    if (pipelined) resolve_microbatches();
-    validate();
+    // A pipeline's micro-batches are the step's accumulated ones.
+    if (policy_set.pipelined) recipe_.train.gradient_accumulation_steps = recipe::pipeline_microbatches(recipe_);
+    train::check_recipe(policy_set, recipe_);
   }
 
   // The recipe with the policies' defaults filled in.
   const recipe::Recipe& recipe() const { return recipe_; }
 
   // What this Trainer will hold, per parameter, and how it runs.
-  std::string plan() const {
-    std::ostringstream os;
-    const auto& r = recipe_;
-    os << "trainer      " << type_name() << "\n";
-    if constexpr (!on_host) os << "device       " << Device::name << ": weights, activations, gradients and optimizer state in its memory\n";
-    os << "model        " << Model::name << " from " << r.model.path << "\n";
-    os << "precision    " << Precision::name << ": weights " << name_of(Precision::storage)
-       << ", matmul inputs " << name_of(Precision::compute) << " (f32 accumulate), gradients "
-       << name_of(Precision::grad) << ", master " << name_of(Precision::master)
-       << (Precision::loss_scaling ? ", dynamic loss scale" : "") << "\n";
-    os << "parallelism  " << Parallelism::name << ": " << r.launch.nproc << " rank(s)";
-    if (Parallelism::shards_parameters)
-      os << ", parameters, gradients and optimizer state sharded";
-    else if (Parallelism::shards_gradients)
-      os << ", gradients and optimizer state sharded";
-    else if (Parallelism::shards_optimizer_state)
-      os << ", optimizer state sharded";
-    else if (pipelined)
-      os << ", stages cut over pipeline ranks";
-    else if (Parallelism::multi_rank)
-      os << ", gradients all-reduced";
-    os << "\n";
-    if (pipelined) os << pipeline_plan();
-    os << "optimizer    " << Optimizer::name << ", lr " << r.train.learning_rate << " ("
-       << r.train.lr_scheduler_type << "), weight decay " << r.train.weight_decay << "\n";
-    os << "adapter      " << Adapter::describe(r) << "\n";
-    os << "bytes        per trainable parameter: " << bytes_per_trainable() << " (weight "
-       << size_of(Precision::storage) << ", gradient " << size_of(Precision::grad) << ", master "
-       << master_bytes() << ", optimizer " << Optimizer::state_bytes << ")"
-       << (Parallelism::multi_rank ? " before sharding" : "") << "\n";
-    os << "batch        " << r.train.per_device_train_batch_size << " rows x "
-       << r.train.gradient_accumulation_steps << " micro-batches x " << r.launch.nproc
-       << " rank(s) of " << r.data.max_seq_length << " tokens"
-       << (r.data.packing ? " (packed)" : "") << "\n";
-    os << "memory       checkpointing " << r.train.gradient_checkpointing
-       << (r.train.activation_offloading ? ", activations offloaded to host" : "")
-       << (r.train.fuse_optimizer_with_backward ? ", optimizer fused into backward" : "") << "\n";
-    return os.str();
-  }
+  std::string plan() const { return train::describe_plan(policy_set, recipe_); }
 
   // Runs the recipe to the end: trains, evaluates, checkpoints, saves the
   // result. Throws ft::Error for bad input, train::TrainingStopped when the
@@ -153,108 +174,21 @@ public:
     train::Policies<Storage, Master, Device> p;
     p.trainer = type_name();
     // A checkpoint's bytes are the host's whatever the device, so it resumes on any.
-    p.resumable_as = type_name_with("/* any parallelism */", false);
+    p.resumable_as = train::trainer_type_name(policy_set, "/* any parallelism */", false);
     p.adapter_description = Adapter::describe(recipe_);
     p.loss_scaling = Precision::loss_scaling;
-    p.model = [](const std::filesystem::path& dir) { return models::read_model_spec_of<Model>(dir); };
+    p.model = policy_set.read_model;
     p.trains_base_weights = Adapter::trains_base_weights;
-    p.adapter = [](const recipe::Recipe& r) -> std::unique_ptr<adapters::Runtime<Storage, Device>> {
-      return std::make_unique<typename detail::runtime_on<Adapter, Device, Storage>::type>(r);
-    };
-    p.parallel = [](comm::Communicator& c,
-                    const recipe::Recipe& r) -> std::unique_ptr<parallel::Runtime<Storage, Master, Device>> {
-      return std::make_unique<typename detail::runtime_on<Parallelism, Device, Storage, Master>::type>(
-          c, r, parallel::Sharding::of<Parallelism>());
-    };
-    p.optimizer.make = [t = recipe_.train](const auto& entries, index_t size) {
-      return train::make_parameter_optimizer<Optimizer, Master, Device>(entries, size, t);
-    };
-    p.optimizer.make_on_host = [t = recipe_.train](const auto& entries, index_t size) {
-      return train::make_parameter_optimizer<Optimizer, Master, device::Cpu>(entries, size, t);
-    };
+    p.adapter = &detail::make_adapter_runtime<Adapter, Storage, Device>;
+    p.parallel = &detail::make_parallel_runtime<Parallelism, Storage, Master, Device>;
+    p.optimizer.make = detail::optimizer_maker<Optimizer, Master, Device>{recipe_.train};
+    p.optimizer.make_on_host = detail::optimizer_maker<Optimizer, Master, device::Cpu>{recipe_.train};
     if constexpr (requires { Optimizer::elementwise_state; }) p.optimizer.by_element = Optimizer::elementwise_state;
     train::Engine<Storage, Master, Device> engine(recipe_, std::move(p));
     engine.run();
   }
 
 private:
-  void validate() const {
-    const auto& r = recipe_;
-    const std::int64_t ranks = std::max<std::int64_t>(r.launch.nproc, comm::job_place().size);
-    if (!Parallelism::multi_rank && ranks > 1)
-      throw Error("parallelism " + std::string(Parallelism::name) + " runs one process, but the job has " +
-                  std::to_string(ranks) + " ranks; choose ddp, zero1, zero2 or zero3 for several ranks");
-    if (r.launch.shard_group_size > 0 && !Parallelism::shards_optimizer_state)
-      throw Error("launch.shard_group_size = " + std::to_string(r.launch.shard_group_size) + " groups the ranks that "
-                  "share sharded state, but parallelism " + std::string(Parallelism::name) +
-                  " shards nothing; use zero1, zero2 or zero3, or set it to 0");
-    if (r.launch.shard_group_size > 0 && ranks % r.launch.shard_group_size != 0)
-      throw Error("launch.shard_group_size = " + std::to_string(r.launch.shard_group_size) + " does not divide the " +
-                  std::to_string(ranks) + " ranks of the job into groups; allowed: a divisor of " + std::to_string(ranks));
-    if (r.train.fuse_optimizer_with_backward && r.train.gradient_accumulation_steps > 1)
-      throw Error("train.fuse_optimizer_with_backward steps each block inside backward, so gradients "
-                  "cannot accumulate over gradient_accumulation_steps = " +
-                  std::to_string(r.train.gradient_accumulation_steps) + "; set one of them back");
-    if (r.train.fuse_optimizer_with_backward && Parallelism::shards_gradients)
-      throw Error("train.fuse_optimizer_with_backward needs whole gradients, but parallelism " +
-                  std::string(Parallelism::name) + " shards them; use zero1 or ddp");
-    if (Precision::loss_scaling && r.train.fuse_optimizer_with_backward)
-      throw Error("strategy.precision = \"" + std::string(Precision::name) +
-                  "\" scales the loss and may have to skip a step after an overflow, which an optimizer fused "
-                  "into backward has already applied; use bf16-mixed, or set train.fuse_optimizer_with_backward = false");
-    if (pipelined) {
-      if (r.train.fuse_optimizer_with_backward)
-        throw Error("train.fuse_optimizer_with_backward steps each block inside its backward, but a pipeline runs "
-                    "several micro-batches' backwards per step; set it to false");
-      if (r.pipeline.schedule == "zero_bubble" && r.train.gradient_checkpointing != "none")
-        throw Error("pipeline.schedule = \"zero_bubble\" defers weight gradients, which need the activations that "
-                    "train.gradient_checkpointing drops; use 1f1b with checkpointing, or set it to \"none\"");
-      pipeline_partition();
-    } else if (r.pipeline.ranks != 0 || r.pipeline.microbatches != 0 || r.pipeline.stages_per_rank != 1) {
-      throw Error("the recipe's [pipeline] section sets pipeline ranks, micro-batches or stages, but "
-                  "strategy.parallelism is " + std::string(Parallelism::name) + "; set it to \"pipeline\"");
-    }
-    if (r.train.fuse_optimizer_with_backward && r.train.max_grad_norm > 0)
-      throw Error("train.fuse_optimizer_with_backward steps each block before the global gradient norm is known, "
-                  "so it cannot clip; set train.max_grad_norm = 0");
-  }
-
-  // The type with `parallelism` for the parallelism's part, and the device's
-  // part or none.
-  static std::string type_name_with(std::string_view parallelism, bool device) {
-    std::string s = "ft::Trainer<";
-    for (std::string_view part : {Model::type_name, Precision::type_name, parallelism, Optimizer::type_name,
-                                  Adapter::type_name, device ? Device::type_name : std::string_view()}) {
-      if (part.empty()) continue;
-      if (s.back() != '<') s += ", ";
-      s += part;
-    }
-    return s + ">";
-  }
-
-  static constexpr bool pipelined = Parallelism::name == parallel::Pipeline::name;
-
-  std::int64_t job_ranks() const { return std::max<std::int64_t>(recipe_.launch.nproc, comm::job_place().size); }
-
-  // A pipeline's micro-batches are the step's accumulated ones.
-  void resolve_microbatches() { recipe_.train.gradient_accumulation_steps = recipe::pipeline_microbatches(recipe_); }
-
-  // The partition over the model read from config.json; throws when the
-  // pipeline does not fit the model or the schedule the micro-batches.
-  parallel::PipePartition pipeline_partition() const {
-    return parallel::plan_pipeline(recipe_, models::read_model_spec_of<Model>(recipe_.model.path).config, job_ranks());
-  }
-
-  std::string pipeline_plan() const { return parallel::describe_pipeline(recipe_, pipeline_partition(), job_ranks()); }
-
-  static constexpr double master_bytes() {
-    return Precision::master == Precision::storage ? 0.0 : double(size_of(Precision::master));
-  }
-  static constexpr double bytes_per_trainable() {
-    return double(size_of(Precision::storage)) + double(size_of(Precision::grad)) + master_bytes() +
-           Optimizer::state_bytes;
-  }
-
   recipe::Recipe recipe_;
 };
 

@@ -1,0 +1,159 @@
+#pragma once
+// A Trainer's policies as values: their names, flags and sizes, and the two
+// functions of the family and the adapter that the checks need.
+//
+// A stock plugin instantiates hundreds of Trainers, and what a Trainer says
+// about itself (its type name, its refusals of a recipe, its plan) depends
+// only on these values. Written once over a PolicySet, that code is compiled
+// once per plugin instead of once per Trainer.
+#include <algorithm>
+#include <cstdint>
+#include <filesystem>
+#include <sstream>
+#include <string>
+#include <string_view>
+
+#include "ft/comm/job.hpp"
+#include "ft/core/dtype.hpp"
+#include "ft/core/error.hpp"
+#include "ft/models/weight_map.hpp"
+#include "ft/parallel/parallelism.hpp"
+#include "ft/parallel/pipeline_timeline.hpp"
+#include "ft/recipe/recipe.hpp"
+
+namespace ft::train {
+
+struct PolicySet {
+  std::string_view model, model_type;
+  models::ModelSpec (*read_model)(const std::filesystem::path& dir);  // the family's reader of config.json
+
+  std::string_view precision, precision_type;
+  DType storage, compute, grad, master;
+  bool loss_scaling;
+
+  std::string_view parallelism, parallelism_type;
+  bool multi_rank, shards_optimizer_state, shards_gradients, shards_parameters, pipelined;
+
+  std::string_view optimizer, optimizer_type;
+  double optimizer_state_bytes;
+
+  std::string_view adapter_type;
+  std::string (*describe_adapter)(const recipe::Recipe&);
+
+  std::string_view device, device_type;
+  bool on_host;
+
+  // Bytes per trainable parameter: weight, gradient, master copy (none when
+  // it is the weight itself) and optimizer state.
+  constexpr double master_bytes() const { return master == storage ? 0.0 : double(size_of(master)); }
+  constexpr double bytes_per_trainable() const {
+    return double(size_of(storage)) + double(size_of(grad)) + master_bytes() + optimizer_state_bytes;
+  }
+};
+
+// The C++ type `ft::Trainer<...>` with `parallelism` for the parallelism's
+// part; the device is named when `with_device`.
+inline std::string trainer_type_name(const PolicySet& s, std::string_view parallelism, bool with_device) {
+  std::string out = "ft::Trainer<";
+  for (std::string_view part : {s.model_type, s.precision_type, parallelism, s.optimizer_type, s.adapter_type,
+                                with_device ? s.device_type : std::string_view()}) {
+    if (part.empty()) continue;
+    if (out.back() != '<') out += ", ";
+    out += part;
+  }
+  return out + ">";
+}
+
+// The ranks of the job: the recipe's, or those the launcher started.
+inline std::int64_t job_ranks(const recipe::Recipe& r) {
+  return std::max<std::int64_t>(r.launch.nproc, comm::job_place().size);
+}
+
+// The pipeline's partition of the model read from config.json; throws when
+// the pipeline does not fit the model or the schedule the micro-batches.
+inline parallel::PipePartition pipeline_partition(const PolicySet& s, const recipe::Recipe& r) {
+  return parallel::plan_pipeline(r, s.read_model(r.model.path).config, job_ranks(r));
+}
+
+// Throws ft::Error when the recipe's options do not make sense together with
+// the policies; nothing is allocated before.
+inline void check_recipe(const PolicySet& s, const recipe::Recipe& r) {
+  const std::int64_t ranks = job_ranks(r);
+  const std::string parallelism(s.parallelism);
+  if (!s.multi_rank && ranks > 1)
+    throw Error("parallelism " + parallelism + " runs one process, but the job has " + std::to_string(ranks) +
+                " ranks; choose ddp, zero1, zero2 or zero3 for several ranks");
+  if (r.launch.shard_group_size > 0 && !s.shards_optimizer_state)
+    throw Error("launch.shard_group_size = " + std::to_string(r.launch.shard_group_size) + " groups the ranks that "
+                "share sharded state, but parallelism " + parallelism +
+                " shards nothing; use zero1, zero2 or zero3, or set it to 0");
+  if (r.launch.shard_group_size > 0 && ranks % r.launch.shard_group_size != 0)
+    throw Error("launch.shard_group_size = " + std::to_string(r.launch.shard_group_size) + " does not divide the " +
+                std::to_string(ranks) + " ranks of the job into groups; allowed: a divisor of " + std::to_string(ranks));
+  if (r.train.fuse_optimizer_with_backward && r.train.gradient_accumulation_steps > 1)
+    throw Error("train.fuse_optimizer_with_backward steps each block inside backward, so gradients "
+                "cannot accumulate over gradient_accumulation_steps = " +
+                std::to_string(r.train.gradient_accumulation_steps) + "; set one of them back");
+  if (r.train.fuse_optimizer_with_backward && s.shards_gradients)
+    throw Error("train.fuse_optimizer_with_backward needs whole gradients, but parallelism " + parallelism +
+                " shards them; use zero1 or ddp");
+  if (s.loss_scaling && r.train.fuse_optimizer_with_backward)
+    throw Error("strategy.precision = \"" + std::string(s.precision) +
+                "\" scales the loss and may have to skip a step after an overflow, which an optimizer fused "
+                "into backward has already applied; use bf16-mixed, or set train.fuse_optimizer_with_backward = false");
+  if (s.pipelined) {
+    if (r.train.fuse_optimizer_with_backward)
+      throw Error("train.fuse_optimizer_with_backward steps each block inside its backward, but a pipeline runs "
+                  "several micro-batches' backwards per step; set it to false");
+    if (r.pipeline.schedule == "zero_bubble" && r.train.gradient_checkpointing != "none")
+      throw Error("pipeline.schedule = \"zero_bubble\" defers weight gradients, which need the activations that "
+                  "train.gradient_checkpointing drops; use 1f1b with checkpointing, or set it to \"none\"");
+    pipeline_partition(s, r);
+  } else if (r.pipeline.ranks != 0 || r.pipeline.microbatches != 0 || r.pipeline.stages_per_rank != 1) {
+    throw Error("the recipe's [pipeline] section sets pipeline ranks, micro-batches or stages, but "
+                "strategy.parallelism is " + parallelism + "; set it to \"pipeline\"");
+  }
+  if (r.train.fuse_optimizer_with_backward && r.train.max_grad_norm > 0)
+    throw Error("train.fuse_optimizer_with_backward steps each block before the global gradient norm is known, "
+                "so it cannot clip; set train.max_grad_norm = 0");
+}
+
+// What a Trainer of these policies will hold, per parameter, and how it
+// runs, in the words of the policies.
+inline std::string describe_plan(const PolicySet& s, const recipe::Recipe& r) {
+  std::ostringstream os;
+  os << "trainer      " << trainer_type_name(s, s.parallelism_type, !s.on_host) << "\n";
+  if (!s.on_host) os << "device       " << s.device << ": weights, activations, gradients and optimizer state in its memory\n";
+  os << "model        " << s.model << " from " << r.model.path << "\n";
+  os << "precision    " << s.precision << ": weights " << name_of(s.storage) << ", matmul inputs "
+     << name_of(s.compute) << " (f32 accumulate), gradients " << name_of(s.grad) << ", master "
+     << name_of(s.master) << (s.loss_scaling ? ", dynamic loss scale" : "") << "\n";
+  os << "parallelism  " << s.parallelism << ": " << r.launch.nproc << " rank(s)";
+  if (s.shards_parameters)
+    os << ", parameters, gradients and optimizer state sharded";
+  else if (s.shards_gradients)
+    os << ", gradients and optimizer state sharded";
+  else if (s.shards_optimizer_state)
+    os << ", optimizer state sharded";
+  else if (s.pipelined)
+    os << ", stages cut over pipeline ranks";
+  else if (s.multi_rank)
+    os << ", gradients all-reduced";
+  os << "\n";
+  if (s.pipelined) os << parallel::describe_pipeline(r, pipeline_partition(s, r), job_ranks(r));
+  os << "optimizer    " << s.optimizer << ", lr " << r.train.learning_rate << " (" << r.train.lr_scheduler_type
+     << "), weight decay " << r.train.weight_decay << "\n";
+  os << "adapter      " << s.describe_adapter(r) << "\n";
+  os << "bytes        per trainable parameter: " << s.bytes_per_trainable() << " (weight " << size_of(s.storage)
+     << ", gradient " << size_of(s.grad) << ", master " << s.master_bytes() << ", optimizer "
+     << s.optimizer_state_bytes << ")" << (s.multi_rank ? " before sharding" : "") << "\n";
+  os << "batch        " << r.train.per_device_train_batch_size << " rows x " << r.train.gradient_accumulation_steps
+     << " micro-batches x " << r.launch.nproc << " rank(s) of " << r.data.max_seq_length << " tokens"
+     << (r.data.packing ? " (packed)" : "") << "\n";
+  os << "memory       checkpointing " << r.train.gradient_checkpointing
+     << (r.train.activation_offloading ? ", activations offloaded to host" : "")
+     << (r.train.fuse_optimizer_with_backward ? ", optimizer fused into backward" : "") << "\n";
+  return os.str();
+}
+
+}  // namespace ft::train
