@@ -88,8 +88,8 @@ public:
     }
     try {
       in_use_[p] = size;
-    } catch (const std::bad_alloc&) {  // no room to note it: the block goes back, counted as out of memory
-      free_[size].push_back(p);
+    } catch (const std::bad_alloc&) {  // no room to note it: returned, as caching it could fail too
+      return_block(p, size);
       throw OutOfMemory("cannot note a block of " + std::to_string(size) + " bytes", bytes);
     }
     allocated_.add(size);
@@ -108,8 +108,7 @@ public:
     try {
       free_[size].push_back(p);
     } catch (const std::bad_alloc&) {  // no room to cache it: returned instead, as a free must not throw
-      Raw::deallocate(p, size);
-      reserved_.remove(size);
+      return_block(p, size);
     }
   }
 
@@ -143,6 +142,11 @@ private:
     reserved_.add(size);
     return p;
   }
+  // Gives a block back to the raw allocator; it is no longer reserved.
+  void return_block(void* p, std::size_t size) {
+    Raw::deallocate(p, size);
+    reserved_.remove(size);
+  }
   // Releases cached blocks, the largest first, until reserving `size` more
   // keeps what is reserved within the most ever in use (this request included).
   void make_room_within_peak(std::size_t size) {
@@ -150,18 +154,14 @@ private:
     for (auto it = free_.rbegin(); it != free_.rend() && reserved_.current() + size > bound; ++it) {
       auto& [block, blocks] = *it;
       while (!blocks.empty() && reserved_.current() + size > bound) {
-        Raw::deallocate(blocks.back(), block);
-        reserved_.remove(block);
+        return_block(blocks.back(), block);
         blocks.pop_back();
       }
     }
   }
   void release_cached_locked() {
     for (auto& [size, blocks] : free_) {
-      for (void* p : blocks) {
-        Raw::deallocate(p, size);
-        reserved_.remove(size);
-      }
+      for (void* p : blocks) return_block(p, size);
       blocks.clear();
     }
   }
