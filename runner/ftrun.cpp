@@ -1,11 +1,33 @@
 // ftrun: the ft runtime. A thin command line over the library and its plugins.
 #include <iostream>
+#include <string>
+#include <vector>
 
 #include <CLI/CLI.hpp>
 #include <ft/version.hpp>
 
 #include "commands.hpp"
 #include "exit_code.hpp"
+
+namespace {
+
+// A recipe and its overrides, as train, prepare, estimate and schedule take them.
+void add_recipe_options(CLI::App* command, std::string& recipe, std::vector<std::string>& sets) {
+  command->add_option("recipe", recipe, "Recipe file (TOML)")->required();
+  command->add_option("--set", sets, "Override a recipe key: section.key=value (repeatable)");
+}
+
+// The model generate, serve and chat load, as one of them names it: what
+// MODEL may be, the checkpoint of an output_dir (`use`: the verb for it) and
+// the compute dtype.
+CLI::Option* add_model_options(CLI::App* command, std::string& model, std::string& checkpoint, std::string& dtype,
+                               const std::string& use, const std::string& dtype_help = "Compute dtype") {
+  command->add_option("-c,--checkpoint", checkpoint, use + " one of the output_dir's checkpoints: latest, or a step number");
+  command->add_option("--dtype", dtype, dtype_help)->check(CLI::IsMember({"float32", "bfloat16"}))->capture_default_str();
+  return command->add_option("model", model, "HF model directory, PEFT adapter directory, or training output_dir");
+}
+
+}  // namespace
 
 int main(int argc, char** argv) {
   CLI::App app{"ftrun: fine-tune large language models from TOML recipes", "ftrun"};
@@ -18,22 +40,19 @@ int main(int argc, char** argv) {
 
   ftrun::TrainOptions train_options;
   auto* train = app.add_subcommand("train", "Resolve a recipe to a Trainer and check it (--dry-run prints the plan)");
-  train->add_option("recipe", train_options.recipe, "Recipe file (TOML)")->required();
-  train->add_option("--set", train_options.sets, "Override a recipe key: section.key=value (repeatable)");
+  add_recipe_options(train, train_options.recipe, train_options.sets);
   train->add_option("--plugin", train_options.plugins, "Also load this plugin file (repeatable)");
   train->add_flag("--dry-run", train_options.dry_run, "Print the resolved recipe, the plan and the launch command");
 
   ftrun::PrepareOptions prepare_options;
   auto* prepare = app.add_subcommand("prepare", "Tokenise a recipe's data once into its token cache (data.cache_dir)");
-  prepare->add_option("recipe", prepare_options.recipe, "Recipe file (TOML)")->required();
-  prepare->add_option("--set", prepare_options.sets, "Override a recipe key: section.key=value (repeatable)");
+  add_recipe_options(prepare, prepare_options.recipe, prepare_options.sets);
   prepare->add_flag("--force", prepare_options.force, "Rebuild the cache even when it matches the recipe");
 
   ftrun::EstimateOptions estimate_options;
   auto* estimate = app.add_subcommand("estimate", "Memory a recipe's run will take, per rank, before it allocates "
                                                   "anything: every term, the peak phase, and the other parallelisms");
-  estimate->add_option("recipe", estimate_options.recipe, "Recipe file (TOML)")->required();
-  estimate->add_option("--set", estimate_options.sets, "Override a recipe key: section.key=value (repeatable)");
+  add_recipe_options(estimate, estimate_options.recipe, estimate_options.sets);
   estimate->add_flag("--json", estimate_options.json, "Print one JSON object instead of tables");
   estimate->add_option("--plugin", estimate_options.plugins, "Also load this plugin file, as train would (repeatable)");
 
@@ -77,8 +96,7 @@ int main(int argc, char** argv) {
   ftrun::ScheduleOptions schedule_options;
   auto* schedule = app.add_subcommand("schedule", "Draw a recipe's pipeline schedule as a timeline: simulated, or a "
                                                   "step a run recorded (pipeline.timeline = true)");
-  schedule->add_option("recipe", schedule_options.recipe, "Recipe file (TOML)")->required();
-  schedule->add_option("--set", schedule_options.sets, "Override a recipe key: section.key=value (repeatable)");
+  add_recipe_options(schedule, schedule_options.recipe, schedule_options.sets);
   schedule->add_flag("--measured", schedule_options.measured,
                      "Draw a step recorded in <output_dir>/timeline/ instead of the simulated schedule");
   schedule->add_option("--step", schedule_options.step, "The recorded step to draw (default: the last)")
@@ -90,8 +108,7 @@ int main(int argc, char** argv) {
 
   ftrun::GenerateOptions gen;
   auto* generate = app.add_subcommand("generate", "Generate text from a model with a key/value cache");
-  generate->add_option("model", gen.model, "HF model directory, PEFT adapter directory, or training output_dir")->required();
-  generate->add_option("-c,--checkpoint", gen.checkpoint, "Use one of the output_dir's checkpoints: latest, or a step number");
+  add_model_options(generate, gen.model, gen.checkpoint, gen.dtype, "Use")->required();
   generate->add_option("-p,--prompt", gen.prompts, "A prompt (repeatable)");
   generate->add_option("--prompts", gen.prompts_file, "JSONL file: {\"prompt\": ...} or {\"messages\": [...]} per line");
   generate->add_option("--system", gen.system, "A system message before each prompt");
@@ -105,13 +122,11 @@ int main(int argc, char** argv) {
   generate->add_option("--seed", gen.seed, "Seed of the sampling")->capture_default_str();
   generate->add_option("--stop", gen.stop, "Stop when the answer contains this text (repeatable)");
   generate->add_option("--batch", gen.batch, "Prompts generated at once")->check(CLI::PositiveNumber)->capture_default_str();
-  generate->add_option("--dtype", gen.dtype, "Compute dtype")->check(CLI::IsMember({"float32", "bfloat16"}))->capture_default_str();
   generate->add_flag("--json", gen.json, "One JSON object per prompt: text, token_ids, finish_reason");
 
   ftrun::ServeOptions serve_options;
   auto* serve = app.add_subcommand("serve", "Serve a model over an OpenAI-compatible HTTP API");
-  serve->add_option("model", serve_options.model, "HF model directory, PEFT adapter directory, or training output_dir")->required();
-  serve->add_option("-c,--checkpoint", serve_options.checkpoint, "Serve one of the output_dir's checkpoints: latest, or a step number");
+  add_model_options(serve, serve_options.model, serve_options.checkpoint, serve_options.dtype, "Serve")->required();
   serve->add_option("--adapter", serve_options.adapters, "NAME=DIR: a PEFT adapter clients pick with \"model\": NAME (repeatable)");
   serve->add_option("--served-model-name", serve_options.served_model_name, "The base model's name in the API (default: MODEL as given)");
   serve->add_option("--host", serve_options.host, "Address to listen on")->capture_default_str();
@@ -122,13 +137,12 @@ int main(int argc, char** argv) {
   serve->add_option("--max-tokens", serve_options.max_tokens, "The most tokens a request may ask for (0: up to the context)")->check(CLI::NonNegativeNumber);
   serve->add_option("--prefill-chunk", serve_options.prefill_chunk, "Prompt tokens of one request fed per step, so a long prompt does not stall the others (0: whole prompts)")->check(CLI::NonNegativeNumber)->capture_default_str();
   serve->add_option("--api-key", serve_options.api_key, "Require \"Authorization: Bearer KEY\" on /v1/");
-  serve->add_option("--dtype", serve_options.dtype, "Compute dtype")->check(CLI::IsMember({"float32", "bfloat16"}))->capture_default_str();
   serve->add_option("--shutdown-timeout", serve_options.shutdown_timeout, "Seconds in-flight requests get to finish after SIGTERM")->check(CLI::NonNegativeNumber)->capture_default_str();
 
   ftrun::ChatOptions chat_options;
   auto* chat = app.add_subcommand("chat", "Chat in the terminal with a model, loaded here or served (--url)");
-  chat->add_option("model", chat_options.model, "HF model directory, PEFT adapter directory, or training output_dir");
-  chat->add_option("-c,--checkpoint", chat_options.checkpoint, "Use one of the output_dir's checkpoints: latest, or a step number");
+  add_model_options(chat, chat_options.model, chat_options.checkpoint, chat_options.dtype, "Use",
+                    "Compute dtype (a model loaded here)");
   chat->add_option("--url", chat_options.url, "A running OpenAI-compatible server, e.g. http://127.0.0.1:8000");
   chat->add_option("--model", chat_options.served_model, "With --url: the server's model (default: its first)");
   chat->add_option("--api-key", chat_options.api_key, "With --url: the server's API key")->envname("OPENAI_API_KEY");
@@ -138,7 +152,6 @@ int main(int argc, char** argv) {
   chat->add_option("--temperature", chat_options.temperature, "0: greedy")->check(CLI::NonNegativeNumber)->capture_default_str();
   chat->add_option("--top-p", chat_options.top_p, "Keep the most likely tokens whose probabilities sum to p");
   chat->add_option("--seed", chat_options.seed, "Seed of the sampling")->capture_default_str();
-  chat->add_option("--dtype", chat_options.dtype, "Compute dtype (a model loaded here)")->check(CLI::IsMember({"float32", "bfloat16"}))->capture_default_str();
 
   ftrun::InitOptions init_options;
   auto* init = app.add_subcommand("init", "Write randomly initialised weights for a config.json (HF layout, deterministic)");
