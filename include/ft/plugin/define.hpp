@@ -98,35 +98,24 @@ struct architectures {
 };
 
 // Runs `act` for the host and reports what it throws: no exception may cross
-// into the host. A plan reports every failure as 1; a run tells bad input (2)
-// and out of memory (3) from other failures (1). Compiled once per plugin.
+// into the host. With `classify`, a run tells bad input (2) and out of memory
+// (3) from other failures (1); a plan reports every failure as 1. Compiled
+// once per plugin.
 using EntryAction = void (*)(const char* recipe_toml, ft_write_fn write, void* context);
 
-inline int guarded_plan(EntryAction act, const char* recipe_toml, ft_write_fn write, void* context) noexcept {
-  try {
-    act(recipe_toml, write, context);
-    return 0;
-  } catch (const std::exception& e) {
-    write(context, e.what());
-  } catch (...) {
-    write(context, "unknown error in plugin");
-  }
-  return 1;
-}
-
-inline int guarded_train(EntryAction act, const char* recipe_toml, ft_write_fn write, void* context) noexcept {
+inline int guarded(EntryAction act, bool classify, const char* recipe_toml, ft_write_fn write,
+                   void* context) noexcept {
   try {
     act(recipe_toml, write, context);
     return 0;
   } catch (const ft::train::TrainingStopped& e) {
     write(context, e.what());
-    return 1;
   } catch (const ft::OutOfMemory& e) {
     write(context, e.what());
-    return 3;
+    if (classify) return 3;
   } catch (const ft::Error& e) {  // bad input: recipe, model, data
     write(context, e.what());
-    return 2;
+    if (classify) return 2;
   } catch (const std::exception& e) {
     write(context, e.what());
   } catch (...) {
@@ -145,10 +134,10 @@ struct entry_points {
   static void run(const char* recipe_toml, ft_write_fn, void*) { T(recipe::read_resolved(recipe_toml)).train(); }
 
   static int plan(const char* recipe_toml, ft_write_fn write, void* context) noexcept {
-    return guarded_plan(&write_plan, recipe_toml, write, context);
+    return guarded(&write_plan, false, recipe_toml, write, context);
   }
   static int train(const char* recipe_toml, ft_write_fn write, void* context) noexcept {
-    return guarded_train(&run, recipe_toml, write, context);
+    return guarded(&run, true, recipe_toml, write, context);
   }
 };
 
