@@ -21,6 +21,7 @@
 #include <nlohmann/json.hpp>
 
 #include <ft/io/safetensors.hpp>
+#include <ft/train/metrics.hpp>
 
 #include "support/files.hpp"
 
@@ -66,6 +67,7 @@ std::vector<nlohmann::json> metrics(const fs::path& run, const std::string& spli
   std::vector<nlohmann::json> out;
   std::ifstream in(run / "metrics.jsonl");
   for (std::string line; std::getline(in, line);) {
+    if (in.eof()) break;  // no newline yet: a record the run is still writing (a test may poll a live run)
     auto j = nlohmann::json::parse(line);
     if (j["split"] == split) out.push_back(j);
   }
@@ -224,6 +226,40 @@ TEST_CASE("a run killed with SIGKILL resumes from latest and ends bit for bit wh
                                                                             : "checkpoint-14/model.safetensors";
     CHECK(file_bytes(dir.path / "whole/run" / weights) == file_bytes(dir.path / "killed/run" / weights));
   }
+}
+
+TEST_CASE("a record a killed run left half-written is dropped before a resumed run appends to metrics.jsonl") {
+  ft::testing::TempDir dir("ft_train_partial_record");
+  const fs::path file = dir.path / "metrics.jsonl";
+  auto write = [&](const std::string& bytes) { std::ofstream(file, std::ios::binary | std::ios::trunc) << bytes; };
+  const std::string whole = "{\"split\":\"train\",\"step\":1}\n{\"split\":\"train\",\"step\":2}\n";
+
+  write(whole);
+  ft::train::MetricsLog::drop_partial_record(file);
+  CHECK(slurp(file) == whole);  // whole records stay as they are
+
+  write(whole + "{\"split\":\"train\",\"st");
+  ft::train::MetricsLog::drop_partial_record(file);
+  CHECK(slurp(file) == whole);
+
+  write("{\"split\":");  // nothing whole at all
+  ft::train::MetricsLog::drop_partial_record(file);
+  CHECK(slurp(file).empty());
+
+  write(whole + std::string(10000, 'x'));  // a partial record longer than one read from the end
+  ft::train::MetricsLog::drop_partial_record(file);
+  CHECK(slurp(file) == whole);
+
+  // Through the log a run opens: the next record starts a line of its own.
+  write(whole + "{\"split\":\"train\",\"step\":3,\"lo");
+  {
+    ft::train::MetricsLog log(dir.path, 10, 2);
+    log.log("train", {{"step", 3}, {"loss", 1.5}}, true);
+  }
+  const auto records = metrics(dir.path);
+  REQUIRE(records.size() == 3);
+  CHECK(records[2]["step"] == 3);
+  CHECK(records[2]["loss"] == 1.5);
 }
 
 TEST_CASE("every optimizer and precision trains the tiny models") {

@@ -13,11 +13,13 @@
 // print and draw nothing.
 #include <unistd.h>
 
+#include <cstdint>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <memory>
 #include <string>
+#include <system_error>
 
 #include <nlohmann/json.hpp>
 
@@ -29,9 +31,38 @@ namespace ft::train {
 
 class MetricsLog {
 public:
+  // A run killed while it wrote a record leaves part of a line at the end of
+  // metrics.jsonl. That record was never whole, so it goes before a resumed
+  // run appends, rather than joining the next record into a line no reader
+  // can parse.
+  static void drop_partial_record(const std::filesystem::path& file) {
+    std::error_code ec;
+    const auto size = std::filesystem::file_size(file, ec);
+    if (ec || size == 0) return;
+    std::ifstream in(file, std::ios::binary);
+    std::uintmax_t end = size;  // the file's length up to and including its last newline
+    std::string chunk;
+    while (end > 0) {
+      const std::uintmax_t from = end > 4096 ? end - 4096 : 0;
+      chunk.resize(std::size_t(end - from));
+      in.seekg(std::streamoff(from));
+      if (!in.read(chunk.data(), std::streamsize(chunk.size())))
+        throw Error(file.string() + ": cannot be read back to drop a partial record");
+      if (const auto newline = chunk.rfind('\n'); newline != std::string::npos) {
+        end = from + newline + 1;
+        break;
+      }
+      end = from;
+    }
+    if (end == size) return;
+    std::filesystem::resize_file(file, end, ec);
+    if (ec) throw Error(file.string() + ": cannot drop the partial record a killed run left (" + ec.message() + ")");
+  }
+
   MetricsLog(const std::filesystem::path& output_dir, long total_steps, long first_step, bool active = true)
       : active_(active), progress_("train", active ? total_steps : 0), terminal_(::isatty(STDERR_FILENO) != 0) {
     if (!active_) return;
+    drop_partial_record(output_dir / "metrics.jsonl");
     jsonl_.open(output_dir / "metrics.jsonl", std::ios::app);
     if (!jsonl_) throw Error((output_dir / "metrics.jsonl").string() + ": cannot be written");
     tensorboard_ = std::make_unique<TensorBoardWriter>(output_dir / "runs");
