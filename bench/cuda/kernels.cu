@@ -5,9 +5,11 @@
 //    head_dim 64);
 //  - the memory-bound layer functors (norm, MLP, residual, RoPE, LM-head
 //    rows) at a 1B Llama's shape, in GB/s of the bytes they must move,
-//    against a device-to-device copy.
+//    against a device-to-device copy;
+//  - the optimizer steps (AdamW with f32 moments, 8-bit AdamW) over 2^28
+//    f32 master weights, in GB/s of the bytes they must move.
 //
-//   bench_cuda_kernels
+//   bench_cuda_kernels [attention] [layers] [optimizer]   (all three by default)
 //
 // FLOPs: forward 4 B H T^2 D / 2 (scores and weighted sum over the causal
 // half); backward counted as 2.5 forwards, as flash-attention benchmarks do
@@ -15,6 +17,7 @@
 // its own work is 3.5 forwards).
 #include <cstdio>
 #include <random>
+#include <string>
 #include <vector>
 
 #include <ft/device/cuda.cuh>
@@ -24,6 +27,8 @@
 #include <ft/nn/norm.hpp>
 #include <ft/nn/residual.hpp>
 #include <ft/nn/rope.hpp>
+#include <ft/optim/adamw8bit.hpp>
+#include <ft/optim/update.hpp>
 
 #include "timing.cuh"
 
@@ -129,19 +134,54 @@ void layers() {
   });
 }
 
+// One step over 2^28 f32 master weights and gradients (a 1B model's
+// trainable state is four of them): AdamW reads and writes the weights and
+// two f32 moments and reads the gradient, 28 bytes an element; 8-bit AdamW
+// moves one byte per moment instead of four, 16 bytes an element.
+void optimizer_steps() {
+  using Cuda = ft::device::Cuda;
+  const ft::index_t n = ft::index_t(1) << 28;
+  float* p = device_random<float>(std::size_t(n), 18);
+  float* g = device_random<float>(std::size_t(n), 19);
+  ft::memory::Array<float, ft::memory::CudaDevice> m{std::size_t(n)}, v{std::size_t(n)};  // zero-filled
+  auto state = ft::optim::adamw8bit_state<float, ft::memory::CudaDevice>(n);
+  ft::memory::Array<ft::optim::DynamicMap, ft::memory::CudaDevice> maps(2);
+  Cuda::from_host(maps.data(), ft::optim::host_dynamic_maps(), maps.bytes());
+  ft::optim::Hyperparameters h;
+  h.weight_decay = 0.01;
+  std::int64_t step = 0;
+  std::printf("\n| optimizer step (2^28 f32 weights) | us | GB/s |\n|---|---|---|\n");
+  layer("adamw, f32 moments", 28.0 * double(n),
+        [&] { ft::optim::adamw_step<Cuda>(p, g, m.data(), v.data(), n, h, ++step); });
+  step = 0;
+  layer("adamw8bit", 16.0 * double(n),
+        [&] { ft::optim::adamw8bit_step<Cuda>(p, g, n, state, maps.data(), h, ++step); });
+  ft::memory::CudaDevice::deallocate(p, 0);
+  ft::memory::CudaDevice::deallocate(g, 0);
+}
+
 }  // namespace
 
-int main() {
+int main(int argc, char** argv) {
+  const auto wanted = [&](const char* part) {
+    if (argc == 1) return true;
+    for (int i = 1; i < argc; ++i)
+      if (std::string(argv[i]) == part) return true;
+    return false;
+  };
   cudaDeviceProp prop{};
   FT_CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
   std::printf("%s\n", prop.name);
-  std::printf("| kernel | B x T | heads/kv x dim | forward TFLOP/s | backward TFLOP/s | fwd+bwd TFLOP/s | fwd ms | bwd ms |\n");
-  std::printf("|---|---|---|---|---|---|---|---|\n");
-  run(8, 2048, 16, 16, 128);
-  run(2, 8192, 16, 16, 128);
-  run(8, 2048, 32, 32, 64);
-  run(2, 8192, 32, 32, 64);
-  run(8, 2048, 32, 8, 64);  // grouped-query, Llama-3.2-1B's heads
-  layers();
+  if (wanted("attention")) {
+    std::printf("| kernel | B x T | heads/kv x dim | forward TFLOP/s | backward TFLOP/s | fwd+bwd TFLOP/s | fwd ms | bwd ms |\n");
+    std::printf("|---|---|---|---|---|---|---|---|\n");
+    run(8, 2048, 16, 16, 128);
+    run(2, 8192, 16, 16, 128);
+    run(8, 2048, 32, 32, 64);
+    run(2, 8192, 32, 32, 64);
+    run(8, 2048, 32, 8, 64);  // grouped-query, Llama-3.2-1B's heads
+  }
+  if (wanted("layers")) layers();
+  if (wanted("optimizer")) optimizer_steps();
   return 0;
 }

@@ -137,7 +137,11 @@ AdamW8bitState<S, Space> adamw8bit_state(index_t n) {
   return s;
 }
 
-// One block of 256 elements: decode, AdamW, encode.
+// One block of 256 elements, a row its team shares: decode, AdamW, encode.
+// The lanes walk the block's elements together (coalesced on a GPU, where
+// the team is a warp), keep their own elements' moments, and take the
+// block's new scales as the team's maxima; each element's arithmetic is the
+// same on every device, so the codes are too.
 template <class T, class G>
 struct AdamW8bitBlockUpdate {
   using A = acc_t<T>;
@@ -150,30 +154,41 @@ struct AdamW8bitBlockUpdate {
   A beta1, one_minus_beta1, beta2, one_minus_beta2, eps;
   A decay, lr_over_bias1, bias2_sqrt;  // decay = 1 - lr wd
 
-  FT_HOST_DEVICE void operator()(index_t block) const {
+  template <class Team>
+  FT_HOST_DEVICE void operator()(index_t block, const Team& team) const {
+    static_assert(adamw8bit_block % Team::size == 0, "a team shares a block's elements evenly");
+    constexpr index_t per_lane = adamw8bit_block / Team::size;
     const index_t begin = block * adamw8bit_block;
     const index_t count = n - begin < adamw8bit_block ? n - begin : adamw8bit_block;
-    A m[adamw8bit_block], v[adamw8bit_block];
+    A m[per_lane], v[per_lane];
     A m_max = A(0), v_max = A(0);
     const A m_scale = A(m_absmax[block]), v_scale = A(v_absmax[block]);
-    for (index_t i = 0; i < count; ++i) {
+    for (index_t j = 0; j < per_lane; ++j) {
+      const index_t i = team.rank + j * Team::size;
+      if (i >= count) break;
       const index_t k = begin + i;
       const A grad = A(g[k]);
-      m[i] = std::fma(beta1, A(m_map->decode(m_q[k])) * m_scale, one_minus_beta1 * grad);
-      v[i] = std::fma(beta2, A(v_map->decode(v_q[k])) * v_scale, one_minus_beta2 * grad * grad);
-      const A denom = std::sqrt(v[i]) / bias2_sqrt + eps;
-      p[k] = T(std::fma(A(p[k]), decay, -(lr_over_bias1 * m[i] / denom)));
-      const A m_abs = m[i] < A(0) ? -m[i] : m[i];
+      m[j] = std::fma(beta1, A(m_map->decode(m_q[k])) * m_scale, one_minus_beta1 * grad);
+      v[j] = std::fma(beta2, A(v_map->decode(v_q[k])) * v_scale, one_minus_beta2 * grad * grad);
+      const A denom = std::sqrt(v[j]) / bias2_sqrt + eps;
+      p[k] = T(std::fma(A(p[k]), decay, -(lr_over_bias1 * m[j] / denom)));
+      const A m_abs = m[j] < A(0) ? -m[j] : m[j];
       m_max = m_abs > m_max ? m_abs : m_max;
-      v_max = v[i] > v_max ? v[i] : v_max;
+      v_max = v[j] > v_max ? v[j] : v_max;
     }
-    m_absmax[block] = float(m_max);
-    v_absmax[block] = float(v_max);
-    const A m_div = A(m_absmax[block]), v_div = A(v_absmax[block]);
-    for (index_t i = 0; i < count; ++i) {
-      m_q[begin + i] = m_div > A(0) ? m_map->encode(m[i] / m_div) : std::uint8_t(0);
-      const std::uint8_t v_code = v_div > A(0) ? v_map->encode(v[i] / v_div) : std::uint8_t(0);
-      v_q[begin + i] = v_code == 0 && v[i] > A(0) ? std::uint8_t(1) : v_code;
+    // Every lane has read the old scales before the reductions meet.
+    const float m_block_max = float(team.max(m_max)), v_block_max = float(team.max(v_max));
+    if (team.rank == 0) {
+      m_absmax[block] = m_block_max;
+      v_absmax[block] = v_block_max;
+    }
+    const A m_div = A(m_block_max), v_div = A(v_block_max);
+    for (index_t j = 0; j < per_lane; ++j) {
+      const index_t i = team.rank + j * Team::size;
+      if (i >= count) break;
+      m_q[begin + i] = m_div > A(0) ? m_map->encode(m[j] / m_div) : std::uint8_t(0);
+      const std::uint8_t v_code = v_div > A(0) ? v_map->encode(v[j] / v_div) : std::uint8_t(0);
+      v_q[begin + i] = v_code == 0 && v[j] > A(0) ? std::uint8_t(1) : v_code;
     }
   }
 };
@@ -200,8 +215,8 @@ void adamw8bit_step(T* p, const G* g, index_t n, AdamW8bitState<S, Space>& s, co
   }
   const A lr = A(h.lr), beta1 = A(h.beta1), beta2 = A(h.beta2);
   const A bias1 = A(1) - std::pow(beta1, A(step)), bias2 = A(1) - std::pow(beta2, A(step));
-  Device::parallel_for(index_t(blocks),
-                       AdamW8bitBlockUpdate<T, G>{p, g, n, s.m_q.data(), s.v_q.data(), s.m_absmax.data(),
+  Device::parallel_rows(index_t(blocks), adamw8bit_block,
+                        AdamW8bitBlockUpdate<T, G>{p, g, n, s.m_q.data(), s.v_q.data(), s.m_absmax.data(),
                                                   s.v_absmax.data(), maps, maps + 1, beta1, A(1) - beta1, beta2,
                                                   A(1) - beta2, A(h.eps), std::fma(-lr, A(h.weight_decay), A(1)),
                                                   lr / bias1, std::sqrt(bias2)});

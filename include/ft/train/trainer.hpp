@@ -19,10 +19,10 @@
 // with the chosen policies, before anything is allocated; every refusal is an
 // ft::Error whose sentence says why. `plan()` says what the Trainer will hold
 // and how, in the words of the policies.
-#include <algorithm>
-#include <sstream>
+#include <memory>
 #include <string>
-#include <string_view>
+#include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "ft/adapters/adapter.hpp"
@@ -33,8 +33,8 @@
 #include "ft/core/error.hpp"
 #include "ft/device/cpu.hpp"
 #include "ft/models/family.hpp"
-#include "ft/optim/optimizer.hpp"
 #include "ft/models/load.hpp"
+#include "ft/optim/optimizer.hpp"
 #include "ft/parallel/data_parallel.hpp"
 #include "ft/parallel/parallelism.hpp"
 #include "ft/parallel/pipeline.hpp"
