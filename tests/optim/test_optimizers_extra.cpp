@@ -11,6 +11,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <random>
 
 #include <nlohmann/json.hpp>
@@ -240,6 +241,43 @@ TEST_CASE("the dynamic maps are the generator's, and encoding picks the nearest 
   CHECK(sm.encode(-1.0f) == 0xFF);
   CHECK(sm.encode(-1e-9f) == 0);  // below half the smallest value: zero, never the code of -0
   CHECK(um.encode(1.0f) == 0xFF);
+}
+
+TEST_CASE("an 8-bit code's magnitude is the count of the map's midpoints below |x|, at every midpoint and between") {
+  for (const optim::DynamicMap* map : {&optim::signed_dynamic_map(), &optim::unsigned_dynamic_map()}) {
+    const int codes = 1 << map->magnitude_bits;
+    const auto below = [&](double a) {  // midpoint[c - 1] < a <= midpoint[c] names magnitude c
+      int count = 0;
+      for (int c = 0; c + 1 < codes; ++c) count += map->midpoint[std::size_t(c)] < a;
+      return count;
+    };
+    std::vector<double> xs = {0.0, 1.0, 1.5, 1e-12, std::numeric_limits<double>::infinity()};
+    for (int c = 0; c < codes; ++c) {
+      const double v = map->value[std::size_t(c)];
+      xs.insert(xs.end(), {v, std::nextafter(v, 0.0), std::nextafter(v, 2.0)});
+      if (c + 1 < codes) {
+        const double m = map->midpoint[std::size_t(c)];
+        xs.insert(xs.end(), {m, std::nextafter(m, 0.0), std::nextafter(m, 2.0)});
+      }
+    }
+    std::mt19937 rng(11);
+    std::uniform_real_distribution<double> exponent(-10.0, 0.2);
+    for (int i = 0; i < 100000; ++i) xs.push_back(std::pow(10.0, exponent(rng)));
+    int wrong = 0;
+    for (double a : xs) {
+      const int magnitude = map->encode(a) & (map->is_signed ? 0x7F : 0xFF);
+      if (magnitude != below(a) && ++wrong <= 5) {
+        CAPTURE(a);
+        CHECK(magnitude == below(a));
+      }
+      if (map->is_signed && a > 0) {
+        const std::uint8_t negative = map->encode(-a);
+        CHECK(negative == (below(a) == 0 ? 0 : (0x80 | below(a))));
+      }
+    }
+    CHECK(wrong == 0);
+    CHECK(map->encode(std::numeric_limits<double>::quiet_NaN()) == 0);
+  }
 }
 
 TEST_CASE("8-bit AdamW gives the numpy model's codes, scales and parameters bit for bit") {
