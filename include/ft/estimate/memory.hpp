@@ -624,8 +624,12 @@ MemoryEstimate estimate_memory_as(const recipe::Recipe& recipe, const models::Mo
                          in_flight + "host copies of each block's input"};
     (on_cpu ? e.activations : e.host).push_back(offloaded);
   }
-  if (!on_cpu) e.activations.push_back({"batch arrays", 4 * block(std::uint64_t(N) * sizeof(std::int32_t)) * contexts,
-                                        "token ids, targets, positions, documents"});
+  // A device gets the batch's token ids, targets and positions, and each
+  // row's documents only when rows are packed (models/context.hpp).
+  if (!on_cpu)
+    e.activations.push_back({"batch arrays",
+                             (r.data.packing ? 4 : 3) * block(std::uint64_t(N) * sizeof(std::int32_t)) * contexts,
+                             r.data.packing ? "token ids, targets, positions, documents" : "token ids, targets, positions"});
   if (!lora.empty()) {
     // Each adapted block keeps A x and its gradient [N, r], and with dropout x's dropped copy.
     std::uint64_t bytes = 0;
