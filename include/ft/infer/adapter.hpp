@@ -31,10 +31,11 @@
 
 namespace ft::infer {
 
-template <element T>
+// Device: the model's; the adapter's weights live in its memory.
+template <element T, class Device = device::Cpu>
 class Adapter {
 public:
-  Adapter(models::Transformer<T>& model, const std::filesystem::path& dir) {
+  Adapter(models::Transformer<T, Device>& model, const std::filesystem::path& dir) {
     const auto config_file = dir / "adapter_config.json";
     if (!std::filesystem::exists(config_file))
       throw Error(dir.string() + ": not a PEFT adapter directory (no adapter_config.json)");
@@ -50,27 +51,27 @@ public:
   Adapter& operator=(const Adapter&) = delete;
 
   // The LoRA of one layer, or null when this adapter leaves the layer alone.
-  adapters::LoraBlock<T>* lora_block(index_t layer) const {
+  adapters::LoraBlock<T, Device>* lora_block(index_t layer) const {
     return layer < index_t(by_layer_.size()) ? by_layer_[std::size_t(layer)] : nullptr;
   }
   bool is_lora() const { return lora_ != nullptr; }
   index_t virtual_tokens() const { return virtual_.size(0); }
-  const T* virtual_embeddings() const { return virtual_.data(); }  // [virtual_tokens, hidden]
+  const T* virtual_embeddings() const { return virtual_.data(); }  // [virtual_tokens, hidden], the device's memory
 
 private:
-  void load_prompt(models::Transformer<T>& model, const std::filesystem::path& dir, const nlohmann::json& c) {
+  void load_prompt(models::Transformer<T, Device>& model, const std::filesystem::path& dir, const nlohmann::json& c) {
     const auto n = c.find("num_virtual_tokens");
     if (n == c.end() || !n->is_number_integer() || n->get<index_t>() < 1)
       throw Error((dir / "adapter_config.json").string() + ": \"num_virtual_tokens\" must be a positive integer");
     const index_t N = n->get<index_t>(), C = model.config().hidden_size;
     // PromptTuning reads and checks PEFT's file; the engine only needs the vectors.
-    adapters::PromptTuning<T> prompt(model, N, 0);
+    adapters::PromptTuning<T, Device> prompt(model, N, 0);
     adapters::load_peft_prompt(prompt, model.config(), dir);
-    virtual_ = Tensor<T>(Shape{N, C});
-    std::copy_n(prompt.values(), N * C, virtual_.data());
+    virtual_ = Tensor<T, typename Device::Memory>(Shape{N, C});
+    Device::copy(virtual_.data(), prompt.values(), std::size_t(N * C) * sizeof(T));
   }
 
-  void load_lora(models::Transformer<T>& model, const std::filesystem::path& dir) {
+  void load_lora(models::Transformer<T, Device>& model, const std::filesystem::path& dir) {
     const io::PeftAdapter peft = io::PeftAdapter::open(dir);
     const std::string where = (dir / "adapter_model.safetensors").string() + ": ";
     const bool embedding = std::ranges::any_of(peft.modules(), &io::LoraModule::embedding);
@@ -95,15 +96,15 @@ private:
       leaves.insert(module.substr(module.rfind('.') + 1));
     }
     options.target_modules.assign(leaves.begin(), leaves.end());
-    lora_ = std::make_unique<adapters::LoraModel<T>>(model, options, false);
+    lora_ = std::make_unique<adapters::LoraModel<T, Device>>(model, options, false);
     adapters::load_peft_adapter(*lora_, model.config(), dir);
     by_layer_.assign(std::size_t(model.config().num_layers), nullptr);
     for (auto& block : lora_->blocks()) by_layer_[std::size_t(block->targets()[0].layer)] = block.get();
   }
 
-  std::unique_ptr<adapters::LoraModel<T>> lora_;
-  std::vector<adapters::LoraBlock<T>*> by_layer_;
-  Tensor<T> virtual_;
+  std::unique_ptr<adapters::LoraModel<T, Device>> lora_;
+  std::vector<adapters::LoraBlock<T, Device>*> by_layer_;
+  Tensor<T, typename Device::Memory> virtual_;
 };
 
 }  // namespace ft::infer

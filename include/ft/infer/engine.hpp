@@ -7,6 +7,12 @@
 // training model's (models/block.hpp with the cache as its attention step),
 // on the model's weights, which every sequence shares read-only.
 //
+// The engine runs on its model's device: weights, caches and every
+// activation stay in the device's memory; a step sends the new tokens'
+// ids, positions and cache places, and brings back each sequence's
+// next-token logits, the only data that crosses per step (sampling is the
+// host's, generate.hpp).
+//
 // A sequence may name one of the engine's adapters (adapter.hpp): its LoRA
 // acts on that sequence's rows only, its virtual tokens join the first step.
 //
@@ -14,41 +20,45 @@
 #include <filesystem>
 #include <memory>
 #include <span>
+#include <type_traits>
 #include <vector>
 
 #include "ft/infer/adapter.hpp"
 #include "ft/infer/attention.hpp"
+#include "ft/infer/attention_rows.hpp"
 #include "ft/infer/kv_cache.hpp"
 #include "ft/models/transformer.hpp"
 #include "ft/nn/embedding.hpp"
 #include "ft/nn/linear.hpp"
 #include "ft/nn/norm.hpp"
+#include "ft/tensor/array.hpp"
 
 namespace ft::infer {
 
-template <element T>
+template <element T, class Device = device::Cpu>
 struct SequenceStep {
-  KvCache<T>* cache;
+  KvCache<T, Device>* cache;
   std::span<const std::int32_t> tokens;  // new tokens, at positions cache->length() onwards
   int adapter = -1;                       // index of one of the engine's adapters, -1 for none
 };
 
-template <element T>
+template <element T, class Device = device::Cpu>
 class Engine {
 public:
   using A = acc_t<T>;
-  explicit Engine(models::Transformer<T>& model) : model_(model) { router_.engine = this; }
+  using Memory = typename Device::Memory;
+  explicit Engine(models::Transformer<T, Device>& model) : model_(model) { router_.engine = this; }
   Engine(const Engine&) = delete;
   Engine& operator=(const Engine&) = delete;
 
-  models::Transformer<T>& model() { return model_; }
+  models::Transformer<T, Device>& model() { return model_; }
 
   // Loads a PEFT adapter for sequences to name by the returned index.
   int load_adapter(const std::filesystem::path& dir) {
-    adapters_.push_back(std::make_unique<Adapter<T>>(model_, dir));
+    adapters_.push_back(std::make_unique<Adapter<T, Device>>(model_, dir));
     return int(adapters_.size()) - 1;
   }
-  const Adapter<T>& adapter(int index) const { return *adapters_.at(std::size_t(index)); }
+  const Adapter<T, Device>& adapter(int index) const { return *adapters_.at(std::size_t(index)); }
   int adapters() const { return int(adapters_.size()); }
 
   // The positions a sequence's first step adds before its prompt (prompt tuning's virtual tokens).
@@ -61,8 +71,9 @@ public:
   // A sequence's logits do not depend on what else is in the batch: every
   // product is row-invariant (kernels/row_invariant_gemm.hpp) and the rest
   // of the step is row by row or per sequence. So greedy output is the same
-  // served alone or among many.
-  void step(std::span<const SequenceStep<T>> sequences, float* logits) {
+  // served alone or among many. (On the CPU; a GPU's products are its BLAS
+  // library's, which may pick kernels by the number of rows.)
+  void step(std::span<const SequenceStep<T, Device>> sequences, float* logits) {
     const RowInvariantGemm row_invariant;
     const models::TransformerConfig& c = model_.config();
     const index_t S = index_t(sequences.size()), C = c.hidden_size, V = c.vocab_size;
@@ -70,8 +81,9 @@ public:
     batch_.input_ids.clear();
     batch_.positions.clear();
     rows_.clear();
+    cache_rows_.clear();
     bool lora = false;
-    for (const SequenceStep<T>& s : sequences) {
+    for (const SequenceStep<T, Device>& s : sequences) {
       if (s.tokens.empty()) throw Error("internal: an inference step with no new tokens for a sequence");
       if (s.adapter >= adapters()) throw Error("internal: a sequence names adapter " + std::to_string(s.adapter));
       // Virtual tokens come first, on the sequence's first step; their ids are placeholders.
@@ -88,6 +100,7 @@ public:
           throw Error("token id " + std::to_string(id) + " is outside the vocabulary [0, " + std::to_string(V) + ")");
         batch_.input_ids.push_back(id);
         batch_.positions.push_back(std::int32_t(s.cache->length() + i));
+        cache_rows_.push_back({s.cache->keys(0), s.cache->values(0), s.cache->layer_stride()});
       }
     }
     const index_t N = index_t(batch_.input_ids.size());
@@ -96,30 +109,36 @@ public:
     sized(x_, N, C);
     sized(y_, N, C);
     activations_.resize(c, batch_);
+    const std::int32_t* ids = upload(ids_, batch_.input_ids);
+    const std::int32_t* positions = upload(positions_, batch_.positions);
+    const cache_rows::CacheRow<T>* cache_rows = upload(device_cache_rows_, cache_rows_);
 
-    nn::embedding_forward(x_.data(), batch_.input_ids.data(), model_.embedding().parameters().value("weight"), N, C);
+    nn::embedding_forward<Device>(x_.data(), ids, model_.embedding().parameters().value("weight"), N, C);
     for (const Rows& r : rows_)
-      if (r.virtual_rows > 0) std::copy_n(adapter(r.adapter).virtual_embeddings(), r.virtual_rows * C, x_.data() + r.first * C);
-    const index_t width = c.num_kv_heads * c.head_dim, qkv_width = c.qkv_width(), HD = c.num_heads * c.head_dim;
+      if (r.virtual_rows > 0)
+        Device::copy(x_.data() + r.first * C, adapter(r.adapter).virtual_embeddings(),
+                     std::size_t(r.virtual_rows * C) * sizeof(T));
+    const index_t qkv_width = c.qkv_width(), HD = c.num_heads * c.head_dim;
     for (index_t l = 0; l < c.num_layers; ++l) {
-      models::Block<T>& block = model_.blocks()[std::size_t(l)];
+      models::Block<T, Device>& block = model_.blocks()[std::size_t(l)];
       const CachedAttentionShape shape{c.num_heads, c.num_kv_heads, c.head_dim, c.sliding_window[std::size_t(l)]};
       router_.layer = l;
       block.set_adapter(lora ? &router_ : nullptr);
-      block.forward(y_.data(), x_.data(), N, batch_.positions.data(), activations_, [&](models::BlockActivations<T>& a) {
-        cached_.clear();
-        for (index_t i = 0; i < S; ++i) {
-          const SequenceStep<T>& s = sequences[std::size_t(i)];
-          const index_t n = rows_[std::size_t(i)].count, r0 = rows_[std::size_t(i)].first, p0 = s.cache->length();
-          const T* rows = a.qkv.data() + r0 * qkv_width;
-          for (index_t r = 0; r < n; ++r) {  // the new keys and values join the cache
-            std::copy_n(rows + r * qkv_width + HD, width, s.cache->keys(l) + (p0 + r) * width);
-            std::copy_n(rows + r * qkv_width + HD + width, width, s.cache->values(l) + (p0 + r) * width);
+      block.forward(y_.data(), x_.data(), N, positions, activations_, [&](models::BlockActivations<T, Memory>& a) {
+        append_to_cache<Device>(a.qkv.data(), cache_rows, positions, N, l, shape);  // the new keys and values join
+        if constexpr (std::is_same_v<Device, device::Cpu>) {
+          cached_.clear();
+          for (index_t i = 0; i < S; ++i) {
+            const SequenceStep<T, Device>& s = sequences[std::size_t(i)];
+            const index_t r0 = rows_[std::size_t(i)].first;
+            cached_.push_back({a.attention.data() + r0 * HD, a.qkv.data() + r0 * qkv_width,
+                               batch_.positions.data() + r0, rows_[std::size_t(i)].count, s.cache->keys(l),
+                               s.cache->values(l)});
           }
-          cached_.push_back({a.attention.data() + r0 * HD, rows, batch_.positions.data() + r0, n, s.cache->keys(l),
-                             s.cache->values(l)});
+          cached_attention<T>(cached_, shape);
+        } else {
+          cached_attention_rows<Device>(a.attention.data(), a.qkv.data(), cache_rows, positions, N, l, shape);
         }
-        cached_attention<T>(cached_, shape);
       });
       block.set_adapter(nullptr);
       std::swap(x_, y_);
@@ -130,18 +149,27 @@ public:
     sized(last_, S, C);
     for (index_t i = 0; i < S; ++i) {
       const index_t row = rows_[std::size_t(i)].first + rows_[std::size_t(i)].count - 1;
-      std::copy_n(x_.data() + row * C, C, last_.data() + i * C);
+      Device::copy(last_.data() + i * C, x_.data() + row * C, std::size_t(C) * sizeof(T));
     }
     sized(normed_, S, C);
-    mean_.resize(std::size_t(S));
-    rstd_.resize(std::size_t(S));
+    if (mean_.size(0) != S) {
+      mean_ = Tensor<A, Memory>(Shape{S});
+      rstd_ = Tensor<A, Memory>(Shape{S});
+    }
     auto& head = model_.head();
-    nn::norm_forward(c.norm, normed_.data(), mean_.data(), rstd_.data(), last_.data(),
-                     head.parameters().value("final_norm.weight"), head.parameters().value("final_norm.bias"), S, C,
-                     A(c.norm_eps));
+    nn::norm_forward<Device>(c.norm, normed_.data(), mean_.data(), rstd_.data(), last_.data(),
+                             head.parameters().value("final_norm.weight"), head.parameters().value("final_norm.bias"),
+                             S, C, A(c.norm_eps));
     sized(logits_, S, V);
-    nn::linear_forward(logits_.data(), normed_.data(), head.lm_weight(), static_cast<const T*>(nullptr), S, C, V);
-    for (index_t i = 0; i < S * V; ++i) logits[i] = float(logits_.data()[i]);
+    nn::linear_forward<Device>(logits_.data(), normed_.data(), head.lm_weight(), static_cast<const T*>(nullptr), S, C,
+                               V);
+    if constexpr (std::is_same_v<T, float>) {
+      Device::to_host(logits, logits_.data(), std::size_t(S * V) * sizeof(float));
+    } else {
+      host_logits_.resize(std::size_t(S * V));
+      Device::to_host(host_logits_.data(), logits_.data(), host_logits_.size() * sizeof(T));
+      for (index_t i = 0; i < S * V; ++i) logits[i] = float(host_logits_[std::size_t(i)]);
+    }
   }
 
 private:
@@ -153,14 +181,14 @@ private:
 
   // Stands in a block's adapter slot during a step and hands each sequence's
   // rows to its own LoRA, if it has one for this layer.
-  struct LoraRouter final : models::LinearAdapter<T> {
+  struct LoraRouter final : models::LinearAdapter<T, Device> {
     Engine* engine = nullptr;
     index_t layer = 0;
     void forward(models::LinearSlot slot, T* y, const T* x, index_t) override {
       const auto [in, out] = adapters::detail::slot_widths(engine->model_.config(), slot);
       for (const Rows& r : engine->rows_) {
         if (r.adapter < 0) continue;
-        if (adapters::LoraBlock<T>* lora = engine->adapter(r.adapter).lora_block(layer))
+        if (adapters::LoraBlock<T, Device>* lora = engine->adapter(r.adapter).lora_block(layer))
           lora->forward(slot, y + r.first * out, x + r.first * in, r.count);
       }
     }
@@ -169,19 +197,30 @@ private:
     }
   };
 
-  static void sized(Tensor<T>& t, index_t rows, index_t cols) {
-    if (t.size(0) != rows || t.size(1) != cols) t = Tensor<T>(Shape{rows, cols});
+  static void sized(Tensor<T, Memory>& t, index_t rows, index_t cols) {
+    if (t.size(0) != rows || t.size(1) != cols) t = Tensor<T, Memory>(Shape{rows, cols});
+  }
+  // The host's values in a device array that grows to the largest step seen.
+  template <class V>
+  static const V* upload(memory::Array<V, Memory>& to, const std::vector<V>& from) {
+    if (to.size() < from.size()) to = memory::Array<V, Memory>(from.size(), typename memory::Array<V, Memory>::Uninitialized{});
+    Device::from_host(to.data(), from.data(), from.size() * sizeof(V));
+    return to.data();
   }
 
-  models::Transformer<T>& model_;
-  std::vector<std::unique_ptr<Adapter<T>>> adapters_;
+  models::Transformer<T, Device>& model_;
+  std::vector<std::unique_ptr<Adapter<T, Device>>> adapters_;
   std::vector<Rows> rows_;
-  std::vector<CachedSequence<T>> cached_;  // this layer's attention work, one entry per sequence
+  std::vector<CachedSequence<T>> cached_;  // the CPU's attention work for a layer, one entry per sequence
+  std::vector<cache_rows::CacheRow<T>> cache_rows_;  // each row's cache, for the device's functors
   LoraRouter router_;
   models::Batch batch_;
-  models::BlockActivations<T> activations_;  // one set, reused by every block: nothing is kept for a backward
-  Tensor<T> x_, y_, last_, normed_, logits_;
-  std::vector<A> mean_, rstd_;
+  models::BlockActivations<T, Memory> activations_;  // one set, reused by every block: nothing is kept for a backward
+  memory::Array<std::int32_t, Memory> ids_, positions_;
+  memory::Array<cache_rows::CacheRow<T>, Memory> device_cache_rows_;
+  Tensor<T, Memory> x_, y_, last_, normed_, logits_;
+  Tensor<A, Memory> mean_, rstd_;
+  std::vector<T> host_logits_;
 };
 
 }  // namespace ft::infer

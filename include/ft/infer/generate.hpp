@@ -64,7 +64,7 @@ struct Request {
   std::function<void(Completion&&)> on_done;
 };
 
-template <element T>
+template <element T, class Device = device::Cpu>
 class Batcher {
 public:
   // prefill_chunk > 0 feeds a prompt at most that many tokens per step, so a
@@ -72,7 +72,7 @@ public:
   // by one chunk's work rather than by the whole prompt's. The chunks depend
   // on the request alone, so a sequence is computed the same way whatever
   // else is in the batch. 0 feeds a whole prompt in one step.
-  Batcher(Engine<T>& engine, KvPool<T>& pool, index_t prefill_chunk = 0)
+  Batcher(Engine<T, Device>& engine, KvPool<T, Device>& pool, index_t prefill_chunk = 0)
       : engine_(engine), pool_(pool), prefill_chunk_(prefill_chunk) {
     if (prefill_chunk < 0) throw Error("prefill_chunk must be 0 (whole prompts) or positive");
   }
@@ -106,7 +106,7 @@ public:
     std::erase_if(waiting_, [&](Request& r) { return cancelled(r) && finish(r, {}, "cancelled"); });
     std::erase_if(running_, [&](Running& s) { return cancelled(s.request) && end(s, "cancelled"); });
     while (!waiting_.empty()) {
-      KvCache<T>* cache = pool_.acquire();
+      KvCache<T, Device>* cache = pool_.acquire();
       if (!cache) break;
       Request r = std::move(waiting_.front());
       waiting_.pop_front();
@@ -168,7 +168,7 @@ public:
 private:
   struct Running {
     Request request;
-    KvCache<T>* cache;
+    KvCache<T, Device>* cache;
     std::vector<std::int32_t> context;  // prompt, then output
     std::vector<std::int32_t> next;     // tokens of the next step
     Sampler sampler;
@@ -199,22 +199,22 @@ private:
     return finish(s.request, std::move(s.completion), reason);
   }
 
-  Engine<T>& engine_;
-  KvPool<T>& pool_;
+  Engine<T, Device>& engine_;
+  KvPool<T, Device>& pool_;
   index_t prefill_chunk_;
   std::deque<Request> waiting_;
   std::vector<Running> running_;
-  std::vector<SequenceStep<T>> steps_;
+  std::vector<SequenceStep<T, Device>> steps_;
   std::vector<float> logits_, raw_;
 };
 
 // Runs every request to its end, as many at a time as the pool has slots;
 // completions in the order of the requests.
-template <element T>
-std::vector<Completion> generate(Engine<T>& engine, KvPool<T>& pool, std::vector<Request> requests,
+template <element T, class Device>
+std::vector<Completion> generate(Engine<T, Device>& engine, KvPool<T, Device>& pool, std::vector<Request> requests,
                                  bool keep_logits = false) {
   std::vector<Completion> out(requests.size());
-  Batcher<T> batcher(engine, pool);
+  Batcher<T, Device> batcher(engine, pool);
   for (std::size_t i = 0; i < requests.size(); ++i) {
     requests[i].keep_logits = requests[i].keep_logits || keep_logits;
     requests[i].on_done = [&out, i](Completion&& c) { out[i] = std::move(c); };

@@ -8,29 +8,33 @@
 //
 // Layout per layer: keys and values [capacity, G * D] in the model's element
 // type, keys already rotated (RoPE at their own positions), as the block's
-// fused q, k, v rows hold them.
+// fused q, k, v rows hold them. They live in the device's memory (the
+// engine's device, engine.hpp); only the length is kept on the host.
 #include <cstddef>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "ft/core/error.hpp"
+#include "ft/device/cpu.hpp"
 #include "ft/models/transformer_config.hpp"
 #include "ft/tensor/tensor.hpp"
 
 namespace ft::infer {
 
-template <element T>
+template <element T, class Device = device::Cpu>
 class KvCache {
 public:
+  using Buffer = Tensor<T, typename Device::Memory>;
   KvCache(const models::TransformerConfig& c, index_t capacity)
       : capacity_(capacity), width_(c.num_kv_heads * c.head_dim),
-        keys_(Shape{c.num_layers, capacity, width_}, typename Tensor<T>::Uninitialized{}),
-        values_(Shape{c.num_layers, capacity, width_}, typename Tensor<T>::Uninitialized{}) {}
+        keys_(Shape{c.num_layers, capacity, width_}, typename Buffer::Uninitialized{}),
+        values_(Shape{c.num_layers, capacity, width_}, typename Buffer::Uninitialized{}) {}
 
   index_t capacity() const { return capacity_; }
   index_t length() const { return length_; }  // positions filled
   index_t width() const { return width_; }    // G * D
+  index_t layer_stride() const { return capacity_ * width_; }  // from one layer's keys (values) to the next's
   T* keys(index_t layer) { return keys_.data() + layer * capacity_ * width_; }
   T* values(index_t layer) { return values_.data() + layer * capacity_ * width_; }
   const T* keys(index_t layer) const { return keys_.data() + layer * capacity_ * width_; }
@@ -48,29 +52,29 @@ public:
 
 private:
   index_t capacity_, width_, length_ = 0;
-  Tensor<T> keys_, values_;
+  Buffer keys_, values_;
 };
 
-template <element T>
+template <element T, class Device = device::Cpu>
 class KvPool {
 public:
   KvPool(const models::TransformerConfig& c, index_t max_model_len, index_t slots) : max_model_len_(max_model_len) {
     if (max_model_len < 1 || slots < 1) throw Error("a KV pool needs max_model_len >= 1 and at least one slot");
     for (index_t i = 0; i < slots; ++i) {
-      caches_.push_back(std::make_unique<KvCache<T>>(c, max_model_len));
+      caches_.push_back(std::make_unique<KvCache<T, Device>>(c, max_model_len));
       free_.push_back(caches_.back().get());
     }
   }
 
   // A cleared cache, or null when every slot is taken.
-  KvCache<T>* acquire() {
+  KvCache<T, Device>* acquire() {
     if (free_.empty()) return nullptr;
-    KvCache<T>* c = free_.back();
+    KvCache<T, Device>* c = free_.back();
     free_.pop_back();
     c->clear();
     return c;
   }
-  void release(KvCache<T>* c) {
+  void release(KvCache<T, Device>* c) {
     if (c) free_.push_back(c);
   }
 
@@ -81,8 +85,8 @@ public:
 
 private:
   index_t max_model_len_;
-  std::vector<std::unique_ptr<KvCache<T>>> caches_;
-  std::vector<KvCache<T>*> free_;
+  std::vector<std::unique_ptr<KvCache<T, Device>>> caches_;
+  std::vector<KvCache<T, Device>*> free_;
 };
 
 }  // namespace ft::infer

@@ -22,12 +22,12 @@
 
 namespace ft::infer {
 
-template <element T>
+template <element T, class Device = device::Cpu>
 class Service {
 public:
   enum class Admission { queued, full, closed };
 
-  Service(Engine<T>& engine, KvPool<T>& pool, std::size_t max_waiting, index_t prefill_chunk = 0)
+  Service(Engine<T, Device>& engine, KvPool<T, Device>& pool, std::size_t max_waiting, index_t prefill_chunk = 0)
       : batcher_(engine, pool, prefill_chunk), pool_(pool), max_waiting_(max_waiting), thread_([this] { loop(); }) {}
   ~Service() { shutdown(std::chrono::seconds(0)); }
   Service(const Service&) = delete;
@@ -109,8 +109,8 @@ private:
     waiting_ = batcher_.waiting();
   }
 
-  Batcher<T> batcher_;
-  KvPool<T>& pool_;
+  Batcher<T, Device> batcher_;
+  KvPool<T, Device>& pool_;
   std::size_t max_waiting_;
   mutable std::mutex mutex_;
   std::condition_variable wake_;
