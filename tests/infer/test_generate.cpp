@@ -3,7 +3,9 @@
 // each token was chosen from within 1e-4 of HF's, with the three prompts of
 // a case running together in one batch and each alone; with PEFT adapters
 // applied per sequence against PEFT's generate
-// (tools/make_adapter_generate_fixtures.py).
+// (tools/make_adapter_generate_fixtures.py). Both on the CPU and on the CPU
+// standing in for a device (the engine's device path: everything in the
+// device's memory, the cache's row functors).
 #include <doctest/doctest.h>
 
 #include <atomic>
@@ -16,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include <ft/core/random.hpp>
 #include <ft/infer/generate.hpp>
 #include <ft/infer/service.hpp>
 #include <ft/infer/text_stream.hpp>
@@ -24,6 +27,7 @@
 #include <ft/text/tokenizer.hpp>
 
 #include "support/compare.hpp"
+#include "support/cpu_as_device.hpp"
 
 using namespace ft;
 
@@ -70,20 +74,23 @@ infer::Request greedy(const std::vector<std::int32_t>& prompt, index_t max_token
 
 }  // namespace
 
-TEST_CASE("greedy generation with a KV cache matches HF generate token for token, batched and alone") {
+namespace {
+
+template <class Device>
+void check_greedy_against_hf() {
   for (const std::string name : {"llama_gqa", "llama3_rope_scaling", "mistral_sliding", "qwen2_bias", "smollm2_tied",
                                  "neox_parallel", "neox_sequential"}) {
     CAPTURE(name);
     const std::vector<Expected> cases = expected(parity + name);
     REQUIRE(cases.size() == 3);
-    auto model = models::load_pretrained<float>(parity + name);
-    infer::Engine<float> engine(*model);
+    auto model = models::load_pretrained<float, Device>(parity + name);
+    infer::Engine<float, Device> engine(*model);
     const index_t V = model->config().vocab_size;
     std::vector<infer::Request> requests;
     for (const Expected& e : cases) requests.push_back(greedy(e.prompt, index_t(e.tokens.size())));
     for (const index_t slots : {3, 1}) {  // all three in one batch; one at a time
       CAPTURE(slots);
-      infer::KvPool<float> pool(model->config(), 64, slots);
+      infer::KvPool<float, Device> pool(model->config(), 64, slots);
       const std::vector<infer::Completion> got = infer::generate(engine, pool, requests, true);
       for (std::size_t i = 0; i < cases.size(); ++i) {
         CAPTURE(i);
@@ -95,6 +102,105 @@ TEST_CASE("greedy generation with a KV cache matches HF generate token for token
       CHECK(pool.free_slots() == slots);
     }
   }
+}
+
+}  // namespace
+
+TEST_CASE("greedy generation with a KV cache matches HF generate token for token, batched and alone") {
+  check_greedy_against_hf<device::Cpu>();
+}
+
+TEST_CASE("on a device, greedy generation matches HF generate token for token, batched and alone") {
+  const std::size_t before = testing::CpuAsDeviceMemory::stats().current();
+  check_greedy_against_hf<testing::CpuAsDevice>();
+  // What the models, engines and caches held was the device's, and is given back.
+  CHECK(testing::CpuAsDeviceMemory::stats().current() == before);
+}
+
+namespace {
+
+// The cache's row functors (a device's path) against the CPU's stacked
+// products, on random rows: three sequences with different cached lengths
+// and numbers of new rows, grouped-query heads, with and without a window.
+template <class T>
+void check_cache_rows(index_t D, index_t window, double tolerance) {
+  using infer::cache_rows::CacheRow;
+  const infer::CachedAttentionShape s{4, 2, D, window};
+  const index_t width = s.G * s.D, stride = (s.H + 2 * s.G) * s.D, capacity = 40, layers = 2, layer = 1;
+  struct Sequence {
+    index_t cached, n;
+  };
+  const std::vector<Sequence> sequences{{0, 7}, {9, 1}, {30, 3}};
+  Rng rng(derive_key(7, std::uint64_t(D * 100 + window)));
+  auto random = [&](std::size_t n) {
+    std::vector<T> v(n);
+    for (T& x : v) x = T(float(rng.normal()));
+    return v;
+  };
+  std::vector<std::vector<T>> keys, values;
+  std::vector<std::int32_t> positions;
+  std::vector<CacheRow<T>> rows;
+  for (const Sequence& q : sequences) {  // earlier positions hold what earlier steps cached
+    keys.push_back(random(std::size_t(layers * capacity * width)));
+    values.push_back(random(std::size_t(layers * capacity * width)));
+    for (index_t i = 0; i < q.n; ++i) {
+      positions.push_back(std::int32_t(q.cached + i));
+      rows.push_back({keys.back().data(), values.back().data(), capacity * width});
+    }
+  }
+  const index_t N = index_t(positions.size());
+  const std::vector<T> qkv = random(std::size_t(N * stride));
+  std::vector<std::vector<T>> cpu_keys = keys, cpu_values = values;
+
+  infer::append_to_cache<device::Cpu>(qkv.data(), rows.data(), positions.data(), N, layer, s);
+  std::vector<T> by_rows(std::size_t(N * s.H * s.D));
+  infer::cached_attention_rows<device::Cpu>(by_rows.data(), qkv.data(), rows.data(), positions.data(), N, layer, s);
+
+  std::vector<infer::CachedSequence<T>> work;
+  std::vector<T> by_products(by_rows.size());
+  index_t r0 = 0;
+  for (std::size_t i = 0; i < sequences.size(); ++i) {
+    const Sequence& q = sequences[i];
+    T* k = cpu_keys[i].data() + layer * capacity * width;
+    T* v = cpu_values[i].data() + layer * capacity * width;
+    for (index_t r = 0; r < q.n; ++r) {
+      std::copy_n(qkv.data() + (r0 + r) * stride + s.H * s.D, width, k + (q.cached + r) * width);
+      std::copy_n(qkv.data() + (r0 + r) * stride + s.H * s.D + width, width, v + (q.cached + r) * width);
+    }
+    work.push_back({by_products.data() + r0 * s.H * s.D, qkv.data() + r0 * stride, positions.data() + r0, q.n, k, v});
+    r0 += q.n;
+  }
+  infer::cached_attention<T>(work, s);
+
+  // The append wrote each new key and value where the CPU's copies did, and nothing else.
+  CHECK(keys == cpu_keys);
+  CHECK(values == cpu_values);
+  double worst = 0;
+  for (std::size_t i = 0; i < by_rows.size(); ++i)
+    worst = std::max(worst, std::abs(double(by_rows[i]) - double(by_products[i])));
+  CAPTURE(worst);
+  CHECK(worst <= tolerance);
+}
+
+}  // namespace
+
+TEST_CASE("attention over a key/value cache: the device's row functors agree with the CPU's products") {
+  for (const index_t window : {0, 5}) {
+    CAPTURE(window);
+    for (const index_t D : {16, 40}) {  // 40: lanes of a warp that own no dimension beyond D
+      CAPTURE(D);
+      check_cache_rows<float>(D, window, 1e-5);
+      check_cache_rows<double>(D, window, 1e-12);
+      // bf16 outputs are rounded from nearly equal sums: at most one unit in the last place of values below 4.
+      check_cache_rows<bf16>(D, window, 1.0 / 32);
+    }
+  }
+  std::vector<float> none;
+  CHECK_THROWS_WITH_AS(infer::cached_attention_rows<device::Cpu>(none.data(), none.data(),
+                                                                 static_cast<const infer::cache_rows::CacheRow<float>*>(nullptr),
+                                                                 static_cast<const std::int32_t*>(nullptr), 0, 0,
+                                                                 infer::CachedAttentionShape{2, 1, 512, 0}),
+                       doctest::Contains("head dimensions up to 256, the model has 512"), Error);
 }
 
 TEST_CASE("a sequence's logits are the same bit for bit alone and batched with others") {
@@ -159,9 +265,8 @@ void check_completions(const std::vector<infer::Completion>& got, const std::vec
   }
 }
 
-}  // namespace
-
-TEST_CASE("adapters apply per sequence without merging: LoRA and prompt tuning match PEFT's generate, mixed in one batch") {
+template <class Device>
+void check_adapters_against_peft() {
   const std::string peft = std::string(FT_SOURCE_DIR) + "/tests/fixtures/peft/generate/";
   struct Case {
     const char* adapter;
@@ -171,8 +276,8 @@ TEST_CASE("adapters apply per sequence without merging: LoRA and prompt tuning m
                        Case{"llama_gqa_prompt", "llama_gqa"}}) {
     CAPTURE(c.adapter);
     const std::vector<Expected> adapted = expected(peft + c.adapter), base = expected(parity + c.base);
-    auto model = models::load_pretrained<float>(parity + c.base);
-    infer::Engine<float> engine(*model);
+    auto model = models::load_pretrained<float, Device>(parity + c.base);
+    infer::Engine<float, Device> engine(*model);
     const int adapter = engine.load_adapter(peft + c.adapter);
     // The adapter's prompts and the base model's prompts interleaved in one batch.
     std::vector<infer::Request> requests;
@@ -181,13 +286,23 @@ TEST_CASE("adapters apply per sequence without merging: LoRA and prompt tuning m
       requests.back().adapter = adapter;
       requests.push_back(greedy(base[i].prompt, index_t(base[i].tokens.size())));
     }
-    infer::KvPool<float> pool(model->config(), 64, 6);
+    infer::KvPool<float, Device> pool(model->config(), 64, 6);
     const auto got = infer::generate(engine, pool, requests, true);
     std::vector<infer::Completion> with, without;
     for (std::size_t i = 0; i < got.size(); ++i) (i % 2 == 0 ? with : without).push_back(got[i]);
     check_completions(with, adapted);
     check_completions(without, base);
   }
+}
+
+}  // namespace
+
+TEST_CASE("adapters apply per sequence without merging: LoRA and prompt tuning match PEFT's generate, mixed in one batch") {
+  check_adapters_against_peft<device::Cpu>();
+}
+
+TEST_CASE("on a device, adapters apply per sequence: LoRA and prompt tuning match PEFT's generate, mixed in one batch") {
+  check_adapters_against_peft<testing::CpuAsDevice>();
 }
 
 TEST_CASE("an adapter that cannot be applied per request is refused in one line") {
