@@ -10,7 +10,6 @@
 
 #include <atomic>
 #include <cmath>
-#include <cstring>
 #include <mutex>
 #include <numeric>
 #include <random>
@@ -28,6 +27,7 @@
 
 #include "support/compare.hpp"
 #include "support/cpu_as_device.hpp"
+#include "support/generate_fixtures.hpp"
 
 using namespace ft;
 
@@ -35,26 +35,9 @@ namespace {
 
 const std::string parity = std::string(FT_SOURCE_DIR) + "/tests/fixtures/parity/";
 
-struct Expected {
-  std::vector<std::int32_t> prompt, tokens;
-  std::vector<float> logits;
-};
+using Expected = testing::GenerateCase;
 
-std::vector<Expected> expected(const std::string& dir) {
-  const auto file = io::SafetensorsFile::open(dir + "/generate_expected.safetensors");
-  std::vector<Expected> out;
-  for (int i = 0; file.find("prompt_" + std::to_string(i)); ++i) {
-    auto ids = [&](const std::string& key) {  // int32 as stored
-      const io::TensorView& t = file.at(key + "_" + std::to_string(i));
-      std::vector<std::int32_t> v(std::size_t(t.numel()));
-      REQUIRE(t.bytes.size() == v.size() * sizeof(std::int32_t));
-      std::memcpy(v.data(), t.bytes.data(), t.bytes.size());
-      return v;
-    };
-    out.push_back({ids("prompt"), ids("tokens"), testing::read_tensor<float>(file, "logits_" + std::to_string(i))});
-  }
-  return out;
-}
+std::vector<Expected> expected(const std::string& dir) { return testing::read_generate_cases(dir); }
 
 // The logits each token was chosen from, against HF's, within 1e-4.
 void check_logits(const std::vector<float>& got, const std::vector<float>& hf) {
@@ -65,11 +48,7 @@ void check_logits(const std::vector<float>& got, const std::vector<float>& hf) {
 }
 
 infer::Request greedy(const std::vector<std::int32_t>& prompt, index_t max_tokens) {
-  infer::Request r;
-  r.prompt = prompt;
-  r.sampling.temperature = 0;
-  r.max_tokens = max_tokens;
-  return r;
+  return testing::greedy_request(prompt, max_tokens);
 }
 
 }  // namespace
