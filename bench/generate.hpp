@@ -46,7 +46,7 @@ Figures run(ft::infer::Engine<T, Device>& engine, const ft::models::TransformerC
             index_t decode) {
   ft::infer::KvPool<T, Device> pool(c, prompt + decode, batch);
   std::vector<ft::infer::KvCache<T, Device>*> caches;
-  for (index_t b = 0; b < batch; ++b) caches.push_back(pool.acquire());
+  for (index_t b = 0; b < batch; ++b) caches.push_back(&pool.cache(pool.acquire()));
   auto tokens = std::vector<std::vector<std::int32_t>>(std::size_t(batch));
   for (index_t b = 0; b < batch; ++b)
     for (index_t i = 0; i < prompt; ++i) tokens[std::size_t(b)].push_back(std::int32_t((b * 7919 + i * 31) % c.vocab_size));

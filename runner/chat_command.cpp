@@ -13,6 +13,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <ft/infer/generate.hpp>
 #include <ft/infer/text_stream.hpp>
 
 #include "commands.hpp"
@@ -39,17 +40,17 @@ ft::infer::SamplingParams sampling_of(const ChatOptions& o) {
 }
 
 // The model loaded in this process: one sequence at a time.
-template <ft::element T>
 Answerer local_answerer(const ChatOptions& o) {
-  auto session = std::make_shared<ModelSession<T>>(resolve_model_source(o.model, o.checkpoint),
-                                                   std::map<std::string, std::string>{});
+  auto session = std::make_shared<ModelSession>(resolve_model_source(o.model, o.checkpoint),
+                                                std::map<std::string, std::string>{}, o.engine);
   if (!session->has_chat_template()) throw ft::Error(o.model + ": has no chat template to chat with");
-  const ft::index_t limit = session->config().max_position_embeddings > 0 ? session->config().max_position_embeddings : 2048;
-  auto pool = std::make_shared<ft::infer::KvPool<T>>(session->config(), std::min<ft::index_t>(limit, 4096), 1);
-  return [session, pool, o](const json& messages, const std::function<void(const std::string&)>& print) {
+  const ft::index_t limit = session->max_position_embeddings() > 0 ? session->max_position_embeddings() : 2048;
+  session->decoder().reserve(std::min<ft::index_t>(limit, 4096), 1);
+  return [session, o](const json& messages, const std::function<void(const std::string&)>& print) {
+    ft::infer::Decoder& decoder = session->decoder();
     ft::infer::Request r;
     r.prompt = session->encode_chat(messages);
-    const ft::index_t room = pool->max_model_len() - session->engine().virtual_tokens(session->default_adapter()) -
+    const ft::index_t room = decoder.max_model_len() - decoder.virtual_tokens(session->default_adapter()) -
                              ft::index_t(r.prompt.size());
     if (room < 1) throw ft::Error("the conversation no longer fits the context; /clear to start over");
     r.max_tokens = std::min<ft::index_t>(o.max_tokens, room);
@@ -61,7 +62,7 @@ Answerer local_answerer(const ChatOptions& o) {
       print(text.push(g.token));
       return false;
     };
-    ft::infer::Batcher<T> batcher(session->engine(), *pool);
+    ft::infer::Batcher batcher(decoder);
     batcher.add(std::move(r));
     while (!batcher.idle()) batcher.step();
     print(text.finish());
@@ -193,8 +194,7 @@ int run_chat(const ChatOptions& options) {
     sampling_of(options);
     Answerer answerer;
     if (!options.url.empty()) answerer = remote_answerer(options);
-    else if (options.dtype == "bfloat16") answerer = local_answerer<ft::bf16>(options);
-    else answerer = local_answerer<float>(options);
+    else answerer = local_answerer(options);
     return chat(options, answerer);
   } catch (const ft::Error& e) {
     std::cerr << "ftrun: " << e.what() << "\n";

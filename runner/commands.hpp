@@ -72,6 +72,14 @@ struct ScheduleOptions {
 };
 int run_schedule(const ScheduleOptions& options);
 
+// Where generate, serve and chat run the model: its element type, its
+// device, and plugin files to load before the stock ones.
+struct EngineChoice {
+  std::string dtype = "float32";
+  std::string device = "cpu";
+  std::vector<std::string> plugins;  // --plugin FILE
+};
+
 struct GenerateOptions {
   std::string model;                        // HF model, PEFT adapter or training output_dir
   std::string checkpoint;                   // -c: one of an output_dir's checkpoints ("latest", a step)
@@ -83,7 +91,7 @@ struct GenerateOptions {
   long max_tokens = 128;
   double temperature = 0, top_p = 1, min_p = 0, repetition_penalty = 1;
   long top_k = 0, seed = 0, batch = 16;
-  std::string dtype = "float32";
+  EngineChoice engine;
   bool json = false;
 };
 int run_generate(const GenerateOptions& options);
@@ -101,7 +109,7 @@ struct ServeOptions {
   long max_tokens = 0;                // the most a request may ask for; 0: up to the context
   long prefill_chunk = 512;           // prompt tokens of one request fed per step; 0: whole prompts
   std::string api_key;
-  std::string dtype = "float32";
+  EngineChoice engine;
   double shutdown_timeout = 30;       // seconds in-flight requests get after SIGTERM
 };
 int run_serve(const ServeOptions& options);
@@ -117,7 +125,7 @@ struct ChatOptions {
   long max_tokens = 512;
   double temperature = 0, top_p = 1;
   long seed = 0;
-  std::string dtype = "float32";
+  EngineChoice engine;
 };
 int run_chat(const ChatOptions& options);
 

@@ -18,12 +18,17 @@ void add_recipe_options(CLI::App* command, std::string& recipe, std::vector<std:
 }
 
 // The model generate, serve and chat load, as one of them names it: what
-// MODEL may be, the checkpoint of an output_dir (`use`: the verb for it) and
-// the compute dtype.
-CLI::Option* add_model_options(CLI::App* command, std::string& model, std::string& checkpoint, std::string& dtype,
-                               const std::string& use, const std::string& dtype_help = "Compute dtype") {
+// MODEL may be, the checkpoint of an output_dir (`use`: the verb for it),
+// the compute dtype, the device and the plugins whose engines run it.
+CLI::Option* add_model_options(CLI::App* command, std::string& model, std::string& checkpoint,
+                               ftrun::EngineChoice& engine, const std::string& use, const std::string& where = "") {
   command->add_option("-c,--checkpoint", checkpoint, use + " one of the output_dir's checkpoints: latest, or a step number");
-  command->add_option("--dtype", dtype, dtype_help)->check(CLI::IsMember({"float32", "bfloat16"}))->capture_default_str();
+  command->add_option("--dtype", engine.dtype, "Compute dtype" + where)
+      ->check(CLI::IsMember({"float32", "bfloat16"}))
+      ->capture_default_str();
+  command->add_option("--device", engine.device, "Where the model runs: cpu, cuda, or a plugin's device" + where)
+      ->capture_default_str();
+  command->add_option("--plugin", engine.plugins, "Also load this plugin file (repeatable)");
   return command->add_option("model", model, "HF model directory, PEFT adapter directory, or training output_dir");
 }
 
@@ -108,7 +113,7 @@ int main(int argc, char** argv) {
 
   ftrun::GenerateOptions gen;
   auto* generate = app.add_subcommand("generate", "Generate text from a model with a key/value cache");
-  add_model_options(generate, gen.model, gen.checkpoint, gen.dtype, "Use")->required();
+  add_model_options(generate, gen.model, gen.checkpoint, gen.engine, "Use")->required();
   generate->add_option("-p,--prompt", gen.prompts, "A prompt (repeatable)");
   generate->add_option("--prompts", gen.prompts_file, "JSONL file: {\"prompt\": ...} or {\"messages\": [...]} per line");
   generate->add_option("--system", gen.system, "A system message before each prompt");
@@ -126,7 +131,7 @@ int main(int argc, char** argv) {
 
   ftrun::ServeOptions serve_options;
   auto* serve = app.add_subcommand("serve", "Serve a model over an OpenAI-compatible HTTP API");
-  add_model_options(serve, serve_options.model, serve_options.checkpoint, serve_options.dtype, "Serve")->required();
+  add_model_options(serve, serve_options.model, serve_options.checkpoint, serve_options.engine, "Serve")->required();
   serve->add_option("--adapter", serve_options.adapters, "NAME=DIR: a PEFT adapter clients pick with \"model\": NAME (repeatable)");
   serve->add_option("--served-model-name", serve_options.served_model_name, "The base model's name in the API (default: MODEL as given)");
   serve->add_option("--host", serve_options.host, "Address to listen on")->capture_default_str();
@@ -141,8 +146,8 @@ int main(int argc, char** argv) {
 
   ftrun::ChatOptions chat_options;
   auto* chat = app.add_subcommand("chat", "Chat in the terminal with a model, loaded here or served (--url)");
-  add_model_options(chat, chat_options.model, chat_options.checkpoint, chat_options.dtype, "Use",
-                    "Compute dtype (a model loaded here)");
+  add_model_options(chat, chat_options.model, chat_options.checkpoint, chat_options.engine, "Use",
+                    " (a model loaded here)");
   chat->add_option("--url", chat_options.url, "A running OpenAI-compatible server, e.g. http://127.0.0.1:8000");
   chat->add_option("--model", chat_options.served_model, "With --url: the server's model (default: its first)");
   chat->add_option("--api-key", chat_options.api_key, "With --url: the server's API key")->envname("OPENAI_API_KEY");

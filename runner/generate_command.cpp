@@ -11,6 +11,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <ft/infer/generate.hpp>
 #include <ft/infer/text_stream.hpp>
 
 #include "commands.hpp"
@@ -54,9 +55,8 @@ std::vector<nlohmann::ordered_json> read_prompts(const GenerateOptions& o) {
   return out;
 }
 
-template <ft::element T>
 int generate(const GenerateOptions& o) {
-  ModelSession<T> session(resolve_model_source(o.model, o.checkpoint), {});
+  ModelSession session(resolve_model_source(o.model, o.checkpoint), {}, o.engine);
   const auto prompts = read_prompts(o);
   if (!o.raw && !session.has_chat_template())
     throw ft::Error(o.model + ": has no chat template; use --raw to send the prompt text as it is");
@@ -84,13 +84,14 @@ int generate(const GenerateOptions& o) {
     };
     requests.push_back(std::move(r));
   }
+  ft::infer::Decoder& decoder = session.decoder();
   index_t longest = 0;
   for (const auto& r : requests)
-    longest = std::max(longest, session.engine().virtual_tokens(r.adapter) + index_t(r.prompt.size()) + r.max_tokens);
-  ft::infer::KvPool<T> pool(session.config(), longest, std::min<index_t>(o.batch, index_t(requests.size())));
+    longest = std::max(longest, decoder.virtual_tokens(r.adapter) + index_t(r.prompt.size()) + r.max_tokens);
+  decoder.reserve(longest, std::min<index_t>(o.batch, index_t(requests.size())));
   std::vector<std::size_t> prompt_tokens;
   for (const auto& r : requests) prompt_tokens.push_back(r.prompt.size());
-  const auto completions = ft::infer::generate(session.engine(), pool, std::move(requests));
+  const auto completions = ft::infer::generate(decoder, std::move(requests));
   for (std::size_t i = 0; i < completions.size(); ++i) {
     answers[i]->finish();
     const std::string answer(answers[i]->text());
@@ -112,8 +113,10 @@ int generate(const GenerateOptions& o) {
 
 int run_generate(const GenerateOptions& options) {
   try {
-    if (options.dtype == "bfloat16") return generate<ft::bf16>(options);
-    return generate<float>(options);
+    return generate(options);
+  } catch (const ft::OutOfMemory& e) {
+    std::cerr << "ftrun: out of memory: " << e.what() << "\n";
+    return out_of_memory;
   } catch (const ft::Error& e) {
     std::cerr << "ftrun: " << e.what() << "\n";
     return bad_input;

@@ -1,6 +1,12 @@
 #include "model_session.hpp"
 
+#include <iostream>
+#include <set>
+
 #include <ft/io/hf_config.hpp>
+#include <ft/plugin/decoder.hpp>
+
+#include "plugin_search.hpp"
 
 namespace ftrun {
 namespace fs = std::filesystem;
@@ -28,7 +34,57 @@ ModelSource classify(const fs::path& dir) {
   throw ft::Error(dir.string() + ": neither an HF model (config.json) nor a PEFT adapter (adapter_config.json)");
 }
 
+// Why no loaded plugin has an engine for this architecture, dtype and device, and what they offer.
+std::string no_engine(const std::string& architecture, const EngineChoice& choice, const ft::plugin::Registry& registry) {
+  std::string offered;
+  std::set<std::string> architectures;
+  for (const ft::plugin::EngineFactory& e : registry.engines()) {
+    architectures.insert(e.hf_architectures.begin(), e.hf_architectures.end());
+    if (std::find(e.hf_architectures.begin(), e.hf_architectures.end(), architecture) != e.hf_architectures.end())
+      offered += (offered.empty() ? "" : ", ") + e.key.str();
+  }
+  std::string why = "no plugin runs " + architecture + " in " + choice.dtype + " on " + choice.device;
+  if (offered.empty()) {
+    std::string read;
+    for (const std::string& a : architectures) read += (read.empty() ? "" : ", ") + a;
+    why += "; the plugins found read " + (read.empty() ? std::string("no architecture") : read);
+  } else {
+    why += "; offered for it: " + offered;
+  }
+#ifndef FT_WITH_CUDA
+  if (choice.device == "cuda") why += " (this ft was built without CUDA: no nvcc was found when it was configured)";
+#endif
+  return why;
+}
+
 }  // namespace
+
+ModelSession::ModelSession(const ModelSource& source, const std::map<std::string, std::string>& adapters,
+                           const EngineChoice& choice)
+    : text_(text_with_tokenizer(source.base)), stop_tokens_(stop_tokens_of(source.base, text_)) {
+  const std::string architecture = ft::io::hf_architecture(source.base);
+  const nlohmann::json config = ft::io::read_json_file(source.base / "config.json");
+  if (const auto it = config.find("max_position_embeddings"); it != config.end() && it->is_number_integer())
+    max_position_embeddings_ = it->get<ft::index_t>();
+
+  PluginSearch search = find_plugins(choice.plugins, choice.device);
+  std::size_t warned = 0;
+  auto warn_refused = [&] {
+    for (; warned < search.refusals.size(); ++warned) std::cerr << "ftrun: warning: " << search.refusals[warned] << "\n";
+  };
+  warn_refused();
+  const ft::plugin::EngineFactory* engine = search.registry.find_engine(architecture, choice.dtype, choice.device);
+  // The plugins set aside (those that need CUDA, for a run on the CPU) only when the others have no engine.
+  while (!engine && search.load_deferred()) {
+    warn_refused();
+    engine = search.registry.find_engine(architecture, choice.dtype, choice.device);
+  }
+  if (!engine) throw ft::Error(no_engine(architecture, choice, search.registry));
+  decoder_ = std::make_unique<ft::plugin::PluginDecoder>(*engine, source.base);
+  engine_description_ = engine->key.str() + " from " + engine->plugin->name() + " " + engine->plugin->version();
+  if (!source.adapter.empty()) default_adapter_ = decoder_->load_adapter(source.adapter);
+  for (const auto& [name, dir] : adapters) adapters_[name] = decoder_->load_adapter(dir);
+}
 
 ModelSource resolve_model_source(const std::string& model, const std::string& checkpoint) {
   const fs::path dir = model;

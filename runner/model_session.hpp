@@ -2,7 +2,7 @@
 // What ftrun generate, chat and serve load to answer prompts: the model
 // (from an HF directory, a PEFT adapter over its base, or a training run's
 // output_dir or checkpoint), its text tools, the tokens that end an answer,
-// and an inference engine with the adapters clients can name.
+// and an inference engine from a plugin with the adapters clients can name.
 #include <filesystem>
 #include <map>
 #include <memory>
@@ -12,9 +12,10 @@
 
 #include <nlohmann/json.hpp>
 
+#include <ft/infer/decoder.hpp>
 #include <ft/text/model_text.hpp>
-#include <ft/infer/generate.hpp>
-#include <ft/models/load.hpp>
+
+#include "commands.hpp"
 
 namespace ftrun {
 
@@ -34,16 +35,15 @@ ModelSource resolve_model_source(const std::string& model, const std::string& ch
 // number or a list), else the tokenizer's EOS.
 std::vector<std::int32_t> stop_tokens_of(const std::filesystem::path& dir, const ft::text::ModelText& text);
 
-template <ft::element T>
+// The model runs in the inference engine a model plugin offers for its
+// architecture, dtype and device (ft/plugin/decoder.hpp), so every family
+// and device ftrun can train on, a third party's included, can answer too;
+// the text tools stay here.
 class ModelSession {
 public:
   // `adapters`: name -> PEFT directory, each loaded beside the base.
-  ModelSession(const ModelSource& source, const std::map<std::string, std::string>& adapters)
-      : model_(ft::models::load_pretrained<T>(source.base)), text_(text_with_tokenizer(source.base)),
-        stop_tokens_(stop_tokens_of(source.base, text_)), engine_(*model_) {
-    if (!source.adapter.empty()) default_adapter_ = engine_.load_adapter(source.adapter);
-    for (const auto& [name, dir] : adapters) adapters_[name] = engine_.load_adapter(dir);
-  }
+  ModelSession(const ModelSource& source, const std::map<std::string, std::string>& adapters,
+               const EngineChoice& choice);
 
   // Prompts are text, so the model must bring its tokenizer.
   static ft::text::ModelText text_with_tokenizer(const std::filesystem::path& dir) {
@@ -52,8 +52,13 @@ public:
     return text;
   }
 
-  ft::infer::Engine<T>& engine() { return engine_; }
-  const ft::models::TransformerConfig& config() const { return model_->config(); }
+  // The engine, with no key/value caches until reserve().
+  ft::infer::Decoder& decoder() { return *decoder_; }
+  const ft::infer::Decoder& decoder() const { return *decoder_; }
+  // config.json's max_position_embeddings, 0 when it has none.
+  ft::index_t max_position_embeddings() const { return max_position_embeddings_; }
+  // "(llama, float32) on cpu from ft-llama 0.1.0", for the start-up line.
+  const std::string& engine_description() const { return engine_description_; }
   const ft::text::ModelText& text() const { return text_; }
   const std::vector<std::int32_t>& stop_tokens() const { return stop_tokens_; }
   // The adapter MODEL itself brought (-1 for none), and those added by name.
@@ -79,10 +84,11 @@ public:
   std::string decode(std::span<const std::int32_t> ids) const { return text_.tokenizer->decode(ids, true); }
 
 private:
-  std::unique_ptr<ft::models::Transformer<T>> model_;
   ft::text::ModelText text_;
   std::vector<std::int32_t> stop_tokens_;
-  ft::infer::Engine<T> engine_;
+  ft::index_t max_position_embeddings_ = 0;
+  std::string engine_description_;
+  std::unique_ptr<ft::infer::Decoder> decoder_;
   int default_adapter_ = -1;
   std::map<std::string, int> adapters_;
   mutable std::mutex template_mutex_;

@@ -1,4 +1,5 @@
-// ftrun plugins: every plugin found, and each Trainer combination it offers.
+// ftrun plugins: every plugin found, each Trainer combination it offers and
+// its inference engines.
 #include <iostream>
 #include <set>
 #include <string>
@@ -32,6 +33,11 @@ int run_plugins(const PluginsOptions& options) {
           std::cout << "  " << f.key.model << ", " << f.key.precision << ", " << f.key.parallelism << ", "
                     << f.key.optimizer << ", " << f.key.adapter << "\n";
     }
+    // What generate, chat and serve run.
+    std::string engines;
+    for (const auto& e : search.registry.engines())
+      if (e.plugin == plugin) engines += (engines.empty() ? "" : ", ") + e.key.str();
+    if (!engines.empty()) std::cout << "  inference engines: " << engines << "\n";
   }
   if (search.registry.plugins().empty()) std::cout << "\nno plugins found\n";
 #ifndef FT_WITH_CUDA

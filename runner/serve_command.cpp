@@ -221,18 +221,17 @@ struct Exchange {
   bool first_token_seen = false;
 };
 
-template <ft::element T>
 class Server {
 public:
-  Server(const ServeOptions& o, ModelSession<T>& session, std::string base_name)
+  Server(const ServeOptions& o, ModelSession& session, std::string base_name)
       : o_(o), session_(session), base_name_(std::move(base_name)),
         max_model_len_(o.max_model_len > 0 ? o.max_model_len
-                                           : std::min<index_t>(session.config().max_position_embeddings > 0
-                                                                   ? session.config().max_position_embeddings
+                                           : std::min<index_t>(session.max_position_embeddings() > 0
+                                                                   ? session.max_position_embeddings()
                                                                    : 2048,
                                                                2048)),
-        pool_(session.config(), max_model_len_, o.max_num_seqs),
-        service_(session.engine(), pool_, std::size_t(o.max_queue), o.prefill_chunk) {
+        decoder_(reserved(session.decoder(), max_model_len_, o.max_num_seqs)),
+        service_(decoder_, std::size_t(o.max_queue), o.prefill_chunk) {
     models_[base_name_] = session.default_adapter();
     for (const auto& [name, index] : session.adapters()) {
       if (models_.contains(name)) throw ft::Error("--adapter " + name + ": the name is already the base model's");
@@ -242,12 +241,18 @@ public:
   }
 
   httplib::Server& http() { return http_; }
-  ft::infer::Service<T>& service() { return service_; }
-  const ft::infer::KvPool<T>& pool() const { return pool_; }
+  ft::infer::Service& service() { return service_; }
+  const ft::infer::Decoder& decoder() const { return decoder_; }
   index_t max_model_len() const { return max_model_len_; }
   void start_draining() { draining_ = true; }
 
 private:
+  // The decoder with its caches made: slots sequences of max_model_len positions.
+  static ft::infer::Decoder& reserved(ft::infer::Decoder& decoder, index_t max_model_len, index_t slots) {
+    decoder.reserve(max_model_len, slots);
+    return decoder;
+  }
+
   void routes() {
     http_.Get("/health", [this](const httplib::Request&, httplib::Response& res) {
       res.status = draining_ ? 503 : 200;
@@ -322,9 +327,9 @@ private:
         << "# HELP ft_requests_waiting Sequences waiting for a slot.\n# TYPE ft_requests_waiting gauge\n"
         << "ft_requests_waiting " << service_.waiting() << "\n"
         << "# HELP ft_kv_cache_slots Sequences the key/value cache holds at once.\n# TYPE ft_kv_cache_slots gauge\n"
-        << "ft_kv_cache_slots " << pool_.slots() << "\n"
+        << "ft_kv_cache_slots " << decoder_.slots() << "\n"
         << "# HELP ft_kv_cache_bytes Bytes of the key/value cache.\n# TYPE ft_kv_cache_bytes gauge\n"
-        << "ft_kv_cache_bytes " << pool_.bytes_per_sequence() * std::size_t(pool_.slots()) << "\n";
+        << "ft_kv_cache_bytes " << decoder_.bytes_per_sequence() * std::size_t(decoder_.slots()) << "\n";
     metrics_.latency.write(out, "ft_request_duration_seconds", "Time from request to its last token.");
     metrics_.first_token.write(out, "ft_time_to_first_token_seconds", "Time from request to its first token.");
     res.set_content(out.str(), "text/plain; version=0.0.4");
@@ -345,7 +350,7 @@ private:
     std::size_t prompt_tokens = 0;
     for (const auto& prompt : call.prompts) {
       prompt_tokens += prompt.size();
-      const index_t room = max_model_len_ - session_.engine().virtual_tokens(call.adapter) - index_t(prompt.size());
+      const index_t room = max_model_len_ - decoder_.virtual_tokens(call.adapter) - index_t(prompt.size());
       // Without max_tokens: completions' default 16, chat's whatever room is left (at least one token).
       const index_t asked = call.max_tokens.value_or(chat ? std::max<index_t>(room, 1) : 16);
       const index_t max_tokens = call.max_tokens ? asked : std::min(asked, std::max<index_t>(room, 1));
@@ -359,12 +364,12 @@ private:
     }
     exchange->done.resize(requests.size());
     switch (service_.submit(std::move(requests))) {
-      case ft::infer::Service<T>::Admission::full:
+      case ft::infer::Service::Admission::full:
         throw ApiError{429, "the server is busy (" + std::to_string(o_.max_queue) +
                                 " requests already wait); retry later",
                        "rate_limit_error", "", "rate_limit_exceeded"};
-      case ft::infer::Service<T>::Admission::closed: throw ApiError{503, "the server is shutting down", "server_error"};
-      case ft::infer::Service<T>::Admission::queued: break;
+      case ft::infer::Service::Admission::closed: throw ApiError{503, "the server is shutting down", "server_error"};
+      case ft::infer::Service::Admission::queued: break;
     }
     metrics_.prompt_tokens += prompt_tokens;
     const Answer answer{chat ? random_id("chatcmpl-") : random_id("cmpl-"), unix_time(), call.model, chat,
@@ -405,7 +410,7 @@ private:
     } else {
       const json* prompt = f.find("prompt");
       if (!prompt) throw invalid("'prompt' must be given", "prompt");
-      const index_t V = session_.config().vocab_size;
+      const index_t V = decoder_.vocab_size();
       auto ids = [&](const json& list) {
         std::vector<std::int32_t> out;
         for (const json& id : list) {
@@ -701,11 +706,11 @@ private:
   }
 
   const ServeOptions& o_;
-  ModelSession<T>& session_;
+  ModelSession& session_;
   std::string base_name_;
   index_t max_model_len_;
-  ft::infer::KvPool<T> pool_;
-  ft::infer::Service<T> service_;
+  ft::infer::Decoder& decoder_;
+  ft::infer::Service service_;
   std::map<std::string, int> models_;  // name clients use -> adapter index (-1: the base model)
   std::int64_t created_ = unix_time();
   std::atomic<bool> draining_{false};
@@ -722,7 +727,6 @@ std::string human_bytes(double bytes) {
   return s.str();
 }
 
-template <ft::element T>
 int serve(const ServeOptions& o) {
   // Signals are taken by sigwait below, on this thread; every thread started from here inherits the mask.
   sigset_t signals;
@@ -733,15 +737,16 @@ int serve(const ServeOptions& o) {
   std::signal(SIGPIPE, SIG_IGN);
 
   const ModelSource source = resolve_model_source(o.model, o.checkpoint);
-  ModelSession<T> session(source, parse_adapter_options(o.adapters));
+  ModelSession session(source, parse_adapter_options(o.adapters), o.engine);
   const std::string name = o.served_model_name.empty() ? o.model : o.served_model_name;
-  Server<T> server(o, session, name);
+  Server server(o, session, name);
   const int port = o.port == 0 ? server.http().bind_to_any_port(o.host)
                                : (server.http().bind_to_port(o.host, o.port) ? o.port : -1);
   if (port < 0) throw ft::Error("cannot listen on " + o.host + ":" + std::to_string(o.port));
   std::cerr << "ftrun serve: " << name << " (" << session.adapters().size() << " adapters), max_model_len "
-            << server.max_model_len() << ", " << server.pool().slots() << " sequences at once, key/value cache "
-            << human_bytes(double(server.pool().bytes_per_sequence()) * double(server.pool().slots())) << "\n";
+            << server.max_model_len() << ", " << server.decoder().slots() << " sequences at once, key/value cache "
+            << human_bytes(double(server.decoder().bytes_per_sequence()) * double(server.decoder().slots())) << "; "
+            << session.engine_description() << "\n";
   std::cout << "ftrun serve: listening on http://" << o.host << ":" << port << std::endl;
 
   std::atomic<bool> listening{true};
@@ -772,8 +777,10 @@ int serve(const ServeOptions& o) {
 
 int run_serve(const ServeOptions& options) {
   try {
-    if (options.dtype == "bfloat16") return serve<ft::bf16>(options);
-    return serve<float>(options);
+    return serve(options);
+  } catch (const ft::OutOfMemory& e) {
+    std::cerr << "ftrun: out of memory: " << e.what() << "\n";
+    return out_of_memory;
   } catch (const ft::Error& e) {
     std::cerr << "ftrun: " << e.what() << "\n";
     return bad_input;

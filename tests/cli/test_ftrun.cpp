@@ -390,6 +390,44 @@ TEST_CASE("ftrun generate answers through the chat template, reproducibly, and r
   CHECK(bad_value.err.find("top_p must be in (0, 1]") != std::string::npos);
 }
 
+TEST_CASE("ftrun generate runs the model in a plugin's engine on the device asked for, and says which exist") {
+  const std::string model = std::string(FT_SOURCE_DIR) + "/models/ft-tiny-llama";
+  const std::string ask = "generate " + model + " -p 'What is a hacker?' -p 'Define foo.' --max-tokens 6 --json";
+  const Run cpu = ftrun(ask);
+  INFO(cpu.err);
+  REQUIRE(cpu.code == 0);
+  // The CPU standing in for a device (tests/support/cpu_as_device.hpp): the engine's device path, from a plugin
+  // found on FT_PLUGIN_PATH; its products are the CPU's, so greedy tokens are the CPU engine's.
+  const std::string test_plugins = "FT_PLUGIN_PATH=" FT_TEST_PLUGIN_DIR;
+  const Run device = ftrun(ask + " --device cpu-as-device", test_plugins);
+  INFO(device.err);
+  REQUIRE(device.code == 0);
+  auto tokens = [](const std::string& out) {
+    std::vector<nlohmann::json> ids;
+    std::istringstream lines(out);
+    for (std::string line; std::getline(lines, line);) ids.push_back(nlohmann::json::parse(line)["token_ids"]);
+    return ids;
+  };
+  CHECK(tokens(device.out) == tokens(cpu.out));
+  CHECK(tokens(cpu.out).size() == 2);
+  const Run bf16 = ftrun(ask + " --device cpu-as-device --dtype bfloat16", test_plugins);
+  CHECK(bf16.code == 0);
+  CHECK(tokens(bf16.out).size() == 2);
+
+  // A device no plugin offers: one line naming what is offered for the model.
+  const Run none = ftrun(ask + " --device tpu");
+  CHECK(none.code == 2);
+  CHECK(one_line(none.err));
+  CHECK(none.err.find("no plugin runs LlamaForCausalLM in float32 on tpu; offered for it: ") != std::string::npos);
+  CHECK(none.err.find("(llama, float32) on cpu, (llama, bfloat16) on cpu") != std::string::npos);
+
+  // Each plugin lists its inference engines.
+  const Run plugins = ftrun("plugins", test_plugins);
+  CHECK(plugins.out.find("inference engines: (llama, float32) on cpu, (llama, bfloat16) on cpu") != std::string::npos);
+  CHECK(plugins.out.find("inference engines: (llama, float32) on cpu-as-device, (llama, bfloat16) on cpu-as-device") !=
+        std::string::npos);
+}
+
 TEST_CASE("ftrun generate on SmolLM2-135M-Instruct (the GGUF, converted) answers as HF generate, token for token") {
   // tools/make_smollm2_generate_fixture.py wrote HF's answers; the GGUF is fetched, not shipped.
   const fs::path gguf = fs::path(FT_SOURCE_DIR) / "models/smollm2-135m-instruct/SmolLM2-135M-Instruct.Q4_1.gguf";

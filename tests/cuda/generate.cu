@@ -21,6 +21,7 @@
 #include <vector>
 
 #include <ft/device/cuda.cuh>
+#include <ft/infer/engine_decoder.hpp>
 #include <ft/infer/generate.hpp>
 #include <ft/models/load.hpp>
 
@@ -70,8 +71,8 @@ bool check_f32(const fs::path& parity, const char* name) {
   double worst = 0;
   bool ok = true;
   for (const index_t slots : {index_t(3), index_t(1)}) {
-    ft::infer::KvPool<float, Cuda> pool(model->config(), 64, slots);
-    ok = matches(ft::infer::generate(engine, pool, requests_for(cases)), cases, worst) && ok;
+    ft::infer::EngineDecoder<float, Cuda> decoder(engine, 64, slots);
+    ok = matches(ft::infer::generate(decoder, requests_for(cases)), cases, worst) && ok;
   }
   std::printf("| %-20s | f32  | HF's tokens, batched and alone | logits within %.1e | %s |\n", name, worst,
               ok ? "ok" : "FAILED");
@@ -82,8 +83,8 @@ bool check_bf16(const fs::path& parity, const char* name) {
   const std::vector<GenerateCase> cases = ft::testing::read_generate_cases((parity / name).string());
   auto model = ft::models::load_pretrained<ft::bf16, Cuda>(parity / name);
   ft::infer::Engine<ft::bf16, Cuda> engine(*model);
-  ft::infer::KvPool<ft::bf16, Cuda> pool(model->config(), 64, 1);
-  const auto got = ft::infer::generate(engine, pool, requests_for(cases));
+  ft::infer::EngineDecoder<ft::bf16, Cuda> decoder(engine, 64, 1);
+  const auto got = ft::infer::generate(decoder, requests_for(cases));
   const auto V = std::size_t(model->config().vocab_size);
   double relative = 0;
   std::size_t followed = 0, total = 0;
@@ -118,8 +119,8 @@ bool check_adapter(const fs::path& fixtures, const char* adapter, const char* ba
     requests.back().adapter = index;
     requests.push_back(without[i]);
   }
-  ft::infer::KvPool<float, Cuda> pool(model->config(), 64, index_t(requests.size()));
-  const auto got = ft::infer::generate(engine, pool, std::move(requests));
+  ft::infer::EngineDecoder<float, Cuda> decoder(engine, 64, index_t(requests.size()));
+  const auto got = ft::infer::generate(decoder, std::move(requests));
   std::vector<ft::infer::Completion> got_with, got_without;
   for (std::size_t i = 0; i < got.size(); ++i) (i % 2 == 0 ? got_with : got_without).push_back(got[i]);
   double worst = 0;

@@ -18,6 +18,7 @@
 #include <vector>
 
 #include <ft/core/random.hpp>
+#include <ft/infer/engine_decoder.hpp>
 #include <ft/infer/generate.hpp>
 #include <ft/infer/service.hpp>
 #include <ft/infer/text_stream.hpp>
@@ -69,8 +70,8 @@ void check_greedy_against_hf() {
     for (const Expected& e : cases) requests.push_back(greedy(e.prompt, index_t(e.tokens.size())));
     for (const index_t slots : {3, 1}) {  // all three in one batch; one at a time
       CAPTURE(slots);
-      infer::KvPool<float, Device> pool(model->config(), 64, slots);
-      const std::vector<infer::Completion> got = infer::generate(engine, pool, requests, true);
+      infer::EngineDecoder<float, Device> decoder(engine, 64, slots);
+      const std::vector<infer::Completion> got = infer::generate(decoder, requests, true);
       for (std::size_t i = 0; i < cases.size(); ++i) {
         CAPTURE(i);
         CHECK(got[i].tokens == cases[i].tokens);
@@ -78,7 +79,7 @@ void check_greedy_against_hf() {
         check_logits(got[i].step_logits, cases[i].logits);
         CHECK(got[i].step_logits.size() == cases[i].tokens.size() * std::size_t(V));
       }
-      CHECK(pool.free_slots() == slots);
+      CHECK(decoder.free_slots() == slots);
     }
   }
 }
@@ -190,9 +191,9 @@ TEST_CASE("a sequence's logits are the same bit for bit alone and batched with o
     infer::Engine<float> engine(*model);
     std::vector<infer::Request> requests;
     for (const Expected& e : cases) requests.push_back(greedy(e.prompt, index_t(e.tokens.size())));
-    infer::KvPool<float> one(model->config(), 64, 1), three(model->config(), 64, 3);
-    const auto alone = infer::generate(engine, one, requests, true);
-    const auto together = infer::generate(engine, three, requests, true);
+    infer::EngineDecoder<float> one(engine, 64, 1), three(engine, 64, 3);
+    const auto alone = infer::generate(one, requests, true);
+    const auto together = infer::generate(three, requests, true);
     for (std::size_t i = 0; i < cases.size(); ++i) {
       CAPTURE(i);
       CHECK(alone[i].step_logits == together[i].step_logits);
@@ -204,9 +205,9 @@ TEST_CASE("a sequence's logits are the same bit for bit alone and batched with o
   infer::Engine<bf16> engine(*model);
   std::vector<infer::Request> requests;
   for (const Expected& e : cases) requests.push_back(greedy(e.prompt, 8));
-  infer::KvPool<bf16> one(model->config(), 64, 1), three(model->config(), 64, 3);
-  const auto alone = infer::generate(engine, one, requests, true);
-  const auto together = infer::generate(engine, three, requests, true);
+  infer::EngineDecoder<bf16> one(engine, 64, 1), three(engine, 64, 3);
+  const auto alone = infer::generate(one, requests, true);
+  const auto together = infer::generate(three, requests, true);
   for (std::size_t i = 0; i < cases.size(); ++i) CHECK(alone[i].step_logits == together[i].step_logits);
 }
 
@@ -214,12 +215,12 @@ TEST_CASE("generation stops at a stop token, when on_token says so and at max_to
   auto model = models::load_pretrained<float>(parity + "llama_gqa");
   infer::Engine<float> engine(*model);
   const Expected e = expected(parity + "llama_gqa")[1];
-  infer::KvPool<float> pool(model->config(), 64, 2);
+  infer::EngineDecoder<float> decoder(engine, 64, 2);
   infer::Request by_token = greedy(e.prompt, 24), by_callback = greedy(e.prompt, 24), short_one = greedy(e.prompt, 3);
   by_token.stop_tokens = {e.tokens[5]};
   int seen = 0;
   by_callback.on_token = [&seen](const infer::Generated&) { return ++seen == 4; };
-  const auto got = infer::generate(engine, pool, {by_token, by_callback, short_one});
+  const auto got = infer::generate(decoder, {by_token, by_callback, short_one});
   // The first occurrence of the stop token ends the output, without it.
   const auto first = std::find(e.tokens.begin(), e.tokens.end(), e.tokens[5]) - e.tokens.begin();
   CHECK(got[0].tokens == std::vector<std::int32_t>(e.tokens.begin(), e.tokens.begin() + first));
@@ -228,7 +229,7 @@ TEST_CASE("generation stops at a stop token, when on_token says so and at max_to
   CHECK(got[1].finish_reason == "stop");
   CHECK(got[2].tokens == std::vector<std::int32_t>(e.tokens.begin(), e.tokens.begin() + 3));
   CHECK(got[2].finish_reason == "length");
-  CHECK_THROWS_WITH_AS(infer::generate(engine, pool, {greedy(e.prompt, 60)}),
+  CHECK_THROWS_WITH_AS(infer::generate(decoder, {greedy(e.prompt, 60)}),
                        doctest::Contains("exceeds max_model_len = 64"), Error);
 }
 
@@ -265,8 +266,8 @@ void check_adapters_against_peft() {
       requests.back().adapter = adapter;
       requests.push_back(greedy(base[i].prompt, index_t(base[i].tokens.size())));
     }
-    infer::KvPool<float, Device> pool(model->config(), 64, 6);
-    const auto got = infer::generate(engine, pool, requests, true);
+    infer::EngineDecoder<float, Device> decoder(engine, 64, 6);
+    const auto got = infer::generate(decoder, requests, true);
     std::vector<infer::Completion> with, without;
     for (std::size_t i = 0; i < got.size(); ++i) (i % 2 == 0 ? with : without).push_back(got[i]);
     check_completions(with, adapted);
@@ -298,8 +299,8 @@ TEST_CASE("a cancelled request leaves the batch and frees its slot; the others g
   auto model = models::load_pretrained<float>(parity + "llama_gqa");
   infer::Engine<float> engine(*model);
   const std::vector<Expected> cases = expected(parity + "llama_gqa");
-  infer::KvPool<float> pool(model->config(), 64, 2);
-  infer::Batcher<float> batcher(engine, pool);
+  infer::EngineDecoder<float> decoder(engine, 64, 2);
+  infer::Batcher batcher(decoder);
   std::vector<infer::Completion> done(3);
   bool cancel = false;
   for (std::size_t i = 0; i < 3; ++i) {
@@ -320,7 +321,7 @@ TEST_CASE("a cancelled request leaves the batch and frees its slot; the others g
   CHECK(done[0].tokens.size() == 1);
   CHECK(done[1].tokens == cases[1].tokens);
   CHECK(done[2].tokens == cases[2].tokens);
-  CHECK(pool.free_slots() == 2);
+  CHECK(decoder.free_slots() == 2);
 }
 
 TEST_CASE("a prompt fed in chunks gives HF's tokens, while the running sequences get a token every step") {
@@ -330,8 +331,8 @@ TEST_CASE("a prompt fed in chunks gives HF's tokens, while the running sequences
   constexpr index_t chunk = 3;
   const auto steps_to_first_token = [&](std::size_t i) { return (index_t(cases[i].prompt.size()) + chunk - 1) / chunk; };
   REQUIRE(steps_to_first_token(1) > 1);
-  infer::KvPool<float> pool(model->config(), 64, 2);
-  infer::Batcher<float> batcher(engine, pool, chunk);
+  infer::EngineDecoder<float> decoder(engine, 64, 2);
+  infer::Batcher batcher(decoder, chunk);
   std::vector<infer::Completion> done(2);
   std::vector<index_t> received(2, 0);
   auto add = [&](std::size_t i) {
@@ -357,7 +358,7 @@ TEST_CASE("a prompt fed in chunks gives HF's tokens, while the running sequences
     CHECK(done[i].tokens == cases[i].tokens);
     check_logits(done[i].step_logits, cases[i].logits);
   }
-  CHECK_THROWS_WITH_AS(infer::Batcher<float>(engine, pool, -1), doctest::Contains("prefill_chunk"), Error);
+  CHECK_THROWS_WITH_AS(infer::Batcher(decoder, -1), doctest::Contains("prefill_chunk"), Error);
 }
 
 TEST_CASE("top_logprobs gives each step's most likely tokens and their log-probabilities, most likely first") {
@@ -374,8 +375,8 @@ TEST_CASE("top_logprobs gives each step's most likely tokens and their log-proba
     heard.emplace_back(g.top_logprobs.begin(), g.top_logprobs.end());
     return false;
   };
-  infer::KvPool<float> pool(model->config(), 64, 1);
-  const infer::Completion c = infer::generate(engine, pool, {r}, true)[0];
+  infer::EngineDecoder<float> decoder(engine, 64, 1);
+  const infer::Completion c = infer::generate(decoder, {r}, true)[0];
   REQUIRE(c.top_logprobs.size() == 4);
   for (std::size_t i = 0; i < 4; ++i) {
     CAPTURE(i);
@@ -395,7 +396,7 @@ TEST_CASE("top_logprobs gives each step's most likely tokens and their log-proba
     CHECK(heard[i][4].token == top[4].token);
   }
   r.logprobs = false;
-  infer::Batcher<float> batcher(engine, pool);
+  infer::Batcher batcher(decoder);
   CHECK_THROWS_WITH_AS(batcher.check(r), doctest::Contains("top_logprobs needs logprobs"), Error);
 }
 
@@ -579,8 +580,8 @@ TEST_CASE("a service batches requests from many threads, bounds its queue, and c
   infer::Engine<float> engine(*model);
   const std::vector<Expected> cases = expected(parity + "llama_gqa");
   {
-    infer::KvPool<float> pool(model->config(), 64, 4);
-    infer::Service<float> service(engine, pool, 64);
+    infer::EngineDecoder<float> decoder(engine, 64, 4);
+    infer::Service service(decoder, 64);
     // 6 threads x 3 requests, each a fixture prompt: every answer is HF's.
     std::mutex mutex;
     std::vector<std::pair<std::size_t, infer::Completion>> done;
@@ -597,7 +598,7 @@ TEST_CASE("a service batches requests from many threads, bounds its queue, and c
           };
           requests.push_back(std::move(r));
         }
-        CHECK(service.submit(std::move(requests)) == infer::Service<float>::Admission::queued);
+        CHECK(service.submit(std::move(requests)) == infer::Service::Admission::queued);
       });
     for (auto& c : clients) c.join();
     service.shutdown(std::chrono::seconds(60));  // finishes everything in flight
@@ -606,12 +607,12 @@ TEST_CASE("a service batches requests from many threads, bounds its queue, and c
       CHECK(c.tokens == cases[which].tokens);
       CHECK(c.finish_reason == "length");
     }
-    CHECK(service.submit({greedy(cases[0].prompt, 2)}) == infer::Service<float>::Admission::closed);
+    CHECK(service.submit({greedy(cases[0].prompt, 2)}) == infer::Service::Admission::closed);
   }
   {
     // One slot and one waiting place: a third request is turned away until one is done.
-    infer::KvPool<float> pool(model->config(), 64, 1);
-    infer::Service<float> service(engine, pool, 1);
+    infer::EngineDecoder<float> decoder(engine, 64, 1);
+    infer::Service service(decoder, 1);
     std::atomic<int> cancelled = 0, finished = 0;
     auto long_request = [&] {
       infer::Request r = greedy(cases[0].prompt, 60);
@@ -622,14 +623,14 @@ TEST_CASE("a service batches requests from many threads, bounds its queue, and c
       r.on_done = [&](infer::Completion&& c) { ++(c.finish_reason == "cancelled" ? cancelled : finished); };
       return r;
     };
-    CHECK(service.submit({long_request()}) == infer::Service<float>::Admission::queued);
-    CHECK(service.submit({long_request()}) == infer::Service<float>::Admission::queued);
-    CHECK(service.submit({long_request()}) == infer::Service<float>::Admission::full);
+    CHECK(service.submit({long_request()}) == infer::Service::Admission::queued);
+    CHECK(service.submit({long_request()}) == infer::Service::Admission::queued);
+    CHECK(service.submit({long_request()}) == infer::Service::Admission::full);
     CHECK_THROWS_WITH_AS(service.submit({greedy(cases[0].prompt, 100)}), doctest::Contains("exceeds max_model_len"),
                          Error);
     service.shutdown(std::chrono::milliseconds(0));  // no grace: both are cancelled
     CHECK(cancelled == 2);
     CHECK(finished == 0);
-    CHECK(pool.free_slots() == 1);
+    CHECK(decoder.free_slots() == 1);
   }
 }

@@ -1,6 +1,7 @@
-// Loading plugins: a good one is registered; a corrupt file, a library without
-// the entry point, another ABI version and another toolchain are each refused
-// with one line that names the file.
+// Loading plugins: a good one is registered, and its inference engine
+// answers through the host's decoder as the engine does in process; a
+// corrupt file, a library without the entry point, another ABI version and
+// another toolchain are each refused with one line that names the file.
 #include <doctest/doctest.h>
 
 #include <elf.h>
@@ -10,7 +11,13 @@
 #include <filesystem>
 #include <fstream>
 
+#include <ft/infer/engine_decoder.hpp>
+#include <ft/infer/generate.hpp>
+#include <ft/models/load.hpp>
+#include <ft/plugin/decoder.hpp>
 #include <ft/plugin/loader.hpp>
+
+#include "support/generate_fixtures.hpp"
 
 namespace fs = std::filesystem;
 using ft::plugin::Plugin;
@@ -51,6 +58,60 @@ TEST_CASE("a well-formed plugin registers its combinations") {
         "ft::adapters::LoRA>");
   CHECK(registry.family_for("MistralForCausalLM") == "llama");
   CHECK_FALSE(registry.family_for("FalconForCausalLM"));
+}
+
+TEST_CASE("a plugin's inference engine answers through the host's decoder as the engine does in process") {
+  ft::plugin::Registry registry;
+  registry.add(Plugin::load(fixture_dir / "libfixture_good.so"));
+  REQUIRE(registry.engines().size() == 2);  // the one family and device of its Trainers, in float32 and bfloat16
+  CHECK(registry.engines()[0].key == ft::plugin::EngineKey{"llama", "float32", "cpu"});
+  CHECK(registry.engines()[1].key == ft::plugin::EngineKey{"llama", "bfloat16", "cpu"});
+  CHECK(registry.engines()[1].type_name == "ft::infer::Engine<bfloat16, ft::device::Cpu> for ft::models::Llama");
+  CHECK_FALSE(registry.find_engine("LlamaForCausalLM", "float32", "cuda"));
+  CHECK_FALSE(registry.find_engine("FalconForCausalLM", "float32", "cpu"));
+  const ft::plugin::EngineFactory* factory = registry.find_engine("MistralForCausalLM", "float32", "cpu");
+  REQUIRE(factory);
+
+  // The same requests through the plugin and through an engine built here: the same logits, bit for bit.
+  const std::string fixtures = std::string(FT_SOURCE_DIR) + "/tests/fixtures/";
+  const std::string dir = fixtures + "parity/llama_gqa", adapter = fixtures + "peft/generate/llama_gqa_lora";
+  ft::plugin::PluginDecoder plugin(*factory, dir);
+  auto model = ft::models::load_pretrained<float>(dir);
+  ft::infer::Engine<float> engine(*model);
+  ft::infer::EngineDecoder<float> local(engine);
+  for (ft::infer::Decoder* d : {static_cast<ft::infer::Decoder*>(&plugin), static_cast<ft::infer::Decoder*>(&local)}) {
+    CHECK(d->load_adapter(adapter) == 0);
+    d->reserve(64, 3);
+  }
+  CHECK(plugin.vocab_size() == local.vocab_size());
+  CHECK(plugin.bytes_per_sequence() == local.bytes_per_sequence());
+  std::vector<ft::infer::Request> requests;
+  const auto cases = ft::testing::read_generate_cases(dir), adapted = ft::testing::read_generate_cases(adapter);
+  for (std::size_t i = 0; i < cases.size(); ++i) {
+    requests.push_back(ft::testing::greedy_request(cases[i].prompt, ft::index_t(cases[i].tokens.size())));
+    requests.push_back(ft::testing::greedy_request(adapted[i].prompt, ft::index_t(adapted[i].tokens.size())));
+    requests.back().adapter = 0;
+  }
+  const auto through_plugin = ft::infer::generate(plugin, requests, true);
+  const auto in_process = ft::infer::generate(local, requests, true);
+  for (std::size_t i = 0; i < requests.size(); ++i) {
+    CAPTURE(i);
+    CHECK(through_plugin[i].tokens == (i % 2 == 0 ? cases : adapted)[i / 2].tokens);
+    CHECK(through_plugin[i].step_logits == in_process[i].step_logits);
+  }
+  CHECK(plugin.free_slots() == 3);
+
+  // What the plugin refuses comes back as one line.
+  CHECK_THROWS_WITH_AS(plugin.load_adapter(dir), doctest::Contains("not a PEFT adapter directory"), ft::Error);
+  const std::vector<std::int32_t> outside{1, 100000};
+  const ft::index_t slot = plugin.acquire();
+  const ft::infer::SlotStep step{slot, outside, -1};
+  std::vector<float> logits(std::size_t(plugin.vocab_size()));
+  CHECK_THROWS_WITH_AS(plugin.step({&step, 1}, logits.data()), doctest::Contains("token id 100000 is outside the vocabulary"),
+                       ft::Error);
+  plugin.release(slot);
+  CHECK_THROWS_WITH_AS(ft::plugin::PluginDecoder(*factory, fixtures + "models/unknown-arch"),
+                       doctest::Contains("architecture \"FalconForCausalLM\" is not supported"), ft::Error);
 }
 
 TEST_CASE("the stock llama plugin offers every stock parallelism, and the closest to another differ only in it") {

@@ -1,5 +1,5 @@
 #pragma once
-// Generating text for requests with one Engine: continuous batching. Every
+// Generating text for requests with one Decoder: continuous batching. Every
 // running sequence advances one token per step, all in one batch; a waiting
 // request joins the batch as soon as a cache slot is free (its prompt is its
 // first step's tokens), and a finished one leaves it, so the batch stays
@@ -21,7 +21,8 @@
 #include <string>
 #include <vector>
 
-#include "ft/infer/engine.hpp"
+#include "ft/core/error.hpp"
+#include "ft/infer/decoder.hpp"
 #include "ft/infer/sampling.hpp"
 
 namespace ft::infer {
@@ -64,7 +65,6 @@ struct Request {
   std::function<void(Completion&&)> on_done;
 };
 
-template <element T, class Device = device::Cpu>
 class Batcher {
 public:
   // prefill_chunk > 0 feeds a prompt at most that many tokens per step, so a
@@ -72,8 +72,7 @@ public:
   // by one chunk's work rather than by the whole prompt's. The chunks depend
   // on the request alone, so a sequence is computed the same way whatever
   // else is in the batch. 0 feeds a whole prompt in one step.
-  Batcher(Engine<T, Device>& engine, KvPool<T, Device>& pool, index_t prefill_chunk = 0)
-      : engine_(engine), pool_(pool), prefill_chunk_(prefill_chunk) {
+  explicit Batcher(Decoder& decoder, index_t prefill_chunk = 0) : decoder_(decoder), prefill_chunk_(prefill_chunk) {
     if (prefill_chunk < 0) throw Error("prefill_chunk must be 0 (whole prompts) or positive");
   }
 
@@ -83,11 +82,11 @@ public:
     if (r.prompt.empty()) throw Error("a request needs at least one prompt token");
     if (r.top_logprobs < 0 || (r.top_logprobs > 0 && !r.logprobs)) throw Error("top_logprobs needs logprobs and must be >= 0");
     if (r.max_tokens < 1) throw Error("max_tokens must be at least 1");
-    if (r.adapter < -1 || r.adapter >= engine_.adapters()) throw Error("internal: no adapter " + std::to_string(r.adapter));
-    const index_t length = engine_.virtual_tokens(r.adapter) + index_t(r.prompt.size()) + r.max_tokens;
-    if (length > pool_.max_model_len())
+    if (r.adapter < -1 || r.adapter >= decoder_.adapters()) throw Error("internal: no adapter " + std::to_string(r.adapter));
+    const index_t length = decoder_.virtual_tokens(r.adapter) + index_t(r.prompt.size()) + r.max_tokens;
+    if (length > decoder_.max_model_len())
       throw Error("a prompt of " + std::to_string(r.prompt.size()) + " tokens plus max_tokens = " +
-                  std::to_string(r.max_tokens) + " exceeds max_model_len = " + std::to_string(pool_.max_model_len()));
+                  std::to_string(r.max_tokens) + " exceeds max_model_len = " + std::to_string(decoder_.max_model_len()));
   }
 
   // Queues a request (check() first).
@@ -106,25 +105,25 @@ public:
     std::erase_if(waiting_, [&](Request& r) { return cancelled(r) && finish(r, {}, "cancelled"); });
     std::erase_if(running_, [&](Running& s) { return cancelled(s.request) && end(s, "cancelled"); });
     while (!waiting_.empty()) {
-      KvCache<T, Device>* cache = pool_.acquire();
-      if (!cache) break;
+      const index_t slot = decoder_.acquire();
+      if (slot < 0) break;
       Request r = std::move(waiting_.front());
       waiting_.pop_front();
       std::vector<std::int32_t> prompt = r.prompt;
       Sampler sampler(r.sampling);
-      running_.push_back({std::move(r), cache, prompt, prompt, std::move(sampler), {}});
+      running_.push_back({std::move(r), slot, prompt, prompt, std::move(sampler), {}});
     }
     if (running_.empty()) return;
 
-    const index_t V = engine_.model().config().vocab_size;
+    const index_t V = decoder_.vocab_size();
     steps_.clear();
     for (Running& s : running_) {
       const std::span<const std::int32_t> next(s.next);
       const std::size_t fed = prefill_chunk_ > 0 ? std::min(next.size(), std::size_t(prefill_chunk_)) : next.size();
-      steps_.push_back({s.cache, next.first(fed), s.request.adapter});
+      steps_.push_back({s.slot, next.first(fed), s.request.adapter});
     }
     logits_.resize(running_.size() * std::size_t(V));
-    engine_.step(steps_, logits_.data());
+    decoder_.step(steps_, logits_.data());
     std::vector<Running> still;
     for (std::size_t i = 0; i < running_.size(); ++i) {
       Running& s = running_[i];
@@ -168,7 +167,7 @@ public:
 private:
   struct Running {
     Request request;
-    KvCache<T, Device>* cache;
+    index_t slot;
     std::vector<std::int32_t> context;  // prompt, then output
     std::vector<std::int32_t> next;     // tokens of the next step
     Sampler sampler;
@@ -195,26 +194,23 @@ private:
     return true;
   }
   bool end(Running& s, const char* reason) {
-    pool_.release(s.cache);
+    decoder_.release(s.slot);
     return finish(s.request, std::move(s.completion), reason);
   }
 
-  Engine<T, Device>& engine_;
-  KvPool<T, Device>& pool_;
+  Decoder& decoder_;
   index_t prefill_chunk_;
   std::deque<Request> waiting_;
   std::vector<Running> running_;
-  std::vector<SequenceStep<T, Device>> steps_;
+  std::vector<SlotStep> steps_;
   std::vector<float> logits_, raw_;
 };
 
-// Runs every request to its end, as many at a time as the pool has slots;
-// completions in the order of the requests.
-template <element T, class Device>
-std::vector<Completion> generate(Engine<T, Device>& engine, KvPool<T, Device>& pool, std::vector<Request> requests,
-                                 bool keep_logits = false) {
+// Runs every request to its end, as many at a time as the decoder has
+// slots; completions in the order of the requests.
+inline std::vector<Completion> generate(Decoder& decoder, std::vector<Request> requests, bool keep_logits = false) {
   std::vector<Completion> out(requests.size());
-  Batcher<T, Device> batcher(engine, pool);
+  Batcher batcher(decoder);
   for (std::size_t i = 0; i < requests.size(); ++i) {
     requests[i].keep_logits = requests[i].keep_logits || keep_logits;
     requests[i].on_done = [&out, i](Completion&& c) { out[i] = std::move(c); };

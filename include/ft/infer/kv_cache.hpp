@@ -55,6 +55,7 @@ private:
   Buffer keys_, values_;
 };
 
+// The caches are slots 0..slots-1; a sequence holds one from acquire() to release().
 template <element T, class Device = device::Cpu>
 class KvPool {
 public:
@@ -62,20 +63,25 @@ public:
     if (max_model_len < 1 || slots < 1) throw Error("a KV pool needs max_model_len >= 1 and at least one slot");
     for (index_t i = 0; i < slots; ++i) {
       caches_.push_back(std::make_unique<KvCache<T, Device>>(c, max_model_len));
-      free_.push_back(caches_.back().get());
+      free_.push_back(slots - 1 - i);  // slot 0 is taken first
     }
   }
 
-  // A cleared cache, or null when every slot is taken.
-  KvCache<T, Device>* acquire() {
-    if (free_.empty()) return nullptr;
-    KvCache<T, Device>* c = free_.back();
+  // A free slot, its cache cleared, or -1 when every slot is taken.
+  index_t acquire() {
+    if (free_.empty()) return -1;
+    const index_t slot = free_.back();
     free_.pop_back();
-    c->clear();
-    return c;
+    cache(slot).clear();
+    return slot;
   }
-  void release(KvCache<T, Device>* c) {
-    if (c) free_.push_back(c);
+  void release(index_t slot) {
+    (void)cache(slot);  // checks the slot
+    free_.push_back(slot);
+  }
+  KvCache<T, Device>& cache(index_t slot) {
+    if (slot < 0 || slot >= slots()) throw Error("internal: no key/value cache slot " + std::to_string(slot));
+    return *caches_[std::size_t(slot)];
   }
 
   index_t max_model_len() const { return max_model_len_; }
@@ -86,7 +92,7 @@ public:
 private:
   index_t max_model_len_;
   std::vector<std::unique_ptr<KvCache<T, Device>>> caches_;
-  std::vector<KvCache<T, Device>*> free_;
+  std::vector<index_t> free_;
 };
 
 }  // namespace ft::infer

@@ -22,13 +22,12 @@
 
 namespace ft::infer {
 
-template <element T, class Device = device::Cpu>
 class Service {
 public:
   enum class Admission { queued, full, closed };
 
-  Service(Engine<T, Device>& engine, KvPool<T, Device>& pool, std::size_t max_waiting, index_t prefill_chunk = 0)
-      : batcher_(engine, pool, prefill_chunk), pool_(pool), max_waiting_(max_waiting), thread_([this] { loop(); }) {}
+  Service(Decoder& decoder, std::size_t max_waiting, index_t prefill_chunk = 0)
+      : batcher_(decoder, prefill_chunk), decoder_(decoder), max_waiting_(max_waiting), thread_([this] { loop(); }) {}
   ~Service() { shutdown(std::chrono::seconds(0)); }
   Service(const Service&) = delete;
   Service& operator=(const Service&) = delete;
@@ -40,7 +39,7 @@ public:
     const std::lock_guard lock(mutex_);
     if (closed_) return Admission::closed;
     // Every request not yet done, new ones included, beyond the slots and the queue's bound.
-    if (active_ + requests.size() > std::size_t(pool_.slots()) + max_waiting_) return Admission::full;
+    if (active_ + requests.size() > std::size_t(decoder_.slots()) + max_waiting_) return Admission::full;
     active_ += requests.size();
     for (Request& r : requests) {
       r.on_done = [this, done = std::move(r.on_done)](Completion&& c) {
@@ -109,8 +108,8 @@ private:
     waiting_ = batcher_.waiting();
   }
 
-  Batcher<T, Device> batcher_;
-  KvPool<T, Device>& pool_;
+  Batcher batcher_;
+  Decoder& decoder_;
   std::size_t max_waiting_;
   mutable std::mutex mutex_;
   std::condition_variable wake_;

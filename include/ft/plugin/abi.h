@@ -17,7 +17,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define FT_PLUGIN_ABI_VERSION 3u
+#define FT_PLUGIN_ABI_VERSION 4u
 #define FT_PLUGIN_ENTRY "ft_plugin_v"
 
 #ifdef __cplusplus
@@ -48,6 +48,44 @@ typedef struct ft_trainer_factory {
   int (*train)(const char* recipe_toml, ft_write_fn write, void* context);
 } ft_trainer_factory;
 
+/* One sequence's part of an inference step. */
+typedef struct ft_sequence_step {
+  int64_t slot;           /* a key/value cache slot the host acquired */
+  const int32_t* tokens;  /* its new tokens, at the slot's positions from its length on */
+  size_t token_count;
+  int32_t adapter;        /* one of the engine's adapters, -1 for none */
+} ft_sequence_step;
+
+/* An inference engine a plugin offers: one model family in one element type
+ * on one device, with its adapters and key/value cache slots. A function that
+ * can fail writes one line saying why and returns null, -1, or non-zero: 2 for
+ * bad input (a file, an adapter, a token), 3 when an allocation failed (out of
+ * memory), 1 otherwise. */
+typedef struct ft_engine_factory {
+  const char* model;      /* "llama" */
+  const char* dtype;      /* element type of weights and activations: "float32", "bfloat16" */
+  const char* device;     /* where it runs: "cpu", "cuda" */
+  const char* type_name;  /* the C++ type, for people */
+  const char* const* hf_architectures; /* config.json architectures the model reads */
+  size_t hf_architecture_count;
+  /* Loads an HF model directory onto the device: the engine, or null. */
+  void* (*open)(const char* model_dir, ft_write_fn write, void* context);
+  void (*close)(void* engine);
+  /* Loads a PEFT adapter directory: its index, or -1. */
+  int32_t (*load_adapter)(void* engine, const char* adapter_dir, ft_write_fn write, void* context);
+  int64_t (*vocab_size)(void* engine);
+  /* Positions a sequence's first step adds before its prompt (prompt tuning). */
+  int64_t (*virtual_tokens)(void* engine, int32_t adapter);
+  /* Makes `slots` caches of max_model_len positions each in place of any (none held). */
+  int (*reserve)(void* engine, int64_t max_model_len, int64_t slots, ft_write_fn write, void* context);
+  uint64_t (*cache_bytes)(void* engine); /* one slot's */
+  int64_t (*acquire)(void* engine);      /* a free slot with an empty cache, or -1 when all are held */
+  void (*release)(void* engine, int64_t slot);
+  /* Runs one step; logits [count, vocab_size] receive each sequence's next-token logits. */
+  int (*step)(void* engine, const ft_sequence_step* steps, size_t count, float* logits, ft_write_fn write,
+              void* context);
+} ft_engine_factory;
+
 typedef struct ft_plugin_descriptor {
   uint32_t abi_version;    /* FT_PLUGIN_ABI_VERSION the plugin was built with; always first */
   const char* toolchain;   /* FT_TOOLCHAIN_ID the plugin was built with; always second */
@@ -56,6 +94,8 @@ typedef struct ft_plugin_descriptor {
   const char* ft_version;  /* version of the ft headers it was built against */
   size_t factory_count;
   const ft_trainer_factory* factories;
+  size_t engine_count;
+  const ft_engine_factory* engines;
 } ft_plugin_descriptor;
 
 typedef const ft_plugin_descriptor* (*ft_plugin_entry_fn)(void);

@@ -10,17 +10,28 @@
 // lists (ft::plugin::product<...> builds the cross product of policy lists,
 // and of devices when a sixth list names them). A plugin whose Trainers run
 // on device::Cuda is a CUDA source: nvcc compiles it (plugins/cuda/).
+// For every model family and device among its Trainers, a plugin also
+// offers inference engines in float32 and bfloat16 (what ftrun generate,
+// chat and serve run).
 // FT_PLUGIN defines the one exported entry point; build the library with
 // ft_add_plugin() from the installed package so everything else stays hidden.
+#include <algorithm>
 #include <array>
+#include <cstdint>
+#include <filesystem>
+#include <memory>
 #include <exception>
 #include <string>
 #include <tuple>
 #include <type_traits>
+#include <vector>
 
 #include <boost/dll/alias.hpp>
 
 #include "ft/core/error.hpp"
+#include "ft/infer/engine_decoder.hpp"
+#include "ft/io/model_weights.hpp"
+#include "ft/models/load.hpp"
 #include "ft/plugin/abi.h"
 #include "ft/plugin/toolchain.hpp"
 #include "ft/recipe/resolved.hpp"
@@ -97,31 +108,37 @@ struct architectures {
   }();
 };
 
-// Runs `act` for the host and reports what it throws: no exception may cross
-// into the host. With `classify`, a run tells bad input (2) and out of memory
-// (3) from other failures (1); a plan reports every failure as 1. Compiled
-// once per plugin.
-using EntryAction = void (*)(const char* recipe_toml, ft_write_fn write, void* context);
-
-inline int guarded(EntryAction act, bool classify, const char* recipe_toml, ft_write_fn write,
-                   void* context) noexcept {
+// Runs `act` and reports what it throws to the host, classified: 0 done,
+// 1 stopped (the loss diverged) or failed, 2 bad input (recipe, model,
+// data), 3 out of memory. No exception may cross into the host.
+template <class Act>
+int classified(ft_write_fn write, void* context, Act&& act) noexcept {
   try {
-    act(recipe_toml, write, context);
+    act();
     return 0;
   } catch (const ft::train::TrainingStopped& e) {
     write(context, e.what());
   } catch (const ft::OutOfMemory& e) {
     write(context, e.what());
-    if (classify) return 3;
-  } catch (const ft::Error& e) {  // bad input: recipe, model, data
+    return 3;
+  } catch (const ft::Error& e) {
     write(context, e.what());
-    if (classify) return 2;
+    return 2;
   } catch (const std::exception& e) {
     write(context, e.what());
   } catch (...) {
     write(context, "unknown error in plugin");
   }
   return 1;
+}
+
+// A run reports every outcome; a plan only whether it succeeded (1).
+using EntryAction = void (*)(const char* recipe_toml, ft_write_fn write, void* context);
+
+inline int guarded(EntryAction act, bool classify, const char* recipe_toml, ft_write_fn write,
+                   void* context) noexcept {
+  const int status = classified(write, context, [&] { act(recipe_toml, write, context); });
+  return classify || status == 0 ? status : 1;
 }
 
 // The C entry points of one Trainer type.
@@ -157,6 +174,89 @@ constexpr ft_trainer_factory factory_for() {
           &entry_points<T>::train};
 }
 
+// The C entry points of the inference engine of one model family, element
+// type and device: the model, its Engine and an EngineDecoder with the caches.
+template <class Model, class Device, element T>
+struct engine_entry_points {
+  struct Served {
+    std::unique_ptr<models::Transformer<T, Device>> model;
+    infer::Engine<T, Device> engine;
+    infer::EngineDecoder<T, Device> decoder;
+    explicit Served(const char* dir) : model(load(dir)), engine(*model), decoder(engine) {}
+    static std::unique_ptr<models::Transformer<T, Device>> load(const std::filesystem::path& dir) {
+      auto m = std::make_unique<models::Transformer<T, Device>>(models::read_model_spec_of<Model>(dir));
+      m->load(io::ModelWeights::open(dir));
+      return m;
+    }
+  };
+  static infer::Decoder& of(void* engine) { return static_cast<Served*>(engine)->decoder; }
+
+  static void* open(const char* dir, ft_write_fn write, void* context) noexcept {
+    Served* served = nullptr;
+    classified(write, context, [&] { served = new Served(dir); });
+    return served;
+  }
+  static void close(void* engine) noexcept { delete static_cast<Served*>(engine); }
+  static std::int32_t load_adapter(void* engine, const char* dir, ft_write_fn write, void* context) noexcept {
+    int index = -1;
+    classified(write, context, [&] { index = of(engine).load_adapter(dir); });
+    return index;
+  }
+  static std::int64_t vocab_size(void* engine) noexcept { return of(engine).vocab_size(); }
+  static std::int64_t virtual_tokens(void* engine, std::int32_t adapter) noexcept {
+    return adapter < -1 || adapter >= of(engine).adapters() ? -1 : of(engine).virtual_tokens(adapter);
+  }
+  static int reserve(void* engine, std::int64_t max_model_len, std::int64_t slots, ft_write_fn write,
+                     void* context) noexcept {
+    return classified(write, context, [&] { of(engine).reserve(max_model_len, slots); });
+  }
+  static std::uint64_t cache_bytes(void* engine) noexcept { return of(engine).bytes_per_sequence(); }
+  static std::int64_t acquire(void* engine) noexcept { return of(engine).acquire(); }
+  static void release(void* engine, std::int64_t slot) noexcept {
+    if (slot >= 0 && slot < of(engine).slots()) of(engine).release(slot);
+  }
+  static int step(void* engine, const ft_sequence_step* steps, std::size_t count, float* logits, ft_write_fn write,
+                  void* context) noexcept {
+    return classified(write, context, [&] {
+      std::vector<infer::SlotStep> slots;
+      for (std::size_t i = 0; i < count; ++i)
+        slots.push_back({steps[i].slot, {steps[i].tokens, steps[i].token_count}, steps[i].adapter});
+      of(engine).step(slots, logits);
+    });
+  }
+};
+
+template <element T>
+constexpr std::string_view dtype_name = std::is_same_v<T, float> ? "float32" : "bfloat16";
+
+template <class Model, class Device, element T>
+constexpr ft_engine_factory engine_factory_for() {
+  using E = engine_entry_points<Model, Device, T>;
+  return {Model::name.data(),
+          dtype_name<T>.data(),
+          Device::name.data(),
+          nullptr,  // type_name: filled in at first call, see descriptor_of
+          architectures<Model>::c_strings.data(),
+          architectures<Model>::c_strings.size(),
+          &E::open,
+          &E::close,
+          &E::load_adapter,
+          &E::vocab_size,
+          &E::virtual_tokens,
+          &E::reserve,
+          &E::cache_bytes,
+          &E::acquire,
+          &E::release,
+          &E::step};
+}
+
+// "ft::infer::Engine<bfloat16, ft::device::Cuda> for ft::models::Llama"
+template <class Model, class Device, element T>
+std::string engine_type_name() {
+  return "ft::infer::Engine<" + std::string(dtype_name<T>) + ", " + std::string(Device::type_name) + "> for " +
+         std::string(Model::type_name);
+}
+
 template <class List>
 struct descriptor_of;
 template <class... T>
@@ -168,8 +268,27 @@ struct descriptor_of<trainers<T...>> {
       for (std::size_t i = 0; i < out.size(); ++i) out[i].type_name = type_names[i].c_str();
       return out;
     }();
-    static const ft_plugin_descriptor descriptor{FT_PLUGIN_ABI_VERSION, FT_TOOLCHAIN_ID, name,  version,
-                                                 FT_VERSION_STRING,     factories.size(),  factories.data()};
+    // One engine per model family, device and element type: every Trainer
+    // names one family and device, so the list is deduplicated here.
+    static const std::array<std::string, 2 * sizeof...(T)> engine_names{
+        engine_type_name<typename T::model_type, typename T::device_type, float>()...,
+        engine_type_name<typename T::model_type, typename T::device_type, bf16>()...};
+    static const std::vector<ft_engine_factory> engines = [] {
+      const std::array<ft_engine_factory, 2 * sizeof...(T)> all{
+          engine_factory_for<typename T::model_type, typename T::device_type, float>()...,
+          engine_factory_for<typename T::model_type, typename T::device_type, bf16>()...};
+      std::vector<ft_engine_factory> out;
+      for (std::size_t i = 0; i < all.size(); ++i) {
+        const bool seen = std::any_of(out.begin(), out.end(), [&](const ft_engine_factory& e) { return e.open == all[i].open; });
+        if (seen) continue;
+        out.push_back(all[i]);
+        out.back().type_name = engine_names[i].c_str();
+      }
+      return out;
+    }();
+    static const ft_plugin_descriptor descriptor{FT_PLUGIN_ABI_VERSION, FT_TOOLCHAIN_ID, name,
+                                                 version,               FT_VERSION_STRING, factories.size(),
+                                                 factories.data(),      engines.size(),    engines.data()};
     return &descriptor;
   }
 };

@@ -1,7 +1,8 @@
 #pragma once
 // The host side of the plugin boundary: load a shared library, check that it
 // speaks our ABI, and keep its trainer factories in a registry keyed by the
-// five policy names.
+// five policy names and the device, and its inference engines keyed by
+// model family, element type and device.
 //
 // A library is never unloaded while anything it made is alive: every factory
 // holds a shared_ptr to its Plugin, which owns the library handle. Every
@@ -47,6 +48,22 @@ struct TrainerKey {
 };
 
 class Plugin;
+
+// An inference engine: "(llama, bfloat16) on cuda".
+struct EngineKey {
+  std::string model, dtype, device;
+  auto fields() const { return std::tie(model, dtype, device); }
+  friend bool operator==(const EngineKey& a, const EngineKey& b) { return a.fields() == b.fields(); }
+  std::string str() const { return "(" + model + ", " + dtype + ") on " + device; }
+};
+
+struct EngineFactory {
+  EngineKey key;
+  std::string type_name;
+  std::vector<std::string> hf_architectures;
+  const ft_engine_factory* entry = nullptr;
+  std::shared_ptr<const Plugin> plugin;  // keeps the library loaded
+};
 
 struct Factory {
   TrainerKey key;
@@ -107,6 +124,17 @@ public:
     return out;
   }
 
+  std::vector<EngineFactory> engines(const std::shared_ptr<const Plugin>& self) const {
+    std::vector<EngineFactory> out;
+    for (std::size_t i = 0; i < descriptor_->engine_count; ++i) {
+      const ft_engine_factory& e = descriptor_->engines[i];
+      EngineFactory engine{{e.model, e.dtype, e.device}, e.type_name, {}, &e, self};
+      for (std::size_t a = 0; a < e.hf_architecture_count; ++a) engine.hf_architectures.emplace_back(e.hf_architectures[a]);
+      out.push_back(std::move(engine));
+    }
+    return out;
+  }
+
 private:
   Plugin() = default;
 
@@ -142,6 +170,7 @@ public:
     if (!loaded_.insert(canonical.string()).second) return;
     plugins_.push_back(plugin);
     for (Factory& f : plugin->factories(plugin)) factories_.push_back(std::move(f));
+    for (EngineFactory& e : plugin->engines(plugin)) engines_.push_back(std::move(e));
   }
 
   bool has(const std::filesystem::path& file) const {
@@ -151,6 +180,17 @@ public:
 
   const std::vector<std::shared_ptr<const Plugin>>& plugins() const { return plugins_; }
   const std::vector<Factory>& factories() const { return factories_; }
+  const std::vector<EngineFactory>& engines() const { return engines_; }
+
+  // The first engine that reads this config.json architecture in this dtype on this device.
+  const EngineFactory* find_engine(std::string_view architecture, std::string_view dtype,
+                                   std::string_view device) const {
+    for (const EngineFactory& e : engines_)
+      if (e.key.dtype == dtype && e.key.device == device &&
+          std::find(e.hf_architectures.begin(), e.hf_architectures.end(), architecture) != e.hf_architectures.end())
+        return &e;
+    return nullptr;
+  }
 
   const Factory* find(const TrainerKey& key) const {
     for (const Factory& f : factories_)
@@ -188,6 +228,7 @@ public:
 private:
   std::vector<std::shared_ptr<const Plugin>> plugins_;
   std::vector<Factory> factories_;
+  std::vector<EngineFactory> engines_;
   std::set<std::string> loaded_;
 };
 

@@ -1,0 +1,52 @@
+#pragma once
+// What continuous batching drives (generate.hpp): a model with its adapters
+// and a fixed set of key/value cache slots, answering one step at a time,
+// whatever its element type and device. Sequences hold slots by number, so a
+// decoder may live in this process (engine_decoder.hpp, over an Engine) or
+// behind the plugin boundary (plugin/decoder.hpp), where ftrun reaches the
+// engine a model plugin built for its device.
+#include <cstddef>
+#include <cstdint>
+#include <filesystem>
+#include <span>
+
+#include "ft/tensor/shape.hpp"
+
+namespace ft::infer {
+
+// One sequence's part of a step: its slot, its new tokens (at the slot's
+// positions from its length on) and its adapter (-1 for none).
+struct SlotStep {
+  index_t slot;
+  std::span<const std::int32_t> tokens;
+  int adapter = -1;
+};
+
+class Decoder {
+public:
+  virtual ~Decoder() = default;
+
+  virtual index_t vocab_size() const = 0;
+  // Loads a PEFT adapter for sequences to name by the returned index.
+  virtual int load_adapter(const std::filesystem::path& dir) = 0;
+  virtual int adapters() const = 0;
+  // The positions a sequence's first step adds before its prompt (prompt tuning's virtual tokens).
+  virtual index_t virtual_tokens(int adapter) const = 0;
+
+  // Makes `slots` caches of max_model_len positions each, in place of any
+  // there were (none may be held).
+  virtual void reserve(index_t max_model_len, index_t slots) = 0;
+  virtual index_t max_model_len() const = 0;
+  virtual index_t slots() const = 0;
+  virtual index_t free_slots() const = 0;
+  virtual std::size_t bytes_per_sequence() const = 0;
+  // A free slot with an empty cache, or -1 when every slot is held.
+  virtual index_t acquire() = 0;
+  virtual void release(index_t slot) = 0;
+
+  // Runs each sequence's new tokens and writes its next-token logits to
+  // logits [steps, vocab_size] (Engine::step).
+  virtual void step(std::span<const SlotStep> steps, float* logits) = 0;
+};
+
+}  // namespace ft::infer

@@ -1,0 +1,62 @@
+#pragma once
+// The Decoder (decoder.hpp) of an Engine in this process, with its pool of
+// key/value caches on the engine's device: what a model plugin hands ftrun
+// across the plugin boundary, and what tests drive directly.
+#include <filesystem>
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "ft/core/error.hpp"
+#include "ft/infer/decoder.hpp"
+#include "ft/infer/engine.hpp"
+#include "ft/infer/kv_cache.hpp"
+
+namespace ft::infer {
+
+// A Decoder over an Engine in this process (not owned; it must outlive the
+// decoder), with its own pool of caches on the engine's device.
+template <element T, class Device = device::Cpu>
+class EngineDecoder final : public Decoder {
+public:
+  explicit EngineDecoder(Engine<T, Device>& engine) : engine_(engine) {}
+  EngineDecoder(Engine<T, Device>& engine, index_t max_model_len, index_t slots) : engine_(engine) {
+    reserve(max_model_len, slots);
+  }
+
+  index_t vocab_size() const override { return engine_.model().config().vocab_size; }
+  int load_adapter(const std::filesystem::path& dir) override { return engine_.load_adapter(dir); }
+  int adapters() const override { return engine_.adapters(); }
+  index_t virtual_tokens(int adapter) const override { return engine_.virtual_tokens(adapter); }
+
+  void reserve(index_t max_model_len, index_t slots) override {
+    if (pool_ && pool_->free_slots() != pool_->slots())
+      throw Error("internal: key/value caches replaced while sequences hold them");
+    pool_.reset();  // the old caches' memory is free before the new ones take theirs
+    pool_ = std::make_unique<KvPool<T, Device>>(engine_.model().config(), max_model_len, slots);
+  }
+  index_t max_model_len() const override { return pool().max_model_len(); }
+  index_t slots() const override { return pool().slots(); }
+  index_t free_slots() const override { return pool().free_slots(); }
+  std::size_t bytes_per_sequence() const override { return pool().bytes_per_sequence(); }
+  index_t acquire() override { return pool().acquire(); }
+  void release(index_t slot) override { pool().release(slot); }
+
+  void step(std::span<const SlotStep> steps, float* logits) override {
+    steps_.clear();
+    for (const SlotStep& s : steps) steps_.push_back({&pool().cache(s.slot), s.tokens, s.adapter});
+    engine_.step(steps_, logits);
+  }
+
+private:
+  KvPool<T, Device>& pool() const {
+    if (!pool_) throw Error("internal: a decoder used before reserve() made its caches");
+    return *pool_;
+  }
+
+  Engine<T, Device>& engine_;
+  std::unique_ptr<KvPool<T, Device>> pool_;
+  std::vector<SequenceStep<T, Device>> steps_;
+};
+
+}  // namespace ft::infer

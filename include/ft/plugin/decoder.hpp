@@ -1,0 +1,97 @@
+#pragma once
+// An inference engine a plugin built (abi.h's ft_engine_factory) as the host's
+// infer::Decoder: ftrun generate, chat and serve batch requests through it
+// as through an engine of their own, and the model runs where the plugin
+// put it (its device, its element type). A failure the plugin reports
+// becomes an ft::Error with its line, or ft::OutOfMemory when an allocation
+// failed. Free slots are counted here; the plugin keeps the caches.
+#include <cstdint>
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "ft/core/error.hpp"
+#include "ft/infer/decoder.hpp"
+#include "ft/plugin/loader.hpp"
+
+namespace ft::plugin {
+
+class PluginDecoder final : public infer::Decoder {
+public:
+  // Loads the model directory with the engine; throws ft::Error with the plugin's reason.
+  PluginDecoder(const EngineFactory& factory, const std::filesystem::path& model_dir)
+      : plugin_(factory.plugin), entry_(factory.entry) {
+    std::string why;
+    engine_ = entry_->open(model_dir.c_str(), &append, &why);
+    if (!engine_) throw Error(why.empty() ? model_dir.string() + ": the plugin's engine did not load it" : why);
+    vocab_size_ = index_t(entry_->vocab_size(engine_));
+  }
+  ~PluginDecoder() override { entry_->close(engine_); }
+  PluginDecoder(const PluginDecoder&) = delete;
+  PluginDecoder& operator=(const PluginDecoder&) = delete;
+
+  index_t vocab_size() const override { return vocab_size_; }
+  int load_adapter(const std::filesystem::path& dir) override {
+    std::string why;
+    const int index = entry_->load_adapter(engine_, dir.c_str(), &append, &why);
+    if (index < 0) throw Error(why);
+    adapters_ = index + 1;
+    return index;
+  }
+  int adapters() const override { return adapters_; }
+  index_t virtual_tokens(int adapter) const override {
+    const std::int64_t n = entry_->virtual_tokens(engine_, adapter);
+    if (n < 0) throw Error("internal: no adapter " + std::to_string(adapter));
+    return index_t(n);
+  }
+
+  void reserve(index_t max_model_len, index_t slots) override {
+    check(entry_->reserve(engine_, max_model_len, slots, &append, &why_));
+    max_model_len_ = max_model_len;
+    slots_ = free_ = slots;
+  }
+  index_t max_model_len() const override { return max_model_len_; }
+  index_t slots() const override { return slots_; }
+  index_t free_slots() const override { return free_; }
+  std::size_t bytes_per_sequence() const override { return std::size_t(entry_->cache_bytes(engine_)); }
+  index_t acquire() override {
+    const index_t slot = index_t(entry_->acquire(engine_));
+    if (slot >= 0) --free_;
+    return slot;
+  }
+  void release(index_t slot) override {
+    entry_->release(engine_, slot);
+    ++free_;
+  }
+
+  void step(std::span<const infer::SlotStep> steps, float* logits) override {
+    steps_.clear();
+    for (const infer::SlotStep& s : steps)
+      steps_.push_back({s.slot, s.tokens.data(), s.tokens.size(), std::int32_t(s.adapter)});
+    check(entry_->step(engine_, steps_.data(), steps_.size(), logits, &append, &why_));
+  }
+
+private:
+  static void append(void* context, const char* text) { *static_cast<std::string*>(context) += text; }
+
+  // Throws the plugin's line for a non-zero status: out of memory (3) as its
+  // own kind (the bytes asked for are in the line, not crossing the boundary).
+  void check(int status) {
+    if (status == 0) return;
+    std::string why = std::move(why_);
+    why_.clear();
+    if (status == 3) throw OutOfMemory(why, 0);
+    throw Error(why);
+  }
+
+  std::shared_ptr<const Plugin> plugin_;  // keeps the library loaded while the engine lives
+  const ft_engine_factory* entry_;
+  void* engine_ = nullptr;
+  index_t vocab_size_ = 0, max_model_len_ = 0, slots_ = 0, free_ = 0;
+  int adapters_ = 0;
+  std::string why_;
+  std::vector<ft_sequence_step> steps_;
+};
+
+}  // namespace ft::plugin
