@@ -6,17 +6,15 @@
 #include <cstdio>
 #include <vector>
 
+#include "support/gpu_check.hpp"
+
 __global__ void axpy(int n, float a, const float* x, float* y) {
   int i = blockIdx.x * blockDim.x + threadIdx.x;
   if (i < n) y[i] = a * x[i] + y[i];
 }
 
 int main() {
-  int devices = 0;
-  if (cudaGetDeviceCount(&devices) != cudaSuccess || devices == 0) {
-    std::puts("no CUDA device: skipped");
-    return 77;
-  }
+  ft::testing::skip_without_gpu();
   const int n = 1 << 20;
   std::vector<float> x(n), y(n);
   for (int i = 0; i < n; ++i) x[i] = float(i % 97), y[i] = float(i % 13);

@@ -28,6 +28,8 @@
 #include <ft/optim/update.hpp>
 #include <ft/tensor/cuda_memory.hpp>
 
+#include "support/gpu_check.hpp"
+
 namespace {
 
 using ft::index_t;
@@ -406,11 +408,7 @@ void every_op() {
 }  // namespace
 
 int main() {
-  int devices = 0;
-  if (cudaGetDeviceCount(&devices) != cudaSuccess || devices == 0) {
-    std::puts("no CUDA device: skipped");
-    return 77;
-  }
+  ft::testing::skip_without_gpu();
   try {
     std::printf("| %-28s | %-14s | %-4s | %9s | %7s |    |\n|---|---|---|---|---|---|\n", "op", "shape", "type",
                 "max diff", "tol");

@@ -25,6 +25,7 @@
 #include <ft/infer/generate.hpp>
 #include <ft/models/load.hpp>
 
+#include "support/gpu_check.hpp"
 #include "support/generate_fixtures.hpp"
 
 namespace {
@@ -133,12 +134,8 @@ bool check_adapter(const fs::path& fixtures, const char* adapter, const char* ba
 }  // namespace
 
 int main(int argc, char** argv) {
-  int devices = 0;
-  if (cudaGetDeviceCount(&devices) != cudaSuccess || devices == 0) {
-    std::puts("no CUDA device: skipped");
-    return 77;
-  }
-  const fs::path fixtures = argc > 1 ? fs::path(argv[1]) : fs::path(FT_SOURCE_DIR) / "tests/fixtures";
+  ft::testing::skip_without_gpu();
+  const fs::path fixtures = ft::testing::fixtures_dir(argc, argv);
   int failures = 0;
   try {
     std::printf("| case | type | tokens | logits | |\n|---|---|---|---|---|\n");

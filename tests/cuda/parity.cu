@@ -23,6 +23,7 @@
 #include <ft/io/safetensors.hpp>
 #include <ft/models/load.hpp>
 
+#include "support/gpu_check.hpp"
 #include "support/tensors.hpp"
 
 namespace {
@@ -168,12 +169,8 @@ bool check_lora(const fs::path& train, const LoraCase& c) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  int devices = 0;
-  if (cudaGetDeviceCount(&devices) != cudaSuccess || devices == 0) {
-    std::puts("no CUDA device: skipped");
-    return 77;
-  }
-  const fs::path fixtures = argc > 1 ? fs::path(argv[1]) : fs::path(FT_SOURCE_DIR) / "tests/fixtures";
+  ft::testing::skip_without_gpu();
+  const fs::path fixtures = ft::testing::fixtures_dir(argc, argv);
   const fs::path dir = fixtures / "parity";
   int failures = 0;
   try {

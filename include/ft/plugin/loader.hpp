@@ -57,21 +57,18 @@ struct EngineKey {
   std::string str() const { return "(" + model + ", " + dtype + ") on " + device; }
 };
 
-struct EngineFactory {
-  EngineKey key;
+// What a plugin offers under a key: its C entry points, the config.json
+// architectures its model reads, and the plugin that keeps them loaded.
+template <class Key, class Entry>
+struct Offered {
+  Key key;
   std::string type_name;
   std::vector<std::string> hf_architectures;
-  const ft_engine_factory* entry = nullptr;
+  const Entry* entry = nullptr;
   std::shared_ptr<const Plugin> plugin;  // keeps the library loaded
 };
-
-struct Factory {
-  TrainerKey key;
-  std::string type_name;
-  std::vector<std::string> hf_architectures;
-  const ft_trainer_factory* entry = nullptr;
-  std::shared_ptr<const Plugin> plugin;  // keeps the library loaded
-};
+using Factory = Offered<TrainerKey, ft_trainer_factory>;
+using EngineFactory = Offered<EngineKey, ft_engine_factory>;
 
 class Plugin {
 public:
@@ -112,31 +109,30 @@ public:
   std::string ft_version() const { return descriptor_->ft_version; }
 
   std::vector<Factory> factories(const std::shared_ptr<const Plugin>& self) const {
-    std::vector<Factory> out;
-    for (std::size_t i = 0; i < descriptor_->factory_count; ++i) {
-      const ft_trainer_factory& f = descriptor_->factories[i];
-      Factory factory{{f.model, f.precision, f.parallelism, f.optimizer, f.adapter, f.device}, f.type_name, {}, &f,
-                      self};
-      for (std::size_t a = 0; a < f.hf_architecture_count; ++a)
-        factory.hf_architectures.emplace_back(f.hf_architectures[a]);
-      out.push_back(std::move(factory));
-    }
-    return out;
+    return offered<Factory>(descriptor_->factories, descriptor_->factory_count, self, [](const ft_trainer_factory& f) {
+      return TrainerKey{f.model, f.precision, f.parallelism, f.optimizer, f.adapter, f.device};
+    });
   }
-
   std::vector<EngineFactory> engines(const std::shared_ptr<const Plugin>& self) const {
-    std::vector<EngineFactory> out;
-    for (std::size_t i = 0; i < descriptor_->engine_count; ++i) {
-      const ft_engine_factory& e = descriptor_->engines[i];
-      EngineFactory engine{{e.model, e.dtype, e.device}, e.type_name, {}, &e, self};
-      for (std::size_t a = 0; a < e.hf_architecture_count; ++a) engine.hf_architectures.emplace_back(e.hf_architectures[a]);
-      out.push_back(std::move(engine));
-    }
-    return out;
+    return offered<EngineFactory>(descriptor_->engines, descriptor_->engine_count, self,
+                                  [](const ft_engine_factory& e) { return EngineKey{e.model, e.dtype, e.device}; });
   }
 
 private:
   Plugin() = default;
+
+  template <class O, class Entry, class KeyOf>
+  static std::vector<O> offered(const Entry* entries, std::size_t count, const std::shared_ptr<const Plugin>& self,
+                                KeyOf key_of) {
+    std::vector<O> out;
+    for (std::size_t i = 0; i < count; ++i) {
+      const Entry& e = entries[i];
+      O o{key_of(e), e.type_name, {}, &e, self};
+      for (std::size_t a = 0; a < e.hf_architecture_count; ++a) o.hf_architectures.emplace_back(e.hf_architectures[a]);
+      out.push_back(std::move(o));
+    }
+    return out;
+  }
 
   static std::string one_line(std::string s) {
     std::replace(s.begin(), s.end(), '\n', ' ');
