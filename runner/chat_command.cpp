@@ -196,9 +196,15 @@ int run_chat(const ChatOptions& options) {
     if (!options.url.empty()) answerer = remote_answerer(options);
     else answerer = local_answerer(options);
     return chat(options, answerer);
+  } catch (const ft::OutOfMemory& e) {
+    std::cerr << "ftrun: out of memory: " << e.what() << "\n";
+    return out_of_memory;
   } catch (const ft::Error& e) {
     std::cerr << "ftrun: " << e.what() << "\n";
     return bad_input;
+  } catch (const std::exception& e) {  // the device's or the plugin's own failure
+    std::cerr << "ftrun: " << e.what() << "\n";
+    return failed;
   }
 }
 

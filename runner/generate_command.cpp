@@ -120,6 +120,9 @@ int run_generate(const GenerateOptions& options) {
   } catch (const ft::Error& e) {
     std::cerr << "ftrun: " << e.what() << "\n";
     return bad_input;
+  } catch (const std::exception& e) {  // the device's or the plugin's own failure
+    std::cerr << "ftrun: " << e.what() << "\n";
+    return failed;
   }
 }
 

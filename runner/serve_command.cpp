@@ -784,6 +784,9 @@ int run_serve(const ServeOptions& options) {
   } catch (const ft::Error& e) {
     std::cerr << "ftrun: " << e.what() << "\n";
     return bad_input;
+  } catch (const std::exception& e) {  // the device's or the plugin's own failure
+    std::cerr << "ftrun: " << e.what() << "\n";
+    return failed;
   }
 }
 

@@ -90,6 +90,10 @@ bool check_bf16(const fs::path& parity, const char* name) {
   double relative = 0;
   std::size_t followed = 0, total = 0;
   for (std::size_t i = 0; i < cases.size(); ++i) {
+    if (got[i].step_logits.size() < V || cases[i].logits.size() < V) {
+      std::printf("| %-20s | bf16 | no logits for prompt %zu | | FAILED |\n", name, i);
+      return false;
+    }
     const std::vector<float> first(got[i].step_logits.begin(), got[i].step_logits.begin() + std::ptrdiff_t(V));
     const std::vector<float> hf(cases[i].logits.begin(), cases[i].logits.begin() + std::ptrdiff_t(V));
     double scale = 0;

@@ -9,6 +9,7 @@
 #include <doctest/doctest.h>
 
 #include <atomic>
+#include <barrier>
 #include <cmath>
 #include <mutex>
 #include <numeric>
@@ -99,10 +100,50 @@ TEST_CASE("on a device, greedy generation matches HF generate token for token, b
 
 namespace {
 
+// The lanes of a GPU warp as threads: each runs the row functor for its
+// rank, and a team sum meets at a barrier, every lane adding the lanes'
+// values in the same order (as the warp's shuffles give every lane one
+// result). So a row functor's lane striding and sums run here as on a GPU.
+template <int Lanes>
+struct ThreadTeam {
+  struct Meeting {
+    std::barrier<> barrier{Lanes};
+    double values[Lanes];
+  };
+  static constexpr std::int64_t size = Lanes;
+  std::int64_t rank;
+  Meeting* meeting;
+
+  template <class A>
+  A sum(A x) const {
+    meeting->values[rank] = double(x);
+    meeting->barrier.arrive_and_wait();
+    A total = 0;
+    for (int lane = 0; lane < Lanes; ++lane) total += A(meeting->values[lane]);
+    meeting->barrier.arrive_and_wait();  // every lane has read before the next sum writes
+    return total;
+  }
+};
+
+// A device whose row functors run as warps of threads (the rest is the CPU's).
+struct WarpsOfThreads : device::Cpu {
+  template <class F>
+  static void parallel_rows(index_t n, index_t, const F& f) {
+    constexpr int lanes = 32;
+    for (index_t row = 0; row < n; ++row) {
+      typename ThreadTeam<lanes>::Meeting meeting;
+      std::vector<std::thread> threads;
+      for (int rank = 0; rank < lanes; ++rank)
+        threads.emplace_back([&, rank] { f(row, ThreadTeam<lanes>{rank, &meeting}); });
+      for (std::thread& t : threads) t.join();
+    }
+  }
+};
+
 // The cache's row functors (a device's path) against the CPU's stacked
 // products, on random rows: three sequences with different cached lengths
 // and numbers of new rows, grouped-query heads, with and without a window.
-template <class T>
+template <class Device, class T>
 void check_cache_rows(index_t D, index_t window, double tolerance) {
   using infer::cache_rows::CacheRow;
   const infer::CachedAttentionShape s{4, 2, D, window};
@@ -132,9 +173,9 @@ void check_cache_rows(index_t D, index_t window, double tolerance) {
   const std::vector<T> qkv = random(std::size_t(N * stride));
   std::vector<std::vector<T>> cpu_keys = keys, cpu_values = values;
 
-  infer::append_to_cache<device::Cpu>(qkv.data(), rows.data(), positions.data(), N, layer, s);
+  infer::append_to_cache<Device>(qkv.data(), rows.data(), positions.data(), N, layer, s);
   std::vector<T> by_rows(std::size_t(N * s.H * s.D));
-  infer::cached_attention_rows<device::Cpu>(by_rows.data(), qkv.data(), rows.data(), positions.data(), N, layer, s);
+  infer::cached_attention_rows<Device>(by_rows.data(), qkv.data(), rows.data(), positions.data(), N, layer, s);
 
   std::vector<infer::CachedSequence<T>> work;
   std::vector<T> by_products(by_rows.size());
@@ -167,12 +208,14 @@ void check_cache_rows(index_t D, index_t window, double tolerance) {
 TEST_CASE("attention over a key/value cache: the device's row functors agree with the CPU's products") {
   for (const index_t window : {0, 5}) {
     CAPTURE(window);
-    for (const index_t D : {16, 40}) {  // 40: lanes of a warp that own no dimension beyond D
+    for (const index_t D : {16, 40}) {  // a warp's lanes beyond D (16), and lanes that own one more dimension (40)
       CAPTURE(D);
-      check_cache_rows<float>(D, window, 1e-5);
-      check_cache_rows<double>(D, window, 1e-12);
       // bf16 outputs are rounded from nearly equal sums: at most one unit in the last place of values below 4.
-      check_cache_rows<bf16>(D, window, 1.0 / 32);
+      check_cache_rows<device::Cpu, float>(D, window, 1e-5);
+      check_cache_rows<device::Cpu, double>(D, window, 1e-12);
+      check_cache_rows<device::Cpu, bf16>(D, window, 1.0 / 32);
+      check_cache_rows<WarpsOfThreads, float>(D, window, 1e-5);
+      check_cache_rows<WarpsOfThreads, bf16>(D, window, 1.0 / 32);
     }
   }
   std::vector<float> none;
@@ -322,6 +365,35 @@ TEST_CASE("a cancelled request leaves the batch and frees its slot; the others g
   CHECK(done[1].tokens == cases[1].tokens);
   CHECK(done[2].tokens == cases[2].tokens);
   CHECK(decoder.free_slots() == 2);
+}
+
+TEST_CASE("a callback that throws mid-step leaves every request running or ended once, and no slot held twice") {
+  auto model = models::load_pretrained<float>(parity + "llama_gqa");
+  infer::Engine<float> engine(*model);
+  const std::vector<Expected> cases = expected(parity + "llama_gqa");
+  infer::EngineDecoder<float> decoder(engine, 64, 3);
+  std::vector<int> done(3, 0);
+  {
+    infer::Batcher batcher(decoder);
+    for (std::size_t i = 0; i < 3; ++i) {
+      infer::Request r = greedy(cases[i].prompt, i == 0 ? 1 : 8);  // the first ends at the step that throws
+      if (i == 1) r.on_token = [](const infer::Generated&) -> bool { throw std::runtime_error("client gone"); };
+      r.on_done = [&done, i](infer::Completion&&) { ++done[i]; };
+      batcher.add(std::move(r));
+    }
+    CHECK_THROWS_WITH_AS(batcher.step(), "client gone", std::runtime_error);
+    CHECK(done == std::vector<int>{1, 0, 0});
+    CHECK(decoder.free_slots() == 1);
+    batcher.cancel_all();  // what a server does when a step fails
+    CHECK(done == std::vector<int>{1, 1, 1});
+    CHECK(decoder.free_slots() == 3);
+    // A batcher dropped with requests running gives their slots back.
+    batcher.add(greedy(cases[0].prompt, 8));
+    batcher.step();
+    CHECK(decoder.free_slots() == 2);
+  }
+  CHECK(decoder.free_slots() == 3);
+  CHECK_THROWS_WITH_AS(decoder.release(0), doctest::Contains("released but not held"), Error);
 }
 
 TEST_CASE("a prompt fed in chunks gives HF's tokens, while the running sequences get a token every step") {

@@ -100,6 +100,16 @@ TEST_CASE("a plugin's inference engine answers through the host's decoder as the
     CHECK(through_plugin[i].step_logits == in_process[i].step_logits);
   }
   CHECK(plugin.free_slots() == 3);
+  // The plugin's own pool agrees: every slot is free again, and none is held twice.
+  std::vector<ft::index_t> slots;
+  for (int i = 0; i < 3; ++i) slots.push_back(plugin.acquire());
+  std::vector<ft::index_t> sorted = slots;
+  std::sort(sorted.begin(), sorted.end());
+  CHECK(sorted == std::vector<ft::index_t>{0, 1, 2});
+  CHECK(plugin.acquire() == -1);
+  for (const ft::index_t slot : slots) plugin.release(slot);
+  CHECK_THROWS_WITH_AS(plugin.release(1), doctest::Contains("released but not held"), ft::Error);
+  CHECK(plugin.free_slots() == 3);
 
   // What the plugin refuses comes back as one line.
   CHECK_THROWS_WITH_AS(plugin.load_adapter(dir), doctest::Contains("not a PEFT adapter directory"), ft::Error);

@@ -5,6 +5,7 @@
 #include <filesystem>
 #include <memory>
 #include <span>
+#include <string>
 #include <vector>
 
 #include "ft/core/error.hpp"
@@ -35,25 +36,29 @@ public:
     pool_.reset();  // the old caches' memory is free before the new ones take theirs
     pool_ = std::make_unique<KvPool<T, Device>>(engine_.model().config(), max_model_len, slots);
   }
-  index_t max_model_len() const override { return pool().max_model_len(); }
-  index_t slots() const override { return pool().slots(); }
-  index_t free_slots() const override { return pool().free_slots(); }
-  std::size_t bytes_per_sequence() const override { return pool().bytes_per_sequence(); }
-  index_t acquire() override { return pool().acquire(); }
-  void release(index_t slot) override { pool().release(slot); }
+  // Before reserve() (or after one that failed) there are no slots.
+  index_t max_model_len() const override { return pool_ ? pool_->max_model_len() : 0; }
+  index_t slots() const override { return pool_ ? pool_->slots() : 0; }
+  index_t free_slots() const override { return pool_ ? pool_->free_slots() : 0; }
+  std::size_t bytes_per_sequence() const override { return pool_ ? pool_->bytes_per_sequence() : 0; }
+  index_t acquire() override { return pool_ ? pool_->acquire() : -1; }
+  void release(index_t slot) override {
+    if (!pool_) throw Error("internal: key/value cache slot " + std::to_string(slot) + " released before reserve()");
+    pool_->release(slot);
+  }
 
   void step(std::span<const SlotStep> steps, float* logits) override {
+    if (!pool_) throw Error("internal: a decoder stepped before reserve() made its caches");
     steps_.clear();
-    for (const SlotStep& s : steps) steps_.push_back({&pool().cache(s.slot), s.tokens, s.adapter});
+    for (const SlotStep& s : steps) {
+      if (!pool_->held(s.slot))
+        throw Error("internal: a step names key/value cache slot " + std::to_string(s.slot) + ", held by no sequence");
+      steps_.push_back({&pool_->cache(s.slot), s.tokens, s.adapter});
+    }
     engine_.step(steps_, logits);
   }
 
 private:
-  KvPool<T, Device>& pool() const {
-    if (!pool_) throw Error("internal: a decoder used before reserve() made its caches");
-    return *pool_;
-  }
-
   Engine<T, Device>& engine_;
   std::unique_ptr<KvPool<T, Device>> pool_;
   std::vector<SequenceStep<T, Device>> steps_;

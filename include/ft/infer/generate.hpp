@@ -19,6 +19,7 @@
 #include <numeric>
 #include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "ft/core/error.hpp"
@@ -75,6 +76,14 @@ public:
   explicit Batcher(Decoder& decoder, index_t prefill_chunk = 0) : decoder_(decoder), prefill_chunk_(prefill_chunk) {
     if (prefill_chunk < 0) throw Error("prefill_chunk must be 0 (whole prompts) or positive");
   }
+  // The slots of requests still running go back to the decoder (their
+  // callbacks are not called: what they would reach may be gone).
+  ~Batcher() {
+    for (Running& s : running_)
+      if (s.slot >= 0) decoder_.release(s.slot);
+  }
+  Batcher(const Batcher&) = delete;
+  Batcher& operator=(const Batcher&) = delete;
 
   // Throws Error for a request that cannot run: no prompt, or longer than max_model_len.
   // Reads only what does not change while serving, so any thread may ask.
@@ -105,12 +114,12 @@ public:
     std::erase_if(waiting_, [&](Request& r) { return cancelled(r) && finish(r, {}, "cancelled"); });
     std::erase_if(running_, [&](Running& s) { return cancelled(s.request) && end(s, "cancelled"); });
     while (!waiting_.empty()) {
+      Sampler sampler(waiting_.front().sampling);  // before the slot: a slot is never held by nothing
       const index_t slot = decoder_.acquire();
       if (slot < 0) break;
       Request r = std::move(waiting_.front());
       waiting_.pop_front();
       std::vector<std::int32_t> prompt = r.prompt;
-      Sampler sampler(r.sampling);
       running_.push_back({std::move(r), slot, prompt, prompt, std::move(sampler), {}});
     }
     if (running_.empty()) return;
@@ -124,12 +133,13 @@ public:
     }
     logits_.resize(running_.size() * std::size_t(V));
     decoder_.step(steps_, logits_.data());
-    std::vector<Running> still;
+    // A request that ends gives its slot back at once and is marked (slot -1);
+    // the marked leave the running set after the loop, so a callback that
+    // throws midway leaves every request either running or ended once.
     for (std::size_t i = 0; i < running_.size(); ++i) {
       Running& s = running_[i];
       if (const std::size_t fed = steps_[i].tokens.size(); fed < s.next.size()) {  // more of the prompt to come
         s.next.erase(s.next.begin(), s.next.begin() + std::ptrdiff_t(fed));
-        still.push_back(std::move(s));
         continue;
       }
       const Request& r = s.request;
@@ -151,15 +161,15 @@ public:
       s.next.assign(1, token);
       if (r.on_token && r.on_token({token, logprob, top})) end(s, "stop");
       else if (index_t(c.tokens.size()) >= r.max_tokens) end(s, "length");
-      else still.push_back(std::move(s));
     }
-    running_ = std::move(still);
+    std::erase_if(running_, [](const Running& s) { return s.slot < 0; });
   }
 
   // Ends every request now (a server shutting down).
   void cancel_all() {
     for (Request& r : waiting_) finish(r, {}, "cancelled");
-    for (Running& s : running_) end(s, "cancelled");
+    for (Running& s : running_)
+      if (s.slot >= 0) end(s, "cancelled");
     waiting_.clear();
     running_.clear();
   }
@@ -167,7 +177,7 @@ public:
 private:
   struct Running {
     Request request;
-    index_t slot;
+    index_t slot;  // -1 once the request has ended
     std::vector<std::int32_t> context;  // prompt, then output
     std::vector<std::int32_t> next;     // tokens of the next step
     Sampler sampler;
@@ -194,7 +204,7 @@ private:
     return true;
   }
   bool end(Running& s, const char* reason) {
-    decoder_.release(s.slot);
+    decoder_.release(std::exchange(s.slot, -1));
     return finish(s.request, std::move(s.completion), reason);
   }
 

@@ -65,6 +65,7 @@ public:
       caches_.push_back(std::make_unique<KvCache<T, Device>>(c, max_model_len));
       free_.push_back(slots - 1 - i);  // slot 0 is taken first
     }
+    held_.assign(std::size_t(slots), false);
   }
 
   // A free slot, its cache cleared, or -1 when every slot is taken.
@@ -72,13 +73,16 @@ public:
     if (free_.empty()) return -1;
     const index_t slot = free_.back();
     free_.pop_back();
+    held_[std::size_t(slot)] = true;
     cache(slot).clear();
     return slot;
   }
   void release(index_t slot) {
-    (void)cache(slot);  // checks the slot
+    if (!held(slot)) throw Error("internal: key/value cache slot " + std::to_string(slot) + " released but not held");
+    held_[std::size_t(slot)] = false;
     free_.push_back(slot);
   }
+  bool held(index_t slot) const { return slot >= 0 && slot < slots() && held_[std::size_t(slot)]; }
   KvCache<T, Device>& cache(index_t slot) {
     if (slot < 0 || slot >= slots()) throw Error("internal: no key/value cache slot " + std::to_string(slot));
     return *caches_[std::size_t(slot)];
@@ -93,6 +97,7 @@ private:
   index_t max_model_len_;
   std::vector<std::unique_ptr<KvCache<T, Device>>> caches_;
   std::vector<index_t> free_;
+  std::vector<bool> held_;
 };
 
 }  // namespace ft::infer

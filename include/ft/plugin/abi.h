@@ -58,9 +58,10 @@ typedef struct ft_sequence_step {
 
 /* An inference engine a plugin offers: one model family in one element type
  * on one device, with its adapters and key/value cache slots. A function that
- * can fail writes one line saying why and returns null, -1, or non-zero: 2 for
- * bad input (a file, an adapter, a token), 3 when an allocation failed (out of
- * memory), 1 otherwise. */
+ * returns int returns 0 on success; otherwise it writes one line saying why and
+ * returns 2 for bad input (a file, an adapter, a token), 3 when an allocation
+ * failed (out of memory), 1 for any other failure. Before reserve() there are
+ * no slots: cache_bytes is 0 and acquire -1. */
 typedef struct ft_engine_factory {
   const char* model;      /* "llama" */
   const char* dtype;      /* element type of weights and activations: "float32", "bfloat16" */
@@ -68,11 +69,11 @@ typedef struct ft_engine_factory {
   const char* type_name;  /* the C++ type, for people */
   const char* const* hf_architectures; /* config.json architectures the model reads */
   size_t hf_architecture_count;
-  /* Loads an HF model directory onto the device: the engine, or null. */
-  void* (*open)(const char* model_dir, ft_write_fn write, void* context);
+  /* Loads an HF model directory onto the device into *engine. */
+  int (*open)(const char* model_dir, void** engine, ft_write_fn write, void* context);
   void (*close)(void* engine);
-  /* Loads a PEFT adapter directory: its index, or -1. */
-  int32_t (*load_adapter)(void* engine, const char* adapter_dir, ft_write_fn write, void* context);
+  /* Loads a PEFT adapter directory; *index receives its index. */
+  int (*load_adapter)(void* engine, const char* adapter_dir, int32_t* index, ft_write_fn write, void* context);
   int64_t (*vocab_size)(void* engine);
   /* Positions a sequence's first step adds before its prompt (prompt tuning). */
   int64_t (*virtual_tokens)(void* engine, int32_t adapter);
@@ -80,7 +81,7 @@ typedef struct ft_engine_factory {
   int (*reserve)(void* engine, int64_t max_model_len, int64_t slots, ft_write_fn write, void* context);
   uint64_t (*cache_bytes)(void* engine); /* one slot's */
   int64_t (*acquire)(void* engine);      /* a free slot with an empty cache, or -1 when all are held */
-  void (*release)(void* engine, int64_t slot);
+  int (*release)(void* engine, int64_t slot, ft_write_fn write, void* context); /* a slot acquire() gave */
   /* Runs one step; logits [count, vocab_size] receive each sequence's next-token logits. */
   int (*step)(void* engine, const ft_sequence_step* steps, size_t count, float* logits, ft_write_fn write,
               void* context);

@@ -3,11 +3,14 @@
 // infer::Decoder: ftrun generate, chat and serve batch requests through it
 // as through an engine of their own, and the model runs where the plugin
 // put it (its device, its element type). A failure the plugin reports
-// becomes an ft::Error with its line, or ft::OutOfMemory when an allocation
-// failed. Free slots are counted here; the plugin keeps the caches.
+// becomes an exception with its line: ft::Error for bad input,
+// ft::OutOfMemory when an allocation failed, std::runtime_error for any
+// other (a device's error). Free slots are counted here; the plugin keeps
+// the caches.
 #include <cstdint>
 #include <filesystem>
 #include <memory>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -22,20 +25,19 @@ public:
   // Loads the model directory with the engine; throws ft::Error with the plugin's reason.
   PluginDecoder(const EngineFactory& factory, const std::filesystem::path& model_dir)
       : plugin_(factory.plugin), entry_(factory.entry) {
-    std::string why;
-    engine_ = entry_->open(model_dir.c_str(), &append, &why);
-    if (!engine_) throw Error(why.empty() ? model_dir.string() + ": the plugin's engine did not load it" : why);
+    check(entry_->open(model_dir.c_str(), &engine_, &append, &why_));
     vocab_size_ = index_t(entry_->vocab_size(engine_));
   }
-  ~PluginDecoder() override { entry_->close(engine_); }
+  ~PluginDecoder() override {
+    if (engine_) entry_->close(engine_);
+  }
   PluginDecoder(const PluginDecoder&) = delete;
   PluginDecoder& operator=(const PluginDecoder&) = delete;
 
   index_t vocab_size() const override { return vocab_size_; }
   int load_adapter(const std::filesystem::path& dir) override {
-    std::string why;
-    const int index = entry_->load_adapter(engine_, dir.c_str(), &append, &why);
-    if (index < 0) throw Error(why);
+    std::int32_t index = -1;
+    check(entry_->load_adapter(engine_, dir.c_str(), &index, &append, &why_));
     adapters_ = index + 1;
     return index;
   }
@@ -47,6 +49,7 @@ public:
   }
 
   void reserve(index_t max_model_len, index_t slots) override {
+    max_model_len_ = slots_ = free_ = 0;  // the old caches are gone even if the new ones fail
     check(entry_->reserve(engine_, max_model_len, slots, &append, &why_));
     max_model_len_ = max_model_len;
     slots_ = free_ = slots;
@@ -61,7 +64,7 @@ public:
     return slot;
   }
   void release(index_t slot) override {
-    entry_->release(engine_, slot);
+    check(entry_->release(engine_, slot, &append, &why_));
     ++free_;
   }
 
@@ -75,14 +78,17 @@ public:
 private:
   static void append(void* context, const char* text) { *static_cast<std::string*>(context) += text; }
 
-  // Throws the plugin's line for a non-zero status: out of memory (3) as its
-  // own kind (the bytes asked for are in the line, not crossing the boundary).
+  // Throws the plugin's line for a non-zero status, of the kind the status
+  // says (the bytes an allocation asked for are in the line: they do not
+  // cross the boundary).
   void check(int status) {
-    if (status == 0) return;
     std::string why = std::move(why_);
     why_.clear();
+    if (status == 0) return;
+    if (why.empty()) why = "the plugin's inference engine failed without saying why";
+    if (status == 2) throw Error(why);
     if (status == 3) throw OutOfMemory(why, 0);
-    throw Error(why);
+    throw std::runtime_error(why);
   }
 
   std::shared_ptr<const Plugin> plugin_;  // keeps the library loaded while the engine lives

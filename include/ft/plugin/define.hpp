@@ -22,6 +22,7 @@
 #include <memory>
 #include <exception>
 #include <string>
+#include <string_view>
 #include <tuple>
 #include <type_traits>
 #include <vector>
@@ -191,16 +192,15 @@ struct engine_entry_points {
   };
   static infer::Decoder& of(void* engine) { return static_cast<Served*>(engine)->decoder; }
 
-  static void* open(const char* dir, ft_write_fn write, void* context) noexcept {
-    Served* served = nullptr;
-    classified(write, context, [&] { served = new Served(dir); });
-    return served;
+  static int open(const char* dir, void** engine, ft_write_fn write, void* context) noexcept {
+    *engine = nullptr;
+    return classified(write, context, [&] { *engine = new Served(dir); });
   }
   static void close(void* engine) noexcept { delete static_cast<Served*>(engine); }
-  static std::int32_t load_adapter(void* engine, const char* dir, ft_write_fn write, void* context) noexcept {
-    int index = -1;
-    classified(write, context, [&] { index = of(engine).load_adapter(dir); });
-    return index;
+  static int load_adapter(void* engine, const char* dir, std::int32_t* index, ft_write_fn write,
+                          void* context) noexcept {
+    *index = -1;
+    return classified(write, context, [&] { *index = of(engine).load_adapter(dir); });
   }
   static std::int64_t vocab_size(void* engine) noexcept { return of(engine).vocab_size(); }
   static std::int64_t virtual_tokens(void* engine, std::int32_t adapter) noexcept {
@@ -210,10 +210,11 @@ struct engine_entry_points {
                      void* context) noexcept {
     return classified(write, context, [&] { of(engine).reserve(max_model_len, slots); });
   }
+  // EngineDecoder answers these two without throwing, with or without caches.
   static std::uint64_t cache_bytes(void* engine) noexcept { return of(engine).bytes_per_sequence(); }
   static std::int64_t acquire(void* engine) noexcept { return of(engine).acquire(); }
-  static void release(void* engine, std::int64_t slot) noexcept {
-    if (slot >= 0 && slot < of(engine).slots()) of(engine).release(slot);
+  static int release(void* engine, std::int64_t slot, ft_write_fn write, void* context) noexcept {
+    return classified(write, context, [&] { of(engine).release(slot); });
   }
   static int step(void* engine, const ft_sequence_step* steps, std::size_t count, float* logits, ft_write_fn write,
                   void* context) noexcept {
@@ -278,9 +279,12 @@ struct descriptor_of<trainers<T...>> {
           engine_factory_for<typename T::model_type, typename T::device_type, float>()...,
           engine_factory_for<typename T::model_type, typename T::device_type, bf16>()...};
       std::vector<ft_engine_factory> out;
+      auto same = [](const ft_engine_factory& a, const ft_engine_factory& b) {
+        return std::string_view(a.model) == b.model && std::string_view(a.dtype) == b.dtype &&
+               std::string_view(a.device) == b.device;
+      };
       for (std::size_t i = 0; i < all.size(); ++i) {
-        const bool seen = std::any_of(out.begin(), out.end(), [&](const ft_engine_factory& e) { return e.open == all[i].open; });
-        if (seen) continue;
+        if (std::any_of(out.begin(), out.end(), [&](const ft_engine_factory& e) { return same(e, all[i]); })) continue;
         out.push_back(all[i]);
         out.back().type_name = engine_names[i].c_str();
       }
