@@ -23,6 +23,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "ft/device/upload.hpp"
 #include "ft/infer/adapter.hpp"
 #include "ft/infer/attention.hpp"
 #include "ft/infer/attention_rows.hpp"
@@ -109,9 +110,9 @@ public:
     sized(x_, N, C);
     sized(y_, N, C);
     activations_.resize(c, batch_);
-    const std::int32_t* ids = upload(ids_, batch_.input_ids);
-    const std::int32_t* positions = upload(positions_, batch_.positions);
-    const cache_rows::CacheRow<T>* cache_rows = upload(device_cache_rows_, cache_rows_);
+    const std::int32_t* ids = device::upload<Device>(ids_, batch_.input_ids);
+    const std::int32_t* positions = device::upload<Device>(positions_, batch_.positions);
+    const cache_rows::CacheRow<T>* cache_rows = device::upload<Device>(device_cache_rows_, cache_rows_);
 
     nn::embedding_forward<Device>(x_.data(), ids, model_.embedding().parameters().value("weight"), N, C);
     for (const Rows& r : rows_)
@@ -199,13 +200,6 @@ private:
 
   static void sized(Tensor<T, Memory>& t, index_t rows, index_t cols) {
     if (t.size(0) != rows || t.size(1) != cols) t = Tensor<T, Memory>(Shape{rows, cols});
-  }
-  // The host's values in a device array that grows to the largest step seen.
-  template <class V>
-  static const V* upload(memory::Array<V, Memory>& to, const std::vector<V>& from) {
-    if (to.size() < from.size()) to = memory::Array<V, Memory>(from.size(), typename memory::Array<V, Memory>::Uninitialized{});
-    Device::from_host(to.data(), from.data(), from.size() * sizeof(V));
-    return to.data();
   }
 
   models::Transformer<T, Device>& model_;

@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "ft/device/cpu.hpp"
+#include "ft/device/upload.hpp"
 #include "ft/models/batch.hpp"
 #include "ft/models/transformer_config.hpp"
 #include "ft/tensor/memory.hpp"
@@ -168,10 +169,10 @@ public:
       positions_ = batch.positions.data();
       documents_ = batch.documents.empty() ? nullptr : batch.documents.data();
     } else {
-      input_ids_ = copy(input_ids_copy_, batch.input_ids);
-      targets_ = copy(targets_copy_, batch.targets);
-      positions_ = copy(positions_copy_, batch.positions);
-      documents_ = batch.documents.empty() ? nullptr : copy(documents_copy_, batch.documents);
+      input_ids_ = device::upload<Device>(input_ids_copy_, batch.input_ids);
+      targets_ = device::upload<Device>(targets_copy_, batch.targets);
+      positions_ = device::upload<Device>(positions_copy_, batch.positions);
+      documents_ = batch.documents.empty() ? nullptr : device::upload<Device>(documents_copy_, batch.documents);
     }
   }
   const std::int32_t* input_ids() const { return input_ids_; }
@@ -180,19 +181,7 @@ public:
   const std::int32_t* documents() const { return documents_; }  // null: one document per row
 
 private:
-  struct Copy {
-    std::unique_ptr<memory::Scratch<std::int32_t, typename Device::Memory>> buffer;
-    std::size_t size = 0;
-  };
-  static const std::int32_t* copy(Copy& to, const std::vector<std::int32_t>& from) {
-    if (!to.buffer || to.size != from.size()) {
-      to.buffer = std::make_unique<memory::Scratch<std::int32_t, typename Device::Memory>>(index_t(from.size()));
-      to.size = from.size();
-    }
-    Device::from_host(to.buffer->data(), from.data(), from.size() * sizeof(std::int32_t));
-    return to.buffer->data();
-  }
-
+  using Copy = memory::Array<std::int32_t, typename Device::Memory>;
   const std::int32_t *input_ids_ = nullptr, *targets_ = nullptr, *positions_ = nullptr, *documents_ = nullptr;
   Copy input_ids_copy_, targets_copy_, positions_copy_, documents_copy_;
 };

@@ -22,7 +22,7 @@ namespace ft::plugin {
 
 class PluginDecoder final : public infer::Decoder {
 public:
-  // Loads the model directory with the engine; throws ft::Error with the plugin's reason.
+  // Loads the model directory with the engine; a failure throws as above, with the plugin's reason.
   PluginDecoder(const EngineFactory& factory, const std::filesystem::path& model_dir)
       : plugin_(factory.plugin), entry_(factory.entry) {
     check(entry_->open(model_dir.c_str(), &engine_, &append, &why_));
