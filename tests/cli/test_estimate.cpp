@@ -289,9 +289,11 @@ TEST_CASE("estimate within 5% of the measured peak: loading a model larger than 
 // resident of them. On the wide Llama (a 64 MiB embedding in an f32 file,
 // all-reduced or reduce-scattered on 2 ranks through 64 MiB of scratch)
 // each of the last two terms is a tenth or more of the whole, so an
-// estimate without one is more than 10% under. Measured here: 1.003-1.046
-// of the estimate over three runs of each; the bound leaves the spread
-// from run to run of MPI's timing a point beyond the 5% target.
+// estimate without one is more than 10% under. The cache keeps room for
+// MPI's scratch while a reduction runs, so where the scratch lands no
+// longer depends on MPI's timing. Measured here: LoRA 1.013, full 1.001,
+// DDP 1.037, ZeRO-2 1.031, ZeRO-3 1.015 of the estimate (the ranks' excess
+// is mostly MPI's own start, which the estimate does not model).
 TEST_CASE("the resident peak (max RSS) against the estimate: loading, and MPI's scratch on 2 ranks") {
   const std::string& model = wide_llama();
   const std::vector<std::vector<std::string>> runs{
@@ -306,7 +308,7 @@ TEST_CASE("the resident peak (max RSS) against the estimate: loading, and MPI's 
     for (const auto& k : keys) what += k + " ";
     INFO(what << "resident: estimated " << p.resident.estimated << ", measured " << p.resident.measured);
     CHECK(p.resident.measured >= 0.95 * p.resident.estimated);
-    CHECK(p.resident.measured <= 1.06 * p.resident.estimated);
+    CHECK(p.resident.measured <= 1.05 * p.resident.estimated);
   }
 }
 

@@ -17,7 +17,10 @@
 #include <vector>
 
 #include <ft/comm/mpi.hpp>
+#include <ft/comm/mpi_scratch.hpp>
 #include <ft/comm/world.hpp>
+#include <ft/tensor/array.hpp>
+#include <ft/tensor/memory.hpp>
 
 namespace {
 
@@ -122,6 +125,34 @@ TEST_CASE("collectives issued back to back complete in order while this thread g
   for (auto& b : buffers) works.push_back(c.all_reduce_sum(std::span<float>(b), "one of eight"));
   for (auto& w : works) w.wait();
   for (auto& b : buffers) CHECK(b[4095] == float(c.size()));
+}
+
+// MPI's scratch is host memory beside ft's: while a reduction runs, ft's
+// cache of pages gives up cached blocks so that the room for it fits
+// within the peak, and takes the room back when the reduction completes.
+TEST_CASE("a reduction keeps room for MPI's scratch in the host's cache of pages until it completes") {
+  auto& c = world();
+  auto& pages = ft::memory::Host::pages();
+  constexpr std::size_t MiB = std::size_t(1) << 20;
+  pages.release_cached();
+  { ft::memory::Array<float> freed(32 * MiB / sizeof(float)); }  // cached, at the peak
+  REQUIRE(pages.reserved().current() >= 32 * MiB);
+  for (const bool scatter : {false, true}) {
+    std::vector<float> x(16 * MiB / sizeof(float), 1.0f), part(x.size() / std::size_t(c.size()));
+    const auto reduction = scatter ? ft::comm::Reduction::reduce_scatter : ft::comm::Reduction::all_reduce;
+    const std::size_t room = ft::comm::mpi_scratch_bytes(reduction, c.size(), x.size() * sizeof(float));
+    REQUIRE(room > 0);
+    const std::vector<std::size_t> counts(std::size_t(c.size()), part.size());
+    ft::comm::Work work = scatter ? c.reduce_scatter_sum(std::span<const float>(x), std::span<float>(part), counts, "with room")
+                                  : c.all_reduce_sum(std::span<float>(x), "with room");
+    // Posted: what the cache reserves and the room fit within the peak (the freed block went).
+    CHECK(pages.reserved().current() + room <= std::max(pages.allocated().peak(), pages.allocated().current() + room));
+    CHECK(pages.reserved().current() < 32 * MiB);
+    work.wait();
+    CHECK(pages.room() == 0);
+    CHECK((scatter ? part[0] : x[0]) == float(c.size()));
+    { ft::memory::Array<float> freed(32 * MiB / sizeof(float)); }  // cached again for the next round
+  }
 }
 
 TEST_CASE("traffic counts what a ring moves") {

@@ -116,3 +116,36 @@ TEST_CASE("host pages: blocks are page-rounded, and the cache never holds more t
   cache.release_cached();
   CHECK(SmallDevice::used == 0);
 }
+
+TEST_CASE("host pages: room held for others' memory (MPI's scratch) comes out of the cache, not on top of the peak") {
+  using Pages = memory::CachingAllocator<SmallDevice, memory::PageBlocks>;
+  SmallDevice::capacity = 1024 * MiB;
+  Pages cache;
+  void* a = cache.allocate(4 * MiB);
+  void* b = cache.allocate(2 * MiB);
+  cache.deallocate(a, 4 * MiB);
+  cache.deallocate(b, 2 * MiB);
+  REQUIRE(cache.reserved().current() == 6 * MiB);  // the peak in use, all cached
+  // 3 MiB of room within the 6 MiB peak: the largest cached block goes.
+  cache.hold_room(3 * MiB);
+  CHECK(cache.reserved().current() == 2 * MiB);
+  void* c = cache.allocate(2 * MiB);  // from the cache
+  CHECK(cache.reserved().current() == 2 * MiB);
+  // In use and the room past the peak: nothing more may be cached beside them.
+  void* d = cache.allocate(3 * MiB);
+  CHECK(cache.reserved().current() == 5 * MiB);
+  cache.deallocate(d, 3 * MiB);
+  void* e = cache.allocate(MiB);  // a size not cached: the free 3 MiB goes first
+  CHECK(cache.reserved().current() == 3 * MiB);
+  CHECK(cache.reserved().current() + 3 * MiB <= std::max(cache.allocated().peak(), cache.allocated().current() + 3 * MiB));
+  // The room given back, the cache may hold up to the peak again: a new
+  // size keeps both cached blocks beside it (with the room, both would go).
+  cache.give_room(3 * MiB);
+  cache.deallocate(c, 2 * MiB);
+  cache.deallocate(e, MiB);
+  void* f = cache.allocate(3 * MiB);
+  CHECK(cache.reserved().current() == 6 * MiB);
+  cache.deallocate(f, 3 * MiB);
+  cache.release_cached();
+  CHECK(SmallDevice::used == 0);
+}

@@ -18,6 +18,11 @@
 // data) have no deadline but the same check every timeout period: they end
 // as soon as a peer is gone.
 //
+// A reduction's own scratch (MPI allocates it for as long as the reduction
+// runs) is host memory beside ft's: the reduction holds room for it in ft's
+// cache of pages until it completes (comm/mpi_scratch.hpp), so a process's
+// resident peak is what the memory estimate says.
+//
 // Sums of bf16 and f16 use MPI operations defined here (widen, add in f32,
 // round once). MPI counts are int: a collective's parts must each stay
 // under 2^31 elements (a stage of a 70B model is under 1e9).
@@ -43,6 +48,8 @@
 #include <vector>
 
 #include "ft/comm/communicator.hpp"
+#include "ft/comm/mpi_scratch.hpp"
+#include "ft/tensor/memory.hpp"
 
 namespace ft::comm {
 
@@ -114,25 +121,35 @@ public:
 
 protected:
   Work all_reduce_sum_bytes(void* data, std::size_t count, Element e, const std::string& what) override {
-    return submit("all-reduce", what, false, [=, this](MPI_Comm c, std::vector<MPI_Request>& r) {
-      // In pieces under MPI's int count; every rank cuts the same pieces.
-      const std::size_t piece = std::size_t(1) << 30, bytes = size_of(e);
-      for (std::size_t at = 0; at < count; at += piece) {
-        const int n = int(std::min(piece, count - at));
-        if (int rc = MPI_Iallreduce(MPI_IN_PLACE, static_cast<char*>(data) + at * bytes, n, type_of(e), sum_of(e), c,
-                                    &r.emplace_back()))
-          return rc;
-      }
-      return MPI_SUCCESS;
-    });
+    const std::uint64_t scratch = mpi_scratch_bytes(Reduction::all_reduce, size_, count * size_of(e));
+    return submit(
+        "all-reduce", what, false,
+        [=, this](MPI_Comm c, std::vector<MPI_Request>& r) {
+          // In pieces under MPI's int count; every rank cuts the same pieces.
+          const std::size_t piece = std::size_t(1) << 30, bytes = size_of(e);
+          for (std::size_t at = 0; at < count; at += piece) {
+            const int n = int(std::min(piece, count - at));
+            if (int rc = MPI_Iallreduce(MPI_IN_PLACE, static_cast<char*>(data) + at * bytes, n, type_of(e), sum_of(e),
+                                        c, &r.emplace_back()))
+              return rc;
+          }
+          return MPI_SUCCESS;
+        },
+        scratch);
   }
 
   Work reduce_scatter_sum_bytes(const void* in, void* out, std::span<const std::size_t> counts, Element e,
                                 const std::string& what) override {
     std::vector<int> n = int_counts(counts, what);
-    return submit("reduce-scatter", what, false, [=, this](MPI_Comm c, std::vector<MPI_Request>& r) {
-      return MPI_Ireduce_scatter(in, out, n.data(), type_of(e), sum_of(e), c, &r.emplace_back());
-    });
+    std::uint64_t reduced = 0;
+    for (std::size_t c : counts) reduced += c * size_of(e);
+    const std::uint64_t scratch = mpi_scratch_bytes(Reduction::reduce_scatter, size_, reduced);
+    return submit(
+        "reduce-scatter", what, false,
+        [=, this](MPI_Comm c, std::vector<MPI_Request>& r) {
+          return MPI_Ireduce_scatter(in, out, n.data(), type_of(e), sum_of(e), c, &r.emplace_back());
+        },
+        scratch);
   }
 
   Work all_gather_bytes(const void* in, void* out, std::span<const std::size_t> counts, Element e,
@@ -186,6 +203,7 @@ private:
     std::string phase;
     bool patient = false;
     std::int64_t sequence = 0;  // this rank's count of operations so far, this one included
+    std::uint64_t scratch = 0;  // host memory MPI allocates for it while it runs (held as room)
     MPI_Comm comm = MPI_COMM_NULL;  // the communicator it runs on (the job's, or a group's)
     Start start;
     std::vector<MPI_Request> requests;
@@ -207,17 +225,21 @@ private:
 
   static constexpr int ask_tag = 1, answer_tag = 2;
 
-  Work submit(const std::string& kind, const std::string& what, bool patient, Start start) {
+  // `scratch`: the host memory MPI allocates for the operation while it runs.
+  Work submit(const std::string& kind, const std::string& what, bool patient, Start start, std::uint64_t scratch = 0) {
     if (world_ != this) return world_->submit_on(comm_, kind + (group_name_.empty() ? "" : " in " + group_name_), what,
-                                                 patient, std::move(start));
-    return submit_on(comm_, kind, what, patient, std::move(start));
+                                                 patient, std::move(start), scratch);
+    return submit_on(comm_, kind, what, patient, std::move(start), scratch);
   }
-  Work submit_on(MPI_Comm comm, const std::string& kind, const std::string& what, bool patient, Start start) {
+  Work submit_on(MPI_Comm comm, const std::string& kind, const std::string& what, bool patient, Start start,
+                 std::uint64_t scratch) {
     auto op = std::make_shared<Op>();
     op->comm = comm;
     op->name = kind + " of " + what;
     op->patient = patient;
+    op->scratch = scratch;
     op->start = std::move(start);
+    if (scratch) memory::Host::hold_room(scratch);
     Work work(op->done.get_future().share(), waited_ns_);  // (on the job's communicator)
     {
       std::lock_guard lock(mutex_);
@@ -301,6 +323,7 @@ private:
         if (int rc = MPI_Testall(int(op.requests.size()), op.requests.data(), &complete, MPI_STATUSES_IGNORE))
           fail(op, "failed: " + error_text(rc));
         if (complete) {
+          if (op.scratch) memory::Host::give_room(op.scratch);
           op.done.set_value();
           active.erase(active.begin() + std::ptrdiff_t(i));
           progressed = true;

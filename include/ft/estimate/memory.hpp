@@ -30,6 +30,7 @@
 
 #include "ft/adapters/adapter.hpp"
 #include "ft/adapters/lora.hpp"
+#include "ft/comm/mpi_scratch.hpp"
 #include "ft/core/half.hpp"
 #include "ft/io/model_weights.hpp"
 #include "ft/kernels/cuda/workspace.hpp"
@@ -85,7 +86,6 @@ struct MemoryEstimate {
   std::uint64_t process_bytes = 0;
   Term comm_scratch;
   std::uint64_t reducing_workspace = 0;  // the step's workspace while gradients reduce
-  bool reductions_allocate = false;      // reduce-scatter: buffers made as backward completes stages
   // The most rows of C a product of the run has (a micro-batch's tokens
   // forward, a trained weight's rows backward): how much of BLAS's own
   // buffers the run touches, which the caller measures with it.
@@ -101,15 +101,11 @@ struct MemoryEstimate {
   std::uint64_t eval_peak() const { return held_bytes() + activation_bytes() + eval_workspace.bytes; }
   std::uint64_t save_peak() const { return held_bytes() + activation_bytes() + save_workspace.bytes; }
   std::uint64_t peak() const { return std::max({setup_peak(), step_peak(), eval_peak(), save_peak()}); }
-  // While gradients reduce, MPI's scratch is beside what ft holds then. An
-  // all-reduce reduces in place and allocates nothing, so what the cache of
-  // pages keeps (the allocator's peak, from when it is reached: memory.hpp)
-  // is still resident under it; a reduce-scatter allocates its buffers as
-  // backward completes stages, which take the cached pages of the freed
-  // workspace, so only the reductions' own workspace is beside the scratch.
+  // While gradients reduce, MPI's scratch is beside what ft has in use
+  // then: the cache of pages keeps room for it rather than the pages of
+  // the peak (comm/mpi.hpp, tensor/caching_allocator.hpp).
   std::uint64_t reducing_peak() const {
     if (comm_scratch.bytes == 0) return 0;
-    if (!reductions_allocate) return peak() + comm_scratch.bytes;
     return held_bytes() + activation_bytes() + reducing_workspace + comm_scratch.bytes;
   }
   // The process's resident memory at its peak (max RSS): on the CPU the
@@ -539,28 +535,21 @@ MemoryEstimate estimate_memory_as(const recipe::Recipe& recipe, const models::Mo
     }
     e.held.push_back({"reduction buffers", reduction_after, "the last two buffers' gradients of a backward, kept"});
   }
-  // MPI's non-blocking collectives (Open MPI's libnbc) make scratch of
-  // their own for as long as they run. What the rank that touches most
-  // (rank 0) touches, in copies of what is reduced, measured with a bare
-  // MPI program on 2, 3, 4 and 8 ranks: a reduce-scatter 1.5 on 2 ranks and
-  // 2 + 1/n on n > 2 (it reduces onto one rank, then scatters); an
-  // all-reduce 1 on 2 ranks, 1.5 on 4 and 8, 2 on 3 (another algorithm
-  // where n is not a power of two). Two buffers' reductions are in flight
-  // at once, as above (one when the optimizer is fused into backward,
-  // which waits for each). A GPU reduces through NCCL, in device memory.
+  // MPI's non-blocking reductions make scratch of their own for as long as
+  // they run (comm/mpi_scratch.hpp). Two buffers' reductions are in flight
+  // at once, as above (one when the optimizer is fused into backward, which
+  // waits for each). A GPU reduces through NCCL, in device memory.
   const int reducers = pipelined ? place.replicas : multi ? ranks : 1;
   if (on_cpu && reducers > 1) {
-    const bool power_of_two = (reducers & (reducers - 1)) == 0;
-    const double copies = shards_grads ? (reducers == 2 ? 1.5 : 2.0 + 1.0 / reducers)
-                                       : (reducers == 2 ? 1.0 : power_of_two ? 1.5 : 2.0);
+    const comm::Reduction reduction = shards_grads ? comm::Reduction::reduce_scatter : comm::Reduction::all_reduce;
     std::uint64_t previous = 0, most = 0;
     for (auto t = mine.rbegin(); t != mine.rend(); ++t) {
-      const auto bytes = std::uint64_t(copies * double(std::uint64_t(t->size()) * sizeof(M)));
+      const std::uint64_t bytes = comm::mpi_scratch_bytes(reduction, reducers, std::uint64_t(t->size()) * sizeof(M));
       most = std::max(most, bytes + (fused ? 0 : previous));
       previous = bytes;
     }
     char what[96];
-    std::snprintf(what, sizeof what, "%.3g copies of each %s gradient", copies,
+    std::snprintf(what, sizeof what, "%.3g copies of each %s gradient", comm::mpi_scratch_copies(reduction, reducers),
                   shards_grads ? "reduce-scattered" : "all-reduced");
     e.comm_scratch = {"MPI's collective scratch", most, std::string(what) + (fused ? "" : ", two buffers' in flight")};
   }
@@ -686,7 +675,6 @@ MemoryEstimate estimate_memory_as(const recipe::Recipe& recipe, const models::Mo
   const std::uint64_t head_work = place.has_head() ? logits + head_gemm + head_gathered : 0;
   e.reducing_workspace =
       block_gemm + std::max(forward_gathered, backward_gathered) + (reduction_most - reduction_after) + sent;
-  e.reductions_allocate = shards_grads;
   e.step_workspace = {"workspace",
                       std::max({head_work + sent, e.reducing_workspace, column_partials + sent, tied_gradient,
                                 optimizer_scratch}),

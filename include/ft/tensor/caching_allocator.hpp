@@ -17,7 +17,11 @@
 //   than the peak in use, so a process's resident memory stays within the
 //   allocator's peak, which the memory estimate predicts. A request the
 //   cache cannot serve first releases cached blocks, the largest first,
-//   until it fits under that bound.
+//   until it fits under that bound. While memory outside the allocator is
+//   in use beside it (MPI's scratch for a collective: hold_room), the
+//   cache keeps room for that too: what it reserves and the room together
+//   stay within the peak, or within what is in use and the room where that
+//   is more, so resident memory is never the peak and the room both.
 // Failing for good, ft::OutOfMemory reports the request and both figures.
 //
 // A freed device block may still be read by kernels queued before the free;
@@ -112,6 +116,22 @@ public:
     }
   }
 
+  // Memory of `bytes` that others use beside this allocator's from now until
+  // give_room: cached blocks go until the room fits within the bound.
+  void hold_room(std::size_t bytes) {
+    const std::lock_guard lock(mutex_);
+    room_ += bytes;
+    if constexpr (Blocks::within_peak) make_room_within_peak(0);
+  }
+  void give_room(std::size_t bytes) {
+    const std::lock_guard lock(mutex_);
+    room_ -= std::min(bytes, room_);
+  }
+  std::size_t room() {
+    const std::lock_guard lock(mutex_);
+    return room_;
+  }
+
   // Returns every cached block to the raw allocator (torch.cuda.empty_cache()).
   void release_cached() {
     const std::lock_guard lock(mutex_);
@@ -148,12 +168,14 @@ private:
     reserved_.remove(size);
   }
   // Releases cached blocks, the largest first, until reserving `size` more
-  // keeps what is reserved within the most ever in use (this request included).
+  // keeps what is reserved, and the room held for others, within the most
+  // ever in use (this request included) or within what is in use and the room.
   void make_room_within_peak(std::size_t size) {
-    const std::size_t bound = std::max(most_in_use_, allocated_.current() + size);
-    for (auto it = free_.rbegin(); it != free_.rend() && reserved_.current() + size > bound; ++it) {
+    const std::size_t bound = std::max(most_in_use_, allocated_.current() + size + room_);
+    const auto over = [&] { return reserved_.current() + size + room_ > bound; };
+    for (auto it = free_.rbegin(); it != free_.rend() && over(); ++it) {
       auto& [block, blocks] = *it;
-      while (!blocks.empty() && reserved_.current() + size > bound) {
+      while (!blocks.empty() && over()) {
         return_block(blocks.back(), block);
         blocks.pop_back();
       }
@@ -171,6 +193,7 @@ private:
   std::unordered_map<void*, std::size_t> in_use_;   // block -> its size class
   Stats allocated_, reserved_;
   std::size_t most_in_use_ = 0;  // allocated's peak, which nothing resets
+  std::size_t room_ = 0;         // bytes others use beside this allocator (hold_room)
 };
 
 }  // namespace ft::memory

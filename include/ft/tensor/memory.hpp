@@ -101,6 +101,10 @@ struct AlignedHostMemory {
   }
   // Returns the cached pages to the system (torch.cuda.empty_cache() for the host).
   static void release_cached() { pages().release_cached(); }
+  // Host memory that others (MPI's collectives) use beside ft's while they
+  // run: the cache keeps room for it (caching_allocator.hpp).
+  static void hold_room(std::size_t bytes) { pages().hold_room(bytes); }
+  static void give_room(std::size_t bytes) { pages().give_room(bytes); }
 };
 
 struct Host : AlignedHostMemory<Host> {
