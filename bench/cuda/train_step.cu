@@ -21,6 +21,7 @@
 #include <ft/models/transformer.hpp>
 #include <ft/optim/update.hpp>
 #include <ft/train/flops.hpp>
+#include <ft/tensor/scratch.hpp>
 
 #include "timing.cuh"
 

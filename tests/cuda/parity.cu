@@ -22,6 +22,7 @@
 #include <ft/io/hf_config.hpp>
 #include <ft/io/safetensors.hpp>
 #include <ft/models/load.hpp>
+#include <ft/tensor/scratch.hpp>
 
 #include "support/gpu_check.hpp"
 #include "support/tensors.hpp"

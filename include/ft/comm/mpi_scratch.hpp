@@ -16,14 +16,14 @@ namespace ft::comm {
 
 enum class Reduction { all_reduce, reduce_scatter };
 
-inline double mpi_scratch_copies(Reduction reduction, int ranks) {
+inline int mpi_scratch_copies(Reduction reduction, int ranks) {
   if (ranks < 2) return 0;
   if (reduction == Reduction::reduce_scatter) return ranks == 2 ? 1 : 2;
   return 1;
 }
 
 inline std::uint64_t mpi_scratch_bytes(Reduction reduction, int ranks, std::uint64_t reduced_bytes) {
-  return std::uint64_t(mpi_scratch_copies(reduction, ranks) * double(reduced_bytes));
+  return std::uint64_t(mpi_scratch_copies(reduction, ranks)) * reduced_bytes;
 }
 
 }  // namespace ft::comm

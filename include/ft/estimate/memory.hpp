@@ -549,9 +549,10 @@ MemoryEstimate estimate_memory_as(const recipe::Recipe& recipe, const models::Mo
       previous = bytes;
     }
     char what[96];
-    std::snprintf(what, sizeof what, "%.3g copies of each %s gradient", comm::mpi_scratch_copies(reduction, reducers),
+    const int copies = comm::mpi_scratch_copies(reduction, reducers);
+    std::snprintf(what, sizeof what, "%d cop%s of each %s gradient", copies, copies == 1 ? "y" : "ies",
                   shards_grads ? "reduce-scattered" : "all-reduced");
-    e.comm_scratch = {"MPI's collective scratch", most, std::string(what) + (fused ? "" : ", two buffers' in flight")};
+    e.comm_scratch = {"MPI's collective scratch", most, std::string(what) + (fused ? "" : ", two buffers in flight")};
   }
 
   // A training micro-batch: rows x tokens (the longest a batch can be).

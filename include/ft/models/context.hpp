@@ -19,7 +19,6 @@
 // memory, and so does the copy of the batch's token arrays the stages read
 // (on the CPU, the batch's own arrays).
 #include <cstdint>
-#include <memory>
 #include <type_traits>
 #include <vector>
 
@@ -28,7 +27,6 @@
 #include "ft/models/batch.hpp"
 #include "ft/models/transformer_config.hpp"
 #include "ft/tensor/memory.hpp"
-#include "ft/tensor/scratch.hpp"
 #include "ft/tensor/tensor.hpp"
 
 namespace ft::models {
