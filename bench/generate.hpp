@@ -78,7 +78,7 @@ inline double weight_flops_per_token(const ft::models::TransformerConfig& c) {
 
 template <ft::element T, class Device>
 int bench(const std::string& dir, index_t prompt, index_t decode, const std::vector<index_t>& batches) {
-  auto model = ft::models::load_pretrained<T, Device>(dir);
+  auto model = ft::models::load_pretrained<T, Device>(dir, /*trainable=*/false);
   const auto& c = model->config();
   ft::infer::Engine<T, Device> engine(*model);
   run(engine, c, 1, 8, 2);  // warm-up: threads, first-touch pages

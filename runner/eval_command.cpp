@@ -82,7 +82,7 @@ std::vector<Row> read_rows(const std::string& file, std::int64_t vocab) {
 
 template <ft::element T>
 int evaluate(const EvalOptions& options) {
-  auto model = ft::models::load_pretrained<T>(options.model);
+  auto model = ft::models::load_pretrained<T>(options.model, /*trainable=*/false);
   std::vector<Row> rows = read_rows(options.data, model->config().vocab_size);
 
   const ft::index_t vocab = model->config().vocab_size;

@@ -64,7 +64,9 @@ void check_greedy_against_hf() {
     CAPTURE(name);
     const std::vector<Expected> cases = expected(parity + name);
     REQUIRE(cases.size() == 3);
-    auto model = models::load_pretrained<float, Device>(parity + name);
+    auto model = models::load_pretrained<float, Device>(parity + name, /*trainable=*/false);
+    for (index_t s = -1; s <= model->config().num_layers; ++s)  // inference keeps no gradient buffers
+      CHECK(model->stage_parameters(s).grads().data() == nullptr);
     infer::Engine<float, Device> engine(*model);
     const index_t V = model->config().vocab_size;
     std::vector<infer::Request> requests;

@@ -49,10 +49,12 @@ ModelSpec read_model_spec_of(const std::filesystem::path& dir) {
 inline ModelSpec read_model_spec(const std::filesystem::path& dir) { return read_model_spec_of<Llama, GptNeox>(dir); }
 
 // On a device (device/cpu.hpp, device/cuda.cuh): the weights are read on
-// the host and copied there.
+// the host and copied there. A model only run forward (inference,
+// evaluation) is loaded with trainable = false: it holds no gradient
+// buffers, which would be as large as its weights.
 template <element T, class Device = device::Cpu>
-std::unique_ptr<Transformer<T, Device>> load_pretrained(const std::filesystem::path& dir) {
-  auto model = std::make_unique<Transformer<T, Device>>(read_model_spec(dir));
+std::unique_ptr<Transformer<T, Device>> load_pretrained(const std::filesystem::path& dir, bool trainable = true) {
+  auto model = std::make_unique<Transformer<T, Device>>(read_model_spec(dir), trainable);
   model->load(io::ModelWeights::open(dir));
   return model;
 }

@@ -185,7 +185,9 @@ struct engine_entry_points {
     infer::EngineDecoder<T, Device> decoder;
     explicit Served(const char* dir) : model(load(dir)), engine(*model), decoder(engine) {}
     static std::unique_ptr<models::Transformer<T, Device>> load(const std::filesystem::path& dir) {
-      auto m = std::make_unique<models::Transformer<T, Device>>(models::read_model_spec_of<Model>(dir));
+      // Served models only run forward: no gradient buffers beside the weights.
+      auto m = std::make_unique<models::Transformer<T, Device>>(models::read_model_spec_of<Model>(dir),
+                                                                /*trainable=*/false);
       m->load(io::ModelWeights::open(dir));
       return m;
     }
