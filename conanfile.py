@@ -35,7 +35,7 @@ class FtConan(ConanFile):
         tc.cache_variables["FT_BUILD_RUNNER"] = bool(self.options.runner)
         tc.cache_variables["FT_BUILD_TESTS"] = False
         tc.cache_variables["FT_BUILD_EXAMPLES"] = False
-        # The package is built without CUDA (no ft-cuda-* plugins; the CUDA
+        # The package is built without CUDA (no ft-cuda plugin; the CUDA
         # headers are installed): Conan's toolchain sets the C++ standard
         # where CMake's CUDA checks also read it, which CMake 3.25 cannot map
         # to nvcc. A from-source build with nvcc builds the plugin.

@@ -25,7 +25,7 @@ fail() { echo "FAIL: $*" >&2; exit 1; }
 
 # The installed ftrun finds its stock plugins and loads the third-party one.
 out=$("$ftrun" plugins --plugin "$plugin")
-grep -q "^ft-llama 0.1.0  ($prefix/" <<<"$out" || fail "installed ftrun does not list its stock plugins: $out"
+grep -q "^ft-cpu 0.1.0  ($prefix/" <<<"$out" || fail "installed ftrun does not list its stock plugins: $out"
 grep -q "^my-plugin 0.3.0" <<<"$out" || fail "ftrun does not list my-plugin: $out"
 grep -q "^  gpt_neox, bf16-mixed, single, sgd-nesterov, lora$" <<<"$out" || fail "combination missing: $out"
 

@@ -124,9 +124,9 @@ TEST_CASE("a plugin's inference engine answers through the host's decoder as the
                        doctest::Contains("architecture \"FalconForCausalLM\" is not supported"), ft::Error);
 }
 
-TEST_CASE("the stock llama plugin offers every stock parallelism, and the closest to another differ only in it") {
+TEST_CASE("the stock CPU plugin offers every stock parallelism, and the closest to another differ only in it") {
   ft::plugin::Registry registry;
-  registry.add(Plugin::load(FT_STOCK_LLAMA_PLUGIN));
+  registry.add(Plugin::load(FT_STOCK_CPU_PLUGIN));
   for (const char* parallelism : {"single", "ddp", "zero1", "zero2", "zero3"})
     CHECK(registry.find({"llama", "bf16-mixed", parallelism, "adamw", "lora"}) != nullptr);
   CHECK(registry.find({"llama", "bf16-mixed", "fixture-dp", "adamw", "lora"}) == nullptr);
@@ -139,14 +139,14 @@ TEST_CASE("the stock llama plugin offers every stock parallelism, and the closes
 }
 
 TEST_CASE("a library's needed libraries are read from its dynamic section without loading it") {
-  const auto needed = ft::plugin::needed_libraries(FT_STOCK_LLAMA_PLUGIN);
+  const auto needed = ft::plugin::needed_libraries(FT_STOCK_CPU_PLUGIN);
   CHECK(std::find(needed.begin(), needed.end(), "libstdc++.so.6") != needed.end());
   CHECK(std::find(needed.begin(), needed.end(), "libc.so.6") != needed.end());
-  CHECK_FALSE(ft::plugin::needs_cuda(FT_STOCK_LLAMA_PLUGIN));
+  CHECK_FALSE(ft::plugin::needs_cuda(FT_STOCK_CPU_PLUGIN));
   // A file that is no library, whole or cut short, names none.
   auto garbage = temp_file("garbage-needed.so", std::string(4096, '\x7f'));
   CHECK(ft::plugin::needed_libraries(garbage).empty());
-  std::ifstream in(FT_STOCK_LLAMA_PLUGIN, std::ios::binary);
+  std::ifstream in(FT_STOCK_CPU_PLUGIN, std::ios::binary);
   const std::string bytes((std::istreambuf_iterator<char>(in)), {});
   auto cut = temp_file("cut-needed.so", bytes.substr(0, bytes.size() / 3));
   CHECK(ft::plugin::needed_libraries(cut).empty());
@@ -198,7 +198,7 @@ TEST_CASE("corrupt and truncated files are refused") {
   auto garbage = temp_file("garbage.so", std::string(4096, '\x7f'));
   CHECK(refusal(garbage) == "plugin " + garbage.string() + ": not a shared library: no ELF header");
 
-  std::ifstream in(FT_STOCK_LLAMA_PLUGIN, std::ios::binary);
+  std::ifstream in(FT_STOCK_CPU_PLUGIN, std::ios::binary);
   std::string bytes((std::istreambuf_iterator<char>(in)), {});
   auto truncated = temp_file("truncated.so", bytes.substr(0, bytes.size() / 3));
   CHECK(refusal(truncated).rfind("plugin " + truncated.string() + ": truncated: its headers reach byte ", 0) == 0);
