@@ -48,15 +48,22 @@ ModelSpec read_model_spec_of(const std::filesystem::path& dir) {
 // The families ft ships.
 inline ModelSpec read_model_spec(const std::filesystem::path& dir) { return read_model_spec_of<Llama, GptNeox>(dir); }
 
+// The model in `dir`, read by whichever of Families lists its architecture.
 // On a device (device/cpu.hpp, device/cuda.cuh): the weights are read on
 // the host and copied there. A model only run forward (inference,
 // evaluation) is loaded with trainable = false: it holds no gradient
 // buffers, which would be as large as its weights.
-template <element T, class Device = device::Cpu>
-std::unique_ptr<Transformer<T, Device>> load_pretrained(const std::filesystem::path& dir, bool trainable = true) {
-  auto model = std::make_unique<Transformer<T, Device>>(read_model_spec(dir), trainable);
+template <element T, class Device, class... Families>
+std::unique_ptr<Transformer<T, Device>> load_pretrained_of(const std::filesystem::path& dir, bool trainable) {
+  auto model = std::make_unique<Transformer<T, Device>>(read_model_spec_of<Families...>(dir), trainable);
   model->load(io::ModelWeights::open(dir));
   return model;
+}
+
+// The same, by the families ft ships.
+template <element T, class Device = device::Cpu>
+std::unique_ptr<Transformer<T, Device>> load_pretrained(const std::filesystem::path& dir, bool trainable = true) {
+  return load_pretrained_of<T, Device, Llama, GptNeox>(dir, trainable);
 }
 
 }  // namespace ft::models

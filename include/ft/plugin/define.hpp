@@ -9,7 +9,7 @@
 // Arguments after the version are Trainer types or ft::plugin::trainers<...>
 // lists (ft::plugin::product<...> builds the cross product of policy lists,
 // and of devices when a sixth list names them). A plugin whose Trainers run
-// on device::Cuda is a CUDA source: nvcc compiles it (plugins/cuda/).
+// on device::Cuda is a CUDA source: nvcc compiles it (plugins/cuda_plugin.cu).
 // For every model family and device among its Trainers, a plugin also
 // offers inference engines in float32 and bfloat16 (what ftrun generate,
 // chat and serve run).
@@ -18,7 +18,6 @@
 #include <algorithm>
 #include <array>
 #include <cstdint>
-#include <filesystem>
 #include <memory>
 #include <exception>
 #include <string>
@@ -31,7 +30,6 @@
 
 #include "ft/core/error.hpp"
 #include "ft/infer/engine_decoder.hpp"
-#include "ft/io/model_weights.hpp"
 #include "ft/models/load.hpp"
 #include "ft/plugin/abi.h"
 #include "ft/plugin/toolchain.hpp"
@@ -183,14 +181,10 @@ struct engine_entry_points {
     std::unique_ptr<models::Transformer<T, Device>> model;
     infer::Engine<T, Device> engine;
     infer::EngineDecoder<T, Device> decoder;
-    explicit Served(const char* dir) : model(load(dir)), engine(*model), decoder(engine) {}
-    static std::unique_ptr<models::Transformer<T, Device>> load(const std::filesystem::path& dir) {
-      // Served models only run forward: no gradient buffers beside the weights.
-      auto m = std::make_unique<models::Transformer<T, Device>>(models::read_model_spec_of<Model>(dir),
-                                                                /*trainable=*/false);
-      m->load(io::ModelWeights::open(dir));
-      return m;
-    }
+    // Served models only run forward: no gradient buffers beside the weights.
+    explicit Served(const char* dir)
+        : model(models::load_pretrained_of<T, Device, Model>(dir, /*trainable=*/false)), engine(*model),
+          decoder(engine) {}
   };
   static infer::Decoder& of(void* engine) { return static_cast<Served*>(engine)->decoder; }
 
