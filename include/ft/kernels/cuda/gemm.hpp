@@ -7,14 +7,16 @@
 //
 // f32 (TF32 tensor cores when asked, as torch.backends.cuda.matmul.allow_tf32),
 // bf16 and fp16 with f32 accumulation, f64. The algorithm cuBLASLt's
-// heuristic picks for a shape is kept with its descriptors, so a training
-// step's repeating shapes pay the search once. Host code only: the library's
-// C API, not nvcc.
+// heuristic picks for a shape and the operands' alignment is kept with its
+// descriptors, so a training step's repeating shapes pay the search once.
+// Host code only: the library's C API, not nvcc.
 #include <cstddef>
+#include <cstdint>
 #include <map>
 #include <memory>
 #include <string>
 #include <tuple>
+#include <utility>
 #include <type_traits>
 
 #include <cublasLt.h>
@@ -68,7 +70,7 @@ public:
   void gemm(Op op_a, Op op_b, index_t M, index_t N, index_t K, acc_t<T> alpha, const T* A, index_t lda,
             const T* B, index_t ldb, acc_t<T> beta, T* C, index_t ldc) {
     if (M == 0 || N == 0) return;
-    const Plan& plan = plan_for<T>(op_a, op_b, M, N, K, lda, ldb, ldc);
+    const Plan& plan = plan_for<T>(op_a, op_b, M, N, K, lda, ldb, ldc, alignment(A), alignment(B), alignment(C));
     check(cublasLtMatmul(handle_, plan.desc, &alpha, B, plan.first, A, plan.second, &beta, C, plan.out, C, plan.out,
                          &plan.algo, workspace_, workspace_bytes_, stream_),
           "cublasLtMatmul");
@@ -89,15 +91,31 @@ private:
       if (desc) cublasLtMatmulDescDestroy(desc);
     }
   };
-  using Key = std::tuple<int, int, int, index_t, index_t, index_t, index_t, index_t, index_t>;
+  using Key = std::tuple<int, int, int, index_t, index_t, index_t, index_t, index_t, index_t, int, int, int>;
+  // A server meets a new row count with each mix of prompts and decodes, so
+  // the cache is bounded: when full it is emptied, and the shapes still in
+  // use pay one heuristic query each again.
+  static constexpr std::size_t max_plans = 4096;
 
   static cublasOperation_t operation(Op op) { return op == Op::none ? CUBLAS_OP_N : CUBLAS_OP_T; }
 
+  // The largest power of two, up to 256, that divides the address. cuBLASLt's
+  // heuristic assumes 256 unless told less, and an algorithm it picks on that
+  // assumption refuses an operand that starts inside a buffer (a slice of
+  // rows, a head's columns).
+  static int alignment(const void* p) {
+    const auto address = reinterpret_cast<std::uintptr_t>(p);
+    int bytes = 1;
+    while (bytes < 256 && address % (2 * bytes) == 0) bytes *= 2;
+    return bytes;
+  }
+
   template <class T>
-  const Plan& plan_for(Op op_a, Op op_b, index_t M, index_t N, index_t K, index_t lda, index_t ldb, index_t ldc) {
-    const Key key{int(cuda_type<T>()), int(op_a), int(op_b), M, N, K, lda, ldb, ldc};
-    std::unique_ptr<Plan>& slot = plans_[key];
-    if (slot) return *slot;
+  const Plan& plan_for(Op op_a, Op op_b, index_t M, index_t N, index_t K, index_t lda, index_t ldb, index_t ldc,
+                       int align_a, int align_b, int align_c) {
+    const Key key{int(cuda_type<T>()), int(op_a), int(op_b), M, N, K, lda, ldb, ldc, align_a, align_b, align_c};
+    if (auto found = plans_.find(key); found != plans_.end()) return *found->second;
+    if (plans_.size() >= max_plans) plans_.clear();
     auto plan = std::make_unique<Plan>();
     const bool f64 = std::is_same_v<T, double>;
     const cublasComputeType_t compute = f64 ? CUBLAS_COMPUTE_64F
@@ -118,23 +136,34 @@ private:
           "cublasLtMatrixLayoutCreate(A)");
     check(cublasLtMatrixLayoutCreate(&plan->out, cuda_type<T>(), std::uint64_t(N), std::uint64_t(M), ldc),
           "cublasLtMatrixLayoutCreate(C)");
-    cublasLtMatmulPreference_t preference = nullptr;
-    check(cublasLtMatmulPreferenceCreate(&preference), "cublasLtMatmulPreferenceCreate");
+    cublasLtMatmulPreference_t created = nullptr;
+    check(cublasLtMatmulPreferenceCreate(&created), "cublasLtMatmulPreferenceCreate");
+    // Destroyed however this function leaves.
+    const std::unique_ptr<std::remove_pointer_t<cublasLtMatmulPreference_t>, decltype(&cublasLtMatmulPreferenceDestroy)>
+        owned(created, &cublasLtMatmulPreferenceDestroy);
+    cublasLtMatmulPreference_t preference = owned.get();
     check(cublasLtMatmulPreferenceSetAttribute(preference, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
                                                &workspace_bytes_, sizeof(workspace_bytes_)),
           "cublasLtMatmulPreferenceSetAttribute");
+    // cuBLASLt's A and B are ours swapped (see the top of this file); C is also its D.
+    const std::pair<cublasLtMatmulPreferenceAttributes_t, std::uint32_t> alignments[] = {
+        {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, std::uint32_t(align_b)},
+        {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, std::uint32_t(align_a)},
+        {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, std::uint32_t(align_c)},
+        {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, std::uint32_t(align_c)}};
+    for (const auto& [attribute, bytes] : alignments)
+      check(cublasLtMatmulPreferenceSetAttribute(preference, attribute, &bytes, sizeof(bytes)),
+            "cublasLtMatmulPreferenceSetAttribute(MIN_ALIGNMENT)");
     cublasLtMatmulHeuristicResult_t result{};
     int found = 0;
     const cublasStatus_t status = cublasLtMatmulAlgoGetHeuristic(handle_, plan->desc, plan->first, plan->second,
                                                                  plan->out, plan->out, preference, 1, &result, &found);
-    cublasLtMatmulPreferenceDestroy(preference);
     check(status, "cublasLtMatmulAlgoGetHeuristic");
     if (found == 0)
       throw Error("cuBLASLt has no algorithm for a " + std::to_string(M) + "x" + std::to_string(N) + "x" +
                   std::to_string(K) + " product of this type and layout");
     plan->algo = result.algo;
-    slot = std::move(plan);
-    return *slot;
+    return *plans_.emplace(key, std::move(plan)).first->second;
   }
 
   cublasLtHandle_t handle_ = nullptr;
