@@ -418,6 +418,19 @@ TEST_CASE("ftrun generate runs the model in a plugin's engine on the device aske
   CHECK(one_line(none.err));
   CHECK(none.err.find("no plugin runs LlamaForCausalLM in float32 on tpu; offered for it: ") != std::string::npos);
   CHECK(none.err.find("(llama, float32) on cpu, (llama, bfloat16) on cpu") != std::string::npos);
+#ifdef FT_WITH_CUDA
+  // The GPU where this build has the CUDA plugin: it generates where a GPU answers (cuda_generate checks its
+  // tokens against HF's), and stops in one line naming the flag where none does.
+  const Run gpu = ftrun(ask + " --device cuda");
+  if (gpu.code == 0) {
+    CHECK(tokens(gpu.out).size() == 2);
+  } else {
+    CHECK(one_line(gpu.err));
+    CHECK(gpu.err.rfind("ftrun: --device cuda, but no device of that kind answers: cudaGetDevice(&index) failed with no "
+                        "usable CUDA device: ",
+                        0) == 0);
+  }
+#endif
 
   // Each plugin lists its inference engines.
   const Run plugins = ftrun("plugins", test_plugins);

@@ -49,7 +49,7 @@ namespace detail {
 
 inline void nccl_check(ncclResult_t status, const char* call) {
   if (status == ncclSuccess || status == ncclInProgress) return;
-  throw Error(std::string(call) + " failed: " + ncclGetErrorString(status));
+  throw Error(cuda::failed_call(call) + ": " + ncclGetErrorString(status));
 }
 
 inline ncclDataType_t nccl_type(Element e) {

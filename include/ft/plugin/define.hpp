@@ -29,6 +29,7 @@
 #include <boost/dll/alias.hpp>
 
 #include "ft/core/error.hpp"
+#include "ft/device/answer.hpp"
 #include "ft/infer/engine_decoder.hpp"
 #include "ft/models/load.hpp"
 #include "ft/plugin/abi.h"
@@ -181,10 +182,12 @@ struct engine_entry_points {
     std::unique_ptr<models::Transformer<T, Device>> model;
     infer::Engine<T, Device> engine;
     infer::EngineDecoder<T, Device> decoder;
+    explicit Served(const char* dir) : model(load(dir)), engine(*model), decoder(engine) {}
     // Served models only run forward: no gradient buffers beside the weights.
-    explicit Served(const char* dir)
-        : model(models::load_pretrained_of<T, Device, Model>(dir, /*trainable=*/false)), engine(*model),
-          decoder(engine) {}
+    static std::unique_ptr<models::Transformer<T, Device>> load(const char* dir) {
+      device::require_answer<Device>("--device " + std::string(Device::name));
+      return models::load_pretrained_of<T, Device, Model>(dir, /*trainable=*/false);
+    }
   };
   static infer::Decoder& of(void* engine) { return static_cast<Served*>(engine)->decoder; }
 

@@ -28,6 +28,7 @@
 #include "ft/comm/world.hpp"
 #include "ft/core/bytes.hpp"
 #include "ft/core/process.hpp"
+#include "ft/device/answer.hpp"
 #include "ft/optim/schedule.hpp"
 #include "ft/train/checkpoint.hpp"
 #include "ft/train/checkpointing.hpp"
@@ -114,14 +115,7 @@ private:
   void run_phases() {
     Run<T, M, Device>& run = run_;
     const recipe::Recipe& r = run.recipe;
-    if constexpr (!std::is_same_v<Device, device::Cpu>) {
-      try {
-        (void)Device::description();
-      } catch (const Error& e) {
-        throw Error("strategy.device = \"" + std::string(Device::name) + "\", but no device of that kind answers: " +
-                    e.what());
-      }
-    }
+    device::require_answer<Device>("strategy.device = \"" + std::string(Device::name) + "\"");
     // A device may bring its own transport for its buffers (NCCL on GPUs).
     if constexpr (requires { Device::join_job(0.0); }) comm_ = Device::join_job(r.launch.collective_timeout);
     else comm_ = comm::join_job(r.launch.collective_timeout);

@@ -12,13 +12,19 @@
 
 namespace ft::cuda {
 
+// "cudaMalloc(...) failed on CUDA device 0", or "... failed with no usable
+// CUDA device" where none can be made current (no driver, no GPU).
+inline std::string failed_call(const char* call) {
+  int device = -1;
+  const bool current = cudaGetDevice(&device) == cudaSuccess;
+  cudaGetLastError();  // a failed call leaves its error pending; the next check must not report it again
+  return std::string(call) +
+         (current ? " failed on CUDA device " + std::to_string(device) : std::string(" failed with no usable CUDA device"));
+}
+
 inline void check(cudaError_t status, const char* call, std::size_t bytes = 0) {
   if (status == cudaSuccess) return;
-  int device = -1;
-  cudaGetDevice(&device);
-  cudaGetLastError();  // a failed call leaves its error pending; the next check must not report it again
-  const std::string what = std::string(call) + " failed on CUDA device " + std::to_string(device) + ": " +
-                           cudaGetErrorName(status) + " (" + cudaGetErrorString(status) + ")";
+  const std::string what = failed_call(call) + ": " + cudaGetErrorName(status) + " (" + cudaGetErrorString(status) + ")";
   if (status == cudaErrorMemoryAllocation) throw OutOfMemory(what, bytes);
   throw Error(what);
 }

@@ -32,10 +32,8 @@ namespace ft::cuda {
 
 inline void check(cublasStatus_t status, const char* call) {
   if (status == CUBLAS_STATUS_SUCCESS) return;
-  int device = -1;
-  cudaGetDevice(&device);
-  const std::string what = std::string(call) + " failed on CUDA device " + std::to_string(device) + ": " +
-                           cublasLtGetStatusName(status) + " (" + cublasLtGetStatusString(status) + ")";
+  const std::string what =
+      failed_call(call) + ": " + cublasLtGetStatusName(status) + " (" + cublasLtGetStatusString(status) + ")";
   if (status == CUBLAS_STATUS_ALLOC_FAILED) throw OutOfMemory(what, 0);
   throw Error(what);
 }
