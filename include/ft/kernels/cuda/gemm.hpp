@@ -10,6 +10,7 @@
 // heuristic picks for a shape and the operands' alignment is kept with its
 // descriptors, so a training step's repeating shapes pay the search once.
 // Host code only: the library's C API, not nvcc.
+#include <bit>
 #include <cstddef>
 #include <cstdint>
 #include <map>
@@ -101,12 +102,7 @@ private:
   // heuristic assumes 256 unless told less, and an algorithm it picks on that
   // assumption refuses an operand that starts inside a buffer (a slice of
   // rows, a head's columns).
-  static int alignment(const void* p) {
-    const auto address = reinterpret_cast<std::uintptr_t>(p);
-    int bytes = 1;
-    while (bytes < 256 && address % (2 * bytes) == 0) bytes *= 2;
-    return bytes;
-  }
+  static int alignment(const void* p) { return 1 << std::countr_zero(reinterpret_cast<std::uintptr_t>(p) | 256u); }
 
   template <class T>
   const Plan& plan_for(Op op_a, Op op_b, index_t M, index_t N, index_t K, index_t lda, index_t ldb, index_t ldc,
