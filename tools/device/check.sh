@@ -10,6 +10,7 @@
 #   ftrun      ftrun generate and serve with --device cuda against the CPU's text
 #   train      ftrun train on the GPU against the CPU, every optimizer and adapter
 #   bench      decode and prefill tokens/s, ft against transformers on the same GPU
+#   step       a bf16 fine-tuning step's tokens/s and MFU (bench_cuda_train_step)
 #
 # Run through the device tool, carrying .device:
 #   run(command: "BUDGET=480 bash tools/device/check.sh", carry: [".device"], timeout_s: 540)
@@ -25,7 +26,7 @@ logs=/tmp/ft-device-logs
 rm -rf "$logs"
 mkdir -p "$out" "$logs"
 steps=("$@")
-((${#steps[@]})) || steps=(device functors parity generate ftrun train bench)
+((${#steps[@]})) || steps=(device functors parity generate ftrun train bench step)
 
 # The programs, at the paths the build gave them, and the libraries they need.
 mkdir -p build/release /tmp/ft-device-lib
@@ -149,6 +150,7 @@ for step in "${steps[@]}"; do
     ftrun) run_step ftrun 180 ftrun_on_device ;;
     train) run_step train 240 'tiny_models && "$bin/cuda_train_check" "$ftrun" models/ft-tiny-llama' ;;
     bench) run_step bench 300 bench_generate ;;
+    step) run_step step 120 '"$bin/bench_cuda_train_step" 5' ;;
     *) results+=("$step: unknown step") ;;
   esac
 done
