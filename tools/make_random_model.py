@@ -8,6 +8,7 @@ tools/bench_torch_cuda.py's, so ft and PyTorch are timed on the same models.
 """
 import argparse
 import os
+import shutil
 import sys
 
 import torch
@@ -27,8 +28,15 @@ def main():
     torch.manual_seed(0)
     config = LlamaConfig(hidden_size=C, num_hidden_layers=L, num_attention_heads=H, num_key_value_heads=G,
                          intermediate_size=Fi, vocab_size=V, tie_word_embeddings=tied, max_position_embeddings=8192)
-    model = LlamaForCausalLM(config).to(getattr(torch, a.dtype))
-    model.save_pretrained(a.out)
+    # Drawn on the GPU where there is one: a 1B model's draws take minutes on a CPU.
+    with torch.device("cuda" if torch.cuda.is_available() else "cpu"):
+        model = LlamaForCausalLM(config).to(getattr(torch, a.dtype))
+    # Written beside the destination and renamed, so a cut-off run leaves no half model behind.
+    staging = a.out.rstrip("/") + ".partial"
+    shutil.rmtree(staging, ignore_errors=True)
+    model.save_pretrained(staging)
+    shutil.rmtree(a.out, ignore_errors=True)
+    os.rename(staging, a.out)
     print(f"{a.shape}: {sum(p.numel() for p in model.parameters()) / 1e6:.1f}M parameters in {a.out}")
 
 
