@@ -7,8 +7,6 @@
 // naming the file and the component.
 #include <doctest/doctest.h>
 
-#include <unistd.h>
-
 #include <atomic>
 #include <filesystem>
 #include <fstream>
@@ -21,7 +19,10 @@
 
 #include <ft/text/tokenizer.hpp>
 
+#include "support/files.hpp"
+
 namespace fs = std::filesystem;
+using ft::testing::error_of;
 using ft::text::AddedToken;
 using ft::text::Tokenizer;
 using nlohmann::json;
@@ -67,39 +68,11 @@ bool matches_hf(const Tokenizer& tok, const json& c, const std::string& where) {
   return ok;
 }
 
-// The message of the ft::Error that `f` throws (fails the test if none).
-template <class F> std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (const ft::Error& e) {
-    return e.what();
-  }
-  FAIL("no ft::Error thrown");
-  return {};
-}
-
 void check_one_line(const std::string& message, std::initializer_list<const char*> parts) {
   CHECK_MESSAGE(message.find('\n') == std::string::npos, message);
   for (const std::string p : parts)
     CHECK_MESSAGE(message.find(p) != std::string::npos, "\"" << p << "\" not in: " << message);
 }
-
-// A fresh file per test, removed afterwards.
-struct TempFile {
-  fs::path path;
-  explicit TempFile(const std::string& content) {
-    static std::atomic<int> counter = 0;
-    path = fs::temp_directory_path() /
-           ("ft_tokenizer_" + std::to_string(::getpid()) + "_" + std::to_string(counter++) + ".json");
-    std::ofstream(path, std::ios::binary) << content;
-  }
-  TempFile(const TempFile&) = delete;
-  TempFile& operator=(const TempFile&) = delete;
-  ~TempFile() {
-    std::error_code ec;
-    fs::remove(path, ec);
-  }
-};
 
 // A small valid tokenizer.json to break in one place at a time.
 json tiny() {
@@ -268,15 +241,16 @@ TEST_CASE("tokenizer: ids outside the vocabulary and invalid UTF-8 are errors") 
 TEST_CASE("tokenizer: unreadable files are one-line errors naming the file") {
   check_one_line(error_of([] { Tokenizer::from_file("/nonexistent/tokenizer.json"); }),
                  {"/nonexistent/tokenizer.json", "cannot be opened"});
-  TempFile broken("{\"model\": ");
-  check_one_line(error_of([&] { Tokenizer::from_file(broken.path); }),
-                 {broken.path.string().c_str(), "not valid JSON"});
-  TempFile huge_number("{\"model\": 2222e1111111}");  // fuzzer finding: nlohmann throws out_of_range, not parse_error
-  check_one_line(error_of([&] { Tokenizer::from_file(huge_number.path); }),
-                 {huge_number.path.string().c_str(), "not valid JSON", "number overflow"});
-  TempFile list("[1, 2]");
-  check_one_line(error_of([&] { Tokenizer::from_file(list.path); }),
-                 {list.path.string().c_str(), "expected an object"});
+  const ft::testing::TempDir dir("ft_tokenizer");
+  const fs::path broken = dir / "broken.json", huge_number = dir / "huge_number.json", list = dir / "list.json";
+  ft::testing::write_bytes(broken, "{\"model\": ");
+  check_one_line(error_of([&] { Tokenizer::from_file(broken); }), {broken.string().c_str(), "not valid JSON"});
+  // A fuzzer's finding: nlohmann throws out_of_range here, not parse_error.
+  ft::testing::write_bytes(huge_number, "{\"model\": 2222e1111111}");
+  check_one_line(error_of([&] { Tokenizer::from_file(huge_number); }),
+                 {huge_number.string().c_str(), "not valid JSON", "number overflow"});
+  ft::testing::write_bytes(list, "[1, 2]");
+  check_one_line(error_of([&] { Tokenizer::from_file(list); }), {list.string().c_str(), "expected an object"});
   CHECK_NOTHROW(Tokenizer::from_json(tiny(), "tiny"));
 }
 
