@@ -188,7 +188,7 @@ int chat(const ChatOptions& o, const Answerer& answer) {
 }  // namespace
 
 int run_chat(const ChatOptions& options) {
-  try {
+  return exit_code_of([&] {
     if (options.url.empty() == options.model.empty())
       throw ft::Error("give a MODEL to load, or --url of a running server (not both)");
     sampling_of(options);
@@ -196,16 +196,7 @@ int run_chat(const ChatOptions& options) {
     if (!options.url.empty()) answerer = remote_answerer(options);
     else answerer = local_answerer(options);
     return chat(options, answerer);
-  } catch (const ft::OutOfMemory& e) {
-    std::cerr << "ftrun: out of memory: " << e.what() << "\n";
-    return out_of_memory;
-  } catch (const ft::Error& e) {
-    std::cerr << "ftrun: " << e.what() << "\n";
-    return bad_input;
-  } catch (const std::exception& e) {  // the device's or the plugin's own failure
-    std::cerr << "ftrun: " << e.what() << "\n";
-    return failed;
-  }
+  });
 }
 
 }  // namespace ftrun

@@ -112,18 +112,7 @@ int generate(const GenerateOptions& o) {
 }  // namespace
 
 int run_generate(const GenerateOptions& options) {
-  try {
-    return generate(options);
-  } catch (const ft::OutOfMemory& e) {
-    std::cerr << "ftrun: out of memory: " << e.what() << "\n";
-    return out_of_memory;
-  } catch (const ft::Error& e) {
-    std::cerr << "ftrun: " << e.what() << "\n";
-    return bad_input;
-  } catch (const std::exception& e) {  // the device's or the plugin's own failure
-    std::cerr << "ftrun: " << e.what() << "\n";
-    return failed;
-  }
+  return exit_code_of([&] { return generate(options); });
 }
 
 }  // namespace ftrun

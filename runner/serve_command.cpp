@@ -776,18 +776,7 @@ int serve(const ServeOptions& o) {
 }  // namespace
 
 int run_serve(const ServeOptions& options) {
-  try {
-    return serve(options);
-  } catch (const ft::OutOfMemory& e) {
-    std::cerr << "ftrun: out of memory: " << e.what() << "\n";
-    return out_of_memory;
-  } catch (const ft::Error& e) {
-    std::cerr << "ftrun: " << e.what() << "\n";
-    return bad_input;
-  } catch (const std::exception& e) {  // the device's or the plugin's own failure
-    std::cerr << "ftrun: " << e.what() << "\n";
-    return failed;
-  }
+  return exit_code_of([&] { return serve(options); });
 }
 
 }  // namespace ftrun
