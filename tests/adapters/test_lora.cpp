@@ -28,6 +28,8 @@
 #include "support/files.hpp"
 #include "support/finite_difference.hpp"
 
+namespace test_lora {
+
 using namespace ft;
 namespace fs = std::filesystem;
 
@@ -344,3 +346,5 @@ TEST_CASE("load_peft_adapter refuses an adapter that does not fit this LoRA") {
   CHECK(scaled.find("scale 2") != std::string::npos);
   CHECK(scaled.find("scale 4") != std::string::npos);
 }
+
+}  // namespace test_lora

@@ -28,6 +28,8 @@
 #include "support/files.hpp"
 #include "support/finite_difference.hpp"
 
+namespace test_prompt_tuning {
+
 using namespace ft;
 namespace fs = std::filesystem;
 
@@ -222,3 +224,5 @@ TEST_CASE("virtual tokens need an adapter to fill them, and cannot be packed") {
   CHECK(b.targets[3] == 3);  // the last virtual token predicts the first real token's label
   CHECK(b.targets[2] == -100);
 }
+
+}  // namespace test_prompt_tuning

@@ -20,6 +20,8 @@
 #include "support/command.hpp"
 #include "support/files.hpp"
 
+namespace test_bench {
+
 namespace fs = std::filesystem;
 
 namespace {
@@ -254,3 +256,5 @@ TEST_CASE("a grid with a wrong key or value is refused before anything runs, nam
   CHECK(d.out.find("--set strategy.parallelism=zero3") != std::string::npos);
   CHECK_FALSE(fs::exists(scratch / "listed"));
 }
+
+}  // namespace test_bench

@@ -16,6 +16,8 @@
 
 #include "support/files.hpp"
 
+namespace test_convert {
+
 namespace fs = std::filesystem;
 
 namespace {
@@ -178,3 +180,5 @@ TEST_CASE("ftrun convert --add-tokens grows tokenizer and embeddings; --chat-tem
   CHECK(bad.err.find("bad.jinja:1:") != std::string::npos);
   CHECK(!fs::exists(scratch / "y"));
 }
+
+}  // namespace test_convert

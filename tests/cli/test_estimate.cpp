@@ -19,6 +19,8 @@
 #include "support/command.hpp"
 #include "support/files.hpp"
 
+namespace test_estimate {
+
 namespace fs = std::filesystem;
 
 namespace {
@@ -409,3 +411,5 @@ TEST_CASE("a job started by the user's own mpirun is refused on every rank, and 
   CHECK(r.err.find(refusal, first + 1) == std::string::npos);
   CHECK_FALSE(fs::exists(scratch / "mpirun" / "metrics.jsonl"));
 }
+
+}  // namespace test_estimate

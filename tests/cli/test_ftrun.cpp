@@ -16,6 +16,8 @@
 
 #include "support/files.hpp"
 
+namespace test_ftrun {
+
 namespace fs = std::filesystem;
 
 namespace {
@@ -496,3 +498,5 @@ TEST_CASE("ftrun chat answers as ftrun generate does, keeps the conversation, an
   CHECK(neither.code == 2);
   CHECK(one_line(neither.err));
 }
+
+}  // namespace test_ftrun

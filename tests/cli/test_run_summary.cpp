@@ -15,6 +15,8 @@
 #include "support/command.hpp"
 #include "support/files.hpp"
 
+namespace test_run_summary {
+
 namespace fs = std::filesystem;
 
 namespace {
@@ -147,3 +149,5 @@ TEST_CASE("a stop rule the recipe cannot use is refused with what is allowed") {
   CHECK(save.code != 0);
   CHECK(save.err.find("one of steps, no") != std::string::npos);
 }
+
+}  // namespace test_run_summary

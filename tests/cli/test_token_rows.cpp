@@ -15,6 +15,8 @@
 #include "support/command.hpp"
 #include "support/files.hpp"
 
+namespace test_token_rows {
+
 namespace fs = std::filesystem;
 
 namespace {
@@ -90,3 +92,5 @@ TEST_CASE("token ids are checked against the embedding's rows, which may exceed 
   CHECK(outside.err.find("outside_rows.jsonl:8: \"input_ids\"[0] = 528 is outside the vocabulary [0, 528)") !=
         std::string::npos);
 }
+
+}  // namespace test_token_rows

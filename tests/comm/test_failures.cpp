@@ -11,6 +11,8 @@
 
 #include "support/files.hpp"
 
+namespace test_failures {
+
 namespace {
 
 namespace fs = std::filesystem;
@@ -57,3 +59,5 @@ TEST_CASE("a rank killed with SIGKILL stops the job, and the survivor names it a
   CHECK(job.err.find("rank 1 (pid ") != std::string::npos);
   CHECK(job.err.find("has died") != std::string::npos);
 }
+
+}  // namespace test_failures

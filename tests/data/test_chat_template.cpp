@@ -19,6 +19,8 @@
 #include <ft/text/chat_template.hpp>
 #include <ft/text/jinja/failure.hpp>
 
+namespace test_chat_template {
+
 namespace fs = std::filesystem;
 using ft::text::ChatOptions;
 using ft::text::ChatTemplate;
@@ -405,3 +407,5 @@ TEST_CASE("strftime_now formats the local time") {
   std::strftime(year, sizeof year, "%Y", &local);
   CHECK(render_source("{{ strftime_now('%Y') }}|{{ strftime_now('') }}", json::object()) == std::string(year) + "|");
 }
+
+}  // namespace test_chat_template

@@ -35,6 +35,8 @@
 
 #include "support/files.hpp"
 
+namespace test_examples {
+
 namespace fs = std::filesystem;
 using ft::data::BatchPlan;
 using ft::text::ChatOptions;
@@ -851,3 +853,5 @@ TEST_CASE("prepared cache: the mapped tokens are the examples, in order, and a s
   CHECK(error_of([&] { ft::data::load_prepared(r, text); }).find("is not an ft token cache") != std::string::npos);
   CHECK(fs::exists(dir / "mine/notes.txt"));
 }
+
+}  // namespace test_examples

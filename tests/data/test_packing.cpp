@@ -16,6 +16,8 @@
 #include <ft/text/model_text.hpp>
 #include <ft/models/load.hpp>
 
+namespace test_packing {
+
 namespace fs = std::filesystem;
 using namespace ft;
 
@@ -96,3 +98,5 @@ TEST_CASE("packing: the same documents packed or padded give the same per-docume
   }
   CHECK(ft::testing::relative_error(packed.gradients, padded.gradients) < 1e-6);  // read back as float
 }
+
+}  // namespace test_packing

@@ -21,6 +21,8 @@
 
 #include "support/files.hpp"
 
+namespace test_tokenizer {
+
 namespace fs = std::filesystem;
 using ft::testing::error_of;
 using ft::text::AddedToken;
@@ -329,3 +331,5 @@ TEST_CASE("tokenizer: the tiny tokenizer encodes as BPE should") {
   CHECK(tok.decode(tok.encode("ab ab<s>ba"), true) == "ab abba");
   CHECK(tok.encode("zz ab") == std::vector<std::int32_t>{4});  // no unknown token: HF drops what it cannot encode
 }
+
+}  // namespace test_tokenizer

@@ -31,6 +31,8 @@
 #include "support/cpu_as_device.hpp"
 #include "support/generate_fixtures.hpp"
 
+namespace test_generate {
+
 using namespace ft;
 
 namespace {
@@ -708,3 +710,5 @@ TEST_CASE("a service batches requests from many threads, bounds its queue, and c
     CHECK(decoder.free_slots() == 1);
   }
 }
+
+}  // namespace test_generate

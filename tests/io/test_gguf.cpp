@@ -26,6 +26,8 @@
 #include <ft/io/model_weights.hpp>
 #include <ft/io/safetensors.hpp>
 
+namespace test_gguf {
+
 namespace fs = std::filesystem;
 using namespace ft::io;
 
@@ -489,3 +491,5 @@ TEST_CASE("gguf: a file cut short anywhere is refused") {
   }
   CHECK(refused == int(cuts.size()));
 }
+
+}  // namespace test_gguf

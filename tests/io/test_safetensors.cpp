@@ -22,6 +22,8 @@
 #include <ft/io/model_weights.hpp>
 #include <ft/io/safetensors.hpp>
 
+namespace test_safetensors {
+
 namespace fs = std::filesystem;
 using ft::bf16;
 using ft::f16;
@@ -562,3 +564,5 @@ TEST_CASE("safetensors ModelWeights resolves names across shards") {
           file.string() + ": is not a directory (expected a model directory holding model.safetensors)");
   }
 }
+
+}  // namespace test_safetensors

@@ -11,6 +11,8 @@
 #include <ft/io/model_weights.hpp>
 #include <ft/io/torch_checkpoint.hpp>
 
+namespace test_torch_checkpoint {
+
 using namespace ft;
 namespace fs = std::filesystem;
 
@@ -86,3 +88,5 @@ TEST_CASE("torch checkpoints that are not plain state dicts, or are damaged, are
   }
   fs::remove(cut);
 }
+
+}  // namespace test_torch_checkpoint

@@ -9,6 +9,8 @@
 
 #include <ft/models/load.hpp>
 
+namespace test_config {
+
 using namespace ft;
 namespace fs = std::filesystem;
 
@@ -87,3 +89,5 @@ TEST_CASE("the parameter count from the configuration is what the model allocate
     CHECK(model.parameter_count() == models::parameter_count(model.config()));
   }
 }
+
+}  // namespace test_config

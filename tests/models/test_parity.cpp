@@ -18,6 +18,8 @@
 #include <ft/models/load.hpp>
 #include <ft/models/save.hpp>
 
+namespace test_parity {
+
 using namespace ft;
 namespace fs = std::filesystem;
 
@@ -187,3 +189,5 @@ TEST_CASE("a saved model holds the tensors it loaded: bit for bit in f32, rounde
     }
   }
 }
+
+}  // namespace test_parity

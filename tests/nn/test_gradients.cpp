@@ -12,6 +12,8 @@
 
 #include "support/finite_difference.hpp"
 
+namespace test_gradients {
+
 using namespace ft;
 using namespace ft::nn;
 using ft::testing::dot;
@@ -242,3 +244,5 @@ TEST_CASE("fused LM head cross-entropy: loss, ignore index, chunking and token c
     expect_gradient("weight", W, dW, probe);
   }
 }
+
+}  // namespace test_gradients

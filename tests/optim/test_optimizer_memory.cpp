@@ -17,6 +17,8 @@
 
 #include "support/cpu_as_device.hpp"
 
+namespace test_optimizer_memory {
+
 namespace {
 
 using namespace ft;
@@ -78,3 +80,5 @@ TEST_CASE("the estimate's optimizer state and step scratch are what the optimize
 TEST_CASE("the estimate's optimizer state and step scratch are the caching allocator's blocks on a device") {
   check_every_optimizer<testing::CpuAsDevice>(true);
 }
+
+}  // namespace test_optimizer_memory

@@ -12,6 +12,8 @@
 #include <ft/optim/schedule.hpp>
 #include <ft/optim/update.hpp>
 
+namespace test_optimizers {
+
 using namespace ft;
 using Vec = std::vector<double>;
 
@@ -100,3 +102,5 @@ TEST_CASE("global-norm clipping scales every buffer together, as clip_grad_norm_
     for (std::size_t i = 0; i < 3; ++i) CHECK(max_difference(grads[i], c["clipped"][i].get<Vec>()) < 1e-12);
   }
 }
+
+}  // namespace test_optimizers

@@ -19,6 +19,8 @@
 #include <ft/optim/adafactor.hpp>
 #include <ft/optim/adamw8bit.hpp>
 
+namespace test_optimizers_extra {
+
 using namespace ft;
 using Vec = std::vector<double>;
 
@@ -410,3 +412,5 @@ TEST_CASE("tensors under 4096 elements keep f32 moments and step exactly as Adam
                        "adamw8bit_state(5000)",
                        Error);
 }
+
+}  // namespace test_optimizers_extra

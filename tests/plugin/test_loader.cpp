@@ -19,6 +19,8 @@
 
 #include "support/generate_fixtures.hpp"
 
+namespace test_loader {
+
 namespace fs = std::filesystem;
 using ft::plugin::Plugin;
 
@@ -217,3 +219,5 @@ TEST_CASE("corrupt and truncated files are refused") {
   fs::remove(truncated);
   fs::remove(empty);
 }
+
+}  // namespace test_loader

@@ -4,6 +4,8 @@
 
 #include <ft/recipe/load.hpp>
 
+namespace test_binding {
+
 using namespace ft::recipe;
 
 namespace {
@@ -121,3 +123,5 @@ TEST_CASE("emit writes documented TOML that reads back to the same values") {
   CHECK(back.rate == o.rate);
   CHECK(back.inner.names == o.inner.names);
 }
+
+}  // namespace test_binding

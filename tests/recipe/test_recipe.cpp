@@ -4,6 +4,8 @@
 #include <ft/recipe/load.hpp>
 #include <ft/recipe/recipe.hpp>
 
+namespace test_recipe {
+
 using namespace ft::recipe;
 
 namespace {
@@ -61,3 +63,5 @@ TEST_CASE("a missing recipe file is one line") {
   CHECK_THROWS_WITH_AS(load<Recipe>("/nonexistent/recipe.toml"), "/nonexistent/recipe.toml: no such recipe file",
                        ft::Error);
 }
+
+}  // namespace test_recipe

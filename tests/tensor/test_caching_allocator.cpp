@@ -7,6 +7,8 @@
 #include <ft/tensor/caching_allocator.hpp>
 #include <ft/tensor/memory.hpp>
 
+namespace test_caching_allocator {
+
 using namespace ft;
 
 namespace {
@@ -149,3 +151,5 @@ TEST_CASE("host pages: room held for others' memory (MPI's scratch) comes out of
   cache.release_cached();
   CHECK(SmallDevice::used == 0);
 }
+
+}  // namespace test_caching_allocator

@@ -6,6 +6,8 @@
 
 #include <ft/tensor/tensor.hpp>
 
+namespace test_tensor {
+
 using namespace ft;
 
 TEST_CASE("slices, transposes and reshapes are views of the same storage") {
@@ -62,3 +64,5 @@ TEST_CASE("bf16 and f16 round to nearest even and keep specials") {
     CHECK(std::abs(float(f16(x)) - x) <= std::abs(x) / 2048 + 6e-8f);
   }
 }
+
+}  // namespace test_tensor

@@ -30,6 +30,8 @@
 #include "support/compare.hpp"
 #include "support/files.hpp"
 
+namespace test_distributed {
+
 namespace fs = std::filesystem;
 
 namespace {
@@ -920,3 +922,5 @@ TEST_CASE("every pipeline schedule on the CPU standing in for a device trains bi
     CHECK(std::abs(final_eval_loss(cpu) - final_eval_loss(device)) < exactly);
   }
 }
+
+}  // namespace test_distributed

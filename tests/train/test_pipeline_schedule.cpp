@@ -11,6 +11,8 @@
 
 #include <ft/parallel/pipeline_timeline.hpp>
 
+namespace test_pipeline_schedule {
+
 using namespace ft::parallel;
 
 namespace {
@@ -92,3 +94,5 @@ TEST_CASE("a timeline record reads back as it was written") {
   CHECK(t.busy(0) == doctest::Approx(1.0));
   CHECK(t.bubble(0) == doctest::Approx(1 - 1.0 / 2.25));
 }
+
+}  // namespace test_pipeline_schedule

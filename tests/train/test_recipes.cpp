@@ -15,6 +15,8 @@
 
 #include <toml++/toml.h>
 
+namespace test_recipes {
+
 namespace fs = std::filesystem;
 
 TEST_CASE("every shipped recipe trains for 2 steps as shipped") {
@@ -54,3 +56,5 @@ TEST_CASE("every shipped recipe trains for 2 steps as shipped") {
   CHECK(trained >= 6);  // the tiny models' recipes are always there
   fs::remove_all(out);
 }
+
+}  // namespace test_recipes

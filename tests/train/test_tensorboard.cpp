@@ -22,6 +22,8 @@
 
 #include <ft/train/tensorboard.hpp>
 
+namespace test_tensorboard {
+
 namespace fs = std::filesystem;
 using ft::train::TensorBoardWriter;
 
@@ -311,3 +313,5 @@ TEST_CASE("read_tensorboard.py refuses a directory without an event file") {
   const std::string script = std::string(FT_SOURCE_DIR) + "/tools/read_tensorboard.py";
   CHECK(run(quoted(python) + " " + quoted(script) + " " + quoted(dir.path.string()) + " 2>/dev/null").first == 1);
 }
+
+}  // namespace test_tensorboard

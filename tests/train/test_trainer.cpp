@@ -6,6 +6,8 @@
 
 #include "support/cpu_as_device.hpp"
 
+namespace test_trainer {
+
 using namespace ft;
 
 namespace {
@@ -102,3 +104,5 @@ TEST_CASE("the plan states dtypes and bytes per parameter from the policies") {
   // bf16 weight 2 + f32 gradient 4 + f32 master 4 + AdamW moments 8.
   CHECK(plan.find("per trainable parameter: 18 (weight 2, gradient 4, master 4, optimizer 8)") != std::string::npos);
 }
+
+}  // namespace test_trainer

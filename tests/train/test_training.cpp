@@ -25,6 +25,8 @@
 
 #include "support/files.hpp"
 
+namespace test_training {
+
 namespace fs = std::filesystem;
 
 namespace {
@@ -551,3 +553,5 @@ TEST_CASE("the optimizer fused into backward gives the same weights and holds on
     CHECK(b[3]["peak_memory_bytes"].get<double>() < a[3]["peak_memory_bytes"].get<double>());
   }
 }
+
+}  // namespace test_training
