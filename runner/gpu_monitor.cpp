@@ -13,7 +13,9 @@
 #include <ft/core/error.hpp>
 
 namespace ftrun {
-namespace {
+// Named rather than anonymous: GpuMonitor::Sampler, declared in the header,
+// holds these types.
+namespace nvml_sampling {
 
 // The part of NVML's C interface that ftrun calls (nvml.h; its ABI is kept
 // across driver versions, and the _v2 names are the current entry points).
@@ -136,15 +138,18 @@ private:
   nvmlReturn_t (*power_limit_)(nvmlDevice_t, unsigned int*) = nullptr;
 };
 
-}  // namespace
+}  // namespace nvml_sampling
 
-std::vector<GpuProperty> no_gpu_properties() { return properties_of(Series{}, 0.0); }
+std::vector<GpuProperty> no_gpu_properties() {
+  return nvml_sampling::properties_of(nvml_sampling::Series{}, 0.0);
+}
 
 struct GpuMonitor::Sampler {
+  using Nvml = nvml_sampling::Nvml;
   Nvml nvml;
-  std::vector<nvmlDevice_t> devices;
+  std::vector<nvml_sampling::nvmlDevice_t> devices;
   std::chrono::milliseconds period;
-  Series series;
+  nvml_sampling::Series series;
   double memory_peak = 0;
   std::string error;  // the first failed reading's
   std::mutex mutex;
@@ -160,8 +165,8 @@ struct GpuMonitor::Sampler {
     std::unique_lock lock(mutex);
     do {
       try {
-        std::array<double, series_names.size()> mean{};
-        for (nvmlDevice_t d : devices) {
+        std::array<double, nvml_sampling::series_names.size()> mean{};
+        for (nvml_sampling::nvmlDevice_t d : devices) {
           const Nvml::Reading r = nvml.read(d);
           mean[0] += r.compute;
           mean[1] += r.memory;
@@ -196,7 +201,7 @@ GpuMonitor::~GpuMonitor() {
 std::vector<GpuProperty> GpuMonitor::finish() {
   sampler_->stop();
   if (sampler_->series[0].empty()) throw ft::Error(sampler_->error);
-  return properties_of(sampler_->series, sampler_->memory_peak);
+  return nvml_sampling::properties_of(sampler_->series, sampler_->memory_peak);
 }
 
 }  // namespace ftrun
