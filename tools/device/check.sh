@@ -61,7 +61,9 @@ for d in "${cuda_dirs[@]}"; do ft_ldp+=":$d"; done
 ft_ldp+="${image_ldp:+:$image_ldp}"
 # ft's programs run with the packed libraries; Python (torch, transformers) with the image's own.
 export LD_LIBRARY_PATH="$ft_ldp"
-py() { LD_LIBRARY_PATH="$image_ldp" python3 "$@"; }
+py() {
+  if [ -n "$image_ldp" ]; then LD_LIBRARY_PATH="$image_ldp" python3 "$@"; else env -u LD_LIBRARY_PATH python3 "$@"; fi
+}
 echo "pass of $(cat .device/commit 2>/dev/null || echo '?') on $(timeout 20 nvidia-smi -L 2>&1 | head -1)"
 echo "libraries: $LD_LIBRARY_PATH"
 ldd "$bin"/* build/release/lib/ft/plugins/*.so >"$logs/ldd.log" 2>&1
