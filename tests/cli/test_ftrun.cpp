@@ -15,6 +15,7 @@
 #include <ft/io/safetensors.hpp>
 
 #include "support/files.hpp"
+#include "support/skip.hpp"
 
 namespace test_ftrun {
 
@@ -446,8 +447,7 @@ TEST_CASE("ftrun generate on SmolLM2-135M-Instruct (the GGUF, converted) answers
   // tools/make_smollm2_generate_fixture.py wrote HF's answers; the GGUF is fetched, not shipped.
   const fs::path gguf = fs::path(FT_SOURCE_DIR) / "models/smollm2-135m-instruct/SmolLM2-135M-Instruct.Q4_1.gguf";
   if (!fs::exists(gguf)) {
-    MESSAGE("skipped: no " << gguf.string() << " (bash tools/fetch_smollm2.sh fetches it)");
-    return;
+    return ft::test::skip("no " + gguf.string() + " (bash tools/fetch_smollm2.sh fetches it)");
   }
   const fs::path hf = scratch / "smollm2";
   const Run converted = ftrun("convert " + gguf.string() + " " + hf.string() + " --force");

@@ -29,6 +29,7 @@
 
 #include "support/compare.hpp"
 #include "support/files.hpp"
+#include "support/skip.hpp"
 
 namespace test_distributed {
 
@@ -573,9 +574,9 @@ TEST_CASE("two nodes x two ranks over TCP between network namespaces train what 
                            tag + " && ip -n " + ns1 + " link set fta" + tag + " up && ip -n " + ns2 + " link set ftb" +
                            tag + " up && ip -n " + ns1 + " link set lo up && ip -n " + ns2 + " link set lo up";
   if (::geteuid() != 0 || std::system((make + " 2>" + (dir / "netns_error").string()).c_str()) != 0) {
-    MESSAGE("skipped: network namespaces cannot be made here (needs root and iproute2): " << read_bytes(dir / "netns_error"));
     std::system(("ip netns del " + ns1 + " 2>/dev/null; ip netns del " + ns2 + " 2>/dev/null").c_str());
-    return;
+    return ft::test::skip("network namespaces cannot be made here (needs root and iproute2): " +
+                          read_bytes(dir / "netns_error"));
   }
   std::ofstream(dir / "agent.sh") << "#!/bin/sh\n# mpirun's launch agent: AGENT HOST COMMAND... runs COMMAND on that \"machine\".\n"
                                   << "case $1 in 10.77.0.1) ns=" << ns1 << "; name=node1;; *) ns=" << ns2
@@ -614,8 +615,7 @@ TEST_CASE("Slurm: ranks started by srun --mpi=pmix, and by ftrun's mpirun in an 
   const fs::path dir = scratch / "slurm";
   const std::string cluster = std::string(FT_SOURCE_DIR) + "/tests/train/slurm_cluster.sh ";
   if (::geteuid() != 0 || std::system("command -v srun sbatch slurmctld slurmd munged >/dev/null") != 0) {
-    MESSAGE("skipped: a Slurm cluster cannot be started here (needs root and the slurm-wlm and munge packages)");
-    return;
+    return ft::test::skip("a Slurm cluster cannot be started here (needs root and the slurm-wlm and munge packages)");
   }
   fs::create_directories(dir);
   const int started = std::system((cluster + "start " + dir.string() + " 2>" + (dir / "error").string()).c_str());

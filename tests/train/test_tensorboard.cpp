@@ -3,6 +3,8 @@
 // read by the real TensorBoard loader through tools/read_tensorboard.py.
 #include <doctest/doctest.h>
 
+#include "support/skip.hpp"
+
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -269,12 +271,10 @@ TEST_CASE("TensorBoardWriter names the path it cannot create") {
 TEST_CASE("TensorBoard's own event file loader reads the writer's scalars") {
   const char* python = std::getenv("FT_PYTHON");
   if (!python || !*python) {
-    MESSAGE("skipped: FT_PYTHON is not set (it names a Python with the `tensorboard` package)");
-    return;
+    return ft::test::skip("FT_PYTHON is not set (it names a Python with the `tensorboard` package)");
   }
   if (run(quoted(python) + " -c 'import tensorboard' >/dev/null 2>&1").first != 0) {
-    MESSAGE("skipped: " << std::string(python) << " cannot `import tensorboard` (pip install tensorboard)");
-    return;
+    return ft::test::skip(std::string(python) + " cannot `import tensorboard` (pip install tensorboard)");
   }
   TempDir dir("loader");
   {
@@ -305,8 +305,7 @@ TEST_CASE("TensorBoard's own event file loader reads the writer's scalars") {
 TEST_CASE("read_tensorboard.py refuses a directory without an event file") {
   const char* python = std::getenv("FT_PYTHON");
   if (!python || !*python || run(quoted(python) + " -c 'import tensorboard' >/dev/null 2>&1").first != 0) {
-    MESSAGE("skipped: FT_PYTHON is unset or has no `tensorboard` package");
-    return;
+    return ft::test::skip("FT_PYTHON is unset or has no `tensorboard` package");
   }
   TempDir dir("empty");
   fs::create_directories(dir.path);
