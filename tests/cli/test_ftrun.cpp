@@ -204,7 +204,10 @@ TEST_CASE("recipe errors are one line with file, line, column and key; exit 2") 
   r = ftrun("train " + recipe("") + " --dry-run --set data.validation=/nonexistent.jsonl");
   CHECK(r.code == 2);
   CHECK(r.err == "ftrun: command line (--set data.validation=/nonexistent.jsonl): data.validation: no such file: "
-                 "/nonexistent.jsonl; allowed: a JSONL or JSON file (or \"\" for none)\n");
+                 "/nonexistent.jsonl; allowed: a JSONL or JSON file, or artificial:[<word>-]chars-<N>-entries-<M> or "
+                 "artificial:[<word>-]tokens-<N>[plus]-entries-<M>, counts with an optional k (x 1024) or m (x 1024^2), "
+                 "e.g. artificial:news-chars-512-entries-4096 or artificial:news-tokens-128kplus-entries-320 "
+                 "(or \"\" for none)\n");
 
   r = ftrun("train /nonexistent/recipe.toml --dry-run");
   CHECK(r.code == 2);
