@@ -7,7 +7,12 @@
 function(ft_add_plugin target)
   cmake_parse_arguments(PARSE_ARGV 1 arg "" "OUTPUT_DIRECTORY" "SOURCES")
   add_library(${target} MODULE ${arg_SOURCES})
-  target_link_libraries(${target} PRIVATE ft::ft)
+  # The engine ft compiled once, where this build or package has it.
+  if(TARGET ft::engine)
+    target_link_libraries(${target} PRIVATE ft::engine)
+  else()
+    target_link_libraries(${target} PRIVATE ft::ft)
+  endif()
   set_target_properties(${target} PROPERTIES
     PREFIX "lib"
     CXX_VISIBILITY_PRESET hidden

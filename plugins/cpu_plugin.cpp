@@ -3,8 +3,7 @@
 // The families share one source because the engine behind a Trainer does
 // not depend on the family: compiled once, it serves both.
 #include <ft/plugin/define.hpp>
-
-#include "stock_policies.hpp"
+#include <ft/stock.hpp>
 
 FT_PLUGIN("ft-cpu", FT_VERSION_STRING,
           ft::plugin::product<ft::stock::Families, ft::stock::Precisions, ft::stock::Parallelisms,

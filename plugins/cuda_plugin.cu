@@ -6,8 +6,7 @@
 // or a pipeline.
 #include <ft/device/cuda.cuh>
 #include <ft/plugin/define.hpp>
-
-#include "stock_policies.hpp"
+#include <ft/stock.hpp>
 
 FT_PLUGIN("ft-cuda", FT_VERSION_STRING,
           ft::plugin::product<ft::stock::Families, ft::stock::Precisions, ft::stock::Parallelisms,

@@ -12,6 +12,7 @@
 #include <ft/core/bytes.hpp>
 #include <ft/estimate/memory.hpp>
 #include <ft/recipe/load.hpp>
+#include <ft/stock.hpp>
 
 #include "commands.hpp"
 #include "exit_code.hpp"
@@ -96,9 +97,10 @@ int run_estimate(const EstimateOptions& options) {
 
     // The other choices, at the recipe's ranks (2 when it has one).
     const std::int64_t ranks = r.launch.nproc > 1 ? r.launch.nproc : 2;
-    std::vector<Option> choices{{"single", "none", 1}, {"single", "every_block", 1}};
-    for (const char* p : {"ddp", "zero1", "zero2", "zero3"})
-      for (const char* k : {"none", "every_block"}) choices.push_back({p, k, ranks});
+    using namespace ft::parallel;
+    std::vector<Option> choices{{std::string(Single::name), "none", 1}, {std::string(Single::name), "every_block", 1}};
+    for (std::string_view p : {DDP::name, ZeRO<1>::name, ZeRO<2>::name, ZeRO<3>::name})
+      for (const char* k : {"none", "every_block"}) choices.push_back({std::string(p), k, ranks});
     std::vector<std::pair<Option, ft::estimate::MemoryEstimate>> table;
     for (const Option& o : choices) {
       ft::recipe::Recipe other = r;

@@ -13,6 +13,7 @@
 #include <ft/core/process.hpp>
 #include <ft/estimate/memory.hpp>
 #include <ft/kernels/gemm.hpp>
+#include <ft/stock.hpp>
 #include <ft/train/flops.hpp>
 
 namespace ftrun {
@@ -45,15 +46,17 @@ std::vector<Change> changes(const ft::recipe::Recipe& r) {
   if (r.train.gradient_checkpointing != "every_block")
     add("train.gradient_checkpointing = \"every_block\"",
         [](ft::recipe::Recipe& x) { x.train.gradient_checkpointing = "every_block"; });
+  const auto quoted = [](std::string_view name) { return "\"" + std::string(name) + "\""; };
   if (r.launch.nproc > 1)
-    for (const char* stage : {"zero1", "zero2", "zero3"})
+    for (std::string_view stage : {ft::parallel::ZeRO<1>::name, ft::parallel::ZeRO<2>::name, ft::parallel::ZeRO<3>::name})
       if (r.strategy.parallelism != stage)
-        add(std::string("strategy.parallelism = \"") + stage + "\"",
-            [&](ft::recipe::Recipe& x) { x.strategy.parallelism = stage; });
-  if (r.strategy.optimizer == "adamw")
-    add("strategy.optimizer = \"adamw8bit\"", [](ft::recipe::Recipe& x) { x.strategy.optimizer = "adamw8bit"; });
-  if (r.strategy.adapter == "full")
-    add("strategy.adapter = \"lora\"", [](ft::recipe::Recipe& x) { x.strategy.adapter = "lora"; });
+        add("strategy.parallelism = " + quoted(stage), [&](ft::recipe::Recipe& x) { x.strategy.parallelism = stage; });
+  if (r.strategy.optimizer == ft::optim::AdamW::name)
+    add("strategy.optimizer = " + quoted(ft::optim::AdamW8bit::name),
+        [](ft::recipe::Recipe& x) { x.strategy.optimizer = ft::optim::AdamW8bit::name; });
+  if (r.strategy.adapter == ft::adapters::Full::name)
+    add("strategy.adapter = " + quoted(ft::adapters::LoRA::name),
+        [](ft::recipe::Recipe& x) { x.strategy.adapter = ft::adapters::LoRA::name; });
   return out;
 }
 

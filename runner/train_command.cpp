@@ -17,16 +17,11 @@
 #include <tuple>
 #include <vector>
 
-#include <ft/adapters/adapter.hpp>
 #include <ft/comm/job.hpp>
 #include <ft/io/hf_config.hpp>
-#include <ft/models/gpt_neox.hpp>
-#include <ft/models/llama.hpp>
-#include <ft/optim/optimizer.hpp>
-#include <ft/parallel/parallelism.hpp>
-#include <ft/precision/precision.hpp>
 #include <ft/recipe/load.hpp>
 #include <ft/recipe/recipe.hpp>
+#include <ft/stock.hpp>
 
 #include "commands.hpp"
 #include "exit_code.hpp"
@@ -41,12 +36,7 @@ using Loaded = ft::recipe::Loaded<ft::recipe::Recipe>;
 
 // The policies this ftrun knows by name, to spell a missing combination in C++.
 // Policies of third-party plugins are spelled by the plugins themselves.
-using KnownPolicies =
-    std::tuple<ft::models::Llama, ft::models::GptNeox, ft::precision::FP32, ft::precision::BF16True,
-               ft::precision::BF16Mixed, ft::precision::FP16Mixed, ft::parallel::Single, ft::parallel::DDP,
-               ft::parallel::ZeRO<1>, ft::parallel::ZeRO<2>, ft::parallel::ZeRO<3>, ft::optim::SGD,
-               ft::optim::AdamW, ft::optim::Adafactor, ft::optim::AdamW8bit, ft::optim::Lion,
-               ft::adapters::Full, ft::adapters::LoRA, ft::adapters::Prompt>;
+using KnownPolicies = ft::stock::All;
 
 template <class Family>
 std::string cpp_name(std::string_view name) {

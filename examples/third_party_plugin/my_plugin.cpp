@@ -4,21 +4,28 @@
 // name, `strategy.optimizer = "sgd-nesterov"`, once ftrun loads this library.
 #include <ft/models/gpt_neox.hpp>
 #include <ft/models/llama.hpp>
+#include <ft/optim/runtime.hpp>
 #include <ft/plugin/define.hpp>
 
 namespace my {
 
-// The run-time half of the policy: one momentum buffer per flat parameter buffer.
+// The run-time half of the policy: one momentum buffer per flat part of a
+// parameter buffer, made from the part's tensors, its size and the recipe's
+// [train] section, as every optimizer runtime is.
 template <class M>
-class NesterovStep final : public ft::train::ParameterOptimizer<M> {
+class NesterovStep final : public ft::optim::Runtime<M> {
 public:
-  NesterovStep(ft::index_t n, ft::optim::Hyperparameters h) : h_(h), momentum_(std::size_t(n), 0.0f) {}
+  NesterovStep(const std::vector<ft::models::ParameterEntry>&, ft::index_t n, const ft::recipe::TrainSection& t)
+      : h_(ft::optim::hyperparameters(t)), momentum_(std::size_t(n), 0.0f) {
+    h_.momentum = t.momentum > 0 ? t.momentum : 0.9;
+    h_.nesterov = true;
+  }
   void step(M* values, const M* grads, double lr, std::int64_t step) override {
     ft::optim::Hyperparameters h = h_;
     h.lr = lr;
     ft::optim::sgd_step(values, grads, momentum_.data(), ft::index_t(momentum_.size()), h, step);
   }
-  std::vector<ft::train::StateArray> state() override {
+  std::vector<ft::optim::StateArray> state() override {
     return {{"momentum_buffer", "F32", momentum_.data(), momentum_.size() * sizeof(float)}};
   }
 
@@ -27,19 +34,14 @@ private:
   std::vector<float> momentum_;
 };
 
+// Its runtime takes no device, so it steps on the CPU (and on a GPU only
+// with strategy.optimizer_offload).
 struct NesterovSGD : ft::optim::Policy {
   static constexpr std::string_view name = "sgd-nesterov";
   static constexpr std::string_view type_name = "my::NesterovSGD";
   static constexpr double state_bytes = 4;  // one momentum buffer
-
   template <class M>
-  static std::unique_ptr<ft::train::ParameterOptimizer<M>> make(const std::vector<ft::models::ParameterEntry>&,
-                                                                ft::index_t size, const ft::recipe::TrainSection& t) {
-    ft::optim::Hyperparameters h = ft::train::hyperparameters(t);
-    h.momentum = t.momentum > 0 ? t.momentum : 0.9;
-    h.nesterov = true;
-    return std::make_unique<NesterovStep<M>>(size, h);
-  }
+  using runtime = NesterovStep<M>;
 };
 static_assert(ft::optimizer_policy<NesterovSGD>);
 

@@ -12,8 +12,11 @@
 #include <vector>
 
 #include <ft/estimate/memory.hpp>
+#include <ft/optim/adafactor_runtime.hpp>
+#include <ft/optim/adamw8bit_runtime.hpp>
+#include <ft/optim/elementwise_runtimes.hpp>
 #include <ft/optim/optimizer.hpp>
-#include <ft/train/optimizer_state.hpp>
+#include <ft/train/makers.hpp>
 
 #include "support/cpu_as_device.hpp"
 
@@ -49,7 +52,7 @@ void check_terms(const std::string& optimizer, bool cached) {
 
   memory::Array<float, Memory> p{std::size_t(size)}, g{std::size_t(size)};
   const std::size_t before = Memory::stats().current();
-  const auto made = train::make_parameter_optimizer<Policy, float, Device>(entries, size, t);
+  const auto made = train::make_optimizer_runtime<Policy, float, Device>(entries, size, t);
   CHECK(Memory::stats().current() - before ==
         estimate::detail::optimizer_state_bytes<float>(optimizer, entries, size, t, block));
 

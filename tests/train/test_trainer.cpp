@@ -33,35 +33,32 @@ std::string refusal(const std::string& extra) {
 }  // namespace
 
 namespace {
-// An optimizer policy from outside ft that brings its own optimizer, a host one.
+// An optimizer policy from outside ft that brings its own runtime, a host one.
 template <class M>
-struct HostSgd final : train::ParameterOptimizer<M> {
+struct HostSgd final : optim::Runtime<M> {
   index_t n;
-  explicit HostSgd(index_t size) : n(size) {}
+  HostSgd(const std::vector<models::ParameterEntry>&, index_t size, const recipe::TrainSection&) : n(size) {}
   void step(M* values, const M* grads, double lr, std::int64_t) override {
     for (index_t i = 0; i < n; ++i) values[i] = M(float(values[i]) - float(lr) * float(grads[i]));
   }
-  std::vector<train::StateArray> state() override { return {}; }
+  std::vector<optim::StateArray> state() override { return {}; }
 };
 struct HostOnlyOptimizer : optim::Policy {
   static constexpr std::string_view name = "host-sgd";
   static constexpr std::string_view type_name = "HostOnlyOptimizer";
   static constexpr double state_bytes = 0;
   template <class M>
-  static std::unique_ptr<train::ParameterOptimizer<M>> make(const std::vector<models::ParameterEntry>&, index_t size,
-                                                            const recipe::TrainSection&) {
-    return std::make_unique<HostSgd<M>>(size);
-  }
+  using runtime = HostSgd<M>;
 };
 }  // namespace
 
 TEST_CASE("an optimizer policy's own host optimizer steps on the CPU and is refused on a device in one line") {
   const recipe::TrainSection train;
-  auto on_cpu = train::make_parameter_optimizer<HostOnlyOptimizer, float>({}, 3, train);
+  auto on_cpu = train::make_optimizer_runtime<HostOnlyOptimizer, float, device::Cpu>({}, 3, train);
   std::vector<float> p{1, 2, 3}, g{1, 1, 1};
   on_cpu->step(p.data(), g.data(), 0.5, 1);
   CHECK(p == std::vector<float>{0.5f, 1.5f, 2.5f});
-  CHECK_THROWS_WITH_AS((train::make_parameter_optimizer<HostOnlyOptimizer, float, testing::CpuAsDevice>({}, 3, train)),
+  CHECK_THROWS_WITH_AS((train::make_optimizer_runtime<HostOnlyOptimizer, float, testing::CpuAsDevice>({}, 3, train)),
                        "optimizer host-sgd steps on the CPU only: set strategy.optimizer_offload = true to step it "
                        "in host memory",
                        Error);

@@ -48,7 +48,7 @@
 #include "ft/recipe/recipe.hpp"
 #include "ft/tensor/caching_allocator.hpp"
 #include "ft/train/flops.hpp"
-#include "ft/train/optimizer_state.hpp"
+#include "ft/optim/runtime.hpp"
 #include "ft/train/setup.hpp"
 
 namespace ft::estimate {
@@ -181,7 +181,7 @@ inline index_t column_spans(index_t rows, bool on_gpu) {
 // its row and column factors and the column partials, one per span of rows.
 template <class M>
 std::uint64_t adafactor_step_scratch(const std::vector<models::ParameterEntry>& entries, bool on_gpu, Blocks block) {
-  using A = acc_t<train::detail::state_t<M>>;
+  using A = acc_t<optim::state_t<M>>;
   std::uint64_t most = 0;
   for (const auto& e : entries) {
     const optim::AdafactorLayout l(e.shape);
@@ -200,7 +200,7 @@ std::uint64_t adafactor_step_scratch(const std::vector<models::ParameterEntry>& 
 template <class M>
 std::uint64_t optimizer_state_bytes(const std::string& optimizer, const std::vector<models::ParameterEntry>& entries,
                                     index_t n, const recipe::TrainSection& t, Blocks block) {
-  using S = train::detail::state_t<M>;
+  using S = optim::state_t<M>;
   const auto values = [&](index_t count) { return block(std::uint64_t(count) * sizeof(S)); };
   if (optimizer == "adamw") return 2 * values(n);
   if (optimizer == "lion") return values(n);

@@ -1,7 +1,11 @@
 #pragma once
 // An optimizer policy owns the state layout and the update of a flat shard of
-// parameters. `state_bytes` is the state it keeps per trainable parameter when
-// the master dtype is f32; it is what memory planning multiplies by.
+// parameters: its `runtime<M>` (runtime.hpp), or `runtime<M, Device>` for a
+// runtime that also steps on devices other than the CPU, is made from the
+// shard's tensors, its size and the recipe's [train] section.
+// `state_bytes` is the state it keeps per trainable parameter when
+// the master dtype is f32 (per-element state is kept in bf16 under a bf16
+// master, so it halves there); it is what a Trainer's plan multiplies by.
 // `elementwise_state` says its state is one value per parameter (or none), so
 // ZeRO may cut a buffer anywhere; otherwise (state per tensor, as factored
 // or block-quantised moments) shards hold whole tensors. A policy that does
@@ -11,15 +15,31 @@
 
 #include "ft/core/policy.hpp"
 
+namespace ft::device {
+struct Cpu;
+}
+
 namespace ft::optim {
 struct Policy {};  // base tag of every optimizer policy
-}
+
+template <class M, class Device = device::Cpu>
+class SgdRuntime;
+template <class M, class Device = device::Cpu>
+class AdamWRuntime;
+template <class M, class Device = device::Cpu>
+class LionRuntime;
+template <class M, class Device = device::Cpu>
+class AdafactorRuntime;
+template <class M, class Device = device::Cpu>
+class AdamW8bitRuntime;
+}  // namespace ft::optim
 
 namespace ft {
 
 template <class O>
 concept optimizer_policy = named_policy<O> && std::derived_from<O, optim::Policy> && requires {
   { O::state_bytes } -> std::convertible_to<double>;
+  typename O::template runtime<float>;
 };
 
 }  // namespace ft
@@ -32,6 +52,8 @@ struct SGD : Policy {
   static constexpr std::string_view type_name = "ft::optim::SGD";
   static constexpr bool elementwise_state = true;
   static constexpr double state_bytes = 4;
+  template <class M, class Device = device::Cpu>
+  using runtime = SgdRuntime<M, Device>;
 };
 
 // AdamW keeps first and second moments.
@@ -40,6 +62,8 @@ struct AdamW : Policy {
   static constexpr std::string_view type_name = "ft::optim::AdamW";
   static constexpr bool elementwise_state = true;
   static constexpr double state_bytes = 8;
+  template <class M, class Device = device::Cpu>
+  using runtime = AdamWRuntime<M, Device>;
 };
 
 // Adafactor factors the second moment of a matrix into row and column sums, so
@@ -49,6 +73,8 @@ struct Adafactor : Policy {
   static constexpr std::string_view type_name = "ft::optim::Adafactor";
   static constexpr bool elementwise_state = false;
   static constexpr double state_bytes = 0;
+  template <class M, class Device = device::Cpu>
+  using runtime = AdafactorRuntime<M, Device>;
 };
 
 // AdamW with both moments quantised block-wise to 8 bits (plus one f32 scale
@@ -58,6 +84,8 @@ struct AdamW8bit : Policy {
   static constexpr std::string_view type_name = "ft::optim::AdamW8bit";
   static constexpr bool elementwise_state = false;
   static constexpr double state_bytes = 2 + 2 * 4.0 / 256;
+  template <class M, class Device = device::Cpu>
+  using runtime = AdamW8bitRuntime<M, Device>;
 };
 
 // Lion keeps one momentum buffer and updates by its sign.
@@ -66,7 +94,16 @@ struct Lion : Policy {
   static constexpr std::string_view type_name = "ft::optim::Lion";
   static constexpr bool elementwise_state = true;
   static constexpr double state_bytes = 4;
+  template <class M, class Device = device::Cpu>
+  using runtime = LionRuntime<M, Device>;
 };
+
+// Whether O's state is one value per parameter; a policy that does not say is per tensor.
+template <class O>
+constexpr bool elementwise_state_of = [] {
+  if constexpr (requires { O::elementwise_state; }) return bool(O::elementwise_state);
+  else return false;
+}();
 
 static_assert(optimizer_policy<SGD> && optimizer_policy<AdamW> && optimizer_policy<Adafactor> &&
               optimizer_policy<AdamW8bit> && optimizer_policy<Lion>);

@@ -232,15 +232,15 @@ public:
     for (const Buffer& b : set_.buffers()) {
       if (!is_model_stage(b)) n += std::size_t(b.size()) * sizeof(T) * 2;  // an adapter's values and gradients
       n += (held(b.master) + held(b.grads)) * sizeof(M) + b.host_bytes();
-      for (const train::StateArray& a : b.optimizer->state()) n += a.bytes;
+      for (const optim::StateArray& a : b.optimizer->state()) n += a.bytes;
     }
     return n;
   }
 
-  std::vector<train::StateArray> state_arrays() override {
-    std::vector<train::StateArray> arrays;
+  std::vector<optim::StateArray> state_arrays() override {
+    std::vector<optim::StateArray> arrays;
     for (Buffer& b : set_.buffers()) {
-      for (train::StateArray a : b.optimizer->state()) {
+      for (optim::StateArray a : b.optimizer->state()) {
         a.name = b.name + "/" + a.name;
         if (optimizer_.by_element) std::tie(a.begin, a.total) = std::pair{b.begin, b.size()};
         arrays.push_back(std::move(a));

@@ -282,7 +282,7 @@ public:
   }
 
   std::size_t state_bytes() const override { return inner_->state_bytes(); }
-  std::vector<train::StateArray> state_arrays() override { return inner_->state_arrays(); }
+  std::vector<optim::StateArray> state_arrays() override { return inner_->state_arrays(); }
   typename Runtime<T, M, Device>::StateShard state_shard() const override {
     const auto inner = inner_->state_shard();
     const int parts = std::max(inner.parts, 1);

@@ -22,7 +22,7 @@
 #include "ft/comm/communicator.hpp"
 #include "ft/data/batches.hpp"
 #include "ft/models/transformer.hpp"
-#include "ft/train/optimizer_state.hpp"
+#include "ft/optim/runtime.hpp"
 
 namespace ft::parallel {
 
@@ -46,7 +46,7 @@ struct Sharding {
 template <class M>
 struct OptimizerMaker {
   using Make =
-      std::function<std::unique_ptr<train::ParameterOptimizer<M>>(const std::vector<models::ParameterEntry>&, index_t)>;
+      std::function<std::unique_ptr<optim::Runtime<M>>(const std::vector<models::ParameterEntry>&, index_t)>;
   Make make, make_on_host;
   bool by_element = false;
 };
@@ -132,7 +132,7 @@ public:
   virtual std::size_t state_bytes() const = 0;
   // Every array of optimizer state and master weights this rank holds, by
   // name; a rank's range of a per-element array says which range it is.
-  virtual std::vector<train::StateArray> state_arrays() = 0;
+  virtual std::vector<optim::StateArray> state_arrays() = 0;
   // Which part of the optimizer state this rank writes to a checkpoint:
   // nothing (writes false: another rank holds the same), the whole of it
   // (parts 0: optimizer.safetensors), or part `part` of `parts`.

@@ -30,7 +30,7 @@
 
 #include "ft/core/error.hpp"
 #include "ft/device/answer.hpp"
-#include "ft/infer/engine_decoder.hpp"
+#include "ft/infer/served.hpp"
 #include "ft/models/load.hpp"
 #include "ft/plugin/abi.h"
 #include "ft/plugin/toolchain.hpp"
@@ -178,24 +178,16 @@ constexpr ft_trainer_factory factory_for() {
 // type and device: the model, its Engine and an EngineDecoder with the caches.
 template <class Model, class Device, element T>
 struct engine_entry_points {
-  struct Served {
-    std::unique_ptr<models::Transformer<T, Device>> model;
-    infer::Engine<T, Device> engine;
-    infer::EngineDecoder<T, Device> decoder;
-    explicit Served(const char* dir) : model(load(dir)), engine(*model), decoder(engine) {}
-    // Served models only run forward: no gradient buffers beside the weights.
-    static std::unique_ptr<models::Transformer<T, Device>> load(const char* dir) {
-      device::require_answer<Device>("--device " + std::string(Device::name));
-      return models::load_pretrained_of<T, Device, Model>(dir, /*trainable=*/false);
-    }
-  };
-  static infer::Decoder& of(void* engine) { return static_cast<Served*>(engine)->decoder; }
+  static infer::Decoder& of(void* engine) { return static_cast<infer::Served*>(engine)->decoder(); }
 
   static int open(const char* dir, void** engine, ft_write_fn write, void* context) noexcept {
     *engine = nullptr;
-    return classified(write, context, [&] { *engine = new Served(dir); });
+    return classified(write, context, [&] {
+      device::require_answer<Device>("--device " + std::string(Device::name));
+      *engine = infer::open_served<T, Device>(models::read_model_spec_of<Model>(dir), dir).release();
+    });
   }
-  static void close(void* engine) noexcept { delete static_cast<Served*>(engine); }
+  static void close(void* engine) noexcept { delete static_cast<infer::Served*>(engine); }
   static int load_adapter(void* engine, const char* dir, std::int32_t* index, ft_write_fn write,
                           void* context) noexcept {
     *index = -1;

@@ -16,6 +16,12 @@ namespace ft::recipe {
 
 using Int = std::int64_t;
 
+// The names of ft's own policies of one kind, "fp32 | bf16-true | ...", for
+// the recipe's help: read from the one list (ft/stock.hpp) by the recipe
+// library (src/recipe/stock_names.cpp), so this header includes no policy.
+enum class PolicyKind { family, precision, parallelism, optimizer, adapter };
+const std::string& stock_names(PolicyKind kind);
+
 struct ModelSection {
   std::string path;
   std::string family = "auto";
@@ -28,7 +34,8 @@ struct ModelSection {
                                "config.json"),
             "the model to fine-tune", Required::yes);
     v.field("family", family, policy_name(),
-            "model family; \"auto\" takes it from config.json's architectures");
+            "model family: " + stock_names(PolicyKind::family) +
+                ", or a plugin's; \"auto\" takes it from config.json's architectures");
     v.field("dtype", dtype, one_of({"auto", "fp32", "bf16", "fp16"}),
             "storage dtype of frozen weights; \"auto\" follows the precision");
   }
@@ -46,13 +53,12 @@ struct StrategySection {
 
   template <class V>
   void fields(V& v) {
-    v.field("precision", precision, policy_name(),
-            "fp32 | bf16-true | bf16-mixed | fp16-mixed");
+    v.field("precision", precision, policy_name(), stock_names(PolicyKind::precision));
     v.field("parallelism", parallelism, policy_name(),
-            "single | ddp | zero1 | zero2 | zero3 | pipeline (FSDP's no_shard, shard_grad_op, full_shard name ddp, "
-            "zero2, zero3)");
-    v.field("optimizer", optimizer, policy_name(), "sgd | adamw | adafactor | adamw8bit | lion");
-    v.field("adapter", adapter, policy_name(), "full | lora | prompt");
+            stock_names(PolicyKind::parallelism) +
+                " (FSDP's no_shard, shard_grad_op, full_shard name ddp, zero2, zero3)");
+    v.field("optimizer", optimizer, policy_name(), stock_names(PolicyKind::optimizer));
+    v.field("adapter", adapter, policy_name(), stock_names(PolicyKind::adapter));
     v.field("device", device, policy_name(),
             "cpu | cuda: where the model, activations, gradients and optimizer state live; cuda needs a build with "
             "nvcc (`ftrun plugins` lists what runs where)");

@@ -30,7 +30,7 @@
 #include "ft/io/hf_config.hpp"
 #include "ft/io/safetensors.hpp"
 #include "ft/io/staged_directory.hpp"
-#include "ft/train/optimizer_state.hpp"
+#include "ft/optim/runtime.hpp"
 
 namespace ft::train {
 
@@ -111,10 +111,10 @@ inline std::string state_file_name(int rank, int world) {
 // Writes `arrays` by name; a range of a longer array is recorded in the
 // metadata ("ranges": {name: [begin, total]}), so that any other sharding
 // can read it back.
-inline void write_state(const std::filesystem::path& file, const std::vector<StateArray>& arrays) {
+inline void write_state(const std::filesystem::path& file, const std::vector<optim::StateArray>& arrays) {
   std::vector<io::TensorToWrite> tensors;
   nlohmann::json ranges = nlohmann::json::object();
-  for (const StateArray& a : arrays) {
+  for (const optim::StateArray& a : arrays) {
     const std::size_t width = io::detail::dtype_size(a.dtype);
     if (a.bytes == 0) continue;  // a rank's empty share of a small buffer
     io::TensorToWrite t{a.name, a.dtype, {std::int64_t(a.bytes / width)}, {}, {}};
@@ -162,7 +162,7 @@ inline std::vector<std::filesystem::path> state_files(const std::filesystem::pat
 // ranges of the same name that overlap it. `names` are the names of the
 // state arrays of the whole run (every rank's); the files must hold exactly
 // those.
-inline void read_state(const std::filesystem::path& dir, const std::vector<StateArray>& arrays,
+inline void read_state(const std::filesystem::path& dir, const std::vector<optim::StateArray>& arrays,
                        const std::set<std::string>& names) {
   struct Piece {
     io::TensorView tensor;  // holds its file's mapping
@@ -191,7 +191,7 @@ inline void read_state(const std::filesystem::path& dir, const std::vector<State
   for (const std::string& name : names)
     if (!pieces.count(name)) throw Error(where + "has no state \"" + name + "\"");
 
-  for (const StateArray& a : arrays) {
+  for (const optim::StateArray& a : arrays) {
     const std::size_t width = io::detail::dtype_size(a.dtype);
     const std::int64_t n = std::int64_t(a.bytes / width);
     std::int64_t covered = 0;

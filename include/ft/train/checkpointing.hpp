@@ -97,9 +97,9 @@ std::int64_t resume(Run<T, M, D>& run, const std::filesystem::path& dir) {
                 "product the same to resume (ranks: the data-parallel ones; a pipeline's ranks share rows), so that every step sees the rows it would have seen");
   run.adapter->load(dir);  // a full fine-tune's model loads as at setup: each rank keeps its part
   run.parallel->values_loaded();
-  const std::vector<StateArray> arrays = run.parallel->state_arrays();
+  const std::vector<optim::StateArray> arrays = run.parallel->state_arrays();
   std::string mine;
-  for (const StateArray& a : arrays) mine += a.name + "\n";
+  for (const optim::StateArray& a : arrays) mine += a.name + "\n";
   std::set<std::string> names;
   for (const std::string& text : run.comm->all_gather_text(mine, "the names of the optimizer state")) {
     std::istringstream lines(text);

@@ -360,4 +360,12 @@ private:
   Run<T, M, Device> run_;
 };
 
+// Runs the recipe with these policies to the end. The engine's one entry is a
+// function, not inline, so that a program whose dtypes ft compiles once
+// (train/compiled.hpp) calls that copy instead of generating the engine again.
+template <element T, class M, class Device>
+void run_engine(recipe::Recipe recipe, Policies<T, M, Device> policies) {
+  Engine<T, M, Device>(std::move(recipe), std::move(policies)).run();
+}
+
 }  // namespace ft::train

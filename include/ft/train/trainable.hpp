@@ -39,8 +39,8 @@
 
 #include "ft/device/cpu.hpp"
 #include "ft/models/parameters.hpp"
+#include "ft/optim/runtime.hpp"
 #include "ft/tensor/tensor.hpp"
-#include "ft/train/optimizer_state.hpp"
 
 namespace ft::train {
 
@@ -78,7 +78,7 @@ public:
     bool values_sharded = false;
     T* values_shard = nullptr;
     Tensor<M, Memory> master, grads;  // null data() when the run keeps none
-    std::unique_ptr<ParameterOptimizer<M>> optimizer;  // over [begin, end)
+    std::unique_ptr<optim::Runtime<M>> optimizer;  // over [begin, end)
     // Offloaded: the values the optimizer steps and the step gradient, on
     // the host, and the T values on their way back (when T is not M).
     bool offloaded = false;
@@ -117,7 +117,7 @@ public:
   // `values_sharded` the T values of the range are in `values_shard`. With
   // `offloaded` the optimizer (made for the host) steps the range there.
   void add(std::string name, index_t stage, models::ParameterBuffer<T, Memory>& params, index_t begin, index_t end,
-           bool sharded_grads, bool step_grads, std::unique_ptr<ParameterOptimizer<M>> optimizer,
+           bool sharded_grads, bool step_grads, std::unique_ptr<optim::Runtime<M>> optimizer,
            bool values_sharded = false, T* values_shard = nullptr, bool offloaded = false) {
     if (!params.trainable()) throw Error("internal: buffer \"" + name + "\" is frozen and cannot train");
     Buffer b{std::move(name), stage, &params, begin, end, sharded_grads, values_sharded, values_shard,

@@ -40,46 +40,14 @@
 #include "ft/parallel/pipeline.hpp"
 #include "ft/precision/precision.hpp"
 #include "ft/recipe/recipe.hpp"
+#include "ft/train/compiled.hpp"
 #include "ft/train/engine.hpp"
+#include "ft/train/makers.hpp"
 #include "ft/train/policy_set.hpp"
 
 namespace ft {
 
 namespace detail {
-// A policy's runtime on a device: runtime<Types..., Device>, or on the CPU
-// runtime<Types...> (a policy from outside ft may name only that).
-template <class Policy, class Device, class... Types>
-struct runtime_on {
-  using type = typename Policy::template runtime<Types..., Device>;
-};
-template <class Policy, class... Types>
-struct runtime_on<Policy, device::Cpu, Types...> {
-  using type = typename Policy::template runtime<Types...>;
-};
-
-// The makers the engine calls, one per policy and dtypes rather than one per
-// Trainer: a stock plugin's Trainers share them.
-template <class Adapter, class T, class Device>
-std::unique_ptr<adapters::Runtime<T, Device>> make_adapter_runtime(const recipe::Recipe& r) {
-  return std::make_unique<typename runtime_on<Adapter, Device, T>::type>(r);
-}
-
-template <class Parallelism, class T, class M, class Device>
-std::unique_ptr<parallel::Runtime<T, M, Device>> make_parallel_runtime(comm::Communicator& c,
-                                                                      const recipe::Recipe& r) {
-  return std::make_unique<typename runtime_on<Parallelism, Device, T, M>::type>(c, r,
-                                                                                parallel::Sharding::of<Parallelism>());
-}
-
-template <class Optimizer, class M, class Device>
-struct optimizer_maker {
-  recipe::TrainSection train;
-  std::unique_ptr<train::ParameterOptimizer<M>> operator()(const std::vector<models::ParameterEntry>& entries,
-                                                           index_t size) const {
-    return train::make_parameter_optimizer<Optimizer, M, Device>(entries, size, train);
-  }
-};
-
 template <class Adapter>
 std::string describe_adapter(const recipe::Recipe& r) {
   return Adapter::describe(r);
@@ -179,13 +147,12 @@ public:
     p.loss_scaling = Precision::loss_scaling;
     p.model = policy_set.read_model;
     p.trains_base_weights = Adapter::trains_base_weights;
-    p.adapter = &detail::make_adapter_runtime<Adapter, Storage, Device>;
-    p.parallel = &detail::make_parallel_runtime<Parallelism, Storage, Master, Device>;
-    p.optimizer.make = detail::optimizer_maker<Optimizer, Master, Device>{recipe_.train};
-    p.optimizer.make_on_host = detail::optimizer_maker<Optimizer, Master, device::Cpu>{recipe_.train};
-    if constexpr (requires { Optimizer::elementwise_state; }) p.optimizer.by_element = Optimizer::elementwise_state;
-    train::Engine<Storage, Master, Device> engine(recipe_, std::move(p));
-    engine.run();
+    p.adapter = &train::make_adapter_runtime<Adapter, Storage, Device>;
+    p.parallel = &train::make_parallel_runtime<Parallelism, Storage, Master, Device>;
+    p.optimizer.make = train::MakeOptimizer<Optimizer, Master, Device>{recipe_.train};
+    p.optimizer.make_on_host = train::MakeOptimizer<Optimizer, Master, device::Cpu>{recipe_.train};
+    p.optimizer.by_element = optim::elementwise_state_of<Optimizer>;
+    train::run_engine<Storage, Master, Device>(recipe_, std::move(p));
   }
 
 private:
