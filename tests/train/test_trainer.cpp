@@ -93,13 +93,33 @@ TEST_CASE("a LoRA target that matches no module of the family is refused") {
   CHECK(refusal<LlamaLoRA>("[lora]\ntarget_modules = 'all-linear'") == "accepted");
 }
 
-TEST_CASE("the plan states dtypes and bytes per parameter from the policies") {
-  LlamaLoRA trainer(make(""));
-  std::string plan = trainer.plan();
-  CHECK(plan.find("precision    bf16-mixed: weights bf16, matmul inputs bf16 (f32 accumulate), gradients f32, master f32") !=
+TEST_CASE("the plan states dtypes and bytes per parameter as the engine holds them") {
+  // What `ftrun estimate` counts for these runs, divided by the trainable parameters.
+  std::string plan = LlamaLoRA(make("")).plan();
+  CHECK(plan.find("precision    bf16-mixed: weights bf16, matmul inputs bf16 (f32 accumulate), gradients bf16 per "
+                  "micro-batch and f32 per step, master f32") != std::string::npos);
+  // bf16 weight 2 + bf16 micro-batch gradient 2 + f32 step gradient 4 + f32 master 4 + AdamW's f32 moments 8.
+  CHECK(plan.find("per trainable parameter: 20 (weight 2, gradient 2, step gradient 4, master 4, optimizer 8)\n") !=
         std::string::npos);
-  // bf16 weight 2 + f32 gradient 4 + f32 master 4 + AdamW moments 8.
-  CHECK(plan.find("per trainable parameter: 18 (weight 2, gradient 4, master 4, optimizer 8)") != std::string::npos);
+
+  // An optimizer fused into backward steps from each micro-batch's gradient: no step gradient.
+  plan = LlamaLoRA(make("[train]\nfuse_optimizer_with_backward = true\nmax_grad_norm = 0\n"
+                        "gradient_accumulation_steps = 1\n")).plan();
+  CHECK(plan.find("per trainable parameter: 16 (weight 2, gradient 2, step gradient 0, master 4, optimizer 8)\n") !=
+        std::string::npos);
+
+  // bf16-true: no master copy, AdamW's moments in bf16.
+  using LlamaBf16 = Trainer<models::Llama, precision::BF16True, parallel::Single, optim::AdamW, adapters::LoRA>;
+  plan = LlamaBf16(make("")).plan();
+  CHECK(plan.find("precision    bf16-true: weights bf16, matmul inputs bf16 (f32 accumulate), gradients bf16 per "
+                  "micro-batch, no master copy") != std::string::npos);
+  CHECK(plan.find("per trainable parameter: 8 (weight 2, gradient 2, step gradient 0, master 0, optimizer 4)\n") !=
+        std::string::npos);
+
+  // ZeRO-2 keeps the step's gradient as a shard of its own even without a master copy; SGD one momentum buffer.
+  plan = NeoxFullZ2(make("[train]\nmomentum = 0.9\n")).plan();
+  CHECK(plan.find("per trainable parameter: 16 (weight 4, gradient 4, step gradient 4, master 0, optimizer 4) "
+                  "before sharding\n") != std::string::npos);
 }
 
 }  // namespace test_trainer

@@ -1,10 +1,14 @@
 #pragma once
-// A precision policy fixes the dtype of each kind of buffer a Trainer holds:
-//   storage  the model's weights as used in forward and backward
-//   compute  the inputs of matrix products (accumulation is always f32)
-//   grad     parameter gradients
-//   master   the copy the optimizer updates (equal to storage when there is no master copy)
+// A precision policy fixes the two dtypes of the buffers a Trainer holds:
+//   storage  the model's weights as forward and backward use them: the
+//            inputs of matrix products (accumulated in f32) and each
+//            micro-batch's parameter gradients
+//   master   the copy the optimizer updates, and the step's gradient it
+//            reads (summed over micro-batches and ranks); equal to storage
+//            when there is no master copy
 // and whether the loss is scaled to keep f16 gradients from underflowing.
+// These are the engine's own dtypes (train::Engine<storage, master>), so
+// what a plan or an estimate says of a precision is what the engine holds.
 #include <concepts>
 #include <string_view>
 
@@ -20,8 +24,6 @@ namespace ft {
 template <class P>
 concept precision_policy = named_policy<P> && std::derived_from<P, precision::Policy> && requires {
   { P::storage } -> std::convertible_to<DType>;
-  { P::compute } -> std::convertible_to<DType>;
-  { P::grad } -> std::convertible_to<DType>;
   { P::master } -> std::convertible_to<DType>;
   { P::loss_scaling } -> std::convertible_to<bool>;
 };
@@ -33,8 +35,7 @@ namespace ft::precision {
 struct FP32 : Policy {
   static constexpr std::string_view name = "fp32";
   static constexpr std::string_view type_name = "ft::precision::FP32";
-  static constexpr DType storage = DType::f32, compute = DType::f32, grad = DType::f32,
-                         master = DType::f32;
+  static constexpr DType storage = DType::f32, master = DType::f32;
   static constexpr bool loss_scaling = false;
 };
 
@@ -43,18 +44,16 @@ struct FP32 : Policy {
 struct BF16True : Policy {
   static constexpr std::string_view name = "bf16-true";
   static constexpr std::string_view type_name = "ft::precision::BF16True";
-  static constexpr DType storage = DType::bf16, compute = DType::bf16, grad = DType::bf16,
-                         master = DType::bf16;
+  static constexpr DType storage = DType::bf16, master = DType::bf16;
   static constexpr bool loss_scaling = false;
 };
 
-// bf16 weights and compute, with f32 master weights and f32 gradients, so small
-// updates accumulate exactly.
+// bf16 weights and compute, with f32 master weights and an f32 step gradient,
+// so small updates accumulate exactly.
 struct BF16Mixed : Policy {
   static constexpr std::string_view name = "bf16-mixed";
   static constexpr std::string_view type_name = "ft::precision::BF16Mixed";
-  static constexpr DType storage = DType::bf16, compute = DType::bf16, grad = DType::f32,
-                         master = DType::f32;
+  static constexpr DType storage = DType::bf16, master = DType::f32;
   static constexpr bool loss_scaling = false;
 };
 
@@ -63,8 +62,7 @@ struct BF16Mixed : Policy {
 struct FP16Mixed : Policy {
   static constexpr std::string_view name = "fp16-mixed";
   static constexpr std::string_view type_name = "ft::precision::FP16Mixed";
-  static constexpr DType storage = DType::f16, compute = DType::f16, grad = DType::f32,
-                         master = DType::f32;
+  static constexpr DType storage = DType::f16, master = DType::f32;
   static constexpr bool loss_scaling = true;
 };
 

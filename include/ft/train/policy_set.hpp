@@ -28,14 +28,15 @@ struct PolicySet {
   models::ModelSpec (*read_model)(const std::filesystem::path& dir);  // the family's reader of config.json
 
   std::string_view precision, precision_type;
-  DType storage, compute, grad, master;
+  DType storage, master;
   bool loss_scaling;
 
   std::string_view parallelism, parallelism_type;
   bool multi_rank, shards_optimizer_state, shards_gradients, shards_parameters, pipelined;
 
   std::string_view optimizer, optimizer_type;
-  double optimizer_state_bytes;
+  double optimizer_state_bytes;  // per parameter under an f32 master
+  bool optimizer_elementwise_state;
 
   std::string_view adapter_type;
   std::string (*describe_adapter)(const recipe::Recipe&);
@@ -43,11 +44,24 @@ struct PolicySet {
   std::string_view device, device_type;
   bool on_host;
 
-  // Bytes per trainable parameter: weight, gradient, master copy (none when
-  // it is the weight itself) and optimizer state.
-  constexpr double master_bytes() const { return master == storage ? 0.0 : double(size_of(master)); }
-  constexpr double bytes_per_trainable() const {
-    return double(size_of(storage)) + double(size_of(grad)) + master_bytes() + optimizer_state_bytes;
+  // Bytes per trainable parameter as the engine holds them (train/trainable.hpp).
+  struct Bytes {
+    double weight, gradient;  // in storage; the gradient is each micro-batch's
+    double step_gradient;     // in master, where the step's gradient is a buffer of its own
+    double master;            // none when the optimizer updates the weights themselves
+    double optimizer;
+    constexpr double total() const { return weight + gradient + step_gradient + master + optimizer; }
+  };
+  // The step's gradient has its own buffer under a master copy or sharded
+  // gradients, unless the optimizer is fused into backward (it then steps
+  // each block from the micro-batch's gradient). Per-element optimizer
+  // state is kept in bf16 under a bf16 master (optim/runtime.hpp).
+  constexpr Bytes bytes_per_trainable(bool fused_optimizer) const {
+    const bool has_master = master != storage;
+    const double step = (has_master || shards_gradients) && !fused_optimizer ? double(size_of(master)) : 0.0;
+    const double state_scale = optimizer_elementwise_state && master == DType::bf16 ? 0.5 : 1.0;
+    return {double(size_of(storage)), double(size_of(storage)), step, has_master ? double(size_of(master)) : 0.0,
+            optimizer_state_bytes * state_scale};
   }
 };
 
@@ -126,8 +140,10 @@ inline std::string describe_plan(const PolicySet& s, const recipe::Recipe& r) {
   if (!s.on_host) os << "device       " << s.device << ": weights, activations, gradients and optimizer state in its memory\n";
   os << "model        " << s.model << " from " << r.model.path << "\n";
   os << "precision    " << s.precision << ": weights " << name_of(s.storage) << ", matmul inputs "
-     << name_of(s.compute) << " (f32 accumulate), gradients " << name_of(s.grad) << ", master "
-     << name_of(s.master) << (s.loss_scaling ? ", dynamic loss scale" : "") << "\n";
+     << name_of(s.storage) << " (f32 accumulate), gradients " << name_of(s.storage) << " per micro-batch";
+  if (s.master != s.storage) os << " and " << name_of(s.master) << " per step, master " << name_of(s.master);
+  else os << ", no master copy";
+  os << (s.loss_scaling ? ", dynamic loss scale" : "") << "\n";
   os << "parallelism  " << s.parallelism << ": " << r.launch.nproc << " rank(s)";
   if (s.shards_parameters)
     os << ", parameters, gradients and optimizer state sharded";
@@ -144,9 +160,10 @@ inline std::string describe_plan(const PolicySet& s, const recipe::Recipe& r) {
   os << "optimizer    " << s.optimizer << ", lr " << r.train.learning_rate << " (" << r.train.lr_scheduler_type
      << "), weight decay " << r.train.weight_decay << "\n";
   os << "adapter      " << s.describe_adapter(r) << "\n";
-  os << "bytes        per trainable parameter: " << s.bytes_per_trainable() << " (weight " << size_of(s.storage)
-     << ", gradient " << size_of(s.grad) << ", master " << s.master_bytes() << ", optimizer "
-     << s.optimizer_state_bytes << ")" << (s.multi_rank ? " before sharding" : "") << "\n";
+  const PolicySet::Bytes b = s.bytes_per_trainable(r.train.fuse_optimizer_with_backward);
+  os << "bytes        per trainable parameter: " << b.total() << " (weight " << b.weight << ", gradient "
+     << b.gradient << ", step gradient " << b.step_gradient << ", master " << b.master << ", optimizer "
+     << b.optimizer << ")" << (s.multi_rank ? " before sharding" : "") << "\n";
   os << "batch        " << r.train.per_device_train_batch_size << " rows x " << r.train.gradient_accumulation_steps
      << " micro-batches x " << r.launch.nproc << " rank(s) of " << r.data.max_seq_length << " tokens"
      << (r.data.packing ? " (packed)" : "") << "\n";

@@ -62,7 +62,7 @@ class Trainer {
                 "type_name, hf_architectures, linear_modules, default_lora_targets and describe(const ConfigReader&)");
   static_assert(precision_policy<Precision>,
                 "Trainer's 2nd policy must be a precision: a struct deriving from ft::precision::Policy with name, "
-                "type_name, storage, compute, grad and master dtypes and loss_scaling");
+                "type_name, storage and master dtypes and loss_scaling");
   static_assert(parallelism_policy<Parallelism>,
                 "Trainer's 3rd policy must be a parallelism: a struct deriving from ft::parallel::Policy with name, "
                 "type_name, its sharding flags and a runtime<T, M> class");
@@ -82,7 +82,7 @@ class Trainer {
 
 public:
   using model_type = Model;              // the network
-  using precision_type = Precision;      // dtypes of weights, compute, gradients, master copy
+  using precision_type = Precision;      // dtypes of the weights and of the master copy
   using parallelism_type = Parallelism;  // how stages and buffers map to ranks
   using optimizer_type = Optimizer;      // state layout and update of a flat shard
   using adapter_type = Adapter;          // which parameters train
@@ -96,8 +96,6 @@ public:
       .precision = Precision::name,
       .precision_type = Precision::type_name,
       .storage = Precision::storage,
-      .compute = Precision::compute,
-      .grad = Precision::grad,
       .master = Precision::master,
       .loss_scaling = Precision::loss_scaling,
       .parallelism = Parallelism::name,
@@ -110,6 +108,7 @@ public:
       .optimizer = Optimizer::name,
       .optimizer_type = Optimizer::type_name,
       .optimizer_state_bytes = Optimizer::state_bytes,
+      .optimizer_elementwise_state = optim::elementwise_state_of<Optimizer>,
       .adapter_type = Adapter::type_name,
       .describe_adapter = &detail::describe_adapter<Adapter>,
       .device = Device::name,
