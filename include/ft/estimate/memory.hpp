@@ -46,6 +46,7 @@
 #include "ft/parallel/pipeline_schedule.hpp"
 #include "ft/parallel/shard_layout.hpp"
 #include "ft/recipe/recipe.hpp"
+#include "ft/stock.hpp"
 #include "ft/tensor/caching_allocator.hpp"
 #include "ft/train/flops.hpp"
 #include "ft/optim/runtime.hpp"
@@ -788,7 +789,9 @@ inline MemoryEstimate estimate_memory_of_rank(const recipe::Recipe& recipe, cons
 inline std::vector<MemoryEstimate> estimate_memory_by_rank(recipe::Recipe recipe) {
   const models::ModelSpec spec = models::read_model_spec(recipe.model.path);
   if (recipe.strategy.adapter == "lora")
-    adapters::LoRA::resolve(recipe, detail::family_modules_of<models::Llama, models::GptNeox>(spec.config.architecture));
+    adapters::LoRA::resolve(recipe, []<class... F>(std::tuple<F...>*, const std::string& architecture) {
+      return detail::family_modules_of<F...>(architecture);
+    }(static_cast<stock::Families*>(nullptr), spec.config.architecture));
   std::vector<MemoryEstimate> ranks{estimate_memory_of_rank(recipe, spec, 0)};
   for (int rank = 1; rank < ranks.front().ranks; ++rank) ranks.push_back(estimate_memory_of_rank(recipe, spec, rank));
   for (MemoryEstimate& e : ranks) e.file_tensor_bytes = detail::largest_file_tensor(recipe.model.path, spec);

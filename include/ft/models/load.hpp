@@ -5,12 +5,12 @@
 #include <filesystem>
 #include <memory>
 #include <string>
+#include <tuple>
 
 #include "ft/io/hf_config.hpp"
 #include "ft/io/model_weights.hpp"
-#include "ft/models/gpt_neox.hpp"
-#include "ft/models/llama.hpp"
 #include "ft/models/transformer.hpp"
+#include "ft/stock.hpp"
 
 namespace ft::models {
 
@@ -45,8 +45,12 @@ ModelSpec read_model_spec_of(const std::filesystem::path& dir) {
   return spec;
 }
 
-// The families ft ships.
-inline ModelSpec read_model_spec(const std::filesystem::path& dir) { return read_model_spec_of<Llama, GptNeox>(dir); }
+// The families ft ships (ft/stock.hpp).
+inline ModelSpec read_model_spec(const std::filesystem::path& dir) {
+  return []<class... F>(std::tuple<F...>*, const std::filesystem::path& d) {
+    return read_model_spec_of<F...>(d);
+  }(static_cast<stock::Families*>(nullptr), dir);
+}
 
 // The model in `dir`, read by whichever of Families lists its architecture.
 // On a device (device/cpu.hpp, device/cuda.cuh): the weights are read on
@@ -63,7 +67,9 @@ std::unique_ptr<Transformer<T, Device>> load_pretrained_of(const std::filesystem
 // The same, by the families ft ships.
 template <element T, class Device = device::Cpu>
 std::unique_ptr<Transformer<T, Device>> load_pretrained(const std::filesystem::path& dir, bool trainable = true) {
-  return load_pretrained_of<T, Device, Llama, GptNeox>(dir, trainable);
+  return []<class... F>(std::tuple<F...>*, const std::filesystem::path& d, bool t) {
+    return load_pretrained_of<T, Device, F...>(d, t);
+  }(static_cast<stock::Families*>(nullptr), dir, trainable);
 }
 
 }  // namespace ft::models
