@@ -90,4 +90,24 @@ TEST_CASE("the parameter count from the configuration is what the model allocate
   }
 }
 
+TEST_CASE("a block finds its parameters once: optional ones the configuration leaves out are absent, an unknown "
+          "name is an error") {
+  for (const char* name : {"llama_gqa", "neox_parallel"}) {
+    CAPTURE(name);
+    models::Transformer<float> model(models::read_model_spec(fs::path(FT_SOURCE_DIR) / "tests/fixtures/parity" / name));
+    const models::TransformerConfig& c = model.config();
+    const auto& params = model.blocks()[0].parameters();
+    const models::Block<float>::Weights w = models::Block<float>::Weights::of(params, c);
+    CHECK(w.qkv_weight.present());
+    CHECK(params.value(w.qkv_weight) == params.value("qkv.weight"));
+    CHECK(w.qkv_bias.present() == c.qkv_bias);
+    CHECK(w.attn_norm_bias.present() == (c.norm == nn::NormKind::layer));
+    if (!w.attn_norm_bias.present()) CHECK(params.value(w.attn_norm_bias) == nullptr);
+    CHECK_THROWS_WITH_AS(params.value("qkv.wieght"),
+                         doctest::Contains("internal: no parameter \"qkv.wieght\" in this buffer; it declares "
+                                           "attn_norm.weight"),
+                         Error);
+  }
+}
+
 }  // namespace test_config

@@ -114,7 +114,7 @@ public:
     const std::int32_t* positions = device::upload<Device>(positions_, batch_.positions);
     const cache_rows::CacheRow<T>* cache_rows = device::upload<Device>(device_cache_rows_, cache_rows_);
 
-    nn::embedding_forward<Device>(x_.data(), ids, model_.embedding().parameters().value("weight"), N, C);
+    nn::embedding_forward<Device>(x_.data(), ids, model_.embedding().table(), N, C);
     for (const Rows& r : rows_)
       if (r.virtual_rows > 0)
         Device::copy(x_.data() + r.first * C, adapter(r.adapter).virtual_embeddings(),
@@ -159,7 +159,7 @@ public:
     }
     auto& head = model_.head();
     nn::norm_forward<Device>(c.norm, normed_.data(), mean_.data(), rstd_.data(), last_.data(),
-                             head.parameters().value("final_norm.weight"), head.parameters().value("final_norm.bias"),
+                             head.norm_weight(), head.norm_bias(),
                              S, C, A(c.norm_eps));
     sized(logits_, S, V);
     nn::linear_forward<Device>(logits_.data(), normed_.data(), head.lm_weight(), static_cast<const T*>(nullptr), S, C,

@@ -46,8 +46,8 @@ public:
   // A frozen block (trainable = false) keeps no parameter gradients and skips
   // computing them; its input gradient still flows. The parameters are
   // declared here; the model allocates them (models/transformer.hpp).
-  Block(const TransformerConfig& config, index_t layer, bool trainable = true) : c_(config), layer_(layer) {
-    declare(params_, c_);
+  Block(const TransformerConfig& config, index_t layer, bool trainable = true)
+      : c_(config), layer_(layer), w_((declare(params_, c_), Weights::of(params_, c_))) {
     params_.set_trainable(trainable);
     const std::vector<float> inv_freq = nn::rope_inverse_frequencies(c_.rope);
     inv_freq_ = Tensor<float, Memory>(Shape{index_t(inv_freq.size())});
@@ -73,6 +73,29 @@ public:
     params.declare("mlp_out.weight", {C, c.intermediate_size});
     if (c.mlp_bias) params.declare("mlp_out.bias", {C});
   }
+
+  // The block's parameters, found once in its buffer: every call reads them
+  // through these slots. The optional ones are present when declare() declares them.
+  struct Weights {
+    ParameterSlot attn_norm_weight, attn_norm_bias, qkv_weight, qkv_bias, o_weight, o_bias;
+    ParameterSlot mlp_norm_weight, mlp_norm_bias, mlp_in_weight, mlp_in_bias, mlp_out_weight, mlp_out_bias;
+
+    static Weights of(const Parameters& p, const TransformerConfig& c) {
+      const bool layer_norm = c.norm == nn::NormKind::layer;
+      return {.attn_norm_weight = p.slot("attn_norm.weight"),
+              .attn_norm_bias = p.slot_if(layer_norm, "attn_norm.bias"),
+              .qkv_weight = p.slot("qkv.weight"),
+              .qkv_bias = p.slot_if(c.qkv_bias, "qkv.bias"),
+              .o_weight = p.slot("o.weight"),
+              .o_bias = p.slot_if(c.o_bias, "o.bias"),
+              .mlp_norm_weight = p.slot("mlp_norm.weight"),
+              .mlp_norm_bias = p.slot_if(layer_norm, "mlp_norm.bias"),
+              .mlp_in_weight = p.slot("mlp_in.weight"),
+              .mlp_in_bias = p.slot_if(c.mlp_bias, "mlp_in.bias"),
+              .mlp_out_weight = p.slot("mlp_out.weight"),
+              .mlp_out_bias = p.slot_if(c.mlp_bias, "mlp_out.bias")};
+    }
+  };
 
   // Adds an adapter to this block's linear layers (null removes it). Not owned.
   void set_adapter(LinearAdapter<T, Device>* adapter) { adapter_ = adapter; }
@@ -107,35 +130,35 @@ public:
   // rest is the same math for both.
   void forward(T* y, const T* x, index_t N, const std::int32_t* positions, Activations& a, const Attend& attend) {
     const index_t C = c_.hidden_size, HD = c_.num_heads * c_.head_dim;
-    auto p = [&](const char* name) { return params_.value(name); };
+    auto p = [&](ParameterSlot slot) { return params_.value(slot); };
 
-    nn::norm_forward<Device>(c_.norm, a.n1.data(), a.n1_mean.data(), a.n1_rstd.data(), x, p("attn_norm.weight"),
-                             p("attn_norm.bias"), N, C, A(c_.norm_eps));
-    nn::linear_forward<Device>(a.qkv.data(), a.n1.data(), p("qkv.weight"), p("qkv.bias"), N, C, c_.qkv_width());
+    nn::norm_forward<Device>(c_.norm, a.n1.data(), a.n1_mean.data(), a.n1_rstd.data(), x, p(w_.attn_norm_weight),
+                             p(w_.attn_norm_bias), N, C, A(c_.norm_eps));
+    nn::linear_forward<Device>(a.qkv.data(), a.n1.data(), p(w_.qkv_weight), p(w_.qkv_bias), N, C, c_.qkv_width());
     adapt(LinearSlot::qkv, a.qkv.data(), a.n1.data(), N);
     nn::rope_forward<Device>(a.qkv.data(), positions, inv_freq(), N, c_.num_heads, c_.num_kv_heads, c_.head_dim);
     attend(a);
     // Sequential: mid = x + O(att). Parallel: the attention branch goes to y, mid is only scratch.
     T* attention_out = c_.parallel_residual ? y : a.mid.data();
-    nn::linear_forward<Device>(attention_out, a.attention.data(), p("o.weight"), p("o.bias"), N, HD, C);
+    nn::linear_forward<Device>(attention_out, a.attention.data(), p(w_.o_weight), p(w_.o_bias), N, HD, C);
     adapt(LinearSlot::o, attention_out, a.attention.data(), N);
     if (!c_.parallel_residual) nn::add_into<Device>(a.mid.data(), x, N * C);
 
     const T* mlp_input = c_.parallel_residual ? x : a.mid.data();
     nn::norm_forward<Device>(c_.norm, a.n2.data(), a.n2_mean.data(), a.n2_rstd.data(), mlp_input,
-                             p("mlp_norm.weight"), p("mlp_norm.bias"), N, C, A(c_.norm_eps));
-    nn::linear_forward<Device>(a.mlp_in.data(), a.n2.data(), p("mlp_in.weight"), p("mlp_in.bias"), N, C,
+                             p(w_.mlp_norm_weight), p(w_.mlp_norm_bias), N, C, A(c_.norm_eps));
+    nn::linear_forward<Device>(a.mlp_in.data(), a.n2.data(), p(w_.mlp_in_weight), p(w_.mlp_in_bias), N, C,
                                c_.mlp_in_width());
     adapt(LinearSlot::mlp_in, a.mlp_in.data(), a.n2.data(), N);
     nn::mlp_forward<Device>(a.hidden.data(), a.mlp_in.data(), N, c_.intermediate_size, c_.gated_mlp, c_.activation);
     if (c_.parallel_residual) {
-      nn::linear_forward<Device>(a.mid.data(), a.hidden.data(), p("mlp_out.weight"), p("mlp_out.bias"), N,
+      nn::linear_forward<Device>(a.mid.data(), a.hidden.data(), p(w_.mlp_out_weight), p(w_.mlp_out_bias), N,
                                  c_.intermediate_size, C);
       adapt(LinearSlot::mlp_out, a.mid.data(), a.hidden.data(), N);
       nn::add_into<Device>(y, a.mid.data(), N * C);
       nn::add_into<Device>(y, x, N * C);
     } else {
-      nn::linear_forward<Device>(y, a.hidden.data(), p("mlp_out.weight"), p("mlp_out.bias"), N,
+      nn::linear_forward<Device>(y, a.hidden.data(), p(w_.mlp_out_weight), p(w_.mlp_out_bias), N,
                                  c_.intermediate_size, C);
       adapt(LinearSlot::mlp_out, y, a.hidden.data(), N);
       nn::add_into<Device>(y, a.mid.data(), N * C);
@@ -148,14 +171,14 @@ public:
     const index_t N = context.batch().rows(), C = c_.hidden_size, HD = c_.num_heads * c_.head_dim;
     const Activations& a = context.activations(layer_);
     const DeferredGradients<T, Memory>& d = context.deferred(layer_);
-    auto g = [&](const char* name) { return params_.grad(name); };
-    nn::linear_backward<Device, T>(nullptr, g("mlp_out.weight"), g("mlp_out.bias"), d.output.data(), a.hidden.data(),
+    auto g = [&](ParameterSlot slot) { return params_.grad(slot); };
+    nn::linear_backward<Device, T>(nullptr, g(w_.mlp_out_weight), g(w_.mlp_out_bias), d.output.data(), a.hidden.data(),
                                    nullptr, N, c_.intermediate_size, C);
-    nn::linear_backward<Device, T>(nullptr, g("mlp_in.weight"), g("mlp_in.bias"), d.mlp_in.data(), a.n2.data(),
+    nn::linear_backward<Device, T>(nullptr, g(w_.mlp_in_weight), g(w_.mlp_in_bias), d.mlp_in.data(), a.n2.data(),
                                    nullptr, N, C, c_.mlp_in_width());
-    nn::linear_backward<Device, T>(nullptr, g("o.weight"), g("o.bias"), d.attention_output.data(),
+    nn::linear_backward<Device, T>(nullptr, g(w_.o_weight), g(w_.o_bias), d.attention_output.data(),
                                    a.attention.data(), nullptr, N, HD, C);
-    nn::linear_backward<Device, T>(nullptr, g("qkv.weight"), g("qkv.bias"), d.qkv.data(), a.n1.data(), nullptr, N, C,
+    nn::linear_backward<Device, T>(nullptr, g(w_.qkv_weight), g(w_.qkv_bias), d.qkv.data(), a.n1.data(), nullptr, N, C,
                                    c_.qkv_width());
   }
 
@@ -179,10 +202,10 @@ private:
     const index_t N = batch.rows(), C = c_.hidden_size, HD = c_.num_heads * c_.head_dim, F = c_.intermediate_size;
     s.resize(c_, N);
     if (deferred) deferred->resize(c_, N);
-    auto p = [&](const char* name) { return params_.value(name); };
-    auto g = [&](const char* name) { return params_.grad(name); };
+    auto p = [&](ParameterSlot slot) { return params_.value(slot); };
+    auto g = [&](ParameterSlot slot) { return params_.grad(slot); };
     // A projection's weight and bias gradients, unless deferred.
-    auto gw = [&](const char* name) { return deferred ? nullptr : g(name); };
+    auto gw = [&](ParameterSlot slot) { return deferred ? nullptr : g(slot); };
 
     const std::int32_t* documents = context.arrays().documents();
     const std::int32_t* positions = context.arrays().positions();
@@ -191,25 +214,25 @@ private:
     // MLP branch: d n2 into d_norm_a.
     zero(s.d_hidden);
     if (deferred) copy(deferred->output, dres);
-    nn::linear_backward<Device>(s.d_hidden.data(), gw("mlp_out.weight"), gw("mlp_out.bias"), dres, a.hidden.data(),
-                        p("mlp_out.weight"), N, F, C);
+    nn::linear_backward<Device>(s.d_hidden.data(), gw(w_.mlp_out_weight), gw(w_.mlp_out_bias), dres, a.hidden.data(),
+                        p(w_.mlp_out_weight), N, F, C);
     adapt_backward(LinearSlot::mlp_out, s.d_hidden.data(), dres, a.hidden.data(), N);
     zero(s.d_mlp_in);
     nn::mlp_backward<Device>(s.d_mlp_in.data(), s.d_hidden.data(), a.mlp_in.data(), N, F, c_.gated_mlp, c_.activation);
     zero(s.d_norm_a);
     if (deferred) copy(deferred->mlp_in, s.d_mlp_in.data());
-    nn::linear_backward<Device>(s.d_norm_a.data(), gw("mlp_in.weight"), gw("mlp_in.bias"), s.d_mlp_in.data(), a.n2.data(),
-                        p("mlp_in.weight"), N, C, c_.mlp_in_width());
+    nn::linear_backward<Device>(s.d_norm_a.data(), gw(w_.mlp_in_weight), gw(w_.mlp_in_bias), s.d_mlp_in.data(), a.n2.data(),
+                        p(w_.mlp_in_weight), N, C, c_.mlp_in_width());
     adapt_backward(LinearSlot::mlp_in, s.d_norm_a.data(), s.d_mlp_in.data(), a.n2.data(), N);
     // Sequential: the MLP's input is mid, so dres becomes d mid before the attention branch reads it.
     if (!c_.parallel_residual)
-      nn::norm_backward<Device>(c_.norm, dres, g("mlp_norm.weight"), g("mlp_norm.bias"), s.d_norm_a.data(), mlp_input,
-                        p("mlp_norm.weight"), a.n2_mean.data(), a.n2_rstd.data(), N, C);
+      nn::norm_backward<Device>(c_.norm, dres, g(w_.mlp_norm_weight), g(w_.mlp_norm_bias), s.d_norm_a.data(), mlp_input,
+                        p(w_.mlp_norm_weight), a.n2_mean.data(), a.n2_rstd.data(), N, C);
 
     // Attention branch: d n1 into d_norm_b.
     zero(s.d_attention);
     if (deferred) copy(deferred->attention_output, dres);
-    nn::linear_backward<Device>(s.d_attention.data(), gw("o.weight"), gw("o.bias"), dres, a.attention.data(), p("o.weight"),
+    nn::linear_backward<Device>(s.d_attention.data(), gw(w_.o_weight), gw(w_.o_bias), dres, a.attention.data(), p(w_.o_weight),
                         N, HD, C);
     adapt_backward(LinearSlot::o, s.d_attention.data(), dres, a.attention.data(), N);
     zero(s.d_qkv);
@@ -218,15 +241,15 @@ private:
     nn::rope_backward<Device>(s.d_qkv.data(), positions, inv_freq(), N, c_.num_heads, c_.num_kv_heads, c_.head_dim);
     zero(s.d_norm_b);
     if (deferred) copy(deferred->qkv, s.d_qkv.data());
-    nn::linear_backward<Device>(s.d_norm_b.data(), gw("qkv.weight"), gw("qkv.bias"), s.d_qkv.data(), a.n1.data(),
-                        p("qkv.weight"), N, C, c_.qkv_width());
+    nn::linear_backward<Device>(s.d_norm_b.data(), gw(w_.qkv_weight), gw(w_.qkv_bias), s.d_qkv.data(), a.n1.data(),
+                        p(w_.qkv_weight), N, C, c_.qkv_width());
     adapt_backward(LinearSlot::qkv, s.d_norm_b.data(), s.d_qkv.data(), a.n1.data(), N);
 
     if (c_.parallel_residual)
-      nn::norm_backward<Device>(c_.norm, dres, g("mlp_norm.weight"), g("mlp_norm.bias"), s.d_norm_a.data(), mlp_input,
-                        p("mlp_norm.weight"), a.n2_mean.data(), a.n2_rstd.data(), N, C);
-    nn::norm_backward<Device>(c_.norm, dres, g("attn_norm.weight"), g("attn_norm.bias"), s.d_norm_b.data(), x,
-                      p("attn_norm.weight"), a.n1_mean.data(), a.n1_rstd.data(), N, C);
+      nn::norm_backward<Device>(c_.norm, dres, g(w_.mlp_norm_weight), g(w_.mlp_norm_bias), s.d_norm_a.data(), mlp_input,
+                        p(w_.mlp_norm_weight), a.n2_mean.data(), a.n2_rstd.data(), N, C);
+    nn::norm_backward<Device>(c_.norm, dres, g(w_.attn_norm_weight), g(w_.attn_norm_bias), s.d_norm_b.data(), x,
+                      p(w_.attn_norm_weight), a.n1_mean.data(), a.n1_rstd.data(), N, C);
   }
 
   nn::AttentionShape attention_shape(const Batch& batch) const {
@@ -249,6 +272,7 @@ private:
   TransformerConfig c_;
   index_t layer_;
   Parameters params_;
+  Weights w_;
   Tensor<float, Memory> inv_freq_;  // the rotary frequencies, where the device reads them
   LinearAdapter<T, Device>* adapter_ = nullptr;
 };

@@ -6,6 +6,7 @@
 // family's weight map says how HF tensors land in them. Both buffers live in
 // one memory space: the host's, or a device's for a model that runs there.
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "ft/core/error.hpp"
@@ -18,6 +19,15 @@ struct ParameterEntry {
   std::string name;
   Shape shape;
   index_t offset = 0;
+};
+
+// Where a parameter lies in its buffer, found by name once (a layer keeps
+// its slots, as llm.c's ParameterTensors), so that forward and backward read
+// values and gradients without a lookup. A slot that is not present stands
+// for an optional parameter the configuration leaves out (a bias).
+struct ParameterSlot {
+  index_t offset = -1;
+  constexpr bool present() const { return offset >= 0; }
 };
 
 template <element T, memory::memory_space Space = memory::Host>
@@ -77,15 +87,28 @@ public:
       if (e.name == name) return &e;
     return nullptr;
   }
-  // Pointer to a parameter's values or gradient; null when it was not declared
-  // (an optional bias the configuration leaves out).
-  T* value(std::string_view name) const { return pointer(values_, name); }
-  T* grad(std::string_view name) const { return pointer(grads_, name); }
+  // The slot of a declared parameter. A name that was not declared is an
+  // error, so that a misspelt name cannot read as "no such parameter".
+  ParameterSlot slot(std::string_view name) const {
+    if (const Entry* e = find(name)) return {e->offset};
+    std::string declared;
+    for (const Entry& e : entries_) declared += (declared.empty() ? "" : ", ") + e.name;
+    throw Error("internal: no parameter \"" + std::string(name) + "\" in this buffer; it declares " + declared);
+  }
+  // The slot of a parameter declared only when `declared` (an optional bias).
+  ParameterSlot slot_if(bool declared, std::string_view name) const { return declared ? slot(name) : ParameterSlot{}; }
+
+  // Pointers to a parameter's values and gradient, null for a slot that is
+  // not present, and for gradients a frozen buffer does not keep (which
+  // every backward kernel reads as "this gradient is not wanted").
+  T* value(ParameterSlot s) const { return pointer(values_, s); }
+  T* grad(ParameterSlot s) const { return pointer(grads_, s); }
+  T* value(std::string_view name) const { return value(slot(name)); }
+  T* grad(std::string_view name) const { return grad(slot(name)); }
 
 private:
-  T* pointer(const Values& buffer, std::string_view name) const {
-    const Entry* e = find(name);
-    return e && buffer.data() ? buffer.data() + e->offset : nullptr;
+  static T* pointer(const Values& buffer, ParameterSlot s) {
+    return s.present() && buffer.data() ? buffer.data() + s.offset : nullptr;
   }
 
   std::vector<Entry> entries_;

@@ -28,6 +28,7 @@ public:
 
   explicit EmbeddingStage(const TransformerConfig& c, bool trainable = true) : C_(c.hidden_size), V_(c.vocab_size) {
     declare(params_, c);
+    weight_ = params_.slot("weight");
     params_.set_trainable(trainable);
   }
   template <class Buffer>
@@ -37,6 +38,8 @@ public:
   Parameters& parameters() override { return params_; }
   const Parameters& parameters() const { return params_; }
   std::string prefix() const override { return "embed."; }
+  // The embedding table [V, C].
+  const T* table() const { return params_.value(weight_); }
   // The adapter that fills a batch's virtual tokens; null detaches it.
   void set_adapter(InputAdapter<T, Device>* adapter) { adapter_ = adapter; }
 
@@ -49,7 +52,7 @@ public:
     if (batch.virtual_tokens > 0 && !adapter_)
       throw Error("the batch starts with " + std::to_string(batch.virtual_tokens) +
                   " virtual tokens, but no prompt adapter is attached to fill them");
-    nn::embedding_forward<Device>(y, context.arrays().input_ids(), params_.value("weight"), batch.rows(), C_);
+    nn::embedding_forward<Device>(y, context.arrays().input_ids(), params_.value(weight_), batch.rows(), C_);
     if (batch.virtual_tokens > 0) adapter_->forward(y, batch);
   }
   // The virtual tokens' rows of dres reach the adapter; their placeholder ids
@@ -60,12 +63,13 @@ public:
     const T* dres = context.gradient();
     if (batch.virtual_tokens > 0 && adapter_) adapter_->backward(dres, batch);
     if (!params_.trainable()) return;
-    nn::embedding_backward<Device>(params_.grad("weight"), batch.input_ids.data(), dres, batch.rows(), C_);
+    nn::embedding_backward<Device>(params_.grad(weight_), batch.input_ids.data(), dres, batch.rows(), C_);
   }
 
 private:
   index_t C_, V_;
   Parameters params_;
+  ParameterSlot weight_;
   InputAdapter<T, Device>* adapter_ = nullptr;
 };
 
@@ -78,6 +82,9 @@ public:
 
   explicit HeadStage(const TransformerConfig& c, bool trainable = true) : c_(c) {
     declare(params_, c);
+    norm_weight_ = params_.slot("final_norm.weight");
+    norm_bias_ = params_.slot_if(c.norm == nn::NormKind::layer, "final_norm.bias");
+    lm_head_ = params_.slot_if(!c.tie_embeddings, "lm_head.weight");
     params_.set_trainable(trainable);
   }
   template <class Buffer>
@@ -93,7 +100,10 @@ public:
   // Ties the LM head to the embedding table (weights and gradients), read
   // from the embedding's buffer at each use: its memory may change between
   // steps (ZeRO-3 gathers it anew, a fused optimizer shares gradients).
-  void tie_to(EmbeddingStage<T, Device>& embedding) { tied_ = &embedding.parameters(); }
+  void tie_to(EmbeddingStage<T, Device>& embedding) {
+    tied_ = &embedding.parameters();
+    tied_weight_ = tied_->slot("weight");
+  }
 
   // Sets context.loss, the summed loss over scored targets; writes the
   // context's logits [N, V] (the device's memory) when it has them.
@@ -107,8 +117,8 @@ public:
                     std::to_string(c_.vocab_size) + ") and is not -100");
     HeadActivations<T, Memory>& h = context.head();
     const T* x = context.stream(c_.num_layers);
-    nn::norm_forward<Device>(c_.norm, h.normed.data(), h.mean.data(), h.rstd.data(), x, params_.value("final_norm.weight"),
-                     params_.value("final_norm.bias"), N, C, A(c_.norm_eps));
+    nn::norm_forward<Device>(c_.norm, h.normed.data(), h.mean.data(), h.rstd.data(), x, params_.value(norm_weight_),
+                     params_.value(norm_bias_), N, C, A(c_.norm_eps));
     if (options.backward) Memory::zero(h.d_normed.data(), std::size_t(N * C) * sizeof(T));  // evaluation writes no gradient
     nn::CrossEntropyOptions ce{.chunk_rows = options.chunk_rows, .token_count = options.token_count,
                                .backward = options.backward};
@@ -123,20 +133,25 @@ public:
     HeadActivations<T, Memory>& h = context.head();
     T* dres = context.gradient();
     Memory::zero(dres, std::size_t(N * C) * sizeof(T));
-    nn::norm_backward<Device>(c_.norm, dres, params_.grad("final_norm.weight"), params_.grad("final_norm.bias"),
-                      h.d_normed.data(), context.stream(c_.num_layers), params_.value("final_norm.weight"),
+    nn::norm_backward<Device>(c_.norm, dres, params_.grad(norm_weight_), params_.grad(norm_bias_),
+                      h.d_normed.data(), context.stream(c_.num_layers), params_.value(norm_weight_),
                       h.mean.data(), h.rstd.data(), N, C);
   }
 
+  // The final norm's weight and bias (null for RMSNorm).
+  const T* norm_weight() const { return params_.value(norm_weight_); }
+  const T* norm_bias() const { return params_.value(norm_bias_); }
   // The LM head's weight [V, C]: the embedding table when tied.
-  const T* lm_weight() const { return tied_ ? tied_->value("weight") : params_.value("lm_head.weight"); }
+  const T* lm_weight() const { return tied_ ? tied_->value(tied_weight_) : params_.value(lm_head_); }
 
 private:
-  T* lm_grad() const { return tied_ ? tied_->grad("weight") : params_.grad("lm_head.weight"); }
+  T* lm_grad() const { return tied_ ? tied_->grad(tied_weight_) : params_.grad(lm_head_); }
 
   TransformerConfig c_;
   Parameters params_;
+  ParameterSlot norm_weight_, norm_bias_, lm_head_;  // lm_head_ is absent when tied
   const Parameters* tied_ = nullptr;
+  ParameterSlot tied_weight_;
 };
 
 }  // namespace ft::models
