@@ -41,10 +41,18 @@ struct BenchOptions {
 };
 int run_bench(const BenchOptions& options);
 
+// Where eval, generate, serve and chat run the model: its element type, its
+// device, and plugin files to load before the stock ones.
+struct EngineChoice {
+  std::string dtype = "float32";
+  std::string device = "cpu";
+  std::vector<std::string> plugins;  // --plugin FILE
+};
+
 struct EvalOptions {
   std::string model;          // HF model directory
   std::string data;           // JSONL of pre-tokenized rows
-  std::string dtype = "float32";
+  EngineChoice engine;        // the plugin's inference engine that scores them: dtype, device
   long max_tokens = 2048;     // tokens packed into one forward pass
   bool json = false;
   std::string logits_out;     // safetensors file for each row's next-token logits
@@ -59,6 +67,7 @@ struct ConvertOptions {
   std::string add_tokens;               // TOML file of tokens to add (data/token_additions.hpp)
   std::string chat_template;            // Jinja file replacing the model's chat template
   bool force = false;                   // replace an existing destination
+  std::vector<std::string> plugins;     // --plugin FILE: for a model a plugin's family reads
 };
 int run_convert(const ConvertOptions& options);
 
@@ -69,16 +78,9 @@ struct ScheduleOptions {
   long step = 0;                  // the recorded step to draw; 0: the last one
   int replica = 0;                // whose pipe, under pipeline x data parallelism
   std::string svg;                // write the drawing here
+  std::vector<std::string> plugins;  // --plugin FILE: for a model a plugin's family reads
 };
 int run_schedule(const ScheduleOptions& options);
-
-// Where generate, serve and chat run the model: its element type, its
-// device, and plugin files to load before the stock ones.
-struct EngineChoice {
-  std::string dtype = "float32";
-  std::string device = "cpu";
-  std::vector<std::string> plugins;  // --plugin FILE
-};
 
 struct GenerateOptions {
   std::string model;                        // HF model, PEFT adapter or training output_dir
@@ -133,6 +135,7 @@ struct InitOptions {
   std::string source, destination;  // destination: the source directory when empty
   long seed = 0;
   bool force = false;               // replace existing weights
+  std::vector<std::string> plugins;  // --plugin FILE: for a model a plugin's family reads
 };
 int run_init(const InitOptions& options);
 

@@ -33,6 +33,7 @@
 
 #include "commands.hpp"
 #include "exit_code.hpp"
+#include "model_reading.hpp"
 #include <ft/core/progress.hpp>
 #include <ft/io/staged_directory.hpp>
 
@@ -133,7 +134,7 @@ void add_tokens(const fs::path& src, const fs::path& out, Staged& staged, const 
   const ft::text::Tokenizer updated = ft::text::Tokenizer::from_json(tokenizer, tokenizer_file.string());
 
   nlohmann::json config = ft::io::read_json_file(out / "config.json");
-  const ft::models::ModelSpec spec = ft::models::read_model_spec(src);
+  const ft::models::ModelSpec spec = read_model(src, options.plugins).spec;
   if (size > spec.config.vocab_size) {
     for (const auto& w : spec.weights) {
       if (w.param != "embed.weight" && w.param != "lm_head.weight") continue;

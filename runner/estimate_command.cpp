@@ -16,6 +16,7 @@
 
 #include "commands.hpp"
 #include "exit_code.hpp"
+#include "model_reading.hpp"
 #include "memory_fit.hpp"
 #include "plugin_search.hpp"
 
@@ -87,8 +88,10 @@ int run_estimate(const EstimateOptions& options) {
     // A run's process loads the plugins before it allocates (on the CPU, not
     // the stock CUDA ones); so does this one, which then measures itself as
     // what every rank starts from.
-    const PluginSearch loaded_plugins = find_plugins(options.plugins, r.strategy.device);
-    std::vector<ft::estimate::MemoryEstimate> by_rank = ft::estimate::estimate_memory_by_rank(r);
+    PluginSearch loaded_plugins = find_plugins(options.plugins, r.strategy.device);
+    const ft::models::ModelReading model = read_model(r.model.path, loaded_plugins);
+    const ft::estimate::Declarations declared = declarations_of(loaded_plugins.registry);
+    std::vector<ft::estimate::MemoryEstimate> by_rank = ft::estimate::estimate_memory_by_rank(r, model, declared);
     std::int64_t widest_rows = 0;
     for (const auto& one : by_rank) widest_rows = std::max(widest_rows, one.widest_product_rows);
     const std::uint64_t process = starting_process_bytes(r, widest_rows);
@@ -107,7 +110,7 @@ int run_estimate(const EstimateOptions& options) {
       other.strategy.parallelism = o.parallelism;
       other.train.gradient_checkpointing = o.checkpointing;
       other.launch.nproc = o.nproc;
-      table.emplace_back(o, ft::estimate::estimate_memory(other));
+      table.emplace_back(o, ft::estimate::estimate_memory(other, model, declared));
       table.back().second.process_bytes = process;
     }
 

@@ -6,7 +6,9 @@
 // default to the inputs, shifted by one; -100 is not scored), at the speed of
 // full batches. The mean is over scored tokens of all rows. --logits-out
 // saves each row's next-token logits (the logits at its last token), to
-// compare with another implementation.
+// compare with another implementation. The rows are scored by the inference
+// engine a plugin offers for the model's architecture, --dtype and
+// --device, so a third party's family and device evaluate as they serve.
 #include <cmath>
 #include <fstream>
 #include <iomanip>
@@ -16,12 +18,13 @@
 
 #include <nlohmann/json.hpp>
 
+#include <ft/core/progress.hpp>
+#include <ft/infer/decoder.hpp>
 #include <ft/io/safetensors.hpp>
-#include <ft/models/load.hpp>
 
 #include "commands.hpp"
 #include "exit_code.hpp"
-#include <ft/core/progress.hpp>
+#include "model_session.hpp"
 
 namespace ftrun {
 namespace {
@@ -80,12 +83,11 @@ std::vector<Row> read_rows(const std::string& file, std::int64_t vocab) {
   return rows;
 }
 
-template <ft::element T>
 int evaluate(const EvalOptions& options) {
-  auto model = ft::models::load_pretrained<T>(options.model, /*trainable=*/false);
-  std::vector<Row> rows = read_rows(options.data, model->config().vocab_size);
+  std::unique_ptr<ft::infer::Decoder> engine = open_engine(options.model, options.engine);
+  std::vector<Row> rows = read_rows(options.data, engine->vocab_size());
 
-  const ft::index_t vocab = model->config().vocab_size;
+  const ft::index_t vocab = engine->vocab_size();
   std::vector<float> next_logits;  // [rows, V]: logits at each row's last token, for --logits-out
   double loss_sum = 0;
   long tokens = 0;
@@ -103,17 +105,15 @@ int evaluate(const EvalOptions& options) {
       labels.insert(labels.end(), l.begin(), l.end());
       documents.insert(documents.end(), r.input_ids.size(), document++);
     }
-    const ft::index_t length = ft::index_t(ids.size());
-    std::vector<std::size_t> row_ends;  // last position of each row in the pack
-    for (std::size_t i = 0; i < documents.size(); ++i)
-      if (i + 1 == documents.size() || documents[i + 1] != documents[i]) row_ends.push_back(i);
-    ft::models::Batch batch = ft::models::causal_lm_batch(1, length, std::move(ids), labels, std::move(documents));
-    tokens += batch.scored_tokens();
-    std::vector<T> logits(options.logits_out.empty() ? 0 : std::size_t(length * vocab));
-    loss_sum += model->forward_backward(batch, {.backward = false}, logits.empty() ? nullptr : logits.data());
-    for (std::size_t end : row_ends)
-      if (!logits.empty())
-        for (ft::index_t v = 0; v < vocab; ++v) next_logits.push_back(float(logits[end * std::size_t(vocab) + std::size_t(v)]));
+    std::vector<std::int64_t> row_ends;  // last position of each row in the pack, where its logits are wanted
+    if (!options.logits_out.empty())
+      for (std::size_t i = 0; i < documents.size(); ++i)
+        if (i + 1 == documents.size() || documents[i + 1] != documents[i]) row_ends.push_back(std::int64_t(i));
+    const std::size_t written = next_logits.size();
+    next_logits.resize(written + row_ends.size() * std::size_t(vocab));
+    const ft::infer::Score score = engine->score({ids, labels, documents, row_ends}, next_logits.data() + written);
+    loss_sum += score.loss_sum;
+    tokens += score.scored;
     std::ostringstream status;
     if (tokens) status << "loss " << std::fixed << std::setprecision(4) << loss_sum / double(tokens);
     progress.update(long(next), status.str());
@@ -140,13 +140,7 @@ int evaluate(const EvalOptions& options) {
 }  // namespace
 
 int run_eval(const EvalOptions& options) {
-  try {
-    if (options.dtype == "float32") return evaluate<float>(options);
-    return evaluate<ft::bf16>(options);
-  } catch (const ft::Error& e) {
-    std::cerr << "ftrun eval: " << e.what() << "\n";
-    return bad_input;
-  }
+  return exit_code_of([&] { return evaluate(options); });
 }
 
 }  // namespace ftrun

@@ -17,19 +17,30 @@ void add_recipe_options(CLI::App* command, std::string& recipe, std::vector<std:
   command->add_option("--set", sets, "Override a recipe key: section.key=value (repeatable)");
 }
 
-// The model generate, serve and chat load, as one of them names it: what
-// MODEL may be, the checkpoint of an output_dir (`use`: the verb for it),
-// the compute dtype, the device and the plugins whose engines run it.
-CLI::Option* add_model_options(CLI::App* command, std::string& model, std::string& checkpoint,
-                               ftrun::EngineChoice& engine, const std::string& use, const std::string& where = "") {
-  command->add_option("-c,--checkpoint", checkpoint, use + " one of the output_dir's checkpoints: latest, or a step number");
+// The engine a command runs the model in: its dtype, its device and the plugins that offer it.
+void add_engine_options(CLI::App* command, ftrun::EngineChoice& engine, const std::string& where = "") {
   command->add_option("--dtype", engine.dtype, "Compute dtype" + where)
       ->check(CLI::IsMember({"float32", "bfloat16"}))
       ->capture_default_str();
   command->add_option("--device", engine.device, "Where the model runs: cpu, cuda, or a plugin's device" + where)
       ->capture_default_str();
   command->add_option("--plugin", engine.plugins, "Also load this plugin file (repeatable)");
+}
+
+// The model generate, serve and chat load, as one of them names it: what
+// MODEL may be, the checkpoint of an output_dir (`use`: the verb for it),
+// the compute dtype, the device and the plugins whose engines run it.
+CLI::Option* add_model_options(CLI::App* command, std::string& model, std::string& checkpoint,
+                               ftrun::EngineChoice& engine, const std::string& use, const std::string& where = "") {
+  command->add_option("-c,--checkpoint", checkpoint, use + " one of the output_dir's checkpoints: latest, or a step number");
+  add_engine_options(command, engine, where);
   return command->add_option("model", model, "HF model directory, PEFT adapter directory, or training output_dir");
+}
+
+// Plugins whose model families init, convert and schedule may read a model with.
+void add_family_plugins(CLI::App* command, std::vector<std::string>& plugins) {
+  command->add_option("--plugin", plugins,
+                      "Also load this plugin file, for a model only a plugin's family reads (repeatable)");
 }
 
 }  // namespace
@@ -73,9 +84,7 @@ int main(int argc, char** argv) {
   eval->add_option("--model", eval_options.model, "HF model directory (config.json, model.safetensors)")->required();
   eval->add_option("--data", eval_options.data, "JSONL file: {\"input_ids\": [...], \"labels\": [...]} per line")
       ->required();
-  eval->add_option("--dtype", eval_options.dtype, "Compute dtype")
-      ->check(CLI::IsMember({"float32", "bfloat16"}))
-      ->capture_default_str();
+  add_engine_options(eval, eval_options.engine);
   eval->add_option("--max-tokens", eval_options.max_tokens, "Tokens packed into one forward pass")
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
@@ -97,6 +106,7 @@ int main(int argc, char** argv) {
                       "TOML file of tokens to add: special = [...], regular = [...], eos_token = ..., pad_token = ...");
   convert->add_option("-t,--chat-template", convert_options.chat_template, "Jinja file to use as the chat template");
   convert->add_flag("--force", convert_options.force, "Replace the destination if it exists");
+  add_family_plugins(convert, convert_options.plugins);
 
   ftrun::ScheduleOptions schedule_options;
   auto* schedule = app.add_subcommand("schedule", "Draw a recipe's pipeline schedule as a timeline: simulated, or a "
@@ -110,6 +120,7 @@ int main(int argc, char** argv) {
       ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
   schedule->add_option("--svg", schedule_options.svg, "Also write the timeline as an SVG drawing to this file");
+  add_family_plugins(schedule, schedule_options.plugins);
 
   ftrun::GenerateOptions gen;
   auto* generate = app.add_subcommand("generate", "Generate text from a model with a key/value cache");
@@ -164,6 +175,7 @@ int main(int argc, char** argv) {
   init->add_option("destination", init_options.destination, "Directory to write; the source directory by default");
   init->add_option("--seed", init_options.seed, "Seed of the draws")->capture_default_str();
   init->add_flag("--force", init_options.force, "Replace weights that are already there");
+  add_family_plugins(init, init_options.plugins);
 
   try {
     app.parse(argc, argv);

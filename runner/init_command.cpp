@@ -22,6 +22,7 @@
 
 #include "commands.hpp"
 #include "exit_code.hpp"
+#include "model_reading.hpp"
 
 namespace ftrun {
 namespace {
@@ -48,7 +49,7 @@ int run_init(const InitOptions& options) {
       throw ft::Error(source.string() + ": has no config.json to initialise a model from");
     if (fs::exists(destination / "model.safetensors") && !options.force)
       throw ft::Error(destination.string() + ": already holds model.safetensors (--force replaces it)");
-    ft::models::Transformer<float> model(ft::models::read_model_spec(source));
+    ft::models::Transformer<float> model(read_model(source, options.plugins).spec);
     const double std = ft::io::read_json_file(source / "config.json").value("initializer_range", 0.02);
     for (ft::index_t s = -1; s <= model.config().num_layers; ++s)
       initialise(model.stage_parameters(s), std::uint64_t(options.seed) + std::uint64_t(s + 1) * 0x9e3779b97f4a7c15ull,

@@ -16,6 +16,8 @@
 #include <ft/stock.hpp>
 #include <ft/train/flops.hpp>
 
+#include "model_reading.hpp"
+
 namespace ftrun {
 namespace {
 
@@ -94,9 +96,10 @@ std::uint64_t starting_process_bytes(const ft::recipe::Recipe& r, std::int64_t w
   return ft::resident_bytes();
 }
 
-void check_memory_fits(const ft::recipe::Loaded<ft::recipe::Recipe>& loaded, std::int64_t ranks_here, bool starts_ranks) {
+std::string check_memory_fits(const ft::recipe::Loaded<ft::recipe::Recipe>& loaded, std::int64_t ranks_here, bool starts_ranks,
+                              PluginSearch& plugins) {
   const ft::recipe::Recipe& r = loaded.recipe;
-  if (!r.launch.memory_check) return;
+  if (!r.launch.memory_check) return {};
   std::uint64_t available = 0;
   std::string source;
   // launch.memory_limit bounds ft's allocator (a device's memory, or the
@@ -112,7 +115,7 @@ void check_memory_fits(const ft::recipe::Loaded<ft::recipe::Recipe>& loaded, std
     source = "the host's available memory" + (ranks_here > 1 ? " over " + std::to_string(ranks_here) + " ranks" : "");
     resident = true;
   }
-  if (available == 0) return;
+  if (available == 0) return {};
   // This process as it is now: without the BLAS buffers that setup's first
   // product will touch (starting_process_bytes), which a check need not wait for.
   const std::uint64_t process = ft::resident_bytes(), held_already = resident && !starts_ranks ? process : 0;
@@ -121,14 +124,17 @@ void check_memory_fits(const ft::recipe::Loaded<ft::recipe::Recipe>& loaded, std
     return resident ? e.host_peak() - std::min(held_already, e.host_peak()) : e.peak();
   };
 
+  ft::models::ModelReading model;
+  const ft::estimate::Declarations declared = declarations_of(plugins.registry);
   ft::estimate::MemoryEstimate estimate;
   try {
-    estimate = ft::estimate::estimate_memory(r);
-  } catch (const ft::Error&) {
-    return;  // a policy the estimate has no model for: nothing to compare
+    model = read_model(r.model.path, plugins);
+    estimate = ft::estimate::estimate_memory(r, model, declared);
+  } catch (const ft::Error& e) {
+    return e.what();  // a policy the estimate has no model for: nothing to compare, and the caller says so
   }
   const std::uint64_t needed = need(estimate);
-  if (needed <= available) return;
+  if (needed <= available) return {};
 
   const ft::estimate::Term largest = estimate.largest();
   std::ostringstream why;
@@ -138,7 +144,7 @@ void check_memory_fits(const ft::recipe::Loaded<ft::recipe::Recipe>& loaded, std
   std::string fits;
   for (const Change& c : changes(r)) {
     try {
-      const std::uint64_t peak = need(ft::estimate::estimate_memory(c.recipe));
+      const std::uint64_t peak = need(ft::estimate::estimate_memory(c.recipe, model, declared));
       if (peak <= available) fits += std::string(fits.empty() ? "" : "; ") + c.what + ": " + ft::format_bytes(peak);
     } catch (const ft::Error&) {
     }

@@ -3,9 +3,12 @@
 // has? A run that will not fit is refused with the largest term and the
 // cheapest changes that would fit, each with its own estimate.
 #include <cstdint>
+#include <string>
 
 #include <ft/recipe/load.hpp>
 #include <ft/recipe/recipe.hpp>
+
+#include "plugin_search.hpp"
 
 namespace ftrun {
 
@@ -22,9 +25,13 @@ std::uint64_t starting_process_bytes(const ft::recipe::Recipe& recipe, std::int6
 
 // Throws ft::OutOfMemory with that message when the run will not fit; does
 // nothing when it fits, when launch.memory_check is off, or when the memory
-// available is not known (a GPU without launch.memory_limit). The host's
+// available is not known (a GPU without launch.memory_limit). The model is
+// read and the policies declared through `plugins` (model_reading.hpp);
+// returns why the run could not be estimated (a policy that declares
+// nothing), empty when it was checked. The host's
 // available memory is shared by `ranks_here`, the job's ranks on this
 // machine; `starts_ranks` when this process launches them rather than trains.
-void check_memory_fits(const ft::recipe::Loaded<ft::recipe::Recipe>& loaded, std::int64_t ranks_here, bool starts_ranks);
+std::string check_memory_fits(const ft::recipe::Loaded<ft::recipe::Recipe>& loaded, std::int64_t ranks_here,
+                              bool starts_ranks, PluginSearch& plugins);
 
 }  // namespace ftrun

@@ -59,14 +59,9 @@ std::string no_engine(const std::string& architecture, const EngineChoice& choic
 
 }  // namespace
 
-ModelSession::ModelSession(const ModelSource& source, const std::map<std::string, std::string>& adapters,
-                           const EngineChoice& choice)
-    : text_(text_with_tokenizer(source.base)), stop_tokens_(stop_tokens_of(source.base, text_)) {
-  const std::string architecture = ft::io::hf_architecture(source.base);
-  const nlohmann::json config = ft::io::read_json_file(source.base / "config.json");
-  if (const auto it = config.find("max_position_embeddings"); it != config.end() && it->is_number_integer())
-    max_position_embeddings_ = it->get<ft::index_t>();
-
+std::unique_ptr<ft::infer::Decoder> open_engine(const fs::path& model_dir, const EngineChoice& choice,
+                                                std::string* description) {
+  const std::string architecture = ft::io::hf_architecture(model_dir);
   PluginSearch search = find_plugins(choice.plugins, choice.device);
   std::size_t warned = 0;
   auto warn_refused = [&] {
@@ -80,8 +75,17 @@ ModelSession::ModelSession(const ModelSource& source, const std::map<std::string
     engine = search.registry.find_engine(architecture, choice.dtype, choice.device);
   }
   if (!engine) throw ft::Error(no_engine(architecture, choice, search.registry));
-  decoder_ = std::make_unique<ft::plugin::PluginDecoder>(*engine, source.base);
-  engine_description_ = engine->key.str() + " from " + engine->plugin->name() + " " + engine->plugin->version();
+  if (description) *description = engine->key.str() + " from " + engine->plugin->name() + " " + engine->plugin->version();
+  return std::make_unique<ft::plugin::PluginDecoder>(*engine, model_dir);
+}
+
+ModelSession::ModelSession(const ModelSource& source, const std::map<std::string, std::string>& adapters,
+                           const EngineChoice& choice)
+    : text_(text_with_tokenizer(source.base)), stop_tokens_(stop_tokens_of(source.base, text_)) {
+  const nlohmann::json config = ft::io::read_json_file(source.base / "config.json");
+  if (const auto it = config.find("max_position_embeddings"); it != config.end() && it->is_number_integer())
+    max_position_embeddings_ = it->get<ft::index_t>();
+  decoder_ = open_engine(source.base, choice, &engine_description_);
   if (!source.adapter.empty()) default_adapter_ = decoder_->load_adapter(source.adapter);
   for (const auto& [name, dir] : adapters) adapters_[name] = decoder_->load_adapter(dir);
 }

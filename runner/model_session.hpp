@@ -35,6 +35,13 @@ ModelSource resolve_model_source(const std::string& model, const std::string& ch
 // number or a list), else the tokenizer's EOS.
 std::vector<std::int32_t> stop_tokens_of(const std::filesystem::path& dir, const ft::text::ModelText& text);
 
+// The inference engine a plugin offers for the model in `model_dir` (an HF
+// directory), its dtype and device, loaded with the model; `description`
+// receives "(llama, float32) on cpu from ft-cpu 0.1.0". Refused in one line
+// where no plugin runs the architecture so, naming what they offer.
+std::unique_ptr<ft::infer::Decoder> open_engine(const std::filesystem::path& model_dir, const EngineChoice& choice,
+                                                std::string* description = nullptr);
+
 // The model runs in the inference engine a model plugin offers for its
 // architecture, dtype and device (ft/plugin/decoder.hpp), so every family
 // and device ftrun can train on, a third party's included, can answer too;

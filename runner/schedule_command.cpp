@@ -20,6 +20,7 @@
 
 #include "commands.hpp"
 #include "exit_code.hpp"
+#include "model_reading.hpp"
 
 namespace ftrun {
 namespace {
@@ -209,7 +210,7 @@ int run_schedule(const ScheduleOptions& options) {
       throw loaded.error("strategy.parallelism", "is \"" + r.strategy.parallelism +
                                                      "\"; ftrun schedule draws the schedules of \"pipeline\"");
     const ft::parallel::PipePartition p =
-        ft::parallel::plan_pipeline(r, ft::models::read_model_spec(r.model.path).config, r.launch.nproc);
+        ft::parallel::plan_pipeline(r, read_model(r.model.path, options.plugins).spec.config, r.launch.nproc);
     const int m = int(ft::recipe::pipeline_microbatches(r));
     const auto schedule = ft::parallel::pipe_schedule_from_name(r.pipeline.schedule);
     Drawn d;

@@ -279,7 +279,8 @@ int run_train(const TrainOptions& options) {
                                     : r.launch.hostfile.empty() ? std::max<std::int64_t>(1, r.launch.nproc)
                                                                 : 1;  // a hostfile spreads them; each host has its own
     try {
-      check_memory_fits(loaded, ranks_here, r.launch.nproc > 1 && job.size == 1);
+      const std::string unchecked = check_memory_fits(loaded, ranks_here, r.launch.nproc > 1 && job.size == 1, search);
+      if (!unchecked.empty() && job.rank == 0) std::cerr << "ftrun: memory not checked before the run: " << unchecked << "\n";
     } catch (const ft::OutOfMemory& e) {
       if (job.rank == 0) std::cerr << "ftrun: " << e.what() << "\n";
       return out_of_memory;

@@ -241,6 +241,25 @@ TEST_CASE("a missing combination lists the closest and the C++ that would build 
                    "ft::optim::AdamW, ft::adapters::LoRA>)") != std::string::npos);
 }
 
+TEST_CASE("a third party's parallelism declares nothing the estimate reads: estimate refuses in one line, and train "
+          "says that it did not check the memory") {
+  fs::create_directories(scratch);
+  const fs::path file = scratch / "third-party-estimate.toml";
+  std::ofstream(file) << "output_dir = \"" << (scratch / "third-party-run").string() << "\"\n[model]\npath = \""
+                      << FT_SOURCE_DIR << "/models/ft-tiny-llama\"\n[data]\ntrain = \"" << fixtures
+                      << "/data/tiny.jsonl\"\n[strategy]\nparallelism = \"fixture-dp\"\nprecision = \"bf16-mixed\"\n"
+                      << "[train]\nmax_steps = 1\n";
+  const std::string plugin = " --plugin " + fixture_plugins + "/libfixture_good.so";
+  const std::string why = "no memory model for the parallelism \"fixture-dp\": it is not one of ft's (single, ddp, "
+                          "zero1, zero2, zero3, pipeline) and declares nothing the estimate reads\n";
+  Run estimate = ftrun("estimate " + file.string() + plugin);
+  CHECK(estimate.code == 2);
+  CHECK(estimate.err == "ftrun: " + why);
+  Run train = ftrun("train " + file.string() + plugin);
+  CHECK(train.code == 0);
+  CHECK(train.err.find("ftrun: memory not checked before the run: " + why) != std::string::npos);
+}
+
 TEST_CASE("policy checks of the chosen Trainer run in the plugin") {
   Run r = ftrun("train " + recipe("[lora]\ntarget_modules = [\"dense\"]\n") + " --dry-run");
   CHECK(r.code == 2);
@@ -299,6 +318,36 @@ TEST_CASE("ftrun eval reports HF's loss and perplexity over pre-tokenized rows")
   }
 }
 
+TEST_CASE("ftrun eval scores in a plugin's engine on the device asked for: the same loss and logits") {
+  // The CPU standing in for a device, from a plugin on FT_PLUGIN_PATH (tests/support/cpu_as_device.hpp).
+  const std::string model = fixtures + "/parity/llama_gqa";
+  const std::string ask = "eval --model " + model + " --data " + model + "/eval.jsonl --json --max-tokens 7";
+  const std::string test_plugins = "FT_PLUGIN_PATH=" FT_TEST_PLUGIN_DIR;
+  std::vector<std::vector<float>> logits;
+  std::vector<std::string> outputs;
+  for (const char* device : {"cpu", "cpu-as-device"}) {
+    CAPTURE(device);
+    const fs::path out = scratch / (std::string("device-logits-") + device + ".safetensors");
+    const Run r = ftrun(ask + " --device " + device + " --logits-out " + out.string(), test_plugins);
+    INFO(r.err);
+    REQUIRE(r.code == 0);
+    outputs.push_back(r.out);
+    auto file = ft::io::SafetensorsFile::open(out);
+    const auto& t = file.at("next_token_logits");
+    logits.emplace_back(std::size_t(t.numel()));
+    ft::io::copy_elements(file, t, logits.back().data(), t.numel());
+  }
+  CHECK(outputs[0] == outputs[1]);  // the device's products are the CPU's: the same loss to the last digit
+  CHECK(logits[0] == logits[1]);
+  const Run bf16 = ftrun(ask + " --device cpu-as-device --dtype bfloat16", test_plugins);
+  CHECK(bf16.code == 0);
+  CHECK(bf16.out.find("\"tokens\":33") != std::string::npos);
+  const Run none = ftrun(ask + " --device tpu");
+  CHECK(none.code == 2);
+  CHECK(one_line(none.err));
+  CHECK(none.err.find("no plugin runs LlamaForCausalLM in float32 on tpu; offered for it: ") != std::string::npos);
+}
+
 TEST_CASE("ftrun eval --logits-out writes each row's next-token logits, the same however rows are packed") {
   const std::string model = fixtures + "/parity/llama_gqa";
   std::vector<std::vector<float>> runs;
@@ -344,7 +393,8 @@ TEST_CASE("ftrun eval refuses bad rows and bad models with one line naming the p
   Run unknown = ftrun("eval --model " + fixtures + "/models/unknown-arch --data " + data("{\"input_ids\": [1]}\n"));
   CHECK(unknown.code == 2);
   CHECK(one_line(unknown.err));
-  CHECK(unknown.err.find("architecture \"FalconForCausalLM\" is not supported") != std::string::npos);
+  CHECK(unknown.err.find("no plugin runs FalconForCausalLM in float32 on cpu; the plugins found read ") !=
+        std::string::npos);
 
   // A truncated weight file.
   fs::path cut = scratch / "truncated-model";

@@ -8,6 +8,7 @@
 #include <fstream>
 
 #include <ft/models/load.hpp>
+#include <ft/models/spec_json.hpp>
 
 namespace test_config {
 
@@ -79,6 +80,28 @@ TEST_CASE("Mistral 7B: a sliding window on every layer; SmolLM2-135M: tied, 134.
     "rope_theta": 100000, "tie_word_embeddings": true, "vocab_size": 49152})");
   CHECK(smol.config.head_dim == 64);
   CHECK(models::parameter_count(smol.config) == 134'515'008);
+}
+
+TEST_CASE("a model's description crosses the plugin boundary whole: every field of every stock family's reading") {
+  // Each parity fixture sets options the others leave at their defaults
+  // (layer norms, biases, parallel residual, partial rotary, Llama 3
+  // scaling, sliding windows, tied tables); with the published shapes above.
+  std::vector<models::ModelSpec> specs;
+  for (const fs::directory_entry& fixture : fs::directory_iterator(fs::path(FT_SOURCE_DIR) / "tests/fixtures/parity"))
+    if (fs::exists(fixture.path() / "config.json")) specs.push_back(models::read_model_spec(fixture.path()));
+  REQUIRE(specs.size() >= 6);
+  for (const models::ModelSpec& spec : specs) {
+    CAPTURE(spec.config.architecture);
+    const models::ModelSpec back = models::spec_from_json(models::spec_to_json(spec), "the test");
+    CHECK(back == spec);
+    CHECK(back.config == spec.config);
+  }
+  // What changes one field is seen: the comparison is field by field.
+  models::ModelSpec changed = specs.front();
+  changed.config.rope.scaling.low_freq_factor += 1;
+  CHECK(models::spec_from_json(models::spec_to_json(changed), "the test") != specs.front());
+  CHECK_THROWS_WITH_AS(models::spec_from_json(R"({"config": {}})", "plugin p"),
+                       doctest::Contains("plugin p described the model in a form this ftrun cannot read"), Error);
 }
 
 TEST_CASE("the parameter count from the configuration is what the model allocates") {

@@ -26,8 +26,9 @@ fail() { echo "FAIL: $*" >&2; exit 1; }
 # The installed ftrun finds its stock plugins and loads the third-party one.
 out=$("$ftrun" plugins --plugin "$plugin")
 grep -q "^ft-cpu 0.1.0  ($prefix/" <<<"$out" || fail "installed ftrun does not list its stock plugins: $out"
-grep -q "^my-plugin 0.3.0" <<<"$out" || fail "ftrun does not list my-plugin: $out"
+grep -q "^my-plugin 0.4.0" <<<"$out" || fail "ftrun does not list my-plugin: $out"
 grep -q "^  gpt_neox, bf16-mixed, single, sgd-nesterov, lora$" <<<"$out" || fail "combination missing: $out"
+grep -q "^  my-lm, fp32, single, sgd-nesterov, full$" <<<"$out" || fail "the plugin's family is not offered: $out"
 
 # A recipe selects the plugin's new optimizer by name, through FT_PLUGIN_PATH too.
 recipe=$work/recipe.toml
@@ -50,6 +51,67 @@ set -e
 [ "$code" -eq 2 ] || fail "expected exit 2 without the plugin, got $code"
 grep -q "^ftrun: $recipe:6:13: strategy.optimizer: no plugin offers the optimizer \"sgd-nesterov\"" <<<"$err" \
   || fail "unexpected error: $err"
+
+# The plugin's own family, which ft does not know: ftrun's commands read a
+# model of it through the plugin. A config.json of its keys, the tiny
+# model's tokenizer beside it.
+model=$work/my-lm
+mkdir -p "$model"
+cp "$src/models/ft-tiny-llama/tokenizer.json" "$src/models/ft-tiny-llama/tokenizer_config.json" "$model/"
+cat >"$model/config.json" <<JSON
+{"architectures": ["MyLMForCausalLM"], "vocab_size": 512, "d_model": 64, "n_layers": 2, "n_heads": 4, "d_ff": 128,
+ "max_seq_len": 256, "bos_token_id": 1, "eos_token_id": 2}
+JSON
+# Without the plugin, init refuses the architecture in one line.
+set +e
+err=$("$ftrun" init "$model" 2>&1 >/dev/null); code=$?
+set -e
+[ "$code" -eq 2 ] || fail "init of an unknown architecture: expected exit 2, got $code"
+grep -q "^ftrun: $model/config.json: architecture \"MyLMForCausalLM\" is read by no family" <<<"$err" \
+  || fail "unexpected init error: $err"
+[ "$(wc -l <<<"$err")" -eq 1 ] || fail "init's refusal is not one line: $err"
+# With it, init writes the family's weights under the family's own names.
+out=$("$ftrun" init "$model" --plugin "$plugin")
+grep -q "^initialised 115008 parameters" <<<"$out" || fail "init: $out"
+head -c 4096 "$model/model.safetensors" | grep -aq '"blocks.1.wq.weight"' || fail "init did not write the family's names"
+
+# It trains with the plugin's optimizer, and its estimate is made from what the optimizer declares.
+recipe_lm=$work/my-lm.toml
+cat >"$recipe_lm" <<TOML
+output_dir = "$work/my-lm-run"
+[model]
+path = "$model"
+[data]
+train = "$src/tests/fixtures/data/tiny.jsonl"
+format = "alpaca"
+max_seq_length = 256
+[strategy]
+optimizer = "sgd-nesterov"
+adapter = "full"
+[train]
+per_device_train_batch_size = 2
+learning_rate = 1e-2
+max_steps = 4
+logging_steps = 1
+TOML
+out=$("$ftrun" estimate "$recipe_lm" --plugin "$plugin")
+grep -Eq "optimizer state +449.2 KiB +sgd-nesterov" <<<"$out" || fail "estimate of the plugin's optimizer: $out"
+out=$("$ftrun" train "$recipe_lm" --plugin "$plugin" 2>&1)
+grep -q "my::MyLM" <<<"$out" || fail "train did not run the plugin's family: $out"
+test -f "$work/my-lm-run/model/model.safetensors" || fail "train wrote no model: $out"
+
+# Models of it are evaluated and generate through the plugin's engines. A
+# model drawn at std 0.02 predicts nearly uniformly: its loss is about ln 512.
+printf '{"input_ids": [1, 5, 9, 14, 3, 7, 2]}\n{"input_ids": [1, 22, 8, 2]}\n' >"$work/eval.jsonl"
+out=$("$ftrun" eval --model "$model" --data "$work/eval.jsonl" --json --plugin "$plugin")
+grep -q '"tokens":9}' <<<"$out" || fail "eval: $out"
+loss=$(sed 's/.*"loss":\([0-9.]*\).*/\1/' <<<"$out")
+awk -v l="$loss" 'BEGIN { d = l - log(512); exit !(d > -0.1 && d < 0.1) }' || fail "eval of the initialised model: $out"
+out=$("$ftrun" eval --model "$work/my-lm-run/model" --data "$work/eval.jsonl" --json --plugin "$plugin")
+grep -q '"tokens":9}' <<<"$out" || fail "eval of the trained model: $out"
+out=$("$ftrun" generate "$work/my-lm-run/model" --raw -p "Red" --max-tokens 4 --json --plugin "$plugin")
+grep -q '"finish_reason":"length"' <<<"$out" || fail "generate: $out"
+[ "$(grep -o '"token_ids":\[[0-9,]*\]' <<<"$out" | tr -cd ',' | wc -c)" -eq 3 ] || fail "generate gave not 4 tokens: $out"
 
 # The custom trainer built from the installed headers alone.
 out=$("$work/custom_trainer/custom_trainer" "$recipe" --set strategy.optimizer=adamw)

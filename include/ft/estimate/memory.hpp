@@ -21,6 +21,7 @@
 // libraries and their buffers, which the caller measures, and MPI's own
 // scratch for collectives: host_peak() is the process's max RSS.
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <cstdint>
 #include <map>
@@ -32,6 +33,7 @@
 #include "ft/adapters/lora.hpp"
 #include "ft/comm/mpi_scratch.hpp"
 #include "ft/core/half.hpp"
+#include "ft/estimate/declarations.hpp"
 #include "ft/io/model_weights.hpp"
 #include "ft/kernels/cuda/workspace.hpp"
 #include "ft/models/block.hpp"
@@ -225,8 +227,50 @@ std::uint64_t optimizer_state_bytes(const std::string& optimizer, const std::vec
     }
     return bytes + block(2 * sizeof(optim::DynamicMap));  // the code maps, copied for each optimizer
   }
-  throw Error("ftrun estimate has no memory model for optimizer \"" + optimizer +
-              "\"; it knows sgd, adamw, adafactor, adamw8bit, lion");
+  throw Error("no memory model for optimizer \"" + optimizer + "\"");
+}
+
+// A declared optimizer's state: one array of its declared bytes per element,
+// halved in bf16 under a bf16 master where it is per element.
+template <class M>
+std::uint64_t declared_state_bytes(const OptimizerDeclaration& o, index_t n, Blocks block) {
+  const double scale = o.elementwise_state && std::is_same_v<M, bf16> ? 0.5 : 1.0;
+  const auto bytes = std::uint64_t(std::ceil(double(n) * o.state_bytes * scale));
+  return bytes ? block(bytes) : 0;
+}
+
+// Whether ft's own list has a policy of this name.
+template <class List>
+bool stock_has(const std::string& name) {
+  return std::apply([&](auto... p) { return ((decltype(p)::name == name) || ...); }, List{});
+}
+
+// Whether the optimizer named keeps one value per parameter (ZeRO cuts its buffers anywhere).
+inline bool elementwise_state(const std::string& name, const OptimizerDeclaration* declared) {
+  if (declared) return declared->elementwise_state;
+  bool out = false;
+  std::apply([&](auto... o) { ((out = out || (decltype(o)::name == name && optim::elementwise_state_of<decltype(o)>)), ...); },
+             stock::Optimizers{});
+  return out;
+}
+
+// A run the estimate has no model for, in one line: a policy outside ft's
+// stock list that declares nothing the estimate reads.
+inline void check_estimable(const recipe::Recipe& r, const Declarations& declared) {
+  auto refuse = [](const char* kind, const std::string& name, const std::string& stock) {
+    throw Error("no memory model for the " + std::string(kind) + " \"" + name +
+                "\": it is not one of ft's (" + stock + ") and declares nothing the estimate reads");
+  };
+  if (!stock_has<stock::Precisions>(r.strategy.precision))
+    refuse("precision", r.strategy.precision, stock::names<stock::Precisions>(", "));
+  if (!stock_has<stock::Parallelisms>(parallel::canonical_name(r.strategy.parallelism)))
+    refuse("parallelism", r.strategy.parallelism, stock::names<stock::Parallelisms>(", "));
+  if (!stock_has<stock::Adapters>(r.strategy.adapter))
+    refuse("adapter", r.strategy.adapter, stock::names<stock::Adapters>(", "));
+  if (!stock_has<stock::Optimizers>(r.strategy.optimizer) && !declared.optimizer(r.strategy.optimizer))
+    throw Error("no memory model for the optimizer \"" + r.strategy.optimizer +
+                "\": it is not one of ft's (" + stock::names<stock::Optimizers>(", ") +
+                ") and no plugin loaded declares it");
 }
 
 template <class T>
@@ -234,19 +278,6 @@ std::string dtype_name() {
   if constexpr (std::is_same_v<T, bf16>) return "bf16";
   else if constexpr (std::is_same_v<T, f16>) return "f16";
   else return "f32";
-}
-
-// The stock family that reads this config.json, as an adapter checks a recipe against it.
-template <class... Families>
-adapters::FamilyModules family_modules_of(const std::string& architecture) {
-  adapters::FamilyModules out;
-  auto look = [&]<class F>() {
-    for (std::string_view a : F::hf_architectures)
-      if (a == architecture) out = {F::name, F::linear_modules, F::default_lora_targets};
-  };
-  (look.template operator()<Families>(), ...);
-  if (out.family.empty()) throw Error("ftrun estimate: no stock family reads architecture \"" + architecture + "\"");
-  return out;
 }
 
 // The largest tensor as the model's files hold it (models/transformer.hpp
@@ -335,7 +366,8 @@ inline Place place_of(const recipe::Recipe& r, const models::TransformerConfig& 
 // The estimate for rank `rank` of the recipe's launch.nproc, with T the
 // storage dtype and M the optimizer's (the precision policy's pair).
 template <element T, class M>
-MemoryEstimate estimate_memory_as(const recipe::Recipe& recipe, const models::ModelSpec& spec, int rank) {
+MemoryEstimate estimate_memory_as(const recipe::Recipe& recipe, const models::ModelSpec& spec, int rank,
+                                  const Declarations& declared) {
   using A = acc_t<T>;
   const models::TransformerConfig& c = spec.config;
   const recipe::Recipe& r = recipe;
@@ -356,7 +388,9 @@ MemoryEstimate estimate_memory_as(const recipe::Recipe& recipe, const models::Mo
   const bool shards_params = multi && parallelism == "zero3";
   const bool fused = r.train.fuse_optimizer_with_backward;
   const std::string& optimizer = r.strategy.optimizer;
-  const bool by_element = optimizer == "sgd" || optimizer == "adamw" || optimizer == "lion";
+  const OptimizerDeclaration* declared_optimizer =
+      detail::stock_has<stock::Optimizers>(optimizer) ? nullptr : declared.optimizer(optimizer);
+  const bool by_element = detail::elementwise_state(optimizer, declared_optimizer);
   const index_t L = c.num_layers, C = c.hidden_size, V = c.vocab_size, HD = c.num_heads * c.head_dim;
 
   const detail::Blocks block{!on_cpu};
@@ -416,7 +450,7 @@ MemoryEstimate estimate_memory_as(const recipe::Recipe& recipe, const models::Mo
     trainables.push_back(std::move(p));
     trainable_stage.push_back(-1);
   } else {
-    throw Error("ftrun estimate has no memory model for adapter \"" + adapter + "\"; it knows full, lora, prompt");
+    throw Error("internal: no memory model for adapter \"" + adapter + "\"");
   }
   // Every rank keeps every adapter buffer (trained); the optimizer steps
   // those of this rank's stages (mine), or its shard of them.
@@ -444,8 +478,10 @@ MemoryEstimate estimate_memory_as(const recipe::Recipe& recipe, const models::Mo
     owned += std::uint64_t(end - begin);
     owned_bytes += state_block(std::uint64_t(end - begin) * sizeof(M));
     step_gradient_bytes += block(std::uint64_t(shards_grads ? end - begin : t.size()) * sizeof(M));
-    state += detail::optimizer_state_bytes<M>(optimizer, parallel::entries_in(t.entries(), begin, end), end - begin,
-                                              r.train, state_block);
+    state += declared_optimizer
+                 ? detail::declared_state_bytes<M>(*declared_optimizer, end - begin, state_block)
+                 : detail::optimizer_state_bytes<M>(optimizer, parallel::entries_in(t.entries(), begin, end),
+                                                    end - begin, r.train, state_block);
     largest_buffer = std::max(largest_buffer, block(std::uint64_t(t.size()) * sizeof(M)));
     if (optimizer == "adafactor" && !offloaded)
       optimizer_scratch = std::max(optimizer_scratch, detail::adafactor_step_scratch<M>(
@@ -775,27 +811,37 @@ MemoryEstimate estimate_memory_as(const recipe::Recipe& recipe, const models::Mo
 }
 
 // One rank's estimate, with the recipe's precision (its storage and optimizer dtypes).
-inline MemoryEstimate estimate_memory_of_rank(const recipe::Recipe& recipe, const models::ModelSpec& spec, int rank) {
+inline MemoryEstimate estimate_memory_of_rank(const recipe::Recipe& recipe, const models::ModelSpec& spec, int rank,
+                                              const Declarations& declared) {
   const std::string& p = recipe.strategy.precision;
-  if (p == "fp32") return estimate_memory_as<float, float>(recipe, spec, rank);
-  if (p == "bf16-true") return estimate_memory_as<bf16, bf16>(recipe, spec, rank);
-  if (p == "bf16-mixed") return estimate_memory_as<bf16, float>(recipe, spec, rank);
-  if (p == "fp16-mixed") return estimate_memory_as<f16, float>(recipe, spec, rank);
-  throw Error("ftrun estimate has no memory model for precision \"" + p +
-              "\"; it knows fp32, bf16-true, bf16-mixed, fp16-mixed");
+  if (p == "fp32") return estimate_memory_as<float, float>(recipe, spec, rank, declared);
+  if (p == "bf16-true") return estimate_memory_as<bf16, bf16>(recipe, spec, rank, declared);
+  if (p == "bf16-mixed") return estimate_memory_as<bf16, float>(recipe, spec, rank, declared);
+  if (p == "fp16-mixed") return estimate_memory_as<f16, float>(recipe, spec, rank, declared);
+  throw Error("no memory model for precision \"" + p + "\"");
 }
 
-// Every rank's estimate, rank 0 first (ranks differ where shards are uneven).
-inline std::vector<MemoryEstimate> estimate_memory_by_rank(recipe::Recipe recipe) {
-  const models::ModelSpec spec = models::read_model_spec(recipe.model.path);
-  if (recipe.strategy.adapter == "lora")
-    adapters::LoRA::resolve(recipe, []<class... F>(std::tuple<F...>*, const std::string& architecture) {
-      return detail::family_modules_of<F...>(architecture);
-    }(static_cast<stock::Families*>(nullptr), spec.config.architecture));
-  std::vector<MemoryEstimate> ranks{estimate_memory_of_rank(recipe, spec, 0)};
-  for (int rank = 1; rank < ranks.front().ranks; ++rank) ranks.push_back(estimate_memory_of_rank(recipe, spec, rank));
-  for (MemoryEstimate& e : ranks) e.file_tensor_bytes = detail::largest_file_tensor(recipe.model.path, spec);
+// Every rank's estimate, rank 0 first (ranks differ where shards are uneven),
+// for the model as its family reads it (models/load.hpp; a plugin's family
+// through ftrun) and policies outside ft's list as they declare themselves.
+inline std::vector<MemoryEstimate> estimate_memory_by_rank(recipe::Recipe recipe, const models::ModelReading& model,
+                                                           const Declarations& declared = {}) {
+  detail::check_estimable(recipe, declared);
+  if (recipe.strategy.adapter == "lora") {
+    const std::vector<std::string_view> linear(model.linear_modules.begin(), model.linear_modules.end()),
+        targets(model.default_lora_targets.begin(), model.default_lora_targets.end());
+    adapters::LoRA::resolve(recipe, {model.family, linear, targets});
+  }
+  std::vector<MemoryEstimate> ranks{estimate_memory_of_rank(recipe, model.spec, 0, declared)};
+  for (int rank = 1; rank < ranks.front().ranks; ++rank)
+    ranks.push_back(estimate_memory_of_rank(recipe, model.spec, rank, declared));
+  for (MemoryEstimate& e : ranks) e.file_tensor_bytes = detail::largest_file_tensor(recipe.model.path, model.spec);
   return ranks;
+}
+
+// The same for a model of one of ft's own families.
+inline std::vector<MemoryEstimate> estimate_memory_by_rank(const recipe::Recipe& recipe) {
+  return estimate_memory_by_rank(recipe, models::read_model(recipe.model.path));
 }
 
 // The rank whose peak is the largest: the one that must fit. The setup's
@@ -805,6 +851,12 @@ inline const MemoryEstimate& largest_peak_rank(const std::vector<MemoryEstimate>
     return std::pair(a.peak(), a.step_peak()) < std::pair(b.peak(), b.step_peak());
   });
 }
-inline MemoryEstimate estimate_memory(const recipe::Recipe& recipe) { return largest_peak_rank(estimate_memory_by_rank(recipe)); }
+inline MemoryEstimate estimate_memory(const recipe::Recipe& recipe, const models::ModelReading& model,
+                                      const Declarations& declared = {}) {
+  return largest_peak_rank(estimate_memory_by_rank(recipe, model, declared));
+}
+inline MemoryEstimate estimate_memory(const recipe::Recipe& recipe) {
+  return largest_peak_rank(estimate_memory_by_rank(recipe));
+}
 
 }  // namespace ft::estimate

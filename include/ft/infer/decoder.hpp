@@ -22,6 +22,21 @@ struct SlotStep {
   int adapter = -1;
 };
 
+// A packed row of documents scored without caches (what ftrun eval runs):
+// token ids, HF's labels (empty: the ids themselves; -100 is not scored;
+// the target of a position is the label after it within its document) and
+// each token's document (empty: one document), which keeps attention and
+// positions within it. `logits_at`: positions whose next-token logits are wanted.
+struct ScoreRequest {
+  std::span<const std::int32_t> ids, labels, documents;
+  std::span<const std::int64_t> logits_at;
+};
+// The summed cross-entropy over the scored targets, and their count.
+struct Score {
+  double loss_sum = 0;
+  std::int64_t scored = 0;
+};
+
 class Decoder {
 public:
   virtual ~Decoder() = default;
@@ -47,6 +62,10 @@ public:
   // Runs each sequence's new tokens and writes its next-token logits to
   // logits [steps, vocab_size] (Engine::step).
   virtual void step(std::span<const SlotStep> steps, float* logits) = 0;
+
+  // Scores a request through the whole model, without touching the caches;
+  // logits [logits_at.size(), vocab_size] receive the requested positions' next-token logits.
+  virtual Score score(const ScoreRequest& request, float* logits) = 0;
 };
 
 }  // namespace ft::infer

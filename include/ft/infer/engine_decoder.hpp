@@ -12,6 +12,8 @@
 #include "ft/infer/decoder.hpp"
 #include "ft/infer/engine.hpp"
 #include "ft/infer/kv_cache.hpp"
+#include "ft/models/batch.hpp"
+#include "ft/tensor/tensor.hpp"
 
 namespace ft::infer {
 
@@ -56,6 +58,27 @@ public:
       steps_.push_back({&pool_->cache(s.slot), s.tokens, s.adapter});
     }
     engine_.step(steps_, logits);
+  }
+
+  Score score(const ScoreRequest& r, float* logits) override {
+    const index_t n = index_t(r.ids.size()), V = vocab_size();
+    const models::Batch batch =
+        models::causal_lm_batch(1, n, {r.ids.begin(), r.ids.end()}, {r.labels.begin(), r.labels.end()},
+                                {r.documents.begin(), r.documents.end()});
+    const models::HeadOptions options{.backward = false};
+    if (r.logits_at.empty()) return {engine_.model().forward_backward(batch, options), batch.scored_tokens()};
+    for (std::int64_t at : r.logits_at)
+      if (at < 0 || at >= n)
+        throw Error("logits asked at position " + std::to_string(at) + " of a row of " + std::to_string(n) + " tokens");
+    // Every position's logits, in the device's memory, then the rows asked for.
+    Tensor<T, typename Device::Memory> all(Shape{n, V}, typename Tensor<T, typename Device::Memory>::Uninitialized{});
+    const double loss = engine_.model().forward_backward(batch, options, all.data());
+    std::vector<T> row(static_cast<std::size_t>(V));
+    for (std::size_t i = 0; i < r.logits_at.size(); ++i) {
+      Device::to_host(row.data(), all.data() + r.logits_at[i] * V, std::size_t(V) * sizeof(T));
+      for (index_t v = 0; v < V; ++v) logits[i * std::size_t(V) + std::size_t(v)] = float(row[std::size_t(v)]);
+    }
+    return {loss, batch.scored_tokens()};
   }
 
 private:

@@ -36,6 +36,9 @@ struct TransformerConfig {
   std::vector<index_t> sliding_window;  // per layer; 0 = full attention
   index_t max_position_embeddings = 0;
 
+  // A field added here is added to models/spec_json.hpp, the form a plugin's family describes a model in.
+  bool operator==(const TransformerConfig&) const = default;
+
   index_t qkv_width() const { return (num_heads + 2 * num_kv_heads) * head_dim; }
   index_t mlp_in_width() const { return gated_mlp ? 2 * intermediate_size : intermediate_size; }
 };

@@ -24,12 +24,22 @@ struct WeightBinding {
   index_t row_offset = 0;   // first row of `param` this tensor fills
   RowOrder order = RowOrder::same;
   std::string alias = {};   // another name the same tensor goes by (empty: none)
+  bool operator==(const WeightBinding&) const = default;
 };
 
 // A family's reading of one config.json: the shape and the weight map.
 struct ModelSpec {
   TransformerConfig config;
   std::vector<WeightBinding> weights;
+  bool operator==(const ModelSpec&) const = default;
+};
+
+// A config.json as a family reads it: the model's description, and the
+// family's name and linear projections (what LoRA may target in it).
+struct ModelReading {
+  ModelSpec spec;
+  std::string family;
+  std::vector<std::string> linear_modules, default_lora_targets;
 };
 
 // Rows of an ft parameter (of param_rows rows in all) that binding w fills:

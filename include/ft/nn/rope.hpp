@@ -28,6 +28,7 @@ struct Llama3Scaling {
   double low_freq_factor = 1.0;
   double high_freq_factor = 4.0;
   double original_max_position_embeddings = 8192;
+  bool operator==(const Llama3Scaling&) const = default;
 };
 
 struct RopeConfig {
@@ -35,6 +36,7 @@ struct RopeConfig {
   index_t rotary_dim = 0;  // R, even, <= head size
   bool llama3 = false;
   Llama3Scaling scaling;
+  bool operator==(const RopeConfig&) const = default;
 };
 
 // HF computes these in float32; so does ft, for every element type, so that

@@ -17,7 +17,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define FT_PLUGIN_ABI_VERSION 4u
+#define FT_PLUGIN_ABI_VERSION 6u
 #define FT_PLUGIN_ENTRY "ft_plugin_v"
 
 #ifdef __cplusplus
@@ -85,7 +85,42 @@ typedef struct ft_engine_factory {
   /* Runs one step; logits [count, vocab_size] receive each sequence's next-token logits. */
   int (*step)(void* engine, const ft_sequence_step* steps, size_t count, float* logits, ft_write_fn write,
               void* context);
+  /* Scores `count` tokens through the whole model, without caches (ftrun eval): documents laid end to end in
+   * one row (documents[i] numbers token i's document, attention and positions stay within it; null: one
+   * document) with HF's labels (null: the ids; -100 is not scored; a position's target is the next label in
+   * its document). Sets *loss_sum, the summed cross-entropy over scored targets, and *scored, their count;
+   * logits [logits_count, vocab_size] receive the next-token logits at positions logits_at[0..logits_count). */
+  int (*score)(void* engine, const int32_t* ids, const int32_t* labels, const int32_t* documents, size_t count,
+               const int64_t* logits_at, size_t logits_count, double* loss_sum, int64_t* scored, float* logits,
+               ft_write_fn write, void* context);
 } ft_engine_factory;
+
+/* A model family a plugin brings, for ftrun's own commands (init, convert,
+ * schedule, estimate), which read a model without training or serving it. */
+typedef struct ft_model_family {
+  const char* name;       /* "llama" */
+  const char* type_name;  /* the C++ type, for people */
+  const char* const* hf_architectures; /* config.json architectures it reads */
+  size_t hf_architecture_count;
+  const char* const* linear_modules;   /* its linear projections, as PEFT's target_modules names them */
+  size_t linear_module_count;
+  const char* const* default_lora_targets; /* what LoRA adapts when a recipe names nothing */
+  size_t default_lora_target_count;
+  /* Reads config.json in model_dir and writes the model's description, the
+   * family's ModelSpec as JSON (ft/models/spec_json.hpp, whose form belongs
+   * to this ABI version). Returns 0; otherwise writes one line saying why
+   * and returns 2 for bad input, 1 for any other failure. */
+  int (*describe)(const char* model_dir, ft_write_fn write, void* context);
+} ft_model_family;
+
+/* An optimizer a plugin brings, as it declares itself (ft/optim/optimizer.hpp):
+ * what ftrun's memory estimate reads of it. */
+typedef struct ft_optimizer_policy {
+  const char* name;       /* "adamw" */
+  const char* type_name;  /* the C++ type, for people */
+  double state_bytes;     /* state per trainable parameter under an f32 master */
+  int elementwise_state;  /* 1: one value per parameter (halved in bf16 under a bf16 master) */
+} ft_optimizer_policy;
 
 typedef struct ft_plugin_descriptor {
   uint32_t abi_version;    /* FT_PLUGIN_ABI_VERSION the plugin was built with; always first */
@@ -97,6 +132,10 @@ typedef struct ft_plugin_descriptor {
   const ft_trainer_factory* factories;
   size_t engine_count;
   const ft_engine_factory* engines;
+  size_t family_count;    /* every model family among its factories */
+  const ft_model_family* families;
+  size_t optimizer_count; /* every optimizer among its factories */
+  const ft_optimizer_policy* optimizers;
 } ft_plugin_descriptor;
 
 typedef const ft_plugin_descriptor* (*ft_plugin_entry_fn)(void);

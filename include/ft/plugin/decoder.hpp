@@ -75,6 +75,14 @@ public:
     check(entry_->step(engine_, steps_.data(), steps_.size(), logits, &append, &why_));
   }
 
+  infer::Score score(const infer::ScoreRequest& r, float* logits) override {
+    infer::Score s;
+    check(entry_->score(engine_, r.ids.data(), r.labels.empty() ? nullptr : r.labels.data(),
+                        r.documents.empty() ? nullptr : r.documents.data(), r.ids.size(), r.logits_at.data(),
+                        r.logits_at.size(), &s.loss_sum, &s.scored, logits, &append, &why_));
+    return s;
+  }
+
 private:
   static void append(void* context, const char* text) { *static_cast<std::string*>(context) += text; }
 

@@ -32,6 +32,7 @@
 #include "ft/device/answer.hpp"
 #include "ft/infer/served.hpp"
 #include "ft/models/load.hpp"
+#include "ft/models/spec_json.hpp"
 #include "ft/plugin/abi.h"
 #include "ft/plugin/toolchain.hpp"
 #include "ft/recipe/resolved.hpp"
@@ -99,13 +100,20 @@ using product = typename product_of<Models, Precisions, Parallelisms, Optimizers
 
 namespace detail {
 
+// A static array of names as C strings.
+template <class Names>
+constexpr auto c_strings(const Names& names) {
+  std::array<const char*, std::tuple_size_v<Names>> out{};
+  for (std::size_t i = 0; i < out.size(); ++i) out[i] = names[i].data();
+  return out;
+}
+
+// A family's names (its architectures, its modules) as the boundary hands them over.
 template <class Model>
-struct architectures {
-  static constexpr auto c_strings = [] {
-    std::array<const char*, Model::hf_architectures.size()> out{};
-    for (std::size_t i = 0; i < out.size(); ++i) out[i] = Model::hf_architectures[i].data();
-    return out;
-  }();
+struct family_names {
+  static constexpr auto architectures = c_strings(Model::hf_architectures);
+  static constexpr auto linear_modules = c_strings(Model::linear_modules);
+  static constexpr auto default_lora_targets = c_strings(Model::default_lora_targets);
 };
 
 // Runs `act` and reports what it throws to the host, classified: 0 done,
@@ -168,8 +176,8 @@ constexpr ft_trainer_factory factory_for() {
           T::adapter_type::name.data(),
           T::device_type::name.data(),
           nullptr,  // type_name: filled in at first call, see descriptor_of
-          architectures<M>::c_strings.data(),
-          architectures<M>::c_strings.size(),
+          family_names<M>::architectures.data(),
+          family_names<M>::architectures.size(),
           &entry_points<T>::plan,
           &entry_points<T>::train};
 }
@@ -216,6 +224,19 @@ struct engine_entry_points {
       of(engine).step(slots, logits);
     });
   }
+  static int score(void* engine, const std::int32_t* ids, const std::int32_t* labels, const std::int32_t* documents,
+                   std::size_t count, const std::int64_t* logits_at, std::size_t logits_count, double* loss_sum,
+                   std::int64_t* scored, float* logits, ft_write_fn write, void* context) noexcept {
+    return classified(write, context, [&] {
+      const infer::Score s = of(engine).score({{ids, count},
+                                               {labels, labels ? count : 0},
+                                               {documents, documents ? count : 0},
+                                               {logits_at, logits_count}},
+                                              logits);
+      *loss_sum = s.loss_sum;
+      *scored = s.scored;
+    });
+  }
 };
 
 template <element T>
@@ -228,8 +249,8 @@ constexpr ft_engine_factory engine_factory_for() {
           dtype_name<T>.data(),
           Device::name.data(),
           nullptr,  // type_name: filled in at first call, see descriptor_of
-          architectures<Model>::c_strings.data(),
-          architectures<Model>::c_strings.size(),
+          family_names<Model>::architectures.data(),
+          family_names<Model>::architectures.size(),
           &E::open,
           &E::close,
           &E::load_adapter,
@@ -239,7 +260,8 @@ constexpr ft_engine_factory engine_factory_for() {
           &E::cache_bytes,
           &E::acquire,
           &E::release,
-          &E::step};
+          &E::step,
+          &E::score};
 }
 
 // "ft::infer::Engine<bfloat16, ft::device::Cuda> for ft::models::Llama"
@@ -247,6 +269,44 @@ template <class Model, class Device, element T>
 std::string engine_type_name() {
   return "ft::infer::Engine<" + std::string(dtype_name<T>) + ", " + std::string(Device::type_name) + "> for " +
          std::string(Model::type_name);
+}
+
+// A model family's reading of a model directory, for ftrun's own commands.
+template <class Model>
+int describe(const char* dir, ft_write_fn write, void* context) noexcept {
+  std::string spec;
+  const int status = classified(write, context, [&] { spec = models::spec_to_json(models::read_model_spec_of<Model>(dir)); });
+  if (status == 0) write(context, spec.c_str());
+  return status;
+}
+
+template <class Model>
+constexpr ft_model_family family_for() {
+  return {Model::name.data(),
+          Model::type_name.data(),
+          family_names<Model>::architectures.data(),
+          family_names<Model>::architectures.size(),
+          family_names<Model>::linear_modules.data(),
+          family_names<Model>::linear_modules.size(),
+          family_names<Model>::default_lora_targets.data(),
+          family_names<Model>::default_lora_targets.size(),
+          &describe<Model>};
+}
+
+template <class Optimizer>
+constexpr ft_optimizer_policy optimizer_for() {
+  return {Optimizer::name.data(), Optimizer::type_name.data(), double(Optimizer::state_bytes),
+          optim::elementwise_state_of<Optimizer> ? 1 : 0};
+}
+
+// Entries made per Trainer, each named policy once.
+template <class Entry, std::size_t N>
+std::vector<Entry> unique_by_name(const std::array<Entry, N>& all) {
+  std::vector<Entry> out;
+  for (const Entry& e : all)
+    if (std::none_of(out.begin(), out.end(), [&](const Entry& o) { return std::string_view(o.name) == e.name; }))
+      out.push_back(e);
+  return out;
 }
 
 template <class List>
@@ -281,9 +341,14 @@ struct descriptor_of<trainers<T...>> {
       }
       return out;
     }();
-    static const ft_plugin_descriptor descriptor{FT_PLUGIN_ABI_VERSION, FT_TOOLCHAIN_ID, name,
-                                                 version,               FT_VERSION_STRING, factories.size(),
-                                                 factories.data(),      engines.size(),    engines.data()};
+    static const std::vector<ft_model_family> families =
+        unique_by_name(std::array<ft_model_family, sizeof...(T)>{family_for<typename T::model_type>()...});
+    static const std::vector<ft_optimizer_policy> optimizers =
+        unique_by_name(std::array<ft_optimizer_policy, sizeof...(T)>{optimizer_for<typename T::optimizer_type>()...});
+    static const ft_plugin_descriptor descriptor{
+        FT_PLUGIN_ABI_VERSION, FT_TOOLCHAIN_ID,  name,          version,          FT_VERSION_STRING,
+        factories.size(),      factories.data(), engines.size(), engines.data(), families.size(),
+        families.data(),       optimizers.size(), optimizers.data()};
     return &descriptor;
   }
 };

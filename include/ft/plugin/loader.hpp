@@ -21,6 +21,7 @@
 #include <boost/dll/shared_library.hpp>
 
 #include "ft/core/error.hpp"
+#include "ft/models/spec_json.hpp"
 #include "ft/plugin/abi.h"
 #include "ft/plugin/elf_check.hpp"
 #include "ft/plugin/toolchain.hpp"
@@ -70,6 +71,25 @@ struct Offered {
 using Factory = Offered<TrainerKey, ft_trainer_factory>;
 using EngineFactory = Offered<EngineKey, ft_engine_factory>;
 
+// A model family a plugin brings: what ftrun's own commands read a model of it by.
+struct Family {
+  std::string name, type_name;
+  std::vector<std::string> hf_architectures, linear_modules, default_lora_targets;
+  const ft_model_family* entry = nullptr;
+  std::shared_ptr<const Plugin> plugin;
+
+  // The family's reading of the model in `dir`; throws ft::Error with the plugin's one line.
+  models::ModelReading read(const std::filesystem::path& dir) const;
+};
+
+// An optimizer a plugin brings, as it declares itself.
+struct OptimizerPolicy {
+  std::string name, type_name;
+  double state_bytes = 0;
+  bool elementwise_state = false;
+  std::shared_ptr<const Plugin> plugin;
+};
+
 class Plugin {
 public:
   // Loads and checks one library. Throws ft::Error with one line on refusal.
@@ -118,8 +138,31 @@ public:
                                   [](const ft_engine_factory& e) { return EngineKey{e.model, e.dtype, e.device}; });
   }
 
+  std::vector<Family> families(const std::shared_ptr<const Plugin>& self) const {
+    std::vector<Family> out;
+    for (std::size_t i = 0; i < descriptor_->family_count; ++i) {
+      const ft_model_family& f = descriptor_->families[i];
+      out.push_back({f.name, f.type_name, strings(f.hf_architectures, f.hf_architecture_count),
+                     strings(f.linear_modules, f.linear_module_count),
+                     strings(f.default_lora_targets, f.default_lora_target_count), &f, self});
+    }
+    return out;
+  }
+  std::vector<OptimizerPolicy> optimizers(const std::shared_ptr<const Plugin>& self) const {
+    std::vector<OptimizerPolicy> out;
+    for (std::size_t i = 0; i < descriptor_->optimizer_count; ++i) {
+      const ft_optimizer_policy& o = descriptor_->optimizers[i];
+      out.push_back({o.name, o.type_name, o.state_bytes, o.elementwise_state != 0, self});
+    }
+    return out;
+  }
+
 private:
   Plugin() = default;
+
+  static std::vector<std::string> strings(const char* const* list, std::size_t count) {
+    return {list, list + count};
+  }
 
   template <class O, class Entry, class KeyOf>
   static std::vector<O> offered(const Entry* entries, std::size_t count, const std::shared_ptr<const Plugin>& self,
@@ -127,9 +170,7 @@ private:
     std::vector<O> out;
     for (std::size_t i = 0; i < count; ++i) {
       const Entry& e = entries[i];
-      O o{key_of(e), e.type_name, {}, &e, self};
-      for (std::size_t a = 0; a < e.hf_architecture_count; ++a) o.hf_architectures.emplace_back(e.hf_architectures[a]);
-      out.push_back(std::move(o));
+      out.push_back({key_of(e), e.type_name, strings(e.hf_architectures, e.hf_architecture_count), &e, self});
     }
     return out;
   }
@@ -167,6 +208,8 @@ public:
     plugins_.push_back(plugin);
     for (Factory& f : plugin->factories(plugin)) factories_.push_back(std::move(f));
     for (EngineFactory& e : plugin->engines(plugin)) engines_.push_back(std::move(e));
+    for (Family& f : plugin->families(plugin)) families_.push_back(std::move(f));
+    for (OptimizerPolicy& o : plugin->optimizers(plugin)) optimizers_.push_back(std::move(o));
   }
 
   bool has(const std::filesystem::path& file) const {
@@ -177,6 +220,22 @@ public:
   const std::vector<std::shared_ptr<const Plugin>>& plugins() const { return plugins_; }
   const std::vector<Factory>& factories() const { return factories_; }
   const std::vector<EngineFactory>& engines() const { return engines_; }
+  const std::vector<Family>& families() const { return families_; }
+  const std::vector<OptimizerPolicy>& optimizers() const { return optimizers_; }
+
+  // The first family that reads this config.json architecture.
+  const Family* find_family(std::string_view architecture) const {
+    for (const Family& f : families_)
+      if (std::find(f.hf_architectures.begin(), f.hf_architectures.end(), architecture) != f.hf_architectures.end())
+        return &f;
+    return nullptr;
+  }
+  // The first optimizer of this name.
+  const OptimizerPolicy* find_optimizer(std::string_view name) const {
+    for (const OptimizerPolicy& o : optimizers_)
+      if (o.name == name) return &o;
+    return nullptr;
+  }
 
   // The first engine that reads this config.json architecture in this dtype on this device.
   const EngineFactory* find_engine(std::string_view architecture, std::string_view dtype,
@@ -225,8 +284,18 @@ private:
   std::vector<std::shared_ptr<const Plugin>> plugins_;
   std::vector<Factory> factories_;
   std::vector<EngineFactory> engines_;
+  std::vector<Family> families_;
+  std::vector<OptimizerPolicy> optimizers_;
   std::set<std::string> loaded_;
 };
+
+inline models::ModelReading Family::read(const std::filesystem::path& dir) const {
+  std::string text;
+  auto write = [](void* context, const char* s) { *static_cast<std::string*>(context) += s; };
+  if (entry->describe(dir.c_str(), write, &text) != 0) throw Error(text);
+  return {models::spec_from_json(text, "plugin " + plugin->name() + "'s family " + name), name, linear_modules,
+          default_lora_targets};
+}
 
 // Calls a factory's plan entry point; throws ft::Error with the plugin's reason.
 inline std::string plan(const Factory& factory, const std::string& recipe_toml) {
