@@ -8,8 +8,10 @@
 // it: the stages declare their parameters into counting buffers
 // (Block::declare and friends), a micro-batch's buffers are counted from
 // the layouts their resize() makes them from (models/context.hpp), shards
-// are cut by the same ShardLayout, optimizer state follows the state
-// functions' sizes. What is modelled by hand is the workspace: the largest
+// are cut by the same ShardLayout, an optimizer's state and step scratch
+// are what its runtime declares beside its allocations (state_bytes,
+// step_scratch_bytes), and a parallelism's and an adapter's part follows
+// their policies' flags. What is modelled by hand is the workspace: the largest
 // buffer a step makes and frees (a chunk of logits; on the CPU, 16-bit
 // GEMM operands widened to f32). tests/estimate checks every stock
 // combination against the allocator's measured peak.
@@ -25,6 +27,7 @@
 #include <cstdio>
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -42,8 +45,9 @@
 #include "ft/models/stages.hpp"
 #include "ft/nn/column_sums.hpp"
 #include "ft/nn/rope.hpp"
-#include "ft/optim/adafactor.hpp"
-#include "ft/optim/adamw8bit.hpp"
+#include "ft/optim/adafactor_runtime.hpp"
+#include "ft/optim/adamw8bit_runtime.hpp"
+#include "ft/optim/elementwise_runtimes.hpp"
 #include "ft/parallel/parallelism.hpp"
 #include "ft/parallel/pipeline_schedule.hpp"
 #include "ft/parallel/shard_layout.hpp"
@@ -142,12 +146,9 @@ namespace detail {
 using Layout = models::ParameterBuffer<float>;
 
 // What an allocation of `bytes` takes: on a device, a block of the caching
-// allocator's size class (tensor/caching_allocator.hpp), which is what its
-// allocated figure counts; on the CPU, what is asked.
-struct Blocks {
-  bool cached = false;
-  std::uint64_t operator()(std::uint64_t bytes) const { return cached ? memory::cached_block_bytes(bytes) : bytes; }
-};
+// allocator's size class, which is what its allocated figure counts; on the
+// CPU, what is asked (tensor/caching_allocator.hpp).
+using Blocks = memory::AllocationSize;
 
 // Bytes of a set of buffers from its layout (models/context.hpp), a block per tensor.
 struct CountBytes {
@@ -179,55 +180,39 @@ inline index_t column_spans(index_t rows, bool on_gpu) {
   return (rows + per - 1) / per;
 }
 
-// What one Adafactor step makes and frees (optim/adafactor.hpp), for the
-// largest of `entries`: the two RMS sums' partials, and on a factored matrix
-// its row and column factors and the column partials, one per span of rows.
-template <class M>
-std::uint64_t adafactor_step_scratch(const std::vector<models::ParameterEntry>& entries, bool on_gpu, Blocks block) {
-  using A = acc_t<optim::state_t<M>>;
-  std::uint64_t most = 0;
-  for (const auto& e : entries) {
-    const optim::AdafactorLayout l(e.shape);
-    const index_t chunk = l.factored ? l.cols : optim::detail::adafactor_chunk, parts = (l.size() + chunk - 1) / chunk;
-    std::uint64_t bytes = block(std::uint64_t(2 * parts + 2) * sizeof(double));
-    if (l.factored)
-      bytes += block(std::uint64_t(l.batch * (l.rows + l.cols + 1)) * sizeof(A)) +
-               block(std::uint64_t(l.batch * column_spans(l.rows, on_gpu) * l.cols) * sizeof(double));
-    most = std::max(most, bytes);
-  }
-  return most;
-}
-
-// The optimizer state of one shard of a buffer: `entries` are the tensors
-// in [begin, end), as the optimizer is made with them (parallel/data_parallel.hpp).
+// The optimizer state of one shard of a buffer, as the stock optimizer of
+// that name declares it (optim/*_runtime.hpp): `entries` are the tensors in
+// [begin, end), as the optimizer is made with them (parallel/data_parallel.hpp).
 template <class M>
 std::uint64_t optimizer_state_bytes(const std::string& optimizer, const std::vector<models::ParameterEntry>& entries,
-                                    index_t n, const recipe::TrainSection& t, Blocks block) {
-  using S = optim::state_t<M>;
-  const auto values = [&](index_t count) { return block(std::uint64_t(count) * sizeof(S)); };
-  if (optimizer == "adamw") return 2 * values(n);
-  if (optimizer == "lion") return values(n);
-  if (optimizer == "sgd") return t.momentum != 0 ? values(n) : 0;
+                                    index_t n, const recipe::TrainSection& t, Blocks size) {
   std::uint64_t bytes = 0;
-  if (optimizer == "adafactor") {
-    for (const auto& e : entries) {
-      const optim::AdafactorLayout l(e.shape);
-      bytes += l.factored ? values(l.batch * l.rows) + values(l.batch * l.cols) : values(l.size());
-      if (t.adafactor_beta1 > 0) bytes += values(l.size());
-    }
-    return bytes;
-  }
-  if (optimizer == "adamw8bit") {
-    for (const auto& e : entries) {
-      const index_t size = e.shape.numel();
-      const index_t blocks = (size + optim::adamw8bit_block - 1) / optim::adamw8bit_block;
-      if (size >= optim::adamw8bit_min_size)
-        bytes += 2 * block(std::uint64_t(size)) + 2 * block(std::uint64_t(blocks) * sizeof(float));
-      else bytes += 2 * values(size);
-    }
-    return bytes + block(2 * sizeof(optim::DynamicMap));  // the code maps, copied for each optimizer
-  }
-  throw Error("no memory model for optimizer \"" + optimizer + "\"");
+  std::apply(
+      [&](auto... o) {
+        ((decltype(o)::name == optimizer
+              ? void(bytes = decltype(o)::template runtime<M>::state_bytes(entries, n, t, size))
+              : void()),
+         ...);
+      },
+      stock::Optimizers{});
+  return bytes;
+}
+
+// What one step of the stock optimizer of that name makes and frees on the
+// run's device, where its runtime declares it (0 where it declares nothing).
+template <class M>
+std::uint64_t optimizer_step_scratch(const std::string& optimizer, const std::vector<models::ParameterEntry>& entries,
+                                     bool on_gpu, Blocks size) {
+  std::uint64_t bytes = 0;
+  auto of = [&]<class O>() {
+    using R = typename O::template runtime<M>;
+    if constexpr (requires { R::template step_scratch_bytes<device::Cpu>(entries, size); })
+      if (O::name == optimizer)
+        bytes = on_gpu ? R::template step_scratch_bytes<GpuColumns>(entries, size)
+                       : R::template step_scratch_bytes<device::Cpu>(entries, size);
+  };
+  std::apply([&](auto... o) { (of.template operator()<decltype(o)>(), ...); }, stock::Optimizers{});
+  return bytes;
 }
 
 // A declared optimizer's state: one array of its declared bytes per element,
@@ -342,9 +327,36 @@ inline int most_in_flight(const std::vector<parallel::PipeOp>& ops) {
   return most;
 }
 
+// What the stock parallelism of this name declares (parallel/parallelism.hpp).
+struct Sharding {
+  bool multi_rank = false, shards_optimizer_state = false, shards_gradients = false, shards_parameters = false;
+  bool pipelined = false;
+};
+inline Sharding sharding_of(const std::string& parallelism) {
+  Sharding out;
+  std::apply(
+      [&](auto... p) {
+        ((decltype(p)::name == parallelism
+              ? void(out = {decltype(p)::multi_rank, decltype(p)::shards_optimizer_state, decltype(p)::shards_gradients,
+                            decltype(p)::shards_parameters, std::is_same_v<decltype(p), parallel::Pipeline>})
+              : void()),
+         ...);
+      },
+      stock::Parallelisms{});
+  return out;
+}
+
+// Whether the stock adapter of this name trains the base weights.
+inline bool trains_base_weights(const std::string& adapter) {
+  bool out = false;
+  std::apply([&](auto... a) { ((out = out || (decltype(a)::name == adapter && decltype(a)::trains_base_weights)), ...); },
+             stock::Adapters{});
+  return out;
+}
+
 inline Place place_of(const recipe::Recipe& r, const models::TransformerConfig& c, int rank, int ranks) {
   Place p;
-  if (parallel::canonical_name(r.strategy.parallelism) != "pipeline") {
+  if (!sharding_of(parallel::canonical_name(r.strategy.parallelism)).pipelined) {
     p.partition.layers = c.num_layers;
     p.partition.first = {-1};
     p.partition.last = {c.num_layers};
@@ -375,17 +387,18 @@ MemoryEstimate estimate_memory_as(const recipe::Recipe& recipe, const models::Mo
   const bool has_master = !std::is_same_v<T, M>;
   const std::string& adapter = r.strategy.adapter;
   const std::string parallelism = parallel::canonical_name(r.strategy.parallelism);
-  const bool trains_base = adapter == "full";
+  const bool trains_base = detail::trains_base_weights(adapter);
+  const detail::Sharding sharding = detail::sharding_of(parallelism);
   const int ranks = int(std::max<std::int64_t>(1, r.launch.nproc));
-  const bool multi = parallelism != "single" && ranks > 1;
+  const bool multi = sharding.multi_rank && ranks > 1;
   // A pipeline rank keeps its chunks' stages; its replicas (the ranks with
   // the same stages) all-reduce gradients, or with ZeRO-1 shard the state.
   const detail::Place place = detail::place_of(r, c, rank, ranks);
-  const bool pipelined = parallelism == "pipeline";
-  const bool shards_state = pipelined ? r.pipeline.data_parallel == "zero1" && place.replicas > 1
-                                      : multi && (parallelism == "zero1" || parallelism == "zero2" || parallelism == "zero3");
-  const bool shards_grads = multi && (parallelism == "zero2" || parallelism == "zero3");
-  const bool shards_params = multi && parallelism == "zero3";
+  const bool pipelined = sharding.pipelined;
+  const bool shards_state = pipelined ? r.pipeline.data_parallel == parallel::ZeRO<1>::name && place.replicas > 1
+                                      : multi && sharding.shards_optimizer_state;
+  const bool shards_grads = multi && sharding.shards_gradients;
+  const bool shards_params = multi && sharding.shards_parameters;
   const bool fused = r.train.fuse_optimizer_with_backward;
   const std::string& optimizer = r.strategy.optimizer;
   const OptimizerDeclaration* declared_optimizer =
@@ -432,7 +445,7 @@ MemoryEstimate estimate_memory_as(const recipe::Recipe& recipe, const models::Mo
   if (trains_base) {
     trainables = stages;
     for (std::size_t i = 0; i < stages.size(); ++i) trainable_stage.push_back(stage(i));
-  } else if (adapter == "lora") {
+  } else if (adapter == adapters::LoRA::name) {
     lora = adapters::lora_targets(spec, r.lora.target_modules);
     for (index_t l = 0; l < L; ++l) {
       std::vector<adapters::LoraTarget> mine;
@@ -444,7 +457,7 @@ MemoryEstimate estimate_memory_as(const recipe::Recipe& recipe, const models::Mo
       trainables.push_back(std::move(b));
       trainable_stage.push_back(l);
     }
-  } else if (adapter == "prompt") {
+  } else if (adapter == adapters::Prompt::name) {
     detail::Layout p;
     p.declare("prompt_embeddings", {r.prompt_tuning.num_virtual_tokens, C});
     trainables.push_back(std::move(p));
@@ -483,9 +496,10 @@ MemoryEstimate estimate_memory_as(const recipe::Recipe& recipe, const models::Mo
                  : detail::optimizer_state_bytes<M>(optimizer, parallel::entries_in(t.entries(), begin, end),
                                                     end - begin, r.train, state_block);
     largest_buffer = std::max(largest_buffer, block(std::uint64_t(t.size()) * sizeof(M)));
-    if (optimizer == "adafactor" && !offloaded)
-      optimizer_scratch = std::max(optimizer_scratch, detail::adafactor_step_scratch<M>(
-                                                          parallel::entries_in(t.entries(), begin, end), on_gpu, block));
+    if (!offloaded)
+      optimizer_scratch = std::max(optimizer_scratch, detail::optimizer_step_scratch<M>(
+                                                          optimizer, parallel::entries_in(t.entries(), begin, end),
+                                                          on_gpu, block));
   }
 
   // Held from setup to the end.
@@ -594,7 +608,7 @@ MemoryEstimate estimate_memory_as(const recipe::Recipe& recipe, const models::Mo
 
   // A training micro-batch: rows x tokens (the longest a batch can be).
   const index_t B = r.train.per_device_train_batch_size;
-  const index_t T_ = r.data.max_seq_length + (adapter == "prompt" ? r.prompt_tuning.num_virtual_tokens : 0);
+  const index_t T_ = r.data.max_seq_length + (adapter == adapters::Prompt::name ? r.prompt_tuning.num_virtual_tokens : 0);
   const index_t N = B * T_;
   e.rows = B;
   e.tokens = T_;
@@ -788,7 +802,7 @@ MemoryEstimate estimate_memory_as(const recipe::Recipe& recipe, const models::Mo
   // every rank that lacks it (parallel/stage_reads.hpp: ZeRO-3 gathers it, a
   // pipeline's owner broadcasts it to replica 0's pipe), when the model is
   // what is written; merging LoRA into the weights gathers all of them at once.
-  const bool merges = r.strategy.adapter == "lora" && r.lora.save_merged;
+  const bool merges = r.strategy.adapter == adapters::LoRA::name && r.lora.save_merged;
   if (shards_params) {
     if (merges)
       e.save_workspace = {"workspace", all_bytes, "the whole model gathered to merge the adapter into"};
@@ -813,12 +827,18 @@ MemoryEstimate estimate_memory_as(const recipe::Recipe& recipe, const models::Mo
 // One rank's estimate, with the recipe's precision (its storage and optimizer dtypes).
 inline MemoryEstimate estimate_memory_of_rank(const recipe::Recipe& recipe, const models::ModelSpec& spec, int rank,
                                               const Declarations& declared) {
-  const std::string& p = recipe.strategy.precision;
-  if (p == "fp32") return estimate_memory_as<float, float>(recipe, spec, rank, declared);
-  if (p == "bf16-true") return estimate_memory_as<bf16, bf16>(recipe, spec, rank, declared);
-  if (p == "bf16-mixed") return estimate_memory_as<bf16, float>(recipe, spec, rank, declared);
-  if (p == "fp16-mixed") return estimate_memory_as<f16, float>(recipe, spec, rank, declared);
-  throw Error("no memory model for precision \"" + p + "\"");
+  std::optional<MemoryEstimate> out;
+  std::apply(
+      [&](auto... p) {
+        ((decltype(p)::name == recipe.strategy.precision
+              ? void(out = estimate_memory_as<element_t<decltype(p)::storage>, element_t<decltype(p)::master>>(
+                         recipe, spec, rank, declared))
+              : void()),
+         ...);
+      },
+      stock::Precisions{});
+  if (!out) throw Error("internal: no memory model for precision \"" + recipe.strategy.precision + "\"");
+  return *out;
 }
 
 // Every rank's estimate, rank 0 first (ranks differ where shards are uneven),
@@ -827,7 +847,7 @@ inline MemoryEstimate estimate_memory_of_rank(const recipe::Recipe& recipe, cons
 inline std::vector<MemoryEstimate> estimate_memory_by_rank(recipe::Recipe recipe, const models::ModelReading& model,
                                                            const Declarations& declared = {}) {
   detail::check_estimable(recipe, declared);
-  if (recipe.strategy.adapter == "lora") {
+  if (recipe.strategy.adapter == adapters::LoRA::name) {
     const std::vector<std::string_view> linear(model.linear_modules.begin(), model.linear_modules.end()),
         targets(model.default_lora_targets.begin(), model.default_lora_targets.end());
     adapters::LoRA::resolve(recipe, {model.family, linear, targets});

@@ -21,6 +21,19 @@ public:
     for (const auto& e : entries_)
       states_.push_back(adamw8bit_state<state_t<M>, typename Device::Memory>(e.shape.numel()));
   }
+  // A tensor of at least adamw8bit_min_size keeps two moments of 8-bit
+  // codes with an f32 absmax per block; a smaller one two plain moments;
+  // and the runtime its copy of the code maps (adamw8bit_state).
+  static std::uint64_t state_bytes(const std::vector<models::ParameterEntry>& entries, index_t,
+                                   const recipe::TrainSection&, memory::AllocationSize size) {
+    std::uint64_t bytes = 0;
+    for (const auto& e : entries) {
+      const index_t n = e.shape.numel(), blocks = (n + adamw8bit_block - 1) / adamw8bit_block;
+      bytes += n >= adamw8bit_min_size ? 2 * size(std::uint64_t(n)) + 2 * size(std::uint64_t(blocks) * sizeof(float))
+                                       : 2 * detail::state_values_bytes<M>(n, size);
+    }
+    return bytes + size(2 * sizeof(DynamicMap));
+  }
   void step(M* p, const M* g, double lr, std::int64_t step) override {
     Hyperparameters h = h_;
     h.lr = lr;

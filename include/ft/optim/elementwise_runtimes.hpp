@@ -17,6 +17,10 @@ public:
       : h_(hyperparameters(t)), n_(n) {
     if (h_.momentum != 0) buffer_ = detail::StateValues<M, Device>(std::size_t(n));  // plain SGD keeps nothing
   }
+  static std::uint64_t state_bytes(const std::vector<models::ParameterEntry>&, index_t n,
+                                   const recipe::TrainSection& t, memory::AllocationSize size) {
+    return t.momentum != 0 ? detail::state_values_bytes<M>(n, size) : 0;
+  }
   void step(M* p, const M* g, double lr, std::int64_t step) override {
     Hyperparameters h = h_;
     h.lr = lr;
@@ -38,6 +42,10 @@ class AdamWRuntime final : public Runtime<M> {
 public:
   AdamWRuntime(const std::vector<models::ParameterEntry>&, index_t n, const recipe::TrainSection& t)
       : h_(hyperparameters(t)), m_(std::size_t(n)), v_(std::size_t(n)) {}
+  static std::uint64_t state_bytes(const std::vector<models::ParameterEntry>&, index_t n, const recipe::TrainSection&,
+                                   memory::AllocationSize size) {
+    return 2 * detail::state_values_bytes<M>(n, size);
+  }
   void step(M* p, const M* g, double lr, std::int64_t step) override {
     Hyperparameters h = h_;
     h.lr = lr;
@@ -57,6 +65,10 @@ class LionRuntime final : public Runtime<M> {
 public:
   LionRuntime(const std::vector<models::ParameterEntry>&, index_t n, const recipe::TrainSection& t)
       : h_(hyperparameters(t)), m_(std::size_t(n)) {}
+  static std::uint64_t state_bytes(const std::vector<models::ParameterEntry>&, index_t n, const recipe::TrainSection&,
+                                   memory::AllocationSize size) {
+    return detail::state_values_bytes<M>(n, size);
+  }
   void step(M* p, const M* g, double lr, std::int64_t) override {
     Hyperparameters h = h_;
     h.lr = lr;

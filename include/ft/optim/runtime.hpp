@@ -13,7 +13,9 @@
 // bf16 (precision::BF16True keeps everything in bf16).
 //
 // state() names every state array, so checkpoints save and restore it byte
-// for byte.
+// for byte. Each runtime also declares, beside the code that allocates it,
+// what a part keeps (`state_bytes`, static: the same three things and how
+// an allocation is counted), which is what ftrun's memory estimate reads.
 #include <cstdint>
 #include <string>
 #include <type_traits>
@@ -27,6 +29,7 @@
 #include "ft/optim/update.hpp"
 #include "ft/recipe/recipe.hpp"
 #include "ft/tensor/array.hpp"
+#include "ft/tensor/caching_allocator.hpp"
 
 namespace ft::optim {
 
@@ -86,6 +89,12 @@ StateArray array(const std::string& name, V& v) {
 template <class Device, class V>
 void add_nonempty(std::vector<StateArray>& out, const std::string& name, V& v) {
   if (!v.empty()) out.push_back(array<Device>(name, v));
+}
+
+// Bytes of `count` state values of an optimizer updating M, as `size` counts one allocation.
+template <class M>
+std::uint64_t state_values_bytes(index_t count, memory::AllocationSize size) {
+  return size(std::uint64_t(count) * sizeof(state_t<M>));
 }
 
 // State one value per parameter, zero-filled, in the device's memory.

@@ -47,6 +47,7 @@
 
 #include "ft/comm/communicator.hpp"
 #include "ft/parallel/data_parallel.hpp"
+#include "ft/parallel/parallelism.hpp"
 #include "ft/parallel/pipeline_schedule.hpp"
 #include "ft/parallel/pipeline_timeline.hpp"
 #include "ft/parallel/runtime.hpp"
@@ -80,7 +81,7 @@ public:
             .schedule = pipe_schedule_from_name(r.pipeline.schedule),
             .microbatches = int(r.train.gradient_accumulation_steps),
             .sequence = r.data.max_seq_length,
-            .shard_optimizer_state = r.pipeline.data_parallel == "zero1",
+            .shard_optimizer_state = r.pipeline.data_parallel == ZeRO<1>::name,
             .timeline = r.pipeline.timeline ? std::filesystem::path(r.output_dir) / "timeline" : ""};
   }
 

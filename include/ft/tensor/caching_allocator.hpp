@@ -35,6 +35,7 @@
 // cannot), static void deallocate(void*, std::size_t).
 #include <algorithm>
 #include <cstddef>
+#include <cstdint>
 #include <map>
 #include <mutex>
 #include <new>
@@ -54,6 +55,14 @@ constexpr std::size_t cached_block_bytes(std::size_t bytes) {
   const std::size_t round = bytes < small_limit ? small_round : large_round;
   return (bytes + round - 1) / round * round;
 }
+
+// What an allocation of `bytes` counts as in a memory space: on a device
+// the caching allocator's block, on the CPU what is asked. What a policy
+// declares for the memory estimate is counted so, an allocation at a time.
+struct AllocationSize {
+  bool cached = false;
+  std::uint64_t operator()(std::uint64_t bytes) const { return cached ? cached_block_bytes(bytes) : bytes; }
+};
 
 // A device's blocks: size classes, kept until the raw allocator fails.
 struct DeviceBlocks {
