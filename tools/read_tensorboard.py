@@ -4,8 +4,8 @@
     read_tensorboard.py LOG_DIR   ->   {"tag": [[step, value], ...], ...}
 
 Reads with the `tensorboard` package's own loader (EventFileLoader, what
-`tensorboard --logdir` uses), so the C++ tests of ft::train::TensorBoardWriter
-(include/ft/train/tensorboard.hpp) check the writer against TensorBoard itself.
+`tensorboard --logdir` uses), so the C++ tests of ft::report::TensorBoardWriter
+(include/ft/report/tensorboard.hpp) check the writer against TensorBoard itself.
 Each tag's points are sorted by step. The loader quietly stops at a record whose
 CRC does not match, so this script also walks the record framing and fails
 when the loader yielded fewer records than the file holds.

@@ -22,12 +22,12 @@
 #include <utility>
 #include <vector>
 
-#include <ft/train/tensorboard.hpp>
+#include <ft/report/tensorboard.hpp>
 
 namespace test_tensorboard {
 
 namespace fs = std::filesystem;
-using ft::train::TensorBoardWriter;
+using ft::report::TensorBoardWriter;
 
 namespace {
 
@@ -65,10 +65,10 @@ std::vector<std::string> records_of(const std::string& file) {
   while (at < file.size()) {
     REQUIRE(at + 12 <= file.size());
     const std::uint64_t length = le(file, at, 8);
-    CHECK(le(file, at + 8, 4) == masked(ft::train::crc32c(file.data() + at, 8)));
+    CHECK(le(file, at + 8, 4) == masked(ft::report::crc32c(file.data() + at, 8)));
     REQUIRE(at + 12 + length + 4 <= file.size());
     std::string data = file.substr(at + 12, length);
-    CHECK(le(file, at + 12 + length, 4) == masked(ft::train::crc32c(data.data(), data.size())));
+    CHECK(le(file, at + 12 + length, 4) == masked(ft::report::crc32c(data.data(), data.size())));
     out.push_back(std::move(data));
     at += 12 + length + 4;
   }
@@ -202,13 +202,13 @@ std::string quoted(const std::string& s) { return "'" + s + "'"; }
 
 TEST_CASE("crc32c matches the published CRC-32C check values") {
   const char* digits = "123456789";
-  CHECK(ft::train::crc32c(digits, 9) == 0xE3069283u);
+  CHECK(ft::report::crc32c(digits, 9) == 0xE3069283u);
   const unsigned char zeros[32] = {};
-  CHECK(ft::train::crc32c(zeros, 32) == 0x8A9136AAu);
+  CHECK(ft::report::crc32c(zeros, 32) == 0x8A9136AAu);
   // Extending a CRC equals the CRC of the concatenation.
-  CHECK(ft::train::crc32c(digits + 4, 5, ft::train::crc32c(digits, 4)) == 0xE3069283u);
-  CHECK(ft::train::crc32c(digits, 0) == 0u);
-  CHECK(ft::train::mask_crc32c(0xE3069283u) == masked(0xE3069283u));
+  CHECK(ft::report::crc32c(digits + 4, 5, ft::report::crc32c(digits, 4)) == 0xE3069283u);
+  CHECK(ft::report::crc32c(digits, 0) == 0u);
+  CHECK(ft::report::mask_crc32c(0xE3069283u) == masked(0xE3069283u));
 }
 
 TEST_CASE("TensorBoardWriter writes framed Event records that decode to the scalars written") {

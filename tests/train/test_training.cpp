@@ -21,7 +21,7 @@
 #include <nlohmann/json.hpp>
 
 #include <ft/io/safetensors.hpp>
-#include <ft/train/metrics.hpp>
+#include <ft/report/metrics.hpp>
 
 #include "support/files.hpp"
 
@@ -237,25 +237,25 @@ TEST_CASE("a record a killed run left half-written is dropped before a resumed r
   const std::string whole = "{\"split\":\"train\",\"step\":1}\n{\"split\":\"train\",\"step\":2}\n";
 
   write(whole);
-  ft::train::MetricsLog::drop_partial_record(file);
+  ft::report::MetricsLog::drop_partial_record(file);
   CHECK(slurp(file) == whole);  // whole records stay as they are
 
   write(whole + "{\"split\":\"train\",\"st");
-  ft::train::MetricsLog::drop_partial_record(file);
+  ft::report::MetricsLog::drop_partial_record(file);
   CHECK(slurp(file) == whole);
 
   write("{\"split\":");  // nothing whole at all
-  ft::train::MetricsLog::drop_partial_record(file);
+  ft::report::MetricsLog::drop_partial_record(file);
   CHECK(slurp(file).empty());
 
   write(whole + std::string(10000, 'x'));  // a partial record longer than one read from the end
-  ft::train::MetricsLog::drop_partial_record(file);
+  ft::report::MetricsLog::drop_partial_record(file);
   CHECK(slurp(file) == whole);
 
   // Through the log a run opens: the next record starts a line of its own.
   write(whole + "{\"split\":\"train\",\"step\":3,\"lo");
   {
-    ft::train::MetricsLog log(dir.path, 10, 2);
+    ft::report::MetricsLog log(dir.path, 10, 2);
     log.log("train", {{"step", 3}, {"loss", 1.5}}, true);
   }
   const auto records = metrics(dir.path);

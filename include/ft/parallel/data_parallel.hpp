@@ -47,17 +47,17 @@
 #include "ft/parallel/stage_reads.hpp"
 #include "ft/parallel/stage_shards.hpp"
 #include "ft/recipe/recipe.hpp"
-#include "ft/train/trainable.hpp"
+#include "ft/parallel/trainable.hpp"
 
 namespace ft::parallel {
 
 // On a device other than the CPU, buffers (ZeRO-3's shards too) live in its
 // memory and the element-wise work runs there; with optimizer offload, the
-// optimizer steps each rank's range on the host (train/trainable.hpp),
+// optimizer steps each rank's range on the host (parallel/trainable.hpp),
 // buffer after buffer, while the previous buffer's values are all-gathered.
 template <element T, class M, class Device>
 class DataParallel final : public Runtime<T, M, Device> {
-  using Set = train::TrainableSet<T, M, Device>;
+  using Set = TrainableSet<T, M, Device>;
   using Buffer = typename Set::Buffer;
   using Memory = typename Device::Memory;
   using Scratch = Tensor<M, Memory>;
@@ -147,7 +147,7 @@ public:
     for (Buffer& b : set_.buffers()) {
       if (b.stage != stage || !is_model_stage(b)) continue;
       if (b.sharded_grads) throw Error("internal: a tied gradient added to sharded gradients");
-      Device::parallel_for(b.size(), train::AddInto<M, T>{b.whole_grads(), g});
+      Device::parallel_for(b.size(), AddInto<M, T>{b.whole_grads(), g});
     }
   }
 
@@ -368,7 +368,7 @@ private:
       work = {};
     }
     pending_.push_back({work, [this, &b, whole, part]() mutable {
-                          Device::parallel_for(b.owned(), train::AddInto<M, M>{b.grads.data(), part->data()});
+                          Device::parallel_for(b.owned(), AddInto<M, M>{b.grads.data(), part->data()});
                           if (b.values_sharded) b.params->release_grads();  // ZeRO-3: made anew at the next backward
                           else b.params->zero_grads();
                           give_back(std::move(whole));
@@ -408,7 +408,7 @@ private:
     T* g = b.params->grads().data();
     if constexpr (Set::has_master) {
       resize(scratch, b.size());
-      Device::parallel_for(b.size(), train::Convert<M, T>{scratch.data(), g});
+      Device::parallel_for(b.size(), Convert<M, T>{scratch.data(), g});
       return scratch.data();
     } else {
       return g;

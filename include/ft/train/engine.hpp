@@ -33,7 +33,7 @@
 #include "ft/train/checkpoint.hpp"
 #include "ft/train/checkpointing.hpp"
 #include "ft/train/evaluation.hpp"
-#include "ft/train/metrics.hpp"
+#include "ft/report/metrics.hpp"
 #include "ft/train/preview.hpp"
 #include "ft/train/run.hpp"
 #include "ft/train/setup.hpp"
@@ -146,7 +146,7 @@ private:
     if (!resume_from.empty()) step = resume(run, resume_from);
     if (comm.rank() == 0) describe_run(step);
 
-    MetricsLog log(run.out, long(run.total_steps), long(step), comm.rank() == 0);
+    report::MetricsLog log(run.out, long(run.total_steps), long(step), comm.rank() == 0);
     log.log("setup", {{"step", step}, {"peak_memory_bytes", setup_peak}}, true);
     if (!r.preview.prompt.empty() && step == 0) log.say("before training: " + preview(run));
 
@@ -302,7 +302,7 @@ private:
 
   // An evaluation and a save each measure their own peak (a step's is
   // measured by the step): the job's largest rank's, beside the estimate's.
-  void evaluate_into(MetricsLog& log, std::int64_t step) {
+  void evaluate_into(report::MetricsLog& log, std::int64_t step) {
     run_.enter("evaluation at step " + std::to_string(step));
     Memory::stats().reset_peak();
     nlohmann::ordered_json j = evaluate(run_, step);
@@ -311,7 +311,7 @@ private:
     log.log("eval", j);
   }
 
-  void checkpoint_into(MetricsLog& log, std::int64_t step) {
+  void checkpoint_into(report::MetricsLog& log, std::int64_t step) {
     Memory::stats().reset_peak();
     log.say("saved " + save_checkpoint(run_, step).string());
     log.log("save", {{"step", step}, {"what", "checkpoint"}, {"peak_memory_bytes", largest_peak()}}, true);

@@ -44,7 +44,7 @@ struct PolicySet {
   std::string_view device, device_type;
   bool on_host;
 
-  // Bytes per trainable parameter as the engine holds them (train/trainable.hpp).
+  // Bytes per trainable parameter as the engine holds them (parallel/trainable.hpp).
   struct Bytes {
     double weight, gradient;  // in storage; the gradient is each micro-batch's
     double step_gradient;     // in master, where the step's gradient is a buffer of its own

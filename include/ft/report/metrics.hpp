@@ -25,9 +25,9 @@
 
 #include "ft/core/error.hpp"
 #include "ft/core/progress.hpp"
-#include "ft/train/tensorboard.hpp"
+#include "ft/report/tensorboard.hpp"
 
-namespace ft::train {
+namespace ft::report {
 
 class MetricsLog {
 public:
@@ -120,4 +120,4 @@ private:
   bool terminal_;
 };
 
-}  // namespace ft::train
+}  // namespace ft::report

@@ -55,7 +55,7 @@
 
 #include "ft/core/error.hpp"
 
-namespace ft::train {
+namespace ft::report {
 
 namespace detail {
 // Byte-at-a-time table of the reflected Castagnoli polynomial, built at compile time.
@@ -203,4 +203,4 @@ private:
   std::unique_ptr<std::FILE, Close> file_;
 };
 
-}  // namespace ft::train
+}  // namespace ft::report

@@ -42,7 +42,7 @@
 #include "ft/optim/runtime.hpp"
 #include "ft/tensor/tensor.hpp"
 
-namespace ft::train {
+namespace ft::parallel {
 
 // acc[i] += g[i], in M's arithmetic.
 template <class M, class G>
@@ -208,4 +208,4 @@ private:
   std::vector<Buffer> buffers_;
 };
 
-}  // namespace ft::train
+}  // namespace ft::parallel
