@@ -17,6 +17,7 @@
 // SIGTERM or SIGINT: new requests get 503, those in flight finish within
 // --shutdown-timeout seconds and the rest are cancelled. A streaming client
 // that goes away is noticed at the next token, and its slot is freed.
+// A call is read in serve_request.cpp and answered in serve_response.cpp.
 #include <atomic>
 #include <condition_variable>
 #include <csignal>
@@ -39,6 +40,9 @@
 #include "commands.hpp"
 #include "exit_code.hpp"
 #include "model_session.hpp"
+#include "serve_metrics.hpp"
+#include "serve_request.hpp"
+#include "serve_response.hpp"
 
 // After Eigen (through ft): a system header httplib pulls in defines a macro
 // that breaks Eigen's templates.
@@ -48,179 +52,16 @@ namespace ftrun {
 namespace {
 
 using ft::index_t;
-using json = nlohmann::ordered_json;
-using Clock = std::chrono::steady_clock;
-
-// An error answered as OpenAI's {"error": {...}} with an HTTP status.
-struct ApiError {
-  int status;
-  std::string message, type = "invalid_request_error", param, code;
-};
-
-ApiError invalid(std::string message, std::string param = "", std::string code = "") {
-  return {400, std::move(message), "invalid_request_error", std::move(param), std::move(code)};
-}
+using namespace serve;
 
 void answer_error(httplib::Response& res, const ApiError& e) {
-  json error = {{"message", e.message}, {"type", e.type}, {"param", nullptr}, {"code", nullptr}};
-  if (!e.param.empty()) error["param"] = e.param;
-  if (!e.code.empty()) error["code"] = e.code;
   res.status = e.status;
-  res.set_content(json{{"error", error}}.dump(), "application/json");
+  res.set_content(e.body().dump(), "application/json");
 }
 
-// A histogram in Prometheus' form: cumulative buckets, sum and count.
-class Histogram {
-public:
-  explicit Histogram(std::vector<double> bounds) : bounds_(std::move(bounds)), counts_(bounds_.size() + 1, 0) {}
-  void observe(double v) {
-    const std::lock_guard lock(mutex_);
-    ++counts_[std::size_t(std::lower_bound(bounds_.begin(), bounds_.end(), v) - bounds_.begin())];
-    sum_ += v;
-  }
-  void write(std::ostream& out, const std::string& name, const std::string& help) const {
-    const std::lock_guard lock(mutex_);
-    out << "# HELP " << name << " " << help << "\n# TYPE " << name << " histogram\n";
-    std::uint64_t cumulative = 0;
-    for (std::size_t i = 0; i < bounds_.size(); ++i) {
-      cumulative += counts_[i];
-      out << name << "_bucket{le=\"" << bounds_[i] << "\"} " << cumulative << "\n";
-    }
-    cumulative += counts_.back();
-    out << name << "_bucket{le=\"+Inf\"} " << cumulative << "\n"
-        << name << "_sum " << sum_ << "\n"
-        << name << "_count " << cumulative << "\n";
-  }
-
-private:
-  mutable std::mutex mutex_;
-  std::vector<double> bounds_;
-  std::vector<std::uint64_t> counts_;
-  double sum_ = 0;
-};
-
-struct Metrics {
-  std::mutex mutex;
-  std::map<std::pair<std::string, int>, std::uint64_t> requests;  // (endpoint, status) -> count
-  std::atomic<std::uint64_t> prompt_tokens{0}, generation_tokens{0};
-  Histogram latency{{0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120}};
-  Histogram first_token{{0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10}};
-
-  void count(const std::string& endpoint, int status) {
-    const std::lock_guard lock(mutex);
-    ++requests[{endpoint, status}];
-  }
-};
-
-// What one API call asked for, checked.
-struct Call {
-  int adapter = -1;
-  std::string model;
-  std::vector<std::vector<std::int32_t>> prompts;  // chat: one
-  std::optional<index_t> max_tokens;
-  ft::infer::SamplingParams sampling;
-  bool seeded = false;
-  std::size_t n = 1;
-  bool stream = false, include_usage = false, logprobs = false;
-  int top_logprobs = 0;  // alternatives per token (chat: top_logprobs; completions: logprobs = N)
-  std::vector<std::string> stop;
-};
-
-// Reads optional fields of a request body with OpenAI's types and ranges.
-class Fields {
-public:
-  explicit Fields(const json& body) : body_(body) {}
-
-  const json* find(const char* key) const {
-    const auto it = body_.find(key);
-    return it == body_.end() || it->is_null() ? nullptr : &*it;
-  }
-  std::optional<double> number(const char* key, double lo, double hi) const {
-    const json* v = find(key);
-    if (!v) return std::nullopt;
-    if (!v->is_number()) throw invalid(std::string("'") + key + "' must be a number", key, "invalid_type");
-    const double x = v->get<double>();
-    if (x < lo || x > hi) throw invalid(std::string("'") + key + "' must be between " + text(lo) + " and " + text(hi) +
-                                            ", got " + v->dump(), key, "invalid_value");
-    return x;
-  }
-  std::optional<std::int64_t> integer(const char* key, std::int64_t lo, std::int64_t hi) const {
-    const json* v = find(key);
-    if (!v) return std::nullopt;
-    if (!v->is_number_integer()) throw invalid(std::string("'") + key + "' must be an integer", key, "invalid_type");
-    const std::int64_t x = v->get<std::int64_t>();
-    if (x < lo || x > hi) throw invalid(std::string("'") + key + "' must be between " + std::to_string(lo) + " and " +
-                                            std::to_string(hi) + ", got " + v->dump(), key, "invalid_value");
-    return x;
-  }
-  std::optional<bool> boolean(const char* key) const {
-    const json* v = find(key);
-    if (!v) return std::nullopt;
-    if (!v->is_boolean()) throw invalid(std::string("'") + key + "' must be a boolean", key, "invalid_type");
-    return v->get<bool>();
-  }
-
-private:
-  static std::string text(double x) {
-    std::ostringstream s;
-    s << x;
-    return s.str();
-  }
-  const json& body_;
-};
-
-// The text parts of a message's content: a string, or a list of {"type": "text", "text": ...}.
-std::string content_text(const json& content, const std::string& where) {
-  if (content.is_null()) return "";
-  if (content.is_string()) return content.get<std::string>();
-  if (content.is_array()) {
-    std::string text;
-    for (const json& part : content) {
-      if (!part.is_object() || part.value("type", "") != "text" || !part.contains("text") || !part["text"].is_string())
-        throw invalid(where + ": only text content parts ({\"type\": \"text\", \"text\": ...}) are supported", "messages");
-      text += part["text"].get<std::string>();
-    }
-    return text;
-  }
-  throw invalid(where + ".content must be a string or a list of text parts", "messages", "invalid_type");
-}
-
-std::string random_id(const char* prefix) {
-  static std::mutex mutex;
-  static std::mt19937_64 rng{std::random_device{}()};
-  const std::lock_guard lock(mutex);
-  std::ostringstream s;
-  s << prefix << std::hex << std::setfill('0') << std::setw(16) << rng() << std::setw(8) << (rng() & 0xffffffffu);
-  return s.str();
-}
-
-std::int64_t unix_time() {
-  return std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
-}
-
-// One API call in flight: its choices' text streams, and what the engine's
-// thread has produced for them that the connection's thread has not sent.
-// Shared by both threads (the engine may finish a choice after the
-// connection is gone).
-struct Exchange {
-  struct Piece {
-    std::size_t choice;
-    std::string text;
-    std::int32_t token;
-    float logprob;
-    std::vector<ft::infer::TokenLogprob> top_logprobs;
-  };
-  std::mutex mutex;
-  std::condition_variable changed;
-  std::deque<Piece> pieces;
-  std::vector<std::unique_ptr<ft::infer::TextStream>> texts;
-  std::vector<std::optional<ft::infer::Completion>> done;
-  std::size_t finished = 0;
-  std::atomic<bool> cancel{false};
-  Clock::time_point start = Clock::now();
-  bool first_token_seen = false;
-};
-
+// The HTTP side: routes, the API key, draining on shutdown, and each call
+// from its request (serve_request.hpp) through the engine's service to its
+// answer (serve_response.hpp).
 class Server {
 public:
   Server(const ServeOptions& o, ModelSession& session, std::string base_name)
@@ -344,7 +185,7 @@ private:
       throw invalid("the request body is not valid JSON", "", "invalid_json");
     }
     if (!body.is_object()) throw invalid("the request body must be a JSON object", "", "invalid_json");
-    Call call = read_call(body, chat);
+    const Call call = read_call(body, chat, {models_, session_, decoder_.vocab_size(), max_model_len_, o_.max_tokens});
     auto exchange = std::make_shared<Exchange>();
     std::vector<ft::infer::Request> requests;
     std::size_t prompt_tokens = 0;
@@ -376,118 +217,6 @@ private:
                         call.logprobs, call.include_usage, prompt_tokens};
     if (call.stream) stream(res, exchange, answer);
     else respond(res, *exchange, answer);
-  }
-
-  Call read_call(const json& body, bool chat) {
-    const Fields f(body);
-    Call c;
-    const json* model = f.find("model");
-    if (!model || !model->is_string()) throw invalid("'model' must be given, as a string", "model");
-    c.model = model->get<std::string>();
-    const auto known = models_.find(c.model);
-    if (known == models_.end()) {
-      std::string names;
-      for (const auto& [name, _] : models_) names += (names.empty() ? "" : ", ") + name;
-      throw ApiError{404, "The model '" + c.model + "' does not exist; served: " + names, "invalid_request_error",
-                     "model", "model_not_found"};
-    }
-    c.adapter = known->second;
-    if (chat) {
-      const json* messages = f.find("messages");
-      if (!messages || !messages->is_array() || messages->empty())
-        throw invalid("'messages' must be a non-empty list", "messages");
-      json conversation = json::array();
-      for (std::size_t i = 0; i < messages->size(); ++i) {
-        const json& m = (*messages)[i];
-        const std::string where = "messages[" + std::to_string(i) + "]";
-        if (!m.is_object() || !m.contains("role") || !m["role"].is_string())
-          throw invalid(where + " must be an object with a 'role' string", "messages");
-        conversation.push_back({{"role", m["role"]}, {"content", content_text(m.value("content", json()), where)}});
-      }
-      if (!session_.has_chat_template())
-        throw invalid("the model has no chat template; use /v1/completions", "messages");
-      c.prompts.push_back(session_.encode_chat(conversation));
-    } else {
-      const json* prompt = f.find("prompt");
-      if (!prompt) throw invalid("'prompt' must be given", "prompt");
-      const index_t V = decoder_.vocab_size();
-      auto ids = [&](const json& list) {
-        std::vector<std::int32_t> out;
-        for (const json& id : list) {
-          if (!id.is_number_integer() || id.get<std::int64_t>() < 0 || id.get<std::int64_t>() >= V)
-            throw invalid("token ids in 'prompt' must be integers in [0, " + std::to_string(V) + ")", "prompt");
-          out.push_back(id.get<std::int32_t>());
-        }
-        return out;
-      };
-      if (prompt->is_string()) c.prompts.push_back(session_.encode_text(prompt->get<std::string>()));
-      else if (prompt->is_array() && !prompt->empty() && (*prompt)[0].is_number_integer()) c.prompts.push_back(ids(*prompt));
-      else if (prompt->is_array() && !prompt->empty()) {
-        for (const json& p : *prompt) {
-          if (p.is_string()) c.prompts.push_back(session_.encode_text(p.get<std::string>()));
-          else if (p.is_array()) c.prompts.push_back(ids(p));
-          else throw invalid("'prompt' must be a string, a list of strings, or token ids", "prompt", "invalid_type");
-        }
-      } else {
-        throw invalid("'prompt' must be a string, a list of strings, or token ids", "prompt", "invalid_type");
-      }
-      if (f.boolean("echo").value_or(false)) throw invalid("'echo' is not supported", "echo");
-    }
-    for (const auto& p : c.prompts)
-      if (p.empty()) throw invalid("the prompt has no tokens", chat ? "messages" : "prompt");
-    const char* max_key = chat && f.find("max_completion_tokens") ? "max_completion_tokens" : "max_tokens";
-    if (const json* m = f.find(max_key); m && m->is_number_integer() && m->get<std::int64_t>() < 1)
-      throw invalid(std::string("'") + max_key + "' must be at least 1, got " + m->dump(), max_key, "invalid_value");
-    const std::int64_t cap = o_.max_tokens > 0 ? o_.max_tokens : max_model_len_;
-    if (auto m = f.integer(max_key, 1, std::numeric_limits<std::int64_t>::max())) {
-      if (*m > cap)
-        throw invalid(std::string("'") + max_key + "' is " + std::to_string(*m) + "; this server allows at most " +
-                          std::to_string(cap), max_key, "invalid_value");
-      c.max_tokens = *m;
-    } else if (o_.max_tokens > 0) {
-      c.max_tokens = o_.max_tokens;
-    }
-    c.n = std::size_t(f.integer("n", 1, 16).value_or(1));
-    c.stream = f.boolean("stream").value_or(false);
-    if (const json* so = f.find("stream_options")) {
-      if (!so->is_object()) throw invalid("'stream_options' must be an object", "stream_options", "invalid_type");
-      c.include_usage = Fields(*so).boolean("include_usage").value_or(false);
-    }
-    auto& s = c.sampling;
-    s.temperature = f.number("temperature", 0, 2).value_or(1.0);
-    s.top_p = f.number("top_p", 0, 1).value_or(1.0);
-    if (s.top_p <= 0) throw invalid("'top_p' must be greater than 0", "top_p", "invalid_value");
-    s.top_k = f.integer("top_k", -1, std::numeric_limits<std::int32_t>::max()).value_or(0);
-    if (s.top_k < 0) s.top_k = 0;  // vLLM's -1: no limit
-    s.min_p = f.number("min_p", 0, 1).value_or(0.0);
-    s.repetition_penalty = f.number("repetition_penalty", 1e-6, 100).value_or(1.0);
-    s.presence_penalty = f.number("presence_penalty", -2, 2).value_or(0.0);
-    s.frequency_penalty = f.number("frequency_penalty", -2, 2).value_or(0.0);
-    if (auto seed = f.integer("seed", std::numeric_limits<std::int64_t>::min(), std::numeric_limits<std::int64_t>::max())) {
-      s.seed = std::uint64_t(*seed);
-      c.seeded = true;
-    }
-    if (const json* stop = f.find("stop")) {
-      if (stop->is_string()) c.stop.push_back(stop->get<std::string>());
-      else if (stop->is_array() && stop->size() <= 4 &&
-               std::ranges::all_of(*stop, [](const json& x) { return x.is_string(); }))
-        for (const json& x : *stop) c.stop.push_back(x.get<std::string>());
-      else throw invalid("'stop' must be a string or a list of at most 4 strings", "stop", "invalid_type");
-    }
-    if (chat) {
-      c.logprobs = f.boolean("logprobs").value_or(false);
-      c.top_logprobs = int(f.integer("top_logprobs", 0, 20).value_or(0));
-      if (c.top_logprobs > 0 && !c.logprobs) throw invalid("'top_logprobs' needs 'logprobs': true", "top_logprobs");
-    } else if (auto k = f.integer("logprobs", 0, 5)) {
-      c.logprobs = true;
-      c.top_logprobs = int(*k);
-    }
-    try {
-      s.check();
-    } catch (const ft::Error& e) {
-      throw invalid(e.what());
-    }
-    return c;
   }
 
   ft::infer::Request request(const Call& call, const std::vector<std::int32_t>& prompt, index_t max_tokens,
@@ -530,96 +259,11 @@ private:
     return r;
   }
 
-  struct Answer {
-    std::string id;
-    std::int64_t created;
-    std::string model;
-    bool chat, logprobs, include_usage;
-    std::size_t prompt_tokens;
-  };
-
-  // Log-probabilities of some tokens, and of each one's most likely
-  // alternatives (empty, or one list per token), as the OpenAI API shapes them.
-  using Alternatives = std::span<const std::vector<ft::infer::TokenLogprob>>;
-  // Chat: {"content": [{"token", "logprob", "bytes", "top_logprobs": [{"token", "logprob", "bytes"}]}]}.
-  json chat_logprobs(std::span<const std::int32_t> tokens, std::span<const float> logprobs, Alternatives top) const {
-    auto entry = [&](std::int32_t id, float logprob) {
-      const std::int32_t ids[] = {id};
-      const std::string token = session_.decode(ids);
-      json bytes = json::array();
-      for (const unsigned char b : token) bytes.push_back(int(b));
-      return json{{"token", token}, {"logprob", logprob}, {"bytes", bytes}};
-    };
-    json content = json::array();
-    for (std::size_t i = 0; i < tokens.size(); ++i) {
-      json item = entry(tokens[i], logprobs[i]);
-      item["top_logprobs"] = json::array();
-      if (i < top.size())
-        for (const auto& t : top[i]) item["top_logprobs"].push_back(entry(t.token, t.logprob));
-      content.push_back(std::move(item));
-    }
-    return {{"content", content}};
-  }
-  // Completions: {"tokens", "token_logprobs", "top_logprobs": [{text: logprob}] or null, "text_offset"};
-  // as vLLM, each token's alternatives include the token itself.
-  json completion_logprobs(std::span<const std::int32_t> tokens, std::span<const float> logprobs, Alternatives top) const {
-    json strings = json::array(), values = json::array(), offsets = json::array(), alternatives = json::array();
-    std::size_t offset = 0;
-    for (std::size_t i = 0; i < tokens.size(); ++i) {
-      const std::string token = session_.decode(tokens.subspan(i, 1));
-      strings.push_back(token);
-      values.push_back(logprobs[i]);
-      offsets.push_back(offset);
-      offset += token.size();
-      if (i < top.size()) {
-        json these = json::object();
-        for (const auto& t : top[i]) {
-          const std::int32_t ids[] = {t.token};
-          these[session_.decode(ids)] = t.logprob;
-        }
-        these[token] = logprobs[i];
-        alternatives.push_back(std::move(these));
-      }
-    }
-    return {{"tokens", strings}, {"token_logprobs", values},
-            {"top_logprobs", top.empty() ? json() : alternatives}, {"text_offset", offsets}};
-  }
-
-  static std::string finish_reason(const ft::infer::Completion& c) {
-    return c.finish_reason == "cancelled" ? "abort" : c.finish_reason;
-  }
-
-  json usage(const Exchange& e, const Answer& a) const {
-    std::size_t generated = 0;
-    for (const auto& c : e.done) generated += c ? c->tokens.size() : 0;
-    return {{"prompt_tokens", a.prompt_tokens},
-            {"completion_tokens", generated},
-            {"total_tokens", a.prompt_tokens + generated}};
-  }
-
   void respond(httplib::Response& res, Exchange& e, const Answer& a) {
     std::unique_lock lock(e.mutex);
     e.changed.wait(lock, [&] { return e.finished == e.done.size(); });
     metrics_.latency.observe(std::chrono::duration<double>(Clock::now() - e.start).count());
-    json choices = json::array();
-    for (std::size_t i = 0; i < e.done.size(); ++i) {
-      const ft::infer::Completion& c = *e.done[i];
-      if (c.finish_reason == "cancelled") throw ApiError{503, "the server shut down before the answer was finished", "server_error"};
-      const std::string text(e.texts[i]->text());
-      json choice = {{"index", i}};
-      if (a.chat) {
-        choice["message"] = {{"role", "assistant"}, {"content", text}};
-        choice["logprobs"] = a.logprobs ? chat_logprobs(c.tokens, c.logprobs, c.top_logprobs) : json();
-      } else {
-        choice["text"] = text;
-        choice["logprobs"] = a.logprobs ? completion_logprobs(c.tokens, c.logprobs, c.top_logprobs) : json();
-      }
-      choice["finish_reason"] = finish_reason(c);
-      choices.push_back(choice);
-    }
-    json out = {{"id", a.id}, {"object", a.chat ? "chat.completion" : "text_completion"}, {"created", a.created},
-                {"model", a.model}, {"choices", choices}, {"usage", usage(e, a)}};
-    res.set_content(out.dump(), "application/json");
+    res.set_content(whole_answer(e, a, session_).dump(), "application/json");
   }
 
   void stream(httplib::Response& res, const std::shared_ptr<Exchange>& exchange, const Answer& a) {
@@ -629,27 +273,12 @@ private:
         [this, exchange, a](std::size_t, httplib::DataSink& sink) {
           Exchange& e = *exchange;
           auto send = [&](json choices, std::optional<json> usage_value = std::nullopt) {
-            json chunk = {{"id", a.id}, {"object", a.chat ? "chat.completion.chunk" : "text_completion"},
-                          {"created", a.created}, {"model", a.model}, {"choices", std::move(choices)}};
-            if (a.include_usage) chunk["usage"] = usage_value ? *usage_value : json();
-            const std::string event = "data: " + chunk.dump() + "\n\n";
+            const std::string event = chunk_event(a, std::move(choices), usage_value);
             return sink.write(event.data(), event.size());
-          };
-          auto piece_choice = [&](std::size_t index, const std::string& text, json logprobs, json reason) {
-            json c = {{"index", index}};
-            if (a.chat) c["delta"] = text.empty() && !reason.is_null() ? json::object() : json{{"content", text}};
-            else c["text"] = text;
-            c["logprobs"] = std::move(logprobs);
-            c["finish_reason"] = std::move(reason);
-            return c;
           };
           bool ok = true;
           if (a.chat)  // the role first, as OpenAI sends it
-            for (std::size_t i = 0; i < e.done.size() && ok; ++i)
-              ok = send(json::array({{{"index", i},
-                                      {"delta", {{"role", "assistant"}, {"content", ""}}},
-                                      {"logprobs", nullptr},
-                                      {"finish_reason", nullptr}}}));
+            for (std::size_t i = 0; i < e.done.size() && ok; ++i) ok = send(json::array({role_choice(i)}));
           std::vector<bool> reported(e.done.size(), false);
           std::size_t reported_count = 0;
           while (ok && reported_count < e.done.size()) {
@@ -664,20 +293,13 @@ private:
             }
             for (const auto& p : pieces) {
               if (!ok) break;
-              const bool has_logprob = a.logprobs && p.token >= 0;
-              if (p.text.empty() && !has_logprob) continue;
-              json logprobs;
-              if (has_logprob) {
-                const std::int32_t t[] = {p.token};
-                const float l[] = {p.logprob};
-                const Alternatives top = p.top_logprobs.empty() ? Alternatives() : Alternatives(&p.top_logprobs, 1);
-                logprobs = a.chat ? chat_logprobs(t, l, top) : completion_logprobs(t, l, top);
-              }
-              ok = send(json::array({piece_choice(p.choice, p.text, logprobs, nullptr)}));
+              json logprobs = piece_logprobs(p, a, session_);
+              if (p.text.empty() && logprobs.is_null()) continue;
+              ok = send(json::array({piece_choice(a, p.choice, p.text, std::move(logprobs), nullptr)}));
             }
             for (std::size_t i : finished_now) {
               if (!ok) break;
-              ok = send(json::array({piece_choice(i, "", nullptr, finish_reason(*e.done[i]))}));
+              ok = send(json::array({piece_choice(a, i, "", nullptr, finish_reason(*e.done[i]))}));
               reported[i] = true;
               ++reported_count;
             }
@@ -727,7 +349,7 @@ std::string human_bytes(double bytes) {
   return s.str();
 }
 
-int serve(const ServeOptions& o) {
+int serve_until_stopped(const ServeOptions& o) {
   // Signals are taken by sigwait below, on this thread; every thread started from here inherits the mask.
   sigset_t signals;
   sigemptyset(&signals);
@@ -776,7 +398,7 @@ int serve(const ServeOptions& o) {
 }  // namespace
 
 int run_serve(const ServeOptions& options) {
-  return exit_code_of([&] { return serve(options); });
+  return exit_code_of([&] { return serve_until_stopped(options); });
 }
 
 }  // namespace ftrun
