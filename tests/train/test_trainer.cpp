@@ -120,6 +120,10 @@ TEST_CASE("the plan states dtypes and bytes per parameter as the engine holds th
   plan = NeoxFullZ2(make("[train]\nmomentum = 0.9\n")).plan();
   CHECK(plan.find("per trainable parameter: 16 (weight 4, gradient 4, step gradient 4, master 0, optimizer 4) "
                   "before sharding\n") != std::string::npos);
+  // Without momentum SGD keeps no state (its runtime allocates none).
+  plan = NeoxFullZ2(make("[train]\nmomentum = 0\n")).plan();
+  CHECK(plan.find("per trainable parameter: 12 (weight 4, gradient 4, step gradient 4, master 0, optimizer 0) "
+                  "before sharding\n") != std::string::npos);
 }
 
 }  // namespace test_trainer

@@ -5,7 +5,9 @@
 // shard's tensors, its size and the recipe's [train] section.
 // `state_bytes` is the state it keeps per trainable parameter when
 // the master dtype is f32 (per-element state is kept in bf16 under a bf16
-// master, so it halves there); it is what a Trainer's plan multiplies by.
+// master, so it halves there); it is what a Trainer's plan multiplies by,
+// unless the policy says what a run's [train] settings make of it
+// (`state_bytes_with(train)`: SGD keeps nothing without momentum).
 // `elementwise_state` says its state is one value per parameter (or none), so
 // ZeRO may cut a buffer anywhere; otherwise (state per tensor, as factored
 // or block-quantised moments) shards hold whole tensors. A policy that does
@@ -52,6 +54,11 @@ struct SGD : Policy {
   static constexpr std::string_view type_name = "ft::optim::SGD";
   static constexpr bool elementwise_state = true;
   static constexpr double state_bytes = 4;
+  // What a run with these [train] settings keeps (recipe::TrainSection).
+  template <class TrainSection>
+  static constexpr double state_bytes_with(const TrainSection& t) {
+    return t.momentum != 0 ? state_bytes : 0;
+  }
   template <class M, class Device = device::Cpu>
   using runtime = SgdRuntime<M, Device>;
 };

@@ -35,7 +35,7 @@ struct PolicySet {
   bool multi_rank, shards_optimizer_state, shards_gradients, shards_parameters, pipelined;
 
   std::string_view optimizer, optimizer_type;
-  double optimizer_state_bytes;  // per parameter under an f32 master
+  double (*optimizer_state_bytes)(const recipe::TrainSection&);  // per parameter under an f32 master
   bool optimizer_elementwise_state;
 
   std::string_view adapter_type;
@@ -56,12 +56,13 @@ struct PolicySet {
   // gradients, unless the optimizer is fused into backward (it then steps
   // each block from the micro-batch's gradient). Per-element optimizer
   // state is kept in bf16 under a bf16 master (optim/runtime.hpp).
-  constexpr Bytes bytes_per_trainable(bool fused_optimizer) const {
+  Bytes bytes_per_trainable(const recipe::TrainSection& t) const {
+    const bool fused_optimizer = t.fuse_optimizer_with_backward;
     const bool has_master = master != storage;
     const double step = (has_master || shards_gradients) && !fused_optimizer ? double(size_of(master)) : 0.0;
     const double state_scale = optimizer_elementwise_state && master == DType::bf16 ? 0.5 : 1.0;
     return {double(size_of(storage)), double(size_of(storage)), step, has_master ? double(size_of(master)) : 0.0,
-            optimizer_state_bytes * state_scale};
+            optimizer_state_bytes(t) * state_scale};
   }
 };
 
@@ -160,7 +161,7 @@ inline std::string describe_plan(const PolicySet& s, const recipe::Recipe& r) {
   os << "optimizer    " << s.optimizer << ", lr " << r.train.learning_rate << " (" << r.train.lr_scheduler_type
      << "), weight decay " << r.train.weight_decay << "\n";
   os << "adapter      " << s.describe_adapter(r) << "\n";
-  const PolicySet::Bytes b = s.bytes_per_trainable(r.train.fuse_optimizer_with_backward);
+  const PolicySet::Bytes b = s.bytes_per_trainable(r.train);
   os << "bytes        per trainable parameter: " << b.total() << " (weight " << b.weight << ", gradient "
      << b.gradient << ", step gradient " << b.step_gradient << ", master " << b.master << ", optimizer "
      << b.optimizer << ")" << (s.multi_rank ? " before sharding" : "") << "\n";

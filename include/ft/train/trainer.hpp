@@ -52,6 +52,12 @@ template <class Adapter>
 std::string describe_adapter(const recipe::Recipe& r) {
   return Adapter::describe(r);
 }
+// The optimizer's state per parameter with a run's [train] settings, where it says; else its declared figure.
+template <class Optimizer>
+double optimizer_state_bytes(const recipe::TrainSection& t) {
+  if constexpr (requires { Optimizer::state_bytes_with(t); }) return double(Optimizer::state_bytes_with(t));
+  else return double(Optimizer::state_bytes);
+}
 }  // namespace detail
 
 template <class Model, class Precision, class Parallelism, class Optimizer, class Adapter,
@@ -107,7 +113,7 @@ public:
       .pipelined = Parallelism::name == parallel::Pipeline::name,
       .optimizer = Optimizer::name,
       .optimizer_type = Optimizer::type_name,
-      .optimizer_state_bytes = Optimizer::state_bytes,
+      .optimizer_state_bytes = &detail::optimizer_state_bytes<Optimizer>,
       .optimizer_elementwise_state = optim::elementwise_state_of<Optimizer>,
       .adapter_type = Adapter::type_name,
       .describe_adapter = &detail::describe_adapter<Adapter>,
