@@ -38,7 +38,7 @@
 #include <ft/core/error.hpp>
 #include <ft/core/fingerprint.hpp>
 #include <ft/core/progress.hpp>
-#include <ft/estimate/memory.hpp>
+#include <ft/estimate/memory_estimate.hpp>
 #include <ft/recipe/load.hpp>
 
 #include "bench_grid.hpp"

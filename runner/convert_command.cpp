@@ -29,7 +29,7 @@
 #include <ft/io/model_files.hpp>
 #include <ft/io/model_weights.hpp>
 #include <ft/io/peft.hpp>
-#include <ft/models/load.hpp>
+#include <ft/models/read.hpp>
 
 #include "commands.hpp"
 #include "exit_code.hpp"

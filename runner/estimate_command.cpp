@@ -10,7 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include <ft/core/bytes.hpp>
-#include <ft/estimate/memory.hpp>
+#include <ft/estimate/memory_estimate.hpp>
 #include <ft/recipe/load.hpp>
 #include <ft/stock.hpp>
 

@@ -11,7 +11,7 @@
 
 #include <ft/core/bytes.hpp>
 #include <ft/core/process.hpp>
-#include <ft/estimate/memory.hpp>
+#include <ft/estimate/memory_estimate.hpp>
 #include <ft/kernels/gemm.hpp>
 #include <ft/stock.hpp>
 #include <ft/train/flops.hpp>

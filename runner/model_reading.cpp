@@ -3,7 +3,7 @@
 #include <set>
 
 #include <ft/io/hf_config.hpp>
-#include <ft/models/load.hpp>
+#include <ft/models/read.hpp>
 #include <ft/stock.hpp>
 
 namespace ftrun {

@@ -14,7 +14,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include <ft/models/load.hpp>
+#include <ft/models/read.hpp>
 #include <ft/parallel/pipeline_timeline.hpp>
 #include <ft/recipe/load.hpp>
 

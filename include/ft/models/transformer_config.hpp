@@ -9,9 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "ft/core/error.hpp"
-#include "ft/nn/activation.hpp"
-#include "ft/nn/norm.hpp"
-#include "ft/nn/rope.hpp"
+#include "ft/nn/layer_options.hpp"
 #include "ft/tensor/shape.hpp"
 
 namespace ft::models {

@@ -3,22 +3,11 @@
 // config.json (`hidden_act`): silu (Llama's SwiGLU), gelu (exact, erf),
 // gelu_new / gelu_pytorch_tanh (the tanh approximation).
 #include <cmath>
-#include <string_view>
 
-#include "ft/core/error.hpp"
 #include "ft/core/host_device.hpp"
+#include "ft/nn/layer_options.hpp"
 
 namespace ft::nn {
-
-enum class Activation { silu, gelu, gelu_tanh };
-
-inline Activation activation_from_hf(std::string_view name) {
-  if (name == "silu" || name == "swish") return Activation::silu;
-  if (name == "gelu") return Activation::gelu;
-  if (name == "gelu_new" || name == "gelu_pytorch_tanh" || name == "gelu_fast")
-    return Activation::gelu_tanh;
-  throw Error("hidden_act \"" + std::string(name) + "\" is not supported; allowed: silu, gelu, gelu_new, gelu_pytorch_tanh");
-}
 
 template <class A>
 FT_HOST_DEVICE A activate(Activation act, A x) {

@@ -13,12 +13,11 @@
 #include "ft/core/numeric.hpp"
 #include "ft/device/cpu.hpp"
 #include "ft/nn/column_sums.hpp"
+#include "ft/nn/layer_options.hpp"
 #include "ft/tensor/scratch.hpp"
 #include "ft/tensor/shape.hpp"
 
 namespace ft::nn {
-
-enum class NormKind { rms, layer };
 
 // One row per call, its columns shared by a team of lanes (launch.hpp):
 // one lane on the CPU, a warp or a block on a GPU.

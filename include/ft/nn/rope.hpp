@@ -19,25 +19,10 @@
 #include "ft/core/host_device.hpp"
 #include "ft/core/numeric.hpp"
 #include "ft/device/cpu.hpp"
+#include "ft/nn/layer_options.hpp"
 #include "ft/tensor/shape.hpp"
 
 namespace ft::nn {
-
-struct Llama3Scaling {
-  double factor = 8.0;
-  double low_freq_factor = 1.0;
-  double high_freq_factor = 4.0;
-  double original_max_position_embeddings = 8192;
-  bool operator==(const Llama3Scaling&) const = default;
-};
-
-struct RopeConfig {
-  double theta = 10000.0;
-  index_t rotary_dim = 0;  // R, even, <= head size
-  bool llama3 = false;
-  Llama3Scaling scaling;
-  bool operator==(const RopeConfig&) const = default;
-};
 
 // HF computes these in float32; so does ft, for every element type, so that
 // rotations match HF bit for bit in the frequencies.

@@ -31,7 +31,7 @@
 #include "ft/core/error.hpp"
 #include "ft/device/answer.hpp"
 #include "ft/infer/served.hpp"
-#include "ft/models/load.hpp"
+#include "ft/models/read.hpp"
 #include "ft/models/spec_json.hpp"
 #include "ft/plugin/abi.h"
 #include "ft/plugin/toolchain.hpp"

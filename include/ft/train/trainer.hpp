@@ -33,7 +33,7 @@
 #include "ft/core/error.hpp"
 #include "ft/device/cpu.hpp"
 #include "ft/models/family.hpp"
-#include "ft/models/load.hpp"
+#include "ft/models/read.hpp"
 #include "ft/optim/optimizer.hpp"
 #include "ft/parallel/data_parallel.hpp"
 #include "ft/parallel/parallelism.hpp"

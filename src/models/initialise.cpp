@@ -1,0 +1,33 @@
+#include <ft/models/initialise.hpp>
+
+#include <string>
+
+#include <ft/core/fingerprint.hpp>
+#include <ft/core/random.hpp>
+#include <ft/models/save.hpp>
+#include <ft/models/transformer.hpp>
+
+namespace ft::models {
+namespace {
+
+void initialise(ParameterBuffer<float>& params, std::uint64_t seed, double std) {
+  for (const auto& e : params.entries()) {
+    float* v = params.value(e.name);
+    const bool norm = e.name.find("norm") != std::string::npos, bias = e.name.ends_with(".bias");
+    Rng rng(derive_key(seed, fnv1a(e.name)));
+    for (index_t i = 0; i < e.shape.numel(); ++i) v[i] = bias ? 0.0f : norm ? 1.0f : float(std * rng.normal());
+  }
+}
+
+}  // namespace
+
+index_t save_initialised(const ModelSpec& spec, const std::filesystem::path& source, const std::filesystem::path& dir,
+                         std::uint64_t seed, double std) {
+  Transformer<float> model(spec);
+  for (index_t s = -1; s <= model.config().num_layers; ++s)
+    initialise(model.stage_parameters(s), seed + std::uint64_t(s + 1) * 0x9e3779b97f4a7c15ull, std);
+  save_pretrained(model, source, dir, "F32");
+  return model.parameter_count();
+}
+
+}  // namespace ft::models
