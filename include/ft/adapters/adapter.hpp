@@ -100,6 +100,7 @@ struct LoRA : Policy {
     std::ostringstream os;
     os << "lora: r " << r.lora.r << ", alpha " << r.lora.alpha << ", dropout " << r.lora.dropout << " on";
     for (const auto& t : r.lora.target_modules) os << ' ' << t;
+    if (!r.lora.init_from.empty()) os << ", from " << r.lora.init_from;
     return os.str();
   }
 };
@@ -119,6 +120,7 @@ struct Prompt : Policy {
   static std::string describe(const recipe::Recipe& r) {
     std::string s = "prompt: " + std::to_string(r.prompt_tuning.num_virtual_tokens) + " virtual tokens";
     if (!r.prompt_tuning.init_text.empty()) s += " from \"" + r.prompt_tuning.init_text + "\"";
+    if (!r.prompt_tuning.init_from.empty()) s += ", from " + r.prompt_tuning.init_from;
     return s;
   }
 };

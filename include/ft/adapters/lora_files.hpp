@@ -82,7 +82,7 @@ void save_peft_adapter(LoraModel<T, Device>& lora, const models::TransformerConf
 template <element T, class Device>
 void load_peft_adapter(LoraModel<T, Device>& lora, const models::TransformerConfig& config, const std::filesystem::path& dir) {
   const io::PeftAdapter adapter = io::PeftAdapter::open(dir);
-  const std::string where = (dir / "adapter_model.safetensors").string() + ": ";
+  const std::string where = adapter.file().path().string() + ": ";
   const index_t r = lora.options().r;
   const double scale = lora.options().scale();
   std::size_t expected = 0;
@@ -92,9 +92,15 @@ void load_peft_adapter(LoraModel<T, Device>& lora, const models::TransformerConf
       const std::string prefix = "base_model.model." + t.module;
       const io::TensorView* a = adapter.file().find(prefix + ".lora_A.weight");
       const io::TensorView* b = adapter.file().find(prefix + ".lora_B.weight");
-      if (!a || !b) throw Error(where + "has no LoRA weights for module \"" + t.module + "\"");
-      if (a->shape != std::vector<std::int64_t>{r, t.in} || b->shape != std::vector<std::int64_t>{t.rows, r})
-        throw Error(where + "module \"" + t.module + "\" has shapes that do not match rank " + std::to_string(r));
+      if (!a || !b)
+        throw Error(where + "has no LoRA weights for module \"" + t.module +
+                    "\": an adapter of other target_modules, or for another base model");
+      const std::vector<std::int64_t> a_shape{r, t.in}, b_shape{t.rows, r};
+      if (a->shape != a_shape || b->shape != b_shape)
+        throw Error(where + "module \"" + t.module + "\" has shapes that do not match rank " + std::to_string(r) +
+                    " of this model (lora_A " + nlohmann::json(a->shape).dump() + " and lora_B " +
+                    nlohmann::json(b->shape).dump() + ", where it takes " + nlohmann::json(a_shape).dump() + " and " +
+                    nlohmann::json(b_shape).dump() + "): an adapter for another base model, or of another rank");
       // The same A and B under another lora_alpha (or rsLoRA) would be another model.
       const auto m = std::ranges::find(adapter.modules(), t.module + ".weight", &io::LoraModule::weight);
       if (m != adapter.modules().end() && std::abs(m->scale - scale) > 1e-12 * scale)
@@ -110,7 +116,7 @@ void load_peft_adapter(LoraModel<T, Device>& lora, const models::TransformerConf
     }
   if (adapter.modules().size() != expected)
     throw Error(where + "has " + std::to_string(adapter.modules().size()) + " LoRA modules, this run adapts " +
-                std::to_string(expected));
+                std::to_string(expected) + ": an adapter of other target_modules, or for another base model");
 }
 
 }  // namespace ft::adapters

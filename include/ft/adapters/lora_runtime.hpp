@@ -11,6 +11,7 @@
 #include "ft/adapters/lora_files.hpp"
 #include "ft/adapters/runtime.hpp"
 #include "ft/core/random.hpp"
+#include "ft/io/adapter_directory.hpp"
 #include "ft/io/model_files.hpp"
 #include "ft/io/staged_directory.hpp"
 #include "ft/models/save.hpp"
@@ -20,7 +21,9 @@ namespace ft::adapters {
 template <element T, class Device>
 class LoraRuntime final : public Runtime<T, Device> {
 public:
-  explicit LoraRuntime(const recipe::Recipe& r) : source_(r.model.path), save_merged_(r.lora.save_merged) {
+  explicit LoraRuntime(const recipe::Recipe& r)
+      : source_(r.model.path), save_merged_(r.lora.save_merged),
+        init_from_(r.lora.init_from.empty() ? std::filesystem::path() : io::adapter_directory(r.lora.init_from)) {
     options_.r = r.lora.r;
     options_.alpha = r.lora.alpha;
     options_.dropout = r.lora.dropout;
@@ -53,6 +56,7 @@ public:
     save_peft_adapter(*lora_, model_->config(), source_, dir, "F32");
   }
   void load(const std::filesystem::path& dir) override { load_peft_adapter(*lora_, model_->config(), dir); }
+  std::filesystem::path initial_weights() const override { return init_from_; }
 
   std::vector<std::string> save_final(const std::filesystem::path& output_dir) override {
     const auto adapter = output_dir / "adapter";
@@ -74,6 +78,7 @@ public:
 private:
   std::string source_;
   bool save_merged_;
+  std::filesystem::path init_from_;
   LoraOptions options_;
   models::Transformer<T, Device>* model_ = nullptr;
   std::unique_ptr<LoraModel<T, Device>> lora_;

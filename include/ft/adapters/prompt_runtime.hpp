@@ -9,6 +9,7 @@
 
 #include "ft/adapters/prompt_tuning.hpp"
 #include "ft/adapters/runtime.hpp"
+#include "ft/io/adapter_directory.hpp"
 #include "ft/io/model_weights.hpp"
 #include "ft/io/staged_directory.hpp"
 
@@ -19,12 +20,14 @@ class PromptRuntime final : public Runtime<T, Device> {
 public:
   explicit PromptRuntime(const recipe::Recipe& r)
       : source_(r.model.path), init_text_(r.prompt_tuning.init_text), tokens_(r.prompt_tuning.num_virtual_tokens),
-        seed_(std::uint64_t(r.seed)) {}
+        seed_(std::uint64_t(r.seed)),
+        init_from_(r.prompt_tuning.init_from.empty() ? std::filesystem::path()
+                                                     : io::adapter_directory(r.prompt_tuning.init_from)) {}
 
   std::vector<Trainable<T, Device>> attach(models::Transformer<T, Device>& model, const text::ModelText& text) override {
     model_ = &model;
     prompt_ = std::make_unique<PromptTuning<T, Device>>(model, tokens_, seed_);
-    if (!init_text_.empty()) {
+    if (!init_text_.empty() && init_from_.empty()) {
       // From the model's files: a rank may keep no whole table (ZeRO-3, a pipeline rank).
       const std::vector<T> table = model.read_parameter(io::ModelWeights::open(source_), "embed.weight");
       prompt_->init_from_tokens(
@@ -40,6 +43,7 @@ public:
     save_peft_prompt(*prompt_, model_->config(), {source_, init_text_}, dir);
   }
   void load(const std::filesystem::path& dir) override { load_peft_prompt(*prompt_, model_->config(), dir); }
+  std::filesystem::path initial_weights() const override { return init_from_; }
 
   std::vector<std::string> save_final(const std::filesystem::path& output_dir) override {
     const auto adapter = output_dir / "adapter";
@@ -51,6 +55,7 @@ private:
   std::string source_, init_text_;
   index_t tokens_;
   std::uint64_t seed_;
+  std::filesystem::path init_from_;
   models::Transformer<T, Device>* model_ = nullptr;
   std::unique_ptr<PromptTuning<T, Device>> prompt_;
 };

@@ -189,9 +189,9 @@ void load_peft_prompt(PromptTuning<T, Device>& prompt, const models::Transformer
   if (c.value("num_virtual_tokens", index_t(0)) != N)
     throw Error(where + "num_virtual_tokens " + c.value("num_virtual_tokens", nlohmann::json()).dump() +
                 " differs from this run's " + std::to_string(N));
-  const auto file = io::SafetensorsFile::open(dir / "adapter_model.safetensors");
+  const auto file = io::open_adapter_weights(dir);
   const io::TensorView* t = file.find("prompt_embeddings");
-  const std::string file_where = (dir / "adapter_model.safetensors").string() + ": ";
+  const std::string file_where = file.path().string() + ": ";
   if (!t) throw Error(file_where + "has no \"prompt_embeddings\" tensor");
   if (t->shape != std::vector<std::int64_t>{N, C})
     throw Error(file_where + "\"prompt_embeddings\" is not [" + std::to_string(N) + ", " + std::to_string(C) +

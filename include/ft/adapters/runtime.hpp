@@ -9,7 +9,8 @@
 // (a pipeline rank has only its stages' values, ZeRO-3 no whole stage
 // between uses), returning the flat buffers that train; set_training()
 // before each micro-batch and before evaluation; save()/load() for
-// checkpoints; save_final() at the end.
+// checkpoints, and load() from initial_weights() when a new run starts from
+// an adapter trained before; save_final() at the end.
 #include <cstdint>
 #include <filesystem>
 #include <string>
@@ -55,6 +56,10 @@ public:
   // The trained parameters into a checkpoint directory, and back.
   virtual void save(const std::filesystem::path& dir) = 0;
   virtual void load(const std::filesystem::path& dir) = 0;
+  // Where a new run's trained parameters start from instead of their own
+  // initialisation: a directory load() reads (an adapter trained before,
+  // [lora] init_from), or none. A resumed run starts from its checkpoint.
+  virtual std::filesystem::path initial_weights() const { return {}; }
   // What the run leaves in output_dir when it ends; returns one line per
   // thing written ("adapter (PEFT) in ...").
   virtual std::vector<std::string> save_final(const std::filesystem::path& output_dir) = 0;

@@ -25,11 +25,21 @@
 #include <nlohmann/json.hpp>
 
 #include "ft/io/hf_config.hpp"
+#include "ft/io/model_weights.hpp"
 #include "ft/io/safetensors.hpp"
 #include "ft/kernels/gemm.hpp"
 #include "ft/version.hpp"
 
 namespace ft::io {
+
+// An adapter's weights: adapter_model.safetensors, or adapter_model.bin as
+// PEFT writes it with safe_serialization=False.
+inline SafetensorsFile open_adapter_weights(const std::filesystem::path& dir) {
+  const std::filesystem::path bin = dir / "adapter_model.bin";
+  if (!std::filesystem::exists(dir / "adapter_model.safetensors") && std::filesystem::exists(bin))
+    return ModelWeights::open_weight_file(bin);
+  return SafetensorsFile::open(dir / "adapter_model.safetensors");
+}
 
 struct LoraModule {
   std::string weight;  // HF name of the base weight, e.g. "model.layers.0.self_attn.q_proj.weight"
@@ -64,7 +74,7 @@ public:
       throw Error(where + "\"lora_alpha\" must be a number");
     a.rslora_ = flag("use_rslora");
 
-    a.weights_ = std::make_shared<SafetensorsFile>(SafetensorsFile::open(dir / "adapter_model.safetensors"));
+    a.weights_ = std::make_shared<SafetensorsFile>(open_adapter_weights(dir));
     a.collect();
     return a;
   }

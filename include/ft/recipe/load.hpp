@@ -5,6 +5,7 @@
 #include <filesystem>
 #include <span>
 #include <string>
+#include <type_traits>
 
 #include <toml++/toml.h>
 
@@ -66,6 +67,12 @@ struct Loaded {
   }
 };
 
+struct Recipe;
+// [lora] and [prompt_tuning] init_from: the adapter's directory in place of
+// the path given, its settings for the keys the recipe leaves unset, and a
+// refusal at the key the recipe sets otherwise (src/recipe/adapter_start.cpp).
+void take_adapter_start(Loaded<Recipe>& loaded);
+
 template <class R>
 Loaded<R> load(const std::filesystem::path& file, std::span<const std::string> assignments = {}) {
   // Filled member by member: an aggregate initialiser that throws part-way is
@@ -75,6 +82,7 @@ Loaded<R> load(const std::filesystem::path& file, std::span<const std::string> a
   out.table = parse_toml_file(file);
   for (const std::string& a : assignments) apply_override(out.table, a, out.overrides);
   out.recipe = from_table<R>(out.table, out.file, out.overrides);
+  if constexpr (std::is_same_v<R, Recipe>) take_adapter_start(out);
   return out;
 }
 

@@ -74,6 +74,7 @@ struct LoraSection {
   double dropout = 0.0;
   std::vector<std::string> target_modules;
   bool save_merged = false;
+  std::string init_from;
 
   template <class V>
   void fields(V& v) {
@@ -84,12 +85,16 @@ struct LoraSection {
             "projections to adapt, as PEFT names them, or \"all-linear\"; [] for the family's default");
     v.field("save_merged", save_merged, Check<bool>{},
             "also save the base model with the adapter merged in (HF layout) in <output_dir>/merged");
+    v.field("init_from", init_from, Check<std::string>{},
+            "a PEFT LoRA adapter to start from instead of a fresh one (its directory, a run's checkpoint or "
+            "finished output_dir); r, alpha, dropout and target_modules left unset take its values; \"\" for none");
   }
 };
 
 struct PromptTuningSection {
   Int num_virtual_tokens = 20;
   std::string init_text;
+  std::string init_from;
 
   template <class V>
   void fields(V& v) {
@@ -97,6 +102,9 @@ struct PromptTuningSection {
             "trainable embeddings placed before every input");
     v.field("init_text", init_text, Check<std::string>{},
             "initialise them from this text's tokens; \"\" for random");
+    v.field("init_from", init_from, Check<std::string>{},
+            "a PEFT prompt-tuning adapter to start from (its directory, a run's checkpoint or finished "
+            "output_dir); num_virtual_tokens left unset takes its value; \"\" for none");
   }
 };
 

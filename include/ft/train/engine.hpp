@@ -143,7 +143,12 @@ private:
                                    run.total_steps};
     const bool saving = r.checkpoint.save_strategy != "no";
     std::int64_t step = 0;
-    if (!resume_from.empty()) step = resume(run, resume_from);
+    if (!resume_from.empty()) {
+      step = resume(run, resume_from);
+    } else if (const std::filesystem::path from = run.adapter->initial_weights(); !from.empty()) {
+      run.adapter->load(from);
+      run.parallel->values_loaded();
+    }
     if (comm.rank() == 0) describe_run(step);
 
     report::MetricsLog log(run.out, long(run.total_steps), long(step), comm.rank() == 0);
