@@ -9,6 +9,7 @@
 //   /help          list the commands
 //   /quit          leave (so does end of input)
 #include <iostream>
+#include <memory>
 #include <optional>
 
 #include <nlohmann/json.hpp>
@@ -24,6 +25,21 @@
 #include <httplib.h>
 
 namespace ftrun {
+
+struct ChatOptions {
+  std::string model;         // load this model here (HF model, PEFT adapter or training output_dir)
+  std::string checkpoint;    // -c: one of an output_dir's checkpoints
+  std::string url;           // or talk to this server
+  std::string served_model;  // --model: the server's model to use; its first by default
+  std::string api_key;
+  std::string system;        // the system message
+  std::string message;       // one question, then exit
+  long max_tokens = 512;
+  double temperature = 0, top_p = 1;
+  long seed = 0;
+  EngineChoice engine;
+};
+
 namespace {
 
 using json = nlohmann::ordered_json;
@@ -197,6 +213,23 @@ int run_chat(const ChatOptions& options) {
     else answerer = local_answerer(options);
     return chat(options, answerer);
   });
+}
+
+Command add_chat_command(CLI::App& app) {
+  auto o = std::make_shared<ChatOptions>();
+  CLI::App* command = app.add_subcommand("chat", "Chat in the terminal with a model, loaded here or served (--url)");
+  add_model_options(command, o->model, o->checkpoint, o->engine, "Use",
+                    " (a model loaded here)");
+  command->add_option("--url", o->url, "A running OpenAI-compatible server, e.g. http://127.0.0.1:8000");
+  command->add_option("--model", o->served_model, "With --url: the server's model (default: its first)");
+  command->add_option("--api-key", o->api_key, "With --url: the server's API key")->envname("OPENAI_API_KEY");
+  command->add_option("--system", o->system, "The system message");
+  command->add_option("-m,--message", o->message, "Ask this one question, print the answer and exit");
+  command->add_option("--max-tokens", o->max_tokens, "Longest answer, in tokens")->check(CLI::PositiveNumber)->capture_default_str();
+  command->add_option("--temperature", o->temperature, "0: greedy")->check(CLI::NonNegativeNumber)->capture_default_str();
+  command->add_option("--top-p", o->top_p, "Keep the most likely tokens whose probabilities sum to p");
+  command->add_option("--seed", o->seed, "Seed of the sampling")->capture_default_str();
+  return {command, [o] { return run_chat(*o); }};
 }
 
 }  // namespace ftrun

@@ -38,6 +38,18 @@
 #include <ft/io/staged_directory.hpp>
 
 namespace ftrun {
+
+struct ConvertOptions {
+  std::string source, destination;
+  std::string dtype;                    // empty: keep each tensor's dtype
+  std::string max_shard_size = "5GB";
+  std::string merge_lora;               // PEFT adapter directory to merge into the weights
+  std::string add_tokens;               // TOML file of tokens to add (data/token_additions.hpp)
+  std::string chat_template;            // Jinja file replacing the model's chat template
+  bool force = false;                   // replace an existing destination
+  std::vector<std::string> plugins;     // --plugin FILE: for a model a plugin's family reads
+};
+
 namespace {
 
 namespace fs = std::filesystem;
@@ -266,6 +278,25 @@ int run_convert(const ConvertOptions& options) {
     std::cerr << "ftrun convert: " << e.what() << "\n";
     return failed;
   }
+}
+
+Command add_convert_command(CLI::App& app) {
+  auto o = std::make_shared<ConvertOptions>();
+  CLI::App* command = app.add_subcommand("convert", "Convert HF model directories, GGUF files and PEFT adapters (dtype, shards, LoRA merge, tokens)");
+  command->add_option("source", o->source, "HF model directory, .gguf file or PEFT adapter directory")->required();
+  command->add_option("destination", o->destination, "Directory to write (must not exist unless --force)")
+      ->required();
+  command->add_option("--dtype", o->dtype, "Store floating-point weights as float32, bfloat16 or float16")
+      ->check(CLI::IsMember({"float32", "bfloat16", "float16"}));
+  command->add_option("--max-shard-size", o->max_shard_size, "Largest weight file, e.g. 5GB, 500MB, 2GiB")
+      ->capture_default_str();
+  command->add_option("--merge-lora", o->merge_lora, "Merge this PEFT LoRA adapter into the weights");
+  command->add_option("--add-tokens", o->add_tokens,
+                      "TOML file of tokens to add: special = [...], regular = [...], eos_token = ..., pad_token = ...");
+  command->add_option("-t,--chat-template", o->chat_template, "Jinja file to use as the chat template");
+  command->add_flag("--force", o->force, "Replace the destination if it exists");
+  add_family_plugins(command, o->plugins);
+  return {command, [o] { return run_convert(*o); }};
 }
 
 }  // namespace ftrun

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <iostream>
+#include <memory>
 #include <string>
 
 #include <nlohmann/json.hpp>
@@ -21,6 +22,14 @@
 #include "plugin_search.hpp"
 
 namespace ftrun {
+
+struct EstimateOptions {
+  std::string recipe;
+  std::vector<std::string> sets;     // --set section.key=value
+  std::vector<std::string> plugins;  // --plugin FILE, as train loads them
+  bool json = false;
+};
+
 namespace {
 
 nlohmann::ordered_json terms_json(const std::vector<ft::estimate::Term>& terms) {
@@ -184,6 +193,16 @@ int run_estimate(const EstimateOptions& options) {
     std::cerr << "ftrun: " << e.what() << "\n";
     return bad_input;
   }
+}
+
+Command add_estimate_command(CLI::App& app) {
+  auto o = std::make_shared<EstimateOptions>();
+  CLI::App* command = app.add_subcommand("estimate", "Memory a recipe's run will take, per rank, before it allocates "
+                                                  "anything: every term, the peak phase, and the other parallelisms");
+  add_recipe_options(command, o->recipe, o->sets);
+  command->add_flag("--json", o->json, "Print one JSON object instead of tables");
+  command->add_option("--plugin", o->plugins, "Also load this plugin file, as train would (repeatable)");
+  return {command, [o] { return run_estimate(*o); }};
 }
 
 }  // namespace ftrun

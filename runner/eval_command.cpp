@@ -13,6 +13,7 @@
 #include <fstream>
 #include <iomanip>
 #include <iostream>
+#include <memory>
 #include <sstream>
 #include <utility>
 
@@ -27,6 +28,16 @@
 #include "model_session.hpp"
 
 namespace ftrun {
+
+struct EvalOptions {
+  std::string model;          // HF model directory
+  std::string data;           // JSONL of pre-tokenized rows
+  EngineChoice engine;        // the plugin's inference engine that scores them: dtype, device
+  long max_tokens = 2048;     // tokens packed into one forward pass
+  bool json = false;
+  std::string logits_out;     // safetensors file for each row's next-token logits
+};
+
 namespace {
 
 struct Row {
@@ -141,6 +152,22 @@ int evaluate(const EvalOptions& options) {
 
 int run_eval(const EvalOptions& options) {
   return exit_code_of([&] { return evaluate(options); });
+}
+
+Command add_eval_command(CLI::App& app) {
+  auto o = std::make_shared<EvalOptions>();
+  CLI::App* command = app.add_subcommand("eval", "Mean loss and perplexity of a model over pre-tokenized JSONL rows");
+  command->add_option("--model", o->model, "HF model directory (config.json, model.safetensors)")->required();
+  command->add_option("--data", o->data, "JSONL file: {\"input_ids\": [...], \"labels\": [...]} per line")
+      ->required();
+  add_engine_options(command, o->engine);
+  command->add_option("--max-tokens", o->max_tokens, "Tokens packed into one forward pass")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  command->add_flag("--json", o->json, "Print one JSON object instead of lines");
+  command->add_option("--logits-out", o->logits_out,
+                   "Write each row's next-token logits to this safetensors file ([rows, vocab] float32)");
+  return {command, [o] { return run_eval(*o); }};
 }
 
 }  // namespace ftrun

@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <fstream>
 #include <iostream>
+#include <memory>
 
 #include <nlohmann/json.hpp>
 
@@ -19,6 +20,22 @@
 #include "model_session.hpp"
 
 namespace ftrun {
+
+struct GenerateOptions {
+  std::string model;                        // HF model, PEFT adapter or training output_dir
+  std::string checkpoint;                   // -c: one of an output_dir's checkpoints ("latest", a step)
+  std::vector<std::string> prompts;         // --prompt TEXT
+  std::string prompts_file;                 // --prompts FILE.jsonl
+  std::string system;                       // a system message before each prompt
+  bool raw = false;                         // no chat template
+  std::vector<std::string> stop;            // stop strings
+  long max_tokens = 128;
+  double temperature = 0, top_p = 1, min_p = 0, repetition_penalty = 1;
+  long top_k = 0, seed = 0, batch = 16;
+  EngineChoice engine;
+  bool json = false;
+};
+
 namespace {
 
 using ft::index_t;
@@ -113,6 +130,27 @@ int generate(const GenerateOptions& o) {
 
 int run_generate(const GenerateOptions& options) {
   return exit_code_of([&] { return generate(options); });
+}
+
+Command add_generate_command(CLI::App& app) {
+  auto o = std::make_shared<GenerateOptions>();
+  CLI::App* command = app.add_subcommand("generate", "Generate text from a model with a key/value cache");
+  add_model_options(command, o->model, o->checkpoint, o->engine, "Use")->required();
+  command->add_option("-p,--prompt", o->prompts, "A prompt (repeatable)");
+  command->add_option("--prompts", o->prompts_file, "JSONL file: {\"prompt\": ...} or {\"messages\": [...]} per line");
+  command->add_option("--system", o->system, "A system message before each prompt");
+  command->add_flag("--raw", o->raw, "Send the prompt text as it is, without the chat template");
+  command->add_option("--max-tokens", o->max_tokens, "Longest answer, in tokens")->check(CLI::PositiveNumber)->capture_default_str();
+  command->add_option("--temperature", o->temperature, "0: greedy")->check(CLI::NonNegativeNumber)->capture_default_str();
+  command->add_option("--top-k", o->top_k, "Keep the k most likely tokens (0: all)")->check(CLI::NonNegativeNumber);
+  command->add_option("--top-p", o->top_p, "Keep the most likely tokens whose probabilities sum to p");
+  command->add_option("--min-p", o->min_p, "Keep tokens at least min-p x the most likely's probability");
+  command->add_option("--repetition-penalty", o->repetition_penalty, "HF's repetition penalty (1: off)");
+  command->add_option("--seed", o->seed, "Seed of the sampling")->capture_default_str();
+  command->add_option("--stop", o->stop, "Stop when the answer contains this text (repeatable)");
+  command->add_option("--batch", o->batch, "Prompts generated at once")->check(CLI::PositiveNumber)->capture_default_str();
+  command->add_flag("--json", o->json, "One JSON object per prompt: text, token_ids, finish_reason");
+  return {command, [o] { return run_generate(*o); }};
 }
 
 }  // namespace ftrun

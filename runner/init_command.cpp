@@ -9,6 +9,7 @@
 // by default) is written atomically.
 #include <filesystem>
 #include <iostream>
+#include <memory>
 #include <string>
 
 #include <ft/io/hf_config.hpp>
@@ -20,6 +21,13 @@
 #include "model_reading.hpp"
 
 namespace ftrun {
+
+struct InitOptions {
+  std::string source, destination;  // destination: the source directory when empty
+  long seed = 0;
+  bool force = false;               // replace existing weights
+  std::vector<std::string> plugins;  // --plugin FILE: for a model a plugin's family reads
+};
 
 int run_init(const InitOptions& options) {
   namespace fs = std::filesystem;
@@ -46,6 +54,17 @@ int run_init(const InitOptions& options) {
     std::cerr << "ftrun: " << e.what() << "\n";
     return bad_input;
   }
+}
+
+Command add_init_command(CLI::App& app) {
+  auto o = std::make_shared<InitOptions>();
+  CLI::App* command = app.add_subcommand("init", "Write randomly initialised weights for a config.json (HF layout, deterministic)");
+  command->add_option("source", o->source, "Directory with config.json (and tokenizer files to copy)")->required();
+  command->add_option("destination", o->destination, "Directory to write; the source directory by default");
+  command->add_option("--seed", o->seed, "Seed of the draws")->capture_default_str();
+  command->add_flag("--force", o->force, "Replace weights that are already there");
+  add_family_plugins(command, o->plugins);
+  return {command, [o] { return run_init(*o); }};
 }
 
 }  // namespace ftrun

@@ -15,7 +15,7 @@
 #include <ft/infer/decoder.hpp>
 #include <ft/text/model_text.hpp>
 
-#include "commands.hpp"
+#include "command_line.hpp"
 
 namespace ftrun {
 

@@ -1,6 +1,7 @@
 // ftrun plugins: every plugin found, each Trainer combination it offers and
 // its inference engines.
 #include <iostream>
+#include <memory>
 #include <set>
 #include <string>
 
@@ -9,6 +10,10 @@
 #include "plugin_search.hpp"
 
 namespace ftrun {
+
+struct PluginsOptions {
+  std::vector<std::string> plugins;  // --plugin FILE
+};
 
 int run_plugins(const PluginsOptions& options) {
   PluginSearch search;
@@ -45,6 +50,13 @@ int run_plugins(const PluginsOptions& options) {
 #endif
   for (const std::string& refusal : search.refusals) std::cerr << "ftrun: " << refusal << "\n";
   return search.refusals.empty() ? ok : plugin_refused;
+}
+
+Command add_plugins_command(CLI::App& app) {
+  auto o = std::make_shared<PluginsOptions>();
+  CLI::App* command = app.add_subcommand("plugins", "List plugins and the Trainer combinations each offers");
+  command->add_option("--plugin", o->plugins, "Also load this plugin file (repeatable)");
+  return {command, [o] { return run_plugins(*o); }};
 }
 
 }  // namespace ftrun

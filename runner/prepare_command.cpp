@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cstdio>
 #include <iostream>
+#include <memory>
 
 #include <ft/core/progress.hpp>
 #include <ft/data/prepared.hpp>
@@ -13,6 +14,12 @@
 #include "exit_code.hpp"
 
 namespace ftrun {
+
+struct PrepareOptions {
+  std::string recipe;
+  std::vector<std::string> sets;  // --set section.key=value
+  bool force = false;             // rebuild even when the cache matches
+};
 
 int run_prepare(const PrepareOptions& options) {
   try {
@@ -47,6 +54,14 @@ int run_prepare(const PrepareOptions& options) {
     std::cerr << "ftrun: " << e.what() << "\n";
     return bad_input;
   }
+}
+
+Command add_prepare_command(CLI::App& app) {
+  auto o = std::make_shared<PrepareOptions>();
+  CLI::App* command = app.add_subcommand("prepare", "Tokenise a recipe's data once into its token cache (data.cache_dir)");
+  add_recipe_options(command, o->recipe, o->sets);
+  command->add_flag("--force", o->force, "Rebuild the cache even when it matches the recipe");
+  return {command, [o] { return run_prepare(*o); }};
 }
 
 }  // namespace ftrun

@@ -10,6 +10,7 @@
 #include <fstream>
 #include <iostream>
 #include <map>
+#include <memory>
 #include <sstream>
 
 #include <nlohmann/json.hpp>
@@ -23,6 +24,17 @@
 #include "model_reading.hpp"
 
 namespace ftrun {
+
+struct ScheduleOptions {
+  std::string recipe;
+  std::vector<std::string> sets;  // --set section.key=value
+  bool measured = false;          // draw a recorded step instead of the simulated schedule
+  long step = 0;                  // the recorded step to draw; 0: the last one
+  int replica = 0;                // whose pipe, under pipeline x data parallelism
+  std::string svg;                // write the drawing here
+  std::vector<std::string> plugins;  // --plugin FILE: for a model a plugin's family reads
+};
+
 namespace {
 
 namespace fs = std::filesystem;
@@ -243,6 +255,23 @@ int run_schedule(const ScheduleOptions& options) {
     std::cerr << "ftrun: " << e.what() << "\n";
     return bad_input;
   }
+}
+
+Command add_schedule_command(CLI::App& app) {
+  auto o = std::make_shared<ScheduleOptions>();
+  CLI::App* command = app.add_subcommand("schedule", "Draw a recipe's pipeline schedule as a timeline: simulated, or a "
+                                                  "step a run recorded (pipeline.timeline = true)");
+  add_recipe_options(command, o->recipe, o->sets);
+  command->add_flag("--measured", o->measured,
+                     "Draw a step recorded in <output_dir>/timeline/ instead of the simulated schedule");
+  command->add_option("--step", o->step, "The recorded step to draw (default: the last)")
+      ->check(CLI::PositiveNumber);
+  command->add_option("--replica", o->replica, "Whose pipe to draw under pipeline x data parallelism")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  command->add_option("--svg", o->svg, "Also write the timeline as an SVG drawing to this file");
+  add_family_plugins(command, o->plugins);
+  return {command, [o] { return run_schedule(*o); }};
 }
 
 }  // namespace ftrun

@@ -12,6 +12,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <memory>
 #include <sstream>
 #include <thread>
 #include <tuple>
@@ -29,6 +30,14 @@
 #include "plugin_search.hpp"
 
 namespace ftrun {
+
+struct TrainOptions {
+  std::string recipe;
+  std::vector<std::string> sets;     // --set section.key=value
+  std::vector<std::string> plugins;  // --plugin FILE
+  bool dry_run = false;
+};
+
 namespace {
 
 using ft::plugin::TrainerKey;
@@ -64,6 +73,7 @@ struct PolicyField {
   const char* recipe_key;
   const char* what;
 };
+
 constexpr PolicyField policy_fields[] = {
     {&TrainerKey::model, "model.family", "model family"},
     {&TrainerKey::precision, "strategy.precision", "precision"},
@@ -307,6 +317,15 @@ int run_train(const TrainOptions& options) {
             << "# Plan:\n" << as_comment(plan) << "# Launch:\n#   " << command_line(launch)
             << "\n\n" << resolved;
   return ok;
+}
+
+Command add_train_command(CLI::App& app) {
+  auto o = std::make_shared<TrainOptions>();
+  CLI::App* command = app.add_subcommand("train", "Resolve a recipe to a Trainer and check it (--dry-run prints the plan)");
+  add_recipe_options(command, o->recipe, o->sets);
+  command->add_option("--plugin", o->plugins, "Also load this plugin file (repeatable)");
+  command->add_flag("--dry-run", o->dry_run, "Print the resolved recipe, the plan and the launch command");
+  return {command, [o] { return run_train(*o); }};
 }
 
 }  // namespace ftrun

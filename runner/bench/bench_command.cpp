@@ -49,6 +49,13 @@
 #include "svg_chart.hpp"
 
 namespace ftrun {
+
+struct BenchOptions {
+  std::string grid;    // the grid file (bench_grid.hpp)
+  std::string output;  // replaces the grid's output directory when not empty
+  bool dry_run = false;
+};
+
 namespace {
 
 namespace fs = std::filesystem;
@@ -500,6 +507,16 @@ int run_bench(const BenchOptions& options) {
     std::fprintf(stderr, "ftrun bench: %s\n", e.what());
     return ExitCode::bad_input;
   }
+}
+
+Command add_bench_command(CLI::App& app) {
+  auto o = std::make_shared<BenchOptions>();
+  CLI::App* command = app.add_subcommand("bench", "Run every point of an experiment grid (TOML) as its own training run: "
+                                            "seed 003's properties, validity and stability, CSV/JSONL and plots");
+  command->add_option("grid", o->grid, "Grid file (TOML): base recipe, [fixed] and [space] keys")->required();
+  command->add_option("--output", o->output, "Results directory (default: the grid's `output`)");
+  command->add_flag("--dry-run", o->dry_run, "List the points, their validity and commands; run nothing");
+  return {command, [o] { return run_bench(*o); }};
 }
 
 }  // namespace ftrun

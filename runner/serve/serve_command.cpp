@@ -27,6 +27,7 @@
 #include <map>
 #include <iomanip>
 #include <iostream>
+#include <memory>
 #include <optional>
 #include <random>
 #include <sstream>
@@ -49,6 +50,24 @@
 #include <httplib.h>
 
 namespace ftrun {
+
+struct ServeOptions {
+  std::string model;                  // HF model, PEFT adapter or training output_dir
+  std::string checkpoint;             // -c: one of an output_dir's checkpoints
+  std::vector<std::string> adapters;  // --adapter NAME=DIR
+  std::string served_model_name;      // the base model's name in the API; MODEL by default
+  std::string host = "127.0.0.1";
+  int port = 8000;                    // 0: any free port (printed)
+  long max_model_len = 0;             // 0: the model's max_position_embeddings, at most 2048
+  long max_num_seqs = 8;              // sequences in the running batch (key/value cache slots)
+  long max_queue = 64;                // requests waiting beyond those; more get 429
+  long max_tokens = 0;                // the most a request may ask for; 0: up to the context
+  long prefill_chunk = 512;           // prompt tokens of one request fed per step; 0: whole prompts
+  std::string api_key;
+  EngineChoice engine;
+  double shutdown_timeout = 30;       // seconds in-flight requests get after SIGTERM
+};
+
 namespace {
 
 using ft::index_t;
@@ -399,6 +418,24 @@ int serve_until_stopped(const ServeOptions& o) {
 
 int run_serve(const ServeOptions& options) {
   return exit_code_of([&] { return serve_until_stopped(options); });
+}
+
+Command add_serve_command(CLI::App& app) {
+  auto o = std::make_shared<ServeOptions>();
+  CLI::App* command = app.add_subcommand("serve", "Serve a model over an OpenAI-compatible HTTP API");
+  add_model_options(command, o->model, o->checkpoint, o->engine, "Serve")->required();
+  command->add_option("--adapter", o->adapters, "NAME=DIR: a PEFT adapter clients pick with \"model\": NAME (repeatable)");
+  command->add_option("--served-model-name", o->served_model_name, "The base model's name in the API (default: MODEL as given)");
+  command->add_option("--host", o->host, "Address to listen on")->capture_default_str();
+  command->add_option("--port", o->port, "Port (0: any free one, printed)")->capture_default_str();
+  command->add_option("--max-model-len", o->max_model_len, "Longest prompt plus answer, in tokens (default: the model's, at most 2048)");
+  command->add_option("--max-num-seqs", o->max_num_seqs, "Sequences generated at once")->check(CLI::PositiveNumber)->capture_default_str();
+  command->add_option("--max-queue", o->max_queue, "Requests that may wait for a slot; more get HTTP 429")->check(CLI::NonNegativeNumber)->capture_default_str();
+  command->add_option("--max-tokens", o->max_tokens, "The most tokens a request may ask for (0: up to the context)")->check(CLI::NonNegativeNumber);
+  command->add_option("--prefill-chunk", o->prefill_chunk, "Prompt tokens of one request fed per step, so a long prompt does not stall the others (0: whole prompts)")->check(CLI::NonNegativeNumber)->capture_default_str();
+  command->add_option("--api-key", o->api_key, "Require \"Authorization: Bearer KEY\" on /v1/");
+  command->add_option("--shutdown-timeout", o->shutdown_timeout, "Seconds in-flight requests get to finish after SIGTERM")->check(CLI::NonNegativeNumber)->capture_default_str();
+  return {command, [o] { return run_serve(*o); }};
 }
 
 }  // namespace ftrun
