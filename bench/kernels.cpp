@@ -13,7 +13,7 @@
 
 #include <Eigen/Core>
 
-#include <ft/kernels/gemm.hpp>
+#include <ft/device/cpu/gemm.hpp>
 #include <ft/nn/attention.hpp>
 #include <ft/nn/cross_entropy.hpp>
 
@@ -85,7 +85,7 @@ void linear_gemms(benchmark::State& state) {
 BENCHMARK(linear_gemms)->Name("gemm/linear")->ArgsProduct({{0, 1, 2, 3, 4}, {0, 1, 2}})->Unit(benchmark::kMillisecond)->UseRealTime();
 
 // The same forward products at decode sizes (M = rows = sequences in the
-// batch): row-invariant as inference runs them (kernels/row_invariant_gemm.hpp),
+// batch): row-invariant as inference runs them (device/cpu/row_invariant_gemm.hpp),
 // and through BLAS for comparison.
 void decode_gemms(benchmark::State& state) {
   const LinearShape& s = linear_shapes[state.range(0)];

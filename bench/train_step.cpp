@@ -12,7 +12,7 @@
 #include <cstdio>
 #include <random>
 
-#include <ft/kernels/gemm.hpp>
+#include <ft/device/cpu/gemm.hpp>
 #include <ft/models/llama.hpp>
 #include <ft/models/transformer.hpp>
 #include <ft/train/flops.hpp>

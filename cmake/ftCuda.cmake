@@ -50,7 +50,7 @@ set(FT_CUDA ON)
 message(STATUS "ft: CUDA backend built for sm_${CMAKE_CUDA_ARCHITECTURES}")
 
 # NCCL, where the toolkit has it (/usr/local/cuda here): ft::nccl, for the
-# communicator over device buffers (ft/comm/nccl.hpp). Sets FT_NCCL.
+# communicator over device buffers (ft/device/cuda/nccl.hpp). Sets FT_NCCL.
 set(FT_NCCL OFF)
 find_library(FT_NCCL_LIBRARY nccl HINTS ${CUDAToolkit_LIBRARY_DIR})
 find_path(FT_NCCL_INCLUDE_DIR nccl.h HINTS ${CUDAToolkit_INCLUDE_DIRS})

@@ -12,7 +12,7 @@
 #include <ft/core/bytes.hpp>
 #include <ft/core/process.hpp>
 #include <ft/estimate/memory_estimate.hpp>
-#include <ft/kernels/gemm.hpp>
+#include <ft/device/cpu/gemm.hpp>
 #include <ft/stock.hpp>
 #include <ft/train/flops.hpp>
 
@@ -75,7 +75,7 @@ std::uint64_t starting_process_bytes(const ft::recipe::Recipe& r, std::int64_t w
   // A run's setup begins with a product that measures the GEMM peak
   // (train/flops.hpp); on the CPU it makes BLAS touch the buffers it keeps
   // per thread, and the run's widest products touch more of them (OpenBLAS
-  // packs a call's rows by its inner block: kernels/gemm.hpp). One product
+  // packs a call's rows by its inner block: device/cpu/gemm.hpp). One product
   // of each shape touches them here, with a rank's threads; an inner
   // dimension of 1024 reaches any inner block. Their matrices are ft's to
   // count, not the process's: their cached pages go back.

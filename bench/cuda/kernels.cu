@@ -1,5 +1,5 @@
 // ft's GPU kernels one by one:
-//  - causal attention (kernels/cuda/flash_attention.cuh) forward and
+//  - causal attention (device/cuda/flash_attention.cuh) forward and
 //    backward in TFLOP/s, at the shapes tools/bench_torch_cuda.py gives
 //    PyTorch's SDPA (bf16, 16 heads of 128, 16384 tokens per call; and
 //    head_dim 64);

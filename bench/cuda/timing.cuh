@@ -7,7 +7,7 @@
 
 #include <cuda_runtime.h>
 
-#include <ft/kernels/cuda/check.hpp>
+#include <ft/device/cuda/check.hpp>
 
 namespace ft::bench {
 

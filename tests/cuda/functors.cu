@@ -15,7 +15,7 @@
 #include <vector>
 
 #include <ft/device/cuda.cuh>
-#include <ft/kernels/cuda/gemm.hpp>
+#include <ft/device/cuda/gemm.hpp>
 #include <ft/nn/attention_rows.hpp>
 #include <ft/nn/cross_entropy.hpp>
 #include <ft/nn/embedding.hpp>
@@ -26,7 +26,7 @@
 #include <ft/optim/adafactor.hpp>
 #include <ft/optim/adamw8bit.hpp>
 #include <ft/optim/update.hpp>
-#include <ft/tensor/cuda_memory.hpp>
+#include <ft/device/cuda/memory.hpp>
 
 #include "support/gpu_check.hpp"
 
@@ -207,7 +207,7 @@ void linears(index_t N, index_t I, index_t O) {
 // The device's attention against the CPU's tiled attention: causal,
 // grouped-query, documents packed in a row, a sliding window. bf16 or f16 with
 // head dimension 64 or 128 runs the tensor-core kernels
-// (kernels/cuda/flash_attention.cuh), everything else the row functors.
+// (device/cuda/flash_attention.cuh), everything else the row functors.
 template <class T>
 void attentions(ft::nn::AttentionShape s, bool packed) {
   using A = ft::acc_t<T>;

@@ -1,4 +1,4 @@
-// The NCCL communicator (comm/nccl.hpp) on real GPUs, one per rank: sums,
+// The NCCL communicator (device/cuda/nccl.hpp) on real GPUs, one per rank: sums,
 // reduce-scatter and all-gather with equal and unequal parts (the unequal
 // ones are NCCL groups), broadcast, bf16 sums, a split group, and host
 // buffers going through the host communicator. Run alone (one rank over
@@ -13,7 +13,7 @@
 
 #include <ft/comm/local.hpp>
 #include <ft/comm/mpi.hpp>
-#include <ft/comm/nccl.hpp>
+#include <ft/device/cuda/nccl.hpp>
 
 namespace {
 

@@ -74,7 +74,7 @@
 #include "ft/text/tokenizer.hpp"
 #include "ft/text/tokenizer/utf8.hpp"
 #include "ft/io/mapped_file.hpp"
-#include "ft/kernels/cpu/launch.hpp"
+#include "ft/device/cpu/launch.hpp"
 
 namespace ft::data {
 

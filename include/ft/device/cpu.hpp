@@ -10,8 +10,8 @@
 #include <cstring>
 #include <string_view>
 
-#include "ft/kernels/cpu/launch.hpp"
-#include "ft/kernels/gemm.hpp"
+#include "ft/device/cpu/launch.hpp"
+#include "ft/device/cpu/gemm.hpp"
 #include "ft/tensor/memory.hpp"
 #include "ft/tensor/shape.hpp"
 

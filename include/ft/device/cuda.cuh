@@ -2,19 +2,19 @@
 // The CUDA device: buffers in the caching allocator's device memory, functors
 // on a grid of the current stream. Only nvcc compiles this header (the
 // launcher is a kernel template); host code that only allocates uses
-// tensor/cuda_memory.hpp.
+// device/cuda/memory.hpp.
 #include <cstdio>
 #include <string>
 #include <string_view>
 
 #include "ft/comm/world.hpp"
 #include "ft/device/cpu.hpp"
-#include "ft/kernels/cuda/flash_attention.cuh"
-#include "ft/kernels/cuda/gemm.hpp"
-#include "ft/kernels/cuda/launch.cuh"
-#include "ft/tensor/cuda_memory.hpp"
+#include "ft/device/cuda/flash_attention.cuh"
+#include "ft/device/cuda/gemm.hpp"
+#include "ft/device/cuda/launch.cuh"
+#include "ft/device/cuda/memory.hpp"
 #if defined(FT_WITH_NCCL)
-#include "ft/comm/nccl.hpp"
+#include "ft/device/cuda/nccl.hpp"
 #endif
 
 namespace ft::device {

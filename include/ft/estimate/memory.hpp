@@ -43,7 +43,7 @@
 #include "ft/estimate/declarations.hpp"
 #include "ft/estimate/memory_estimate.hpp"
 #include "ft/io/model_weights.hpp"
-#include "ft/kernels/cuda/workspace.hpp"
+#include "ft/device/cuda/workspace.hpp"
 #include "ft/models/block.hpp"
 #include "ft/models/context.hpp"
 #include "ft/models/read.hpp"
@@ -85,7 +85,7 @@ struct CountBytes {
   }
 };
 
-// The f32 copies a 16-bit GEMM makes on the CPU (kernels/gemm.hpp: A, B and
+// The f32 copies a 16-bit GEMM makes on the CPU (device/cpu/gemm.hpp: A, B and
 // C widened), for a product of [M, K] x [K, N].
 template <class T>
 std::uint64_t widened_gemm_bytes(index_t M, index_t N, index_t K, bool on_cpu) {

@@ -70,7 +70,7 @@ public:
   // next-token logits after each sequence's last new token.
   //
   // A sequence's logits do not depend on what else is in the batch: every
-  // product is row-invariant (kernels/row_invariant_gemm.hpp) and the rest
+  // product is row-invariant (device/cpu/row_invariant_gemm.hpp) and the rest
   // of the step is row by row or per sequence. So greedy output is the same
   // served alone or among many. (On the CPU; a GPU's products are its BLAS
   // library's, which may pick kernels by the number of rows.)

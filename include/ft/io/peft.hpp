@@ -27,7 +27,7 @@
 #include "ft/io/hf_config.hpp"
 #include "ft/io/model_weights.hpp"
 #include "ft/io/safetensors.hpp"
-#include "ft/kernels/gemm.hpp"
+#include "ft/device/cpu/gemm.hpp"
 #include "ft/version.hpp"
 
 namespace ft::io {

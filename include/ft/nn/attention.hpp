@@ -27,7 +27,7 @@
 #include <Eigen/Core>
 
 #include "ft/core/numeric.hpp"
-#include "ft/kernels/cpu/launch.hpp"
+#include "ft/device/cpu/launch.hpp"
 #include "ft/tensor/shape.hpp"
 
 namespace ft::nn {

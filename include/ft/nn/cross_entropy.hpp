@@ -34,7 +34,7 @@ struct CrossEntropyOptions {
 // One row of a chunk of logits: its loss, and in place (when training) its
 // gradient (softmax - onehot) * scale; an ignored row scores nothing and
 // gets a zero gradient. The row's columns are shared by a team of lanes
-// (kernels/cpu/launch.hpp): one on the CPU, where f32 and f64 rows take
+// (device/cpu/launch.hpp): one on the CPU, where f32 and f64 rows take
 // Eigen's vectorised max, exp and sum, a warp or a block on a GPU.
 template <class T>
 struct CrossEntropyRow {

@@ -15,7 +15,7 @@
 namespace ft::nn {
 
 // One row per call, its F columns shared by a team of lanes
-// (kernels/cpu/launch.hpp): the plain loop on the CPU, a warp or a block on
+// (device/cpu/launch.hpp): the plain loop on the CPU, a warp or a block on
 // a GPU.
 template <class T>
 struct MlpForwardRow {

@@ -4,7 +4,7 @@
 // used and a plan can be checked against what was really allocated.
 //
 // Host memory is 64-byte aligned (a cache line, and the widest vector load).
-// The CUDA spaces (cuda_memory.hpp) follow the same protocol:
+// The CUDA spaces (device/cuda/memory.hpp) follow the same protocol:
 // `allocate(bytes)`, `deallocate(p, bytes)`, `zero(p, bytes)`, `stats()`.
 #include <sys/mman.h>
 

@@ -23,7 +23,7 @@
 
 #include "ft/core/half.hpp"
 #include "ft/core/numeric.hpp"
-#include "ft/kernels/cpu/launch.hpp"
+#include "ft/device/cpu/launch.hpp"
 #include "ft/tensor/shape.hpp"
 
 namespace ft {

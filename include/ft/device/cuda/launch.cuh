@@ -9,7 +9,7 @@
 
 #include <cuda_runtime.h>
 
-#include "ft/kernels/cuda/check.hpp"
+#include "ft/device/cuda/check.hpp"
 
 namespace ft::cuda {
 
@@ -19,7 +19,7 @@ __global__ void for_each_index(std::int64_t n, F f) {
   for (std::int64_t i = std::int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) f(i);
 }
 
-// A warp as the team that shares a row (kernels/cpu/launch.hpp's SoloTeam
+// A warp as the team that shares a row (device/cpu/launch.hpp's SoloTeam
 // on the CPU): 32 lanes walk the row's columns together, coalesced, and
 // reduce with shuffles; every lane gets the result.
 struct WarpTeam {

@@ -1,6 +1,6 @@
 #pragma once
 // Matrix products on the device through cuBLASLt, with ft::gemm's meaning
-// (kernels/gemm.hpp): row-major C = alpha * op(A) * op(B) + beta * C.
+// (device/cpu/gemm.hpp): row-major C = alpha * op(A) * op(B) + beta * C.
 // cuBLASLt is column-major, and a row-major matrix is its transpose seen
 // column-major, so C^T = op(B)^T op(A)^T is computed: the operands swap
 // places and keep their transposes.
@@ -24,10 +24,10 @@
 #include <cuda_runtime_api.h>
 
 #include "ft/core/numeric.hpp"
-#include "ft/kernels/cuda/check.hpp"
-#include "ft/kernels/cuda/workspace.hpp"
-#include "ft/kernels/gemm.hpp"
-#include "ft/tensor/cuda_memory.hpp"
+#include "ft/device/cuda/check.hpp"
+#include "ft/device/cuda/workspace.hpp"
+#include "ft/device/cpu/gemm.hpp"
+#include "ft/device/cuda/memory.hpp"
 
 namespace ft::cuda {
 

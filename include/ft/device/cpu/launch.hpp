@@ -23,7 +23,7 @@ void parallel_for(std::int64_t n, const F& f) {
 // f(row, team) walks columns team.rank, team.rank + team.size, ... and
 // combines its partial results with team.sum / team.max. On the CPU a team
 // is one lane, so the walk is the plain loop and the reductions return
-// their argument; a GPU's team is a warp or a block (kernels/cuda/launch.cuh).
+// their argument; a GPU's team is a warp or a block (device/cuda/launch.cuh).
 struct SoloTeam {
   static constexpr std::int64_t size = 1;
   static constexpr std::int64_t rank = 0;

@@ -15,8 +15,8 @@
 #include <vector>
 
 #include "ft/core/numeric.hpp"
-#include "ft/kernels/cpu/launch.hpp"
-#include "ft/kernels/row_invariant_gemm.hpp"
+#include "ft/device/cpu/launch.hpp"
+#include "ft/device/cpu/row_invariant_gemm.hpp"
 #include "ft/tensor/memory.hpp"
 #include "ft/tensor/shape.hpp"
 

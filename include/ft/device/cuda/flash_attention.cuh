@@ -30,11 +30,11 @@
 
 #include <cuda_runtime.h>
 
-#include "ft/kernels/cuda/check.hpp"
-#include "ft/kernels/cuda/launch.cuh"
-#include "ft/kernels/cuda/mma.cuh"
+#include "ft/device/cuda/check.hpp"
+#include "ft/device/cuda/launch.cuh"
+#include "ft/device/cuda/mma.cuh"
 #include "ft/nn/attention_rows.hpp"
-#include "ft/tensor/cuda_memory.hpp"
+#include "ft/device/cuda/memory.hpp"
 #include "ft/tensor/scratch.hpp"
 
 namespace ft::cuda::flash {

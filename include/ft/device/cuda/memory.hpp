@@ -1,5 +1,5 @@
 #pragma once
-// The CUDA memory spaces, on the protocol of memory.hpp (allocate,
+// The CUDA memory spaces, on the protocol of tensor/memory.hpp (allocate,
 // deallocate, zero, stats), so buffers and tensors can name where they live:
 //   CudaDevice  device memory through the caching allocator: stats() is the
 //               allocated figure, reserved() what is held from cudaMalloc;
@@ -13,7 +13,7 @@
 
 #include <cuda_runtime_api.h>
 
-#include "ft/kernels/cuda/check.hpp"
+#include "ft/device/cuda/check.hpp"
 #include "ft/tensor/caching_allocator.hpp"
 #include "ft/tensor/memory.hpp"
 

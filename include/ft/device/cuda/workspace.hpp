@@ -3,7 +3,7 @@
 // estimate, built without CUDA, counts what the device will take:
 //   blas_workspace_bytes  the workspace cuBLASLt's algorithms may use, one
 //                         per host thread that runs products
-//                         (kernels/cuda/gemm.hpp), allocated by the first
+//                         (device/cuda/gemm.hpp), allocated by the first
 //                         product and kept for the run
 //   column_rows           rows each task sums in a column sum
 //                         (nn/column_sums.hpp): columns alone are too few

@@ -41,7 +41,7 @@
 #include "ft/comm/communicator.hpp"
 #include "ft/comm/job.hpp"
 #include "ft/comm/world.hpp"
-#include "ft/kernels/cuda/check.hpp"
+#include "ft/device/cuda/check.hpp"
 
 namespace ft::comm {
 
