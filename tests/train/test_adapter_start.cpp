@@ -129,6 +129,15 @@ TEST_CASE("a LoRA run started from a PEFT adapter continues it as PEFT does: six
   }
   check_trained_adapter(run / "adapter");
 
+  SUBCASE("resuming the run continues from its checkpoint, not from the adapter it started from") {
+    const Run resumed = ftrun("train --set train.max_steps=7 --set checkpoint.resume=latest", recipe);
+    INFO(resumed.err);
+    REQUIRE(resumed.code == 0);
+    const std::vector<double> all = losses(run);
+    REQUIRE(all.size() == 7);
+    CHECK(relative(all.back(), trajectory()["loss_after"].get<double>()) <= 1e-5);
+  }
+
   SUBCASE("from a checkpoint of that run, and from its output_dir, a new run goes on from those weights") {
     // Step 1 of a run started from checkpoint-3 is PEFT's fourth step; from the finished run, the loss after the sixth.
     const double after = trajectory()["loss_after"].get<double>();
