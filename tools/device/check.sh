@@ -11,6 +11,7 @@
 #   train      ftrun train on the GPU against the CPU, every optimizer and adapter
 #   bench      decode and prefill tokens/s, ft against transformers on the same GPU
 #   step       a bf16 fine-tuning step's tokens/s and MFU (bench_cuda_train_step)
+#   kernels    causal attention's TFLOP/s, forward and backward (bench_cuda_kernels)
 #
 # Run through the device tool, carrying .device:
 #   run(command: "BUDGET=420 bash tools/device/check.sh", carry: [".device"], timeout_s: 480)
@@ -28,7 +29,7 @@ logs=/tmp/ft-device-logs
 rm -rf "$logs"
 mkdir -p "$out" "$logs"
 steps=("$@")
-((${#steps[@]})) || steps=(device functors parity generate ftrun train bench step)
+((${#steps[@]})) || steps=(device functors parity generate ftrun train bench step kernels)
 save_logs() { tar -czf "$out/logs.tgz" -C "$logs" .; }
 
 # The programs, at the paths the build gave them, and the libraries they need.
@@ -208,6 +209,7 @@ for step in "${steps[@]}"; do
     train) run_step train 240 'tiny_models && "$bin/cuda_train_check" "$ftrun" models/ft-tiny-llama' ;;
     bench) run_step bench 300 bench_generate ;;
     step) run_step step 120 '"$bin/bench_cuda_train_step" 5' ;;
+    kernels) run_step kernels 90 '"$bin/bench_cuda_kernels" attention' ;;
     *) results+=("$step: unknown step"); failed=1 ;;
   esac
 done
