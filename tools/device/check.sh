@@ -12,6 +12,7 @@
 #   bench      decode and prefill tokens/s, ft against transformers on the same GPU
 #   step       a bf16 fine-tuning step's tokens/s and MFU (bench_cuda_train_step)
 #   kernels    causal attention's TFLOP/s, forward and backward (bench_cuda_kernels)
+#   profile    each kernel's time in a few decode steps, by Nsight Compute (ncu.csv)
 #
 # Run through the device tool, carrying .device:
 #   run(command: "BUDGET=420 bash tools/device/check.sh", carry: [".device"], timeout_s: 480)
@@ -197,8 +198,22 @@ bench_generate() {
   return $failed
 }
 
-export bin ftrun logs image_ldp
-export -f py tiny_models ftrun_on_device bench_generate
+# Every kernel of a short generation (warm-up, a 128-token prefill, three
+# decode steps at batch 1) timed by Nsight Compute, for where a step's time goes.
+profile_decode() {
+  local dir=/tmp/ft-models/smollm2-135m ncu
+  ncu="$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu /usr/local/cuda/bin/ncu 2>/dev/null | head -1)"
+  [ -n "$ncu" ] || { echo "no ncu on this machine"; return 1; }
+  [ -f "$dir/model.safetensors" ] || py tools/make_random_model.py "$dir" --shape smollm2-135m || return 1
+  "$ncu" --clock-control none --metrics gpu__time_duration.sum --csv --log-file "$logs/ncu.log" \
+    "$bin/bench_cuda_generate" "$dir" --dtype bfloat16 --batches 1 --prompt 128 --decode 3 >"$logs/ncu.csv" || return 1
+  cp "$logs/ncu.csv" "$logs/ncu.log" "$out/"
+  cat "$logs/ncu.csv"
+  grep -hc '"gpu__time_duration.sum"' "$logs/ncu.csv" "$logs/ncu.log"
+}
+
+export bin ftrun logs image_ldp out
+export -f py tiny_models ftrun_on_device bench_generate profile_decode
 for step in "${steps[@]}"; do
   case $step in
     device) run_step device 60 'nvidia-smi && "$bin/cuda_device_check"' ;;
@@ -210,6 +225,7 @@ for step in "${steps[@]}"; do
     bench) run_step bench 300 bench_generate ;;
     step) run_step step 120 '"$bin/bench_cuda_train_step" 5' ;;
     kernels) run_step kernels 90 '"$bin/bench_cuda_kernels" attention' ;;
+    profile) run_step profile 150 profile_decode ;;
     *) results+=("$step: unknown step"); failed=1 ;;
   esac
 done
