@@ -148,7 +148,7 @@ struct WarpsOfThreads : device::Cpu {
 // products, on random rows: three sequences with different cached lengths
 // and numbers of new rows, grouped-query heads, with and without a window.
 template <class Device, class T>
-void check_cache_rows(index_t D, index_t window, double tolerance) {
+void check_cache_rows(index_t D, index_t window, index_t splits, double tolerance) {
   using infer::cache_rows::CacheRow;
   const infer::CachedAttentionShape s{4, 2, D, window};
   const index_t width = s.G * s.D, stride = (s.H + 2 * s.G) * s.D, capacity = 40, layers = 2, layer = 1;
@@ -179,7 +179,13 @@ void check_cache_rows(index_t D, index_t window, double tolerance) {
 
   infer::append_to_cache<Device>(qkv.data(), rows.data(), positions.data(), N, layer, s);
   std::vector<T> by_rows(std::size_t(N * s.H * s.D));
-  infer::cached_attention_rows<Device>(by_rows.data(), qkv.data(), rows.data(), positions.data(), N, layer, s);
+  // The keys cut into `splits` chunks (the last ones empty for the shorter rows).
+  const index_t longest = infer::longest_keys(positions, s.window);
+  const index_t chunk = (longest + splits - 1) / splits;
+  const infer::cache_rows::KeySplit split{splits, splits == 1 ? longest : chunk};
+  std::vector<acc_t<T>> partials(infer::attention_partials(N, s, split), acc_t<T>(std::nan("")));
+  infer::cached_attention_rows<Device>(by_rows.data(), qkv.data(), rows.data(), positions.data(), N, layer, s, split,
+                                       partials.data());
 
   std::vector<infer::CachedSequence<T>> work;
   std::vector<T> by_products(by_rows.size());
@@ -214,20 +220,48 @@ TEST_CASE("attention over a key/value cache: the device's row functors agree wit
     CAPTURE(window);
     for (const index_t D : {16, 40}) {  // a warp's lanes beyond D (16), and lanes that own one more dimension (40)
       CAPTURE(D);
-      // bf16 outputs are rounded from nearly equal sums: at most one unit in the last place of values below 4.
-      check_cache_rows<device::Cpu, float>(D, window, 1e-5);
-      check_cache_rows<device::Cpu, double>(D, window, 1e-12);
-      check_cache_rows<device::Cpu, bf16>(D, window, 1.0 / 32);
-      check_cache_rows<WarpsOfThreads, float>(D, window, 1e-5);
-      check_cache_rows<WarpsOfThreads, bf16>(D, window, 1.0 / 32);
+      // One split; three (a chunk of 11 keys, or 2 with the window); eight (5 keys, and empty chunks with the window).
+      for (const index_t splits : {1, 3, 8}) {
+        CAPTURE(splits);
+        // bf16 outputs are rounded from nearly equal sums: at most one unit in the last place of values below 4.
+        check_cache_rows<device::Cpu, float>(D, window, splits, 1e-5);
+        check_cache_rows<device::Cpu, double>(D, window, splits, 1e-12);
+        check_cache_rows<device::Cpu, bf16>(D, window, splits, 1.0 / 32);
+        check_cache_rows<WarpsOfThreads, float>(D, window, splits, 1e-5);
+        check_cache_rows<WarpsOfThreads, bf16>(D, window, splits, 1.0 / 32);
+      }
     }
   }
   std::vector<float> none;
   CHECK_THROWS_WITH_AS(infer::cached_attention_rows<device::Cpu>(none.data(), none.data(),
                                                                  static_cast<const infer::cache_rows::CacheRow<float>*>(nullptr),
                                                                  static_cast<const std::int32_t*>(nullptr), 0, 0,
-                                                                 infer::CachedAttentionShape{2, 1, 512, 0}),
+                                                                 infer::CachedAttentionShape{2, 1, 512, 0},
+                                                                 infer::cache_rows::KeySplit{}, nullptr),
                        doctest::Contains("head dimensions up to 256, the model has 512"), Error);
+}
+
+TEST_CASE("attention over a key/value cache splits a decode step's keys and leaves a prefill whole") {
+  using infer::cache_rows::split_keys;
+  // One sequence decoding 130 cached keys over 9 heads: 8 chunks of 17 keys.
+  CHECK(split_keys(1, 9, 130).splits == 8);
+  CHECK(split_keys(1, 9, 130).chunk == 17);
+  // Sixteen sequences over 32 heads already make 512 teams: two splits.
+  CHECK(split_keys(16, 32, 2048).splits == 2);
+  CHECK(split_keys(16, 32, 2048).chunk == 1024);
+  // A 128-token prefill, and a row of fewer than 32 keys: whole.
+  CHECK(split_keys(128, 9, 128).splits == 1);
+  CHECK(split_keys(128, 9, 128).chunk == 128);
+  CHECK(split_keys(1, 32, 31).splits == 1);
+  // Every key is in a chunk.
+  for (const index_t longest : {1, 16, 17, 100, 4096})
+    for (const index_t rows : {1, 2, 40}) {
+      const auto split = split_keys(rows, 8, longest);
+      CHECK(split.splits * split.chunk >= longest);
+      CHECK((split.splits - 1) * split.chunk < longest);
+    }
+  CHECK(infer::longest_keys(std::vector<std::int32_t>{3, 40, 7}, 0) == 41);
+  CHECK(infer::longest_keys(std::vector<std::int32_t>{3, 40, 7}, 5) == 5);
 }
 
 TEST_CASE("a sequence's logits are the same bit for bit alone and batched with others") {

@@ -73,7 +73,8 @@ public:
   // product is row-invariant (device/cpu/row_invariant_gemm.hpp) and the rest
   // of the step is row by row or per sequence. So greedy output is the same
   // served alone or among many. (On the CPU; a GPU's products are its BLAS
-  // library's, which may pick kernels by the number of rows.)
+  // library's, which may pick kernels by the number of rows, and its
+  // attention splits a row's keys by the step's shape.)
   void step(std::span<const SequenceStep<T, Device>> sequences, float* logits) {
     const RowInvariantGemm row_invariant;
     const models::TransformerConfig& c = model_.config();
@@ -138,7 +139,12 @@ public:
           }
           cached_attention<T>(cached_, shape);
         } else {
-          cached_attention_rows<Device>(a.attention.data(), a.qkv.data(), cache_rows, positions, N, l, shape);
+          const cache_rows::KeySplit split =
+              cache_rows::split_keys(N, c.num_heads, longest_keys(batch_.positions, shape.window));
+          if (const std::size_t scratch = attention_partials(N, shape, split); partials_.size(0) < index_t(scratch))
+            partials_ = Tensor<A, Memory>(Shape{index_t(scratch)});
+          cached_attention_rows<Device>(a.attention.data(), a.qkv.data(), cache_rows, positions, N, l, shape, split,
+                                        partials_.data());
         }
       });
       block.set_adapter(nullptr);
@@ -214,6 +220,7 @@ private:
   memory::Array<cache_rows::CacheRow<T>, Memory> device_cache_rows_;
   Tensor<T, Memory> x_, y_, last_, normed_, logits_;
   Tensor<A, Memory> mean_, rstd_;
+  Tensor<A, Memory> partials_;  // the attention's key splits' partial results (attention_rows.hpp)
   std::vector<T> host_logits_;
 };
 
