@@ -14,7 +14,7 @@
 #include <Eigen/Core>
 
 #include <ft/device/cpu/gemm.hpp>
-#include <ft/nn/attention.hpp>
+#include <ft/device/cpu/attention.hpp>
 #include <ft/nn/cross_entropy.hpp>
 
 namespace {
@@ -116,10 +116,10 @@ void attention(benchmark::State& state) {
   auto qkv = random_floats(std::size_t(N * 15 * 64)), out = random_floats(std::size_t(N * 9 * 64));
   auto dout = random_floats(out.size()), dqkv = random_floats(qkv.size());
   std::vector<float> lse(std::size_t(B * 9 * T));
-  ft::nn::attention_forward(out.data(), lse.data(), qkv.data(), nullptr, s);
+  ft::cpu::attention_forward(out.data(), lse.data(), qkv.data(), nullptr, s);
   for (auto _ : state) {
-    if (backward) ft::nn::attention_backward(dqkv.data(), dout.data(), out.data(), lse.data(), qkv.data(), nullptr, s);
-    else ft::nn::attention_forward(out.data(), lse.data(), qkv.data(), nullptr, s);
+    if (backward) ft::cpu::attention_backward(dqkv.data(), dout.data(), out.data(), lse.data(), qkv.data(), nullptr, s);
+    else ft::cpu::attention_forward(out.data(), lse.data(), qkv.data(), nullptr, s);
     benchmark::ClobberMemory();
   }
   // Causal: half of the T x T scores. Forward: QK^T and PV; backward: QK^T

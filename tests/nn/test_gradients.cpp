@@ -1,7 +1,7 @@
 // Every layer's backward against central finite differences, in double.
 #include <doctest/doctest.h>
 
-#include <ft/nn/attention.hpp>
+#include <ft/device/cpu/attention.hpp>
 #include <ft/nn/attention_rows.hpp>
 #include <ft/nn/cross_entropy.hpp>
 #include <ft/nn/embedding.hpp>
@@ -16,6 +16,8 @@ namespace test_gradients {
 
 using namespace ft;
 using namespace ft::nn;
+using ft::cpu::attention_backward;
+using ft::cpu::attention_forward;
 using ft::testing::dot;
 using ft::testing::expect_gradient;
 using ft::testing::random_vector;

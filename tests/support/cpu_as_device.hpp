@@ -11,7 +11,7 @@
 #include <string_view>
 
 #include <ft/device/cpu.hpp>
-#include <ft/nn/attention.hpp>
+#include <ft/device/cpu/attention.hpp>
 #include <ft/tensor/caching_allocator.hpp>
 #include <ft/tensor/memory.hpp>
 
@@ -46,13 +46,13 @@ struct CpuAsDevice : device::Cpu {
   template <element T>
   static bool attention_forward(T* out, acc_t<T>* lse, const T* qkv, const std::int32_t* documents,
                                 const nn::AttentionShape& s) {
-    nn::attention_forward(out, lse, qkv, documents, s);
+    cpu::attention_forward(out, lse, qkv, documents, s);
     return true;
   }
   template <element T>
   static bool attention_backward(T* dqkv, const T* dout, const T* out, const acc_t<T>* lse, const T* qkv,
                                  const std::int32_t* documents, const nn::AttentionShape& s) {
-    nn::attention_backward(dqkv, dout, out, lse, qkv, documents, s);
+    cpu::attention_backward(dqkv, dout, out, lse, qkv, documents, s);
     return true;
   }
 };

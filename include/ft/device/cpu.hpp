@@ -12,6 +12,7 @@
 
 #include "ft/device/cpu/launch.hpp"
 #include "ft/device/cpu/gemm.hpp"
+#include "ft/nn/attention_shape.hpp"
 #include "ft/tensor/memory.hpp"
 #include "ft/tensor/shape.hpp"
 
@@ -58,6 +59,15 @@ struct Cpu {
   static void from_host(void* to, const void* from, std::size_t bytes) {
     if (bytes) std::memcpy(to, from, bytes);
   }
+  // Causal attention by the CPU's tiled kernels, for every shape (true).
+  // Defined beside them (device/cpu/attention.hpp), which nn/attention_rows.hpp
+  // includes, so only code that attends compiles them.
+  template <element T>
+  static bool attention_forward(T* out, acc_t<T>* lse, const T* qkv, const std::int32_t* documents,
+                                const nn::AttentionShape& s);
+  template <element T>
+  static bool attention_backward(T* dqkv, const T* dout, const T* out, const acc_t<T>* lse, const T* qkv,
+                                 const std::int32_t* documents, const nn::AttentionShape& s);
 };
 
 template <class D>

@@ -1,25 +1,25 @@
 #pragma once
-// The attention of nn/attention.hpp (same inputs, outputs, visibility and
-// saved log-sum-exps) written as row functors, so any device's launcher
-// runs it: one query row per index forward (an online softmax over the
-// keys it sees, nothing T x T stored), and backward one query row per index
-// for dQ and one key row per index for dK and dV (summed over the query
-// heads of its group and the queries that see it), so no two indices write
-// one gradient. It is the GPU's reference path: correct everywhere, fast
-// nowhere (no tiles, no tensor cores); the CPU keeps its tiled version and
-// a test holds the two together on the CPU.
+// Causal attention (nn/attention_shape.hpp: the same inputs, outputs,
+// visibility and saved log-sum-exps as each device's kernels) written as
+// row functors, so any device's launcher runs it: one query row per index
+// forward (an online softmax over the keys it sees, nothing T x T stored),
+// and backward one query row per index for dQ and one key row per index for
+// dK and dV (summed over the query heads of its group and the queries that
+// see it), so no two indices write one gradient. It is the GPU's reference path: correct everywhere, fast
+// nowhere (no tiles, no tensor cores); the CPU keeps its tiled version
+// (device/cpu/attention.hpp) and a test holds the two together on the CPU.
 //
 // Head dimension at most 256 (every model family ft loads).
 #include <cmath>
 #include <cstdint>
 #include <limits>
-#include <type_traits>
 
 #include "ft/core/error.hpp"
 #include "ft/core/host_device.hpp"
 #include "ft/core/numeric.hpp"
 #include "ft/device/cpu.hpp"
-#include "ft/nn/attention.hpp"
+#include "ft/device/cpu/attention.hpp"
+#include "ft/nn/attention_shape.hpp"
 #include "ft/tensor/scratch.hpp"
 #include "ft/tensor/shape.hpp"
 
@@ -230,23 +230,18 @@ void attention_backward_rows(T* dqkv, const T* dout, const T* out, const acc_t<T
   Device::parallel_for(s.B * s.T * s.G, KeyValueGradRow<T>{dqkv, dout, lse, delta.data(), qkv, first.data(), at, scale});
 }
 
-// A device's causal attention: the CPU's tiled kernels; another device's
-// own kernels (Device::attention_forward) where they take the shape, the
-// row functors where they do not.
+// A device's causal attention: its own kernels (Device::attention_forward:
+// the CPU's tiled ones, a GPU's flash attention) where they take the shape,
+// the row functors where they do not.
 template <class Device = device::Cpu, class T>
 void attention_forward_on(T* out, acc_t<T>* lse, const T* qkv, const std::int32_t* documents, const AttentionShape& s) {
-  if constexpr (std::is_same_v<Device, device::Cpu>)
-    attention_forward(out, lse, qkv, documents, s);
-  else if (!Device::attention_forward(out, lse, qkv, documents, s))
-    attention_forward_rows<Device>(out, lse, qkv, documents, s);
+  if (!Device::attention_forward(out, lse, qkv, documents, s)) attention_forward_rows<Device>(out, lse, qkv, documents, s);
 }
 
 template <class Device = device::Cpu, class T>
 void attention_backward_on(T* dqkv, const T* dout, const T* out, const acc_t<T>* lse, const T* qkv,
                            const std::int32_t* documents, const AttentionShape& s) {
-  if constexpr (std::is_same_v<Device, device::Cpu>)
-    attention_backward(dqkv, dout, out, lse, qkv, documents, s);
-  else if (!Device::attention_backward(dqkv, dout, out, lse, qkv, documents, s))
+  if (!Device::attention_backward(dqkv, dout, out, lse, qkv, documents, s))
     attention_backward_rows<Device>(dqkv, dout, out, lse, qkv, documents, s);
 }
 

@@ -1,7 +1,7 @@
 #pragma once
 // Causal attention on tensor cores (sm_80 and later), flash-attention style:
 // the same inputs, outputs, visibility and saved log-sum-exps as
-// nn/attention.hpp, for bf16 and f16 with f32 sums and head dimensions 64
+// nn/attention_shape.hpp, for bf16 and f16 with f32 sums and head dimensions 64
 // and 128 (nn/attention_rows.hpp serves the rest).
 //
 // Forward: a block owns 64 query rows of one head (four warps of 16 rows)
@@ -21,7 +21,7 @@
 // from the saved log-sum-exps; the price of owning each gradient is two
 // products more than a backward that adds dQ with atomics (7 instead of 5).
 //
-// Which keys a query sees is nn/attention.hpp's rule: key j is visible to
+// Which keys a query sees is nn/attention_shape.hpp's rule: key j is visible to
 // query i when first[i] <= j <= i, with first[] (the earliest key, from
 // documents and the window) never decreasing along a sequence, so the
 // tiles a block visits are one range and only tiles at its edges are masked.
@@ -476,7 +476,7 @@ void backward(T* dqkv, const T* dout, const float* lse, const float* delta, cons
   }
 }
 
-// nn/attention.hpp's calls on device buffers: false (nothing done) where
+// device/cpu/attention.hpp's calls on device buffers: false (nothing done) where
 // these kernels do not take the type or head dimension.
 template <class T>
 bool attention_forward(T* out, acc_t<T>* lse, const T* qkv, const std::int32_t* documents, const nn::AttentionShape& s) {

@@ -1,24 +1,18 @@
 #pragma once
-// Causal self-attention with grouped-query heads, computed tile by tile with
-// an online softmax (the flash-attention scheme): no T x T matrix is ever
-// stored. Forward saves only the output and one log-sum-exp per query row;
-// backward recomputes the probabilities tile by tile from them.
-//
-// Input is the fused, already rotated qkv buffer [N, (H + 2G) * D]: query
-// heads, then key heads, then value heads; query head h reads key/value head
-// h / (H / G). Output is [N, H * D]; lse is [B, H, T].
-//
-// Which keys a query sees: query i sees key j when j <= i, j is in the same
-// document (packed rows: `documents` holds a document id per token, equal ids
-// are contiguous; null means one document per row), and, with a sliding
-// window W > 0, i - j < W (Mistral). Because documents are contiguous, the
-// keys a query sees are one range [first_key(i), i], and first_key never
-// decreases along a row: tiles outside the range are skipped, not masked.
+// The CPU's causal self-attention (nn/attention_shape.hpp says what a query
+// sees), computed tile by tile with an online softmax (the flash-attention
+// scheme): no T x T matrix is ever stored. Forward saves only the output
+// and one log-sum-exp per query row; backward recomputes the probabilities
+// tile by tile from them. Tiles outside a query's visible range are
+// skipped, not masked.
 //
 // Backward runs in two passes so that no two threads write one gradient:
 // pass 1 owns a key tile and a key/value head and sums dK, dV over every
 // query head of its group and every query tile that sees it; pass 2 owns a
 // query tile and sums dQ.
+//
+// device::Cpu's attention_forward and attention_backward are these; they
+// are defined here, so only code that attends compiles them.
 #include <cmath>
 #include <cstdint>
 #include <limits>
@@ -27,15 +21,14 @@
 #include <Eigen/Core>
 
 #include "ft/core/numeric.hpp"
+#include "ft/device/cpu.hpp"
 #include "ft/device/cpu/launch.hpp"
+#include "ft/nn/attention_shape.hpp"
 #include "ft/tensor/shape.hpp"
 
-namespace ft::nn {
+namespace ft::cpu {
 
-struct AttentionShape {
-  index_t B, T, H, G, D;
-  index_t window = 0;  // 0: no sliding window
-};
+using nn::AttentionShape;
 
 namespace attention_detail {
 
@@ -231,4 +224,22 @@ void attention_backward(T* dqkv, const T* dout, const T* out, const acc_t<T>* ls
   });
 }
 
-}  // namespace ft::nn
+}  // namespace ft::cpu
+
+namespace ft::device {
+
+template <element T>
+bool Cpu::attention_forward(T* out, acc_t<T>* lse, const T* qkv, const std::int32_t* documents,
+                            const nn::AttentionShape& s) {
+  cpu::attention_forward(out, lse, qkv, documents, s);
+  return true;
+}
+
+template <element T>
+bool Cpu::attention_backward(T* dqkv, const T* dout, const T* out, const acc_t<T>* lse, const T* qkv,
+                             const std::int32_t* documents, const nn::AttentionShape& s) {
+  cpu::attention_backward(dqkv, dout, out, lse, qkv, documents, s);
+  return true;
+}
+
+}  // namespace ft::device
