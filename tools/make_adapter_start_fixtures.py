@@ -18,6 +18,10 @@ Outputs, in tests/fixtures/adapter_start/:
                        computes it before that step's update, and the loss
                        after the last update (loss_after)
   trained.safetensors  every lora_A / lora_B after the six steps, PEFT's names
+  adapter_rslora/      the same adapter marked rank-stabilised (use_rslora:
+                       scale alpha / sqrt(r) = 4 where LoRA's is alpha / r = 2)
+  trajectory_rslora.json, trained_rslora.safetensors
+                       PEFT continuing adapter_rslora the same way
 
 PEFT runs in float64 from the float32 files: AdamW (torch's), constant
 learning rate, no warmup, the global gradient norm clipped, the loss the mean
@@ -59,13 +63,32 @@ def main():
     # The same adapter in PEFT's other file format.
     shutil.rmtree(OUT / "adapter_bin", ignore_errors=True)
     model.save_pretrained(OUT / "adapter_bin", safe_serialization=False)
-    config_file = OUT / "adapter_bin" / "adapter_config.json"  # a path that means something on every machine
+    tidy_config(OUT / "adapter_bin")
+    (OUT / "adapter_bin" / "README.md").unlink(missing_ok=True)
+    continue_training(model, input_ids, labels, "")
+
+    # The same weights as a rank-stabilised adapter.
+    shutil.rmtree(OUT / "adapter_rslora", ignore_errors=True)
+    shutil.copytree(CASE / "adapter", OUT / "adapter_rslora")
+    config_file = OUT / "adapter_rslora" / "adapter_config.json"
+    config_file.write_text(json.dumps({**json.loads(config_file.read_text()), "use_rslora": True}, indent=2) + "\n")
+    tidy_config(OUT / "adapter_rslora")
+    base = AutoModelForCausalLM.from_pretrained(BASE, dtype=torch.float32, attn_implementation="eager")
+    model = PeftModel.from_pretrained(base, OUT / "adapter_rslora", is_trainable=True)
+    assert model.base_model.model.model.layers[0].self_attn.q_proj.scaling["default"] == 4.0
+    continue_training(model, input_ids, labels, "_rslora")
+
+
+def tidy_config(adapter):
+    config_file = adapter / "adapter_config.json"  # a path that means something on every machine
     config = json.loads(config_file.read_text())
     config["base_model_name_or_path"] = "tests/fixtures/train/tiny_llama"
     config["target_modules"] = sorted(config["target_modules"])  # a set in PEFT: its order changes between runs
     config_file.write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")
-    (OUT / "adapter_bin" / "README.md").unlink(missing_ok=True)
 
+
+# Six AdamW steps of PEFT on the rows; writes trajectory{suffix}.json and trained{suffix}.safetensors.
+def continue_training(model, input_ids, labels, suffix):
     model = model.double()
     model.train()
     params = [p for p in model.parameters() if p.requires_grad]
@@ -90,12 +113,13 @@ def main():
 
     with torch.no_grad():
         after = batch_loss().item()
-    (OUT / "trajectory.json").write_text(json.dumps({**s, "loss": losses, "loss_after": after}, indent=2) + "\n")
+    (OUT / f"trajectory{suffix}.json").write_text(
+        json.dumps({**s, "loss": losses, "loss_after": after}, indent=2) + "\n")
     trained = {n.replace(".default", ""): p.detach().float().contiguous()
                for n, p in model.named_parameters() if p.requires_grad}
-    save_file(trained, OUT / "trained.safetensors",
+    save_file(trained, OUT / f"trained{suffix}.safetensors",
               metadata={"generator": "tools/make_adapter_start_fixtures.py (PEFT, float64)"})
-    print(f"{len(trained)} trained tensors; loss {losses[0]:.6f} -> {losses[-1]:.6f}")
+    print(f"{suffix or 'lora'}: {len(trained)} trained tensors; loss {losses[0]:.6f} -> {losses[-1]:.6f}")
 
 
 if __name__ == "__main__":

@@ -65,6 +65,7 @@ struct Start {
 
 std::string shown(const std::vector<std::string>& list) { return nlohmann::json(list).dump(); }
 std::string shown(double v) { return nlohmann::json(v).dump(); }
+std::string shown(bool v) { return v ? "true" : "false"; }
 
 Start open(Loaded<Recipe>& loaded, const std::string& section, std::string& init_from, std::string_view adapter,
            const char* peft_type) {
@@ -91,9 +92,6 @@ void start_lora(Loaded<Recipe>& loaded) {
   LoraSection& lora = loaded.recipe.lora;
   const Start s = open(loaded, "lora", lora.init_from, adapters::LoRA::name, "LORA");
   // What ft's LoRA cannot continue: another computation, not other numbers.
-  if (s.flag("use_rslora"))
-    throw s.error("init_from", s.where() + " is an rsLoRA adapter (use_rslora, scale alpha / sqrt(r)); ft's LoRA "
-                                           "scales by alpha / r");
   if (s.flag("use_dora")) throw s.error("init_from", s.where() + " is a DoRA adapter (use_dora); ft trains LoRA only");
   if (s.flag("fan_in_fan_out"))
     throw s.error("init_from", s.where() + " adapts fan_in_fan_out layers (GPT-2's Conv1D), which no family of ft has");
@@ -106,6 +104,8 @@ void start_lora(Loaded<Recipe>& loaded) {
   s.agree("r", lora.r, r, "r", std::to_string(lora.r), std::to_string(r));
   const double alpha = s.value<double>("lora_alpha", "a number");
   s.agree("alpha", lora.alpha, alpha, "lora_alpha", shown(lora.alpha), shown(alpha));
+  const bool rslora = s.flag("use_rslora");
+  s.agree("use_rslora", lora.use_rslora, rslora, "use_rslora", shown(lora.use_rslora), shown(rslora));
   // Dropout is how the run trains, not what the adapter computes: the recipe's wins where it sets one.
   if (!s.set("dropout") && s.config.contains("lora_dropout") && s.config["lora_dropout"].is_number())
     lora.dropout = s.config["lora_dropout"].get<double>();

@@ -51,6 +51,12 @@ const nlohmann::json& trajectory() {
   return j;
 }
 
+// PEFT continuing the same adapter marked use_rslora (scale alpha / sqrt(r)).
+const nlohmann::json& rslora_trajectory() {
+  static const nlohmann::json j = ft::io::read_json_file(fixtures / "trajectory_rslora.json");
+  return j;
+}
+
 // The fixture's settings on the tiny Llama and the two rows, with `extra` TOML lines.
 fs::path write_recipe(const fs::path& dir, const std::string& extra, int steps = 6) {
   fs::create_directories(dir);
@@ -92,9 +98,9 @@ std::vector<double> losses(const fs::path& run) {
 double relative(double got, double want) { return std::abs(got - want) / std::abs(want); }
 
 // Every lora_A and lora_B ft wrote, against PEFT's after the same steps.
-void check_trained_adapter(const fs::path& adapter) {
+void check_trained_adapter(const fs::path& adapter, const std::string& trained = "trained.safetensors") {
   auto mine = ft::io::SafetensorsFile::open(adapter / "adapter_model.safetensors");
-  auto peft = ft::io::SafetensorsFile::open(fixtures / "trained.safetensors");
+  auto peft = ft::io::SafetensorsFile::open(fixtures / trained);
   REQUIRE(mine.tensors().size() == peft.tensors().size());
   for (const ft::io::TensorView& want : peft.tensors()) {
     CAPTURE(want.name);
@@ -154,6 +160,28 @@ TEST_CASE("a LoRA run started from a PEFT adapter continues it as PEFT does: six
       fs::remove_all(dir.path / "again");
     }
   }
+}
+
+TEST_CASE("rank-stabilised LoRA (use_rslora) started from a PEFT rsLoRA adapter continues it as PEFT does") {
+  ft::testing::TempDir dir("ft_adapter_start_rslora");
+  // use_rslora is the adapter's too: the update is scaled by alpha / sqrt(r) = 4, not alpha / r = 2.
+  const fs::path recipe = write_recipe(dir.path, "[strategy]\nadapter = \"lora\"\n[lora]\ninit_from = \"" +
+                                                     (fixtures / "adapter_rslora").string() + "\"\n");
+  const Run r = ftrun("train", recipe);
+  INFO(r.err);
+  REQUIRE(r.code == 0);
+  CHECK(r.out.find("rsLoRA") != std::string::npos);
+  const fs::path run = dir.path / "run";
+  const std::vector<double> got = losses(run), want = rslora_trajectory()["loss"].get<std::vector<double>>();
+  REQUIRE(got.size() == want.size());
+  for (std::size_t i = 0; i < want.size(); ++i) {
+    CAPTURE(i);
+    CHECK(relative(got[i], want[i]) <= 1e-5);
+  }
+  check_trained_adapter(run / "adapter", "trained_rslora.safetensors");
+  CHECK(ft::io::read_json_file(run / "adapter/adapter_config.json")["use_rslora"] == true);
+  // A plain LoRA start's first loss is another: the scale reaches the loss.
+  CHECK(relative(got[0], trajectory()["loss"][0].get<double>()) > 1e-3);
 }
 
 TEST_CASE("an adapter saved as adapter_model.bin starts a run, and the estimate counts the adapter's rank") {
@@ -227,8 +255,9 @@ TEST_CASE("a bad adapter to start from is one line naming the key, and exit 2") 
       {"[strategy]\nadapter = \"full\"\n[lora]\n" + from, {"lora.init_from", "strategy.adapter is \"full\""}},
       {lora + "init_from = \"" + (train_fixtures / "tiny_llama_prompt/adapter").string() + "\"\n",
        {"lora.init_from", "PROMPT_TUNING adapter"}},
-      {lora + "init_from = \"" + (source / "tests/fixtures/peft/llama_gqa_rslora").string() + "\"\n",
-       {"lora.init_from", "rsLoRA"}},
+      {lora + "use_rslora = false\ninit_from = \"" + (fixtures / "adapter_rslora").string() + "\"\n",
+       {"lora.use_rslora", "is false", "use_rslora = true"}},
+      {lora + "use_rslora = true\n" + from, {"lora.use_rslora", "is true", "use_rslora = false"}},
       // An adapter for another base: its modules' shapes are not this model's.
       {lora + "init_from = \"" + (source / "tests/fixtures/peft/llama_gqa_lora").string() + "\"\n",
        {"another base model"}},

@@ -98,7 +98,8 @@ struct LoRA : Policy {
   }
   static std::string describe(const recipe::Recipe& r) {
     std::ostringstream os;
-    os << "lora: r " << r.lora.r << ", alpha " << r.lora.alpha << ", dropout " << r.lora.dropout << " on";
+    os << "lora: r " << r.lora.r << ", alpha " << r.lora.alpha << (r.lora.use_rslora ? " (rsLoRA: alpha / sqrt(r))" : "")
+       << ", dropout " << r.lora.dropout << " on";
     for (const auto& t : r.lora.target_modules) os << ' ' << t;
     if (!r.lora.init_from.empty()) os << ", from " << r.lora.init_from;
     return os.str();

@@ -41,8 +41,9 @@ struct LoraOptions {
   double dropout = 0.0;
   std::vector<std::string> target_modules;  // PEFT leaf names, or {"all-linear"}
   std::uint64_t seed = 42;
+  bool use_rslora = false;  // rank-stabilised LoRA (PEFT's use_rslora)
 
-  double scale() const { return alpha / double(r); }
+  double scale() const { return use_rslora ? alpha / std::sqrt(double(r)) : alpha / double(r); }
 };
 
 // One adapted HF projection: rows [row_offset, row_offset + rows) of a fused slot.

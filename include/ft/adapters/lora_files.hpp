@@ -69,7 +69,7 @@ void save_peft_adapter(LoraModel<T, Device>& lora, const models::TransformerConf
   c["target_modules"] = leaves;
   c["bias"] = "none";
   c["fan_in_fan_out"] = false;
-  c["use_rslora"] = false;
+  c["use_rslora"] = o.use_rslora;
   c["use_dora"] = false;
   c["init_lora_weights"] = true;
   c["rank_pattern"] = nlohmann::ordered_json::object();
@@ -106,7 +106,9 @@ void load_peft_adapter(LoraModel<T, Device>& lora, const models::TransformerConf
       if (m != adapter.modules().end() && std::abs(m->scale - scale) > 1e-12 * scale)
         throw Error((dir / "adapter_config.json").string() + ": module \"" + t.module + "\" has scale " +
                     nlohmann::json(m->scale).dump() + ", this run's LoRA has scale " + nlohmann::json(scale).dump() +
-                    " (alpha " + nlohmann::json(lora.options().alpha).dump() + " / r " + std::to_string(r) + ")");
+                    " (alpha " + nlohmann::json(lora.options().alpha).dump() +
+                    (lora.options().use_rslora ? " / sqrt(r " : " / r ") + std::to_string(r) +
+                    (lora.options().use_rslora ? "))" : ")"));
       std::vector<T> a_ft(std::size_t(a->numel())), b_hf(std::size_t(b->numel())), b_ft(b_hf.size());
       io::copy_elements(adapter.file(), *a, a_ft.data(), a->numel());
       io::copy_elements(adapter.file(), *b, b_hf.data(), b->numel());

@@ -26,6 +26,7 @@ public:
         init_from_(r.lora.init_from.empty() ? std::filesystem::path() : io::adapter_directory(r.lora.init_from)) {
     options_.r = r.lora.r;
     options_.alpha = r.lora.alpha;
+    options_.use_rslora = r.lora.use_rslora;
     options_.dropout = r.lora.dropout;
     options_.target_modules = r.lora.target_modules;
     options_.seed = std::uint64_t(r.seed);

@@ -73,21 +73,25 @@ struct LoraSection {
   double alpha = 16;
   double dropout = 0.0;
   std::vector<std::string> target_modules;
+  bool use_rslora = false;
   bool save_merged = false;
   std::string init_from;
 
   template <class V>
   void fields(V& v) {
     v.field("r", r, at_least<Int>(1), "rank of the low-rank update");
-    v.field("alpha", alpha, greater_than(0.0), "the update is scaled by alpha / r");
+    v.field("alpha", alpha, greater_than(0.0), "the update is scaled by alpha / r (alpha / sqrt(r) with use_rslora)");
     v.field("dropout", dropout, between(0.0, 0.99), "dropout on the adapter's input");
     v.field("target_modules", target_modules, Check<std::vector<std::string>>{},
             "projections to adapt, as PEFT names them, or \"all-linear\"; [] for the family's default");
+    v.field("use_rslora", use_rslora, Check<bool>{},
+            "rank-stabilised LoRA: scale the update by alpha / sqrt(r), as PEFT's use_rslora");
     v.field("save_merged", save_merged, Check<bool>{},
             "also save the base model with the adapter merged in (HF layout) in <output_dir>/merged");
     v.field("init_from", init_from, Check<std::string>{},
             "a PEFT LoRA adapter to start from instead of a fresh one (its directory, a run's checkpoint or "
-            "finished output_dir); r, alpha, dropout and target_modules left unset take its values; \"\" for none");
+            "finished output_dir); r, alpha, use_rslora, dropout and target_modules left unset take its values; "
+            "\"\" for none");
   }
 };
 
