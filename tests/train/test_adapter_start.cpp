@@ -97,6 +97,15 @@ std::vector<double> losses(const fs::path& run) {
 
 double relative(double got, double want) { return std::abs(got - want) / std::abs(want); }
 
+// A run's losses, step by step, against PEFT's within 1e-5.
+void check_losses(const std::vector<double>& got, const std::vector<double>& want) {
+  REQUIRE(got.size() == want.size());
+  for (std::size_t i = 0; i < want.size(); ++i) {
+    CAPTURE(i);
+    CHECK(relative(got[i], want[i]) <= 1e-5);
+  }
+}
+
 // Every lora_A and lora_B ft wrote, against PEFT's after the same steps.
 void check_trained_adapter(const fs::path& adapter, const std::string& trained = "trained.safetensors") {
   auto mine = ft::io::SafetensorsFile::open(adapter / "adapter_model.safetensors");
@@ -127,12 +136,8 @@ TEST_CASE("a LoRA run started from a PEFT adapter continues it as PEFT does: six
   INFO(r.err);
   REQUIRE(r.code == 0);
   const fs::path run = dir.path / "run";
-  const std::vector<double> got = losses(run), want = trajectory()["loss"].get<std::vector<double>>();
-  REQUIRE(got.size() == want.size());
-  for (std::size_t i = 0; i < want.size(); ++i) {
-    CAPTURE(i);
-    CHECK(relative(got[i], want[i]) <= 1e-5);
-  }
+  const std::vector<double> got = losses(run);
+  check_losses(got, trajectory()["loss"].get<std::vector<double>>());
   check_trained_adapter(run / "adapter");
 
   SUBCASE("resuming the run continues from its checkpoint, not from the adapter it started from") {
@@ -172,12 +177,8 @@ TEST_CASE("rank-stabilised LoRA (use_rslora) started from a PEFT rsLoRA adapter 
   REQUIRE(r.code == 0);
   CHECK(r.out.find("rsLoRA") != std::string::npos);
   const fs::path run = dir.path / "run";
-  const std::vector<double> got = losses(run), want = rslora_trajectory()["loss"].get<std::vector<double>>();
-  REQUIRE(got.size() == want.size());
-  for (std::size_t i = 0; i < want.size(); ++i) {
-    CAPTURE(i);
-    CHECK(relative(got[i], want[i]) <= 1e-5);
-  }
+  const std::vector<double> got = losses(run);
+  check_losses(got, rslora_trajectory()["loss"].get<std::vector<double>>());
   check_trained_adapter(run / "adapter", "trained_rslora.safetensors");
   CHECK(ft::io::read_json_file(run / "adapter/adapter_config.json")["use_rslora"] == true);
   // A plain LoRA start's first loss is another: the scale reaches the loss.

@@ -4,7 +4,7 @@
 // the query at position p sees the cached keys [first(p), p], where first
 // is 0, or p - W + 1 with a sliding window of W (Mistral). Scores, softmax
 // and the weighted sum are accumulated in acc_t<T>, as training's attention
-// (nn/attention_shape.hpp) does.
+// (device/cpu/attention.hpp) does.
 //
 // One task per (sequence, key/value head): the query heads that share a
 // key/value head are stacked into one product, so the cache is read once

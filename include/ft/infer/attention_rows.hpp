@@ -86,7 +86,7 @@ FT_HOST_DEVICE inline index_t first_key(index_t p, index_t window) {
   return window > 0 && p - window + 1 > 0 ? p - window + 1 : 0;
 }
 
-// A split's partial result, in the scratch after the step's output:
+// A split's partial result in the scratch (attention_partials() values):
 // [N H splits] of (running max, sum of weights, D weighted sums).
 template <class A>
 FT_HOST_DEVICE inline A* partial_at(A* partials, index_t i, index_t split, index_t splits, index_t D) {
