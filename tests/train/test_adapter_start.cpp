@@ -136,8 +136,8 @@ TEST_CASE("a LoRA run started from a PEFT adapter continues it as PEFT does: six
   INFO(r.err);
   REQUIRE(r.code == 0);
   const fs::path run = dir.path / "run";
-  const std::vector<double> got = losses(run);
-  check_losses(got, trajectory()["loss"].get<std::vector<double>>());
+  const std::vector<double> want = trajectory()["loss"].get<std::vector<double>>();
+  check_losses(losses(run), want);
   check_trained_adapter(run / "adapter");
 
   SUBCASE("resuming the run continues from its checkpoint, not from the adapter it started from") {
