@@ -13,8 +13,9 @@ tests/fixtures/peft/generate/<case>/:
                                   logits_<i> (float32 [steps, vocab])
 
 Cases: LoRA on Llama with grouped-query attention (q, v, gate, down), LoRA
-on GPT-NeoX (its interleaved query_key_value and dense_4h_to_h), and prompt
-tuning (8 virtual tokens) on Llama.
+on GPT-NeoX (its interleaved query_key_value and dense_4h_to_h), prompt
+tuning (8 virtual tokens) on Llama, and LoRA on every linear layer of Qwen3
+(`all-linear`: its q and k pass through the per-head norms).
 
 Deterministic and idempotent. Run from the repository root:
 
@@ -43,6 +44,8 @@ CASES = {
     "neox_parallel_lora": ("neox_parallel", LoraConfig(r=8, lora_alpha=16, lora_dropout=0.0, task_type="CAUSAL_LM",
                                                        target_modules=["query_key_value", "dense_4h_to_h"])),
     "llama_gqa_prompt": ("llama_gqa", PromptTuningConfig(num_virtual_tokens=8, task_type="CAUSAL_LM")),
+    "qwen3_qk_norm_lora": ("qwen3_qk_norm", LoraConfig(r=4, lora_alpha=8, lora_dropout=0.0, task_type="CAUSAL_LM",
+                                                       target_modules="all-linear")),
 }
 
 

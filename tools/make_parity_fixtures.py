@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """Writes the HF Transformers parity fixtures under tests/fixtures/parity/.
 
-ft re-implements the Llama-family and GPT-NeoX forward and backward passes in
-C++. These fixtures pin down what HF Transformers computes for a few tiny,
+ft re-implements the Llama-family (Qwen2 and Qwen3 included) and GPT-NeoX
+forward and backward passes in C++. These fixtures pin down what HF Transformers computes for a few tiny,
 randomly initialised models, so the C++ tests can check logits, loss and every
 parameter gradient against them without Python or network access.
 
@@ -19,13 +19,18 @@ llama_gqa directory also holds eval.jsonl and eval_expected.json for
 Deterministic (fixed seeds, one CPU thread) and idempotent (every output is
 overwritten). Run from the repository root:
 
-    tools/.venv/bin/python tools/make_parity_fixtures.py
+    tools/.venv/bin/python tools/make_parity_fixtures.py [CASE ...]
+
+Naming cases writes only those (each keeps its seed, its place in CASES), so
+adding a case leaves the others' files as they are, whichever transformers
+version wrote them.
 """
 import copy
 import json
 import math
 import pathlib
 import shutil
+import sys
 
 import torch
 from safetensors import safe_open
@@ -39,6 +44,8 @@ from transformers import (
     MistralForCausalLM,
     Qwen2Config,
     Qwen2ForCausalLM,
+    Qwen3Config,
+    Qwen3ForCausalLM,
 )
 from transformers.utils import logging as hf_logging
 
@@ -98,6 +105,18 @@ def qwen2_bias():
     )
 
 
+def qwen3_qk_norm():
+    # head_dim 24 is not hidden_size / heads (16): Qwen3 states it. Biases on,
+    # as attention_bias allows, and tied embeddings as the small Qwen3s have.
+    return Qwen3ForCausalLM, Qwen3Config(
+        vocab_size=116, hidden_size=64, intermediate_size=96, head_dim=24,
+        num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+        max_position_embeddings=64, rms_norm_eps=1e-6, tie_word_embeddings=True,
+        rope_parameters={"rope_type": "default", "rope_theta": 1000000.0},
+        attention_bias=True, use_sliding_window=False, attention_dropout=0.0,
+    )
+
+
 def mistral_sliding():
     return MistralForCausalLM, MistralConfig(
         vocab_size=120, hidden_size=64, intermediate_size=128,
@@ -128,6 +147,7 @@ CASES = {
     "mistral_sliding": mistral_sliding,
     "neox_parallel": lambda: neox(True, 0.25),
     "neox_sequential": lambda: neox(False, 0.5),
+    "qwen3_qk_norm": qwen3_qk_norm,
 }
 
 
@@ -353,8 +373,13 @@ def main():
     torch.set_num_threads(1)
     torch.use_deterministic_algorithms(True)
     OUT.mkdir(parents=True, exist_ok=True)
+    wanted = sys.argv[1:] or list(CASES)
+    unknown = sorted(set(wanted) - set(CASES))
+    assert not unknown, f"unknown cases {unknown}; known: {list(CASES)}"
     rows = []
     for seed, case in enumerate(CASES, start=1234):
+        if case not in wanted:
+            continue
         print(f"{case}:")
         model32, row = make_case(case, seed)
         if case == "llama_gqa":

@@ -68,6 +68,20 @@ TEST_CASE("Qwen2-0.5B: q/k/v biases and tied embeddings, 494M parameters") {
   CHECK(models::parameter_count(c) == 494'032'768);
 }
 
+TEST_CASE("Qwen3-0.6B: per-head q/k norms, a head size of its own (128, not 1024 / 16), 596M parameters") {
+  auto spec = spec_of(R"({"architectures": ["Qwen3ForCausalLM"], "hidden_size": 1024, "intermediate_size": 3072,
+    "num_attention_heads": 16, "num_hidden_layers": 28, "num_key_value_heads": 8, "head_dim": 128,
+    "rms_norm_eps": 1e-06, "rope_theta": 1000000, "attention_bias": false, "sliding_window": null,
+    "use_sliding_window": false, "max_window_layers": 28, "tie_word_embeddings": true, "vocab_size": 151936})");
+  const auto& c = spec.config;
+  CHECK(c.qk_norm);
+  CHECK(c.head_dim == 128);
+  CHECK(!c.qkv_bias);
+  CHECK(c.sliding_window == std::vector<index_t>(28, 0));
+  CHECK(models::parameter_count(c) == 596'049'920);  // transformers' count of Qwen3ForCausalLM at this config
+  CHECK(spec.weights.size() == 1 + 28 * 11 + 1);   // embed; 11 per layer (q_norm, k_norm among them); final norm
+}
+
 TEST_CASE("Mistral 7B: a sliding window on every layer; SmolLM2-135M: tied, 134.5M parameters") {
   auto mistral = spec_of(R"({"architectures": ["MistralForCausalLM"], "hidden_size": 4096, "intermediate_size": 14336,
     "num_attention_heads": 32, "num_hidden_layers": 32, "num_key_value_heads": 8, "rms_norm_eps": 1e-05,
@@ -105,7 +119,7 @@ TEST_CASE("a model's description crosses the plugin boundary whole: every field 
 }
 
 TEST_CASE("the parameter count from the configuration is what the model allocates") {
-  for (const char* name : {"llama_gqa", "smollm2_tied", "qwen2_bias", "neox_parallel"}) {
+  for (const char* name : {"llama_gqa", "smollm2_tied", "qwen2_bias", "neox_parallel", "qwen3_qk_norm"}) {
     CAPTURE(name);
     fs::path dir = fs::path(FT_SOURCE_DIR) / "tests/fixtures/parity" / name;
     models::Transformer<float> model(models::read_model_spec(dir));

@@ -26,7 +26,7 @@ namespace fs = std::filesystem;
 namespace {
 
 const char* const cases[] = {"llama_gqa",       "smollm2_tied",  "llama3_rope_scaling", "qwen2_bias",
-                             "mistral_sliding", "neox_parallel", "neox_sequential"};
+                             "mistral_sliding", "neox_parallel", "neox_sequential",     "qwen3_qk_norm"};
 
 fs::path fixture(const std::string& name) { return fs::path(FT_SOURCE_DIR) / "tests/fixtures/parity" / name; }
 
@@ -139,7 +139,8 @@ TEST_CASE("model directories with problems give one-line errors") {
   fs::path fixtures = fs::path(FT_SOURCE_DIR) / "tests/fixtures";
   CHECK_THROWS_WITH_AS(models::read_model_spec(fixtures / "models/unknown-arch"),
                        doctest::Contains("architecture \"FalconForCausalLM\" is not supported; supported: "
-                                         "LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, GPTNeoXForCausalLM"),
+                                         "LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, "
+                                         "GPTNeoXForCausalLM"),
                        Error);
   CHECK_THROWS_WITH_AS(models::read_model_spec(fixtures / "no-such-dir"), doctest::Contains("not a model directory"),
                        Error);

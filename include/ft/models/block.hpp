@@ -6,6 +6,9 @@
 //   sequential (Llama):   m = x + O(attn(rope(QKV(n1(x)))));  y = m + Down(act(In(n2(m))))
 //   parallel (GPT-NeoX):  y = x + O(attn(rope(QKV(n1(x))))) + Down(act(In(n2(x))))
 //
+// With qk_norm (Qwen3) each query and key head is RMS-normalised between QKV
+// and rope (nn/head_norm.hpp).
+//
 // The block reads its input x from the context's residual stream and writes
 // its output y after it; x is the one activation a checkpointed block keeps,
 // everything else here can be recomputed from it.
@@ -27,6 +30,7 @@
 #include "ft/models/stage.hpp"
 #include "ft/models/transformer_config.hpp"
 #include "ft/nn/attention_rows.hpp"
+#include "ft/nn/head_norm.hpp"
 #include "ft/nn/linear.hpp"
 #include "ft/nn/mlp.hpp"
 #include "ft/nn/norm.hpp"
@@ -64,6 +68,10 @@ public:
     if (layer_norm) params.declare("attn_norm.bias", {C});
     params.declare("qkv.weight", {c.qkv_width(), C});
     if (c.qkv_bias) params.declare("qkv.bias", {c.qkv_width()});
+    if (c.qk_norm) {
+      params.declare("q_norm.weight", {c.head_dim});
+      params.declare("k_norm.weight", {c.head_dim});
+    }
     params.declare("o.weight", {C, HD});
     if (c.o_bias) params.declare("o.bias", {C});
     params.declare("mlp_norm.weight", {C});
@@ -79,6 +87,7 @@ public:
   struct Weights {
     ParameterSlot attn_norm_weight, attn_norm_bias, qkv_weight, qkv_bias, o_weight, o_bias;
     ParameterSlot mlp_norm_weight, mlp_norm_bias, mlp_in_weight, mlp_in_bias, mlp_out_weight, mlp_out_bias;
+    ParameterSlot q_norm_weight, k_norm_weight;
 
     static Weights of(const Parameters& p, const TransformerConfig& c) {
       const bool layer_norm = c.norm == nn::NormKind::layer;
@@ -93,7 +102,9 @@ public:
               .mlp_in_weight = p.slot("mlp_in.weight"),
               .mlp_in_bias = p.slot_if(c.mlp_bias, "mlp_in.bias"),
               .mlp_out_weight = p.slot("mlp_out.weight"),
-              .mlp_out_bias = p.slot_if(c.mlp_bias, "mlp_out.bias")};
+              .mlp_out_bias = p.slot_if(c.mlp_bias, "mlp_out.bias"),
+              .q_norm_weight = p.slot_if(c.qk_norm, "q_norm.weight"),
+              .k_norm_weight = p.slot_if(c.qk_norm, "k_norm.weight")};
     }
   };
 
@@ -136,6 +147,9 @@ public:
                              p(w_.attn_norm_bias), N, C, A(c_.norm_eps));
     nn::linear_forward<Device>(a.qkv.data(), a.n1.data(), p(w_.qkv_weight), p(w_.qkv_bias), N, C, c_.qkv_width());
     adapt(LinearSlot::qkv, a.qkv.data(), a.n1.data(), N);
+    if (c_.qk_norm)
+      nn::head_norm_forward<Device>(a.qkv.data(), a.qk_input.data(), a.qk_rstd.data(), p(w_.q_norm_weight),
+                                    p(w_.k_norm_weight), N, c_.num_heads, c_.num_kv_heads, c_.head_dim, A(c_.norm_eps));
     nn::rope_forward<Device>(a.qkv.data(), positions, inv_freq(), N, c_.num_heads, c_.num_kv_heads, c_.head_dim);
     attend(a);
     // Sequential: mid = x + O(att). Parallel: the attention branch goes to y, mid is only scratch.
@@ -239,6 +253,10 @@ private:
     nn::attention_backward_on<Device>(s.d_qkv.data(), s.d_attention.data(), a.attention.data(), a.lse.data(),
                                       a.qkv.data(), documents, attention_shape(batch));
     nn::rope_backward<Device>(s.d_qkv.data(), positions, inv_freq(), N, c_.num_heads, c_.num_kv_heads, c_.head_dim);
+    if (c_.qk_norm)
+      nn::head_norm_backward<Device>(s.d_qkv.data(), g(w_.q_norm_weight), g(w_.k_norm_weight), a.qk_input.data(),
+                                     a.qk_rstd.data(), p(w_.q_norm_weight), p(w_.k_norm_weight), N, c_.num_heads,
+                                     c_.num_kv_heads, c_.head_dim);
     zero(s.d_norm_b);
     if (deferred) copy(deferred->qkv, s.d_qkv.data());
     nn::linear_backward<Device>(s.d_norm_b.data(), gw(w_.qkv_weight), gw(w_.qkv_bias), s.d_qkv.data(), a.n1.data(),

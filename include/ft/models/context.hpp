@@ -61,6 +61,8 @@ struct BlockActivations {
   using A = acc_t<T>;
   Tensor<T, Space> n1, qkv, attention, mid, n2, mlp_in, hidden;
   Tensor<A, Space> n1_mean, n1_rstd, lse, n2_mean, n2_rstd;
+  Tensor<T, Space> qk_input;  // with qk_norm: the query and key heads before their norm
+  Tensor<A, Space> qk_rstd;
 
   // Its buffers and their shapes for `rows` rows of `tokens` tokens, in the
   // order they are made: resize() makes them, the memory estimate counts
@@ -72,6 +74,10 @@ struct BlockActivations {
     visit(&BlockActivations::n1_mean, Shape{N});
     visit(&BlockActivations::n1_rstd, Shape{N});
     visit(&BlockActivations::qkv, Shape{N, c.qkv_width()});
+    if (c.qk_norm) {
+      visit(&BlockActivations::qk_input, Shape{N, (c.num_heads + c.num_kv_heads) * c.head_dim});
+      visit(&BlockActivations::qk_rstd, Shape{N * (c.num_heads + c.num_kv_heads)});
+    }
     visit(&BlockActivations::attention, Shape{N, c.num_heads * c.head_dim});
     visit(&BlockActivations::lse, Shape{rows * c.num_heads * tokens});
     visit(&BlockActivations::mid, Shape{N, C});

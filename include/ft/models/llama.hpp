@@ -1,8 +1,8 @@
 #pragma once
 // The Llama family: Llama 2 and 3, Mistral (sliding window), Qwen2 (q/k/v
-// biases), TinyLlama, SmolLM2. They share one block shape (RMSNorm, rotary
-// attention with grouped-query heads, SwiGLU MLP) and differ only in options
-// that config.json carries.
+// biases), Qwen3 (per-head q/k norms), TinyLlama, SmolLM2. They share one
+// block shape (RMSNorm, rotary attention with grouped-query heads, SwiGLU
+// MLP) and differ only in options that config.json carries.
 #include <array>
 #include <string>
 #include <string_view>
@@ -15,8 +15,8 @@ namespace ft::models {
 struct Llama : Policy {
   static constexpr std::string_view name = "llama";
   static constexpr std::string_view type_name = "ft::models::Llama";
-  static constexpr std::array<std::string_view, 3> hf_architectures{
-      "LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForCausalLM"};
+  static constexpr std::array<std::string_view, 4> hf_architectures{
+      "LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForCausalLM", "Qwen3ForCausalLM"};
   static constexpr std::array<std::string_view, 7> linear_modules{
       "q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"};
   static constexpr std::array<std::string_view, 2> default_lora_targets{"q_proj", "v_proj"};
@@ -37,6 +37,7 @@ struct Llama : Policy {
     c.qkv_bias = qwen2 || attention_bias;  // Qwen2 always has q/k/v biases, never an o bias
     c.o_bias = attention_bias;
     c.mlp_bias = json.flag("mlp_bias", false);
+    c.qk_norm = c.architecture == "Qwen3ForCausalLM";
     c.tie_embeddings = json.flag("tie_word_embeddings", false);
     c.rope = read_rope(json, c.head_dim, 1.0);
     c.sliding_window = read_sliding_windows(json, c.num_layers);
@@ -56,6 +57,10 @@ struct Llama : Policy {
         bind(hf + "self_attn.q_proj." + kind, ft + "qkv." + kind, 0);
         bind(hf + "self_attn.k_proj." + kind, ft + "qkv." + kind, q_rows);
         bind(hf + "self_attn.v_proj." + kind, ft + "qkv." + kind, q_rows + kv_rows);
+      }
+      if (c.qk_norm) {
+        bind(hf + "self_attn.q_norm.weight", ft + "q_norm.weight");
+        bind(hf + "self_attn.k_norm.weight", ft + "k_norm.weight");
       }
       bind(hf + "self_attn.o_proj.weight", ft + "o.weight");
       if (c.o_bias) bind(hf + "self_attn.o_proj.bias", ft + "o.bias");

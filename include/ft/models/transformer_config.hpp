@@ -29,6 +29,7 @@ struct TransformerConfig {
   bool gated_mlp = true;          // SwiGLU (Llama) or plain (GPT-NeoX)
   bool parallel_residual = false; // x + attn(ln1 x) + mlp(ln2 x)
   bool qkv_bias = false, o_bias = false, mlp_bias = false;
+  bool qk_norm = false;           // RMSNorm over each query and key head before RoPE (Qwen3)
   bool tie_embeddings = false;
   nn::RopeConfig rope;
   std::vector<index_t> sliding_window;  // per layer; 0 = full attention
@@ -48,8 +49,9 @@ inline index_t parameter_count(const TransformerConfig& c) {
   const index_t attention = c.qkv_width() * C + (c.qkv_bias ? c.qkv_width() : 0) +
                             C * c.num_heads * c.head_dim + (c.o_bias ? C : 0);
   const index_t mlp = c.mlp_in_width() * C + C * c.intermediate_size + (c.mlp_bias ? c.mlp_in_width() + C : 0);
+  const index_t head_norms = c.qk_norm ? 2 * c.head_dim : 0;
   const index_t embeddings = c.vocab_size * C * (c.tie_embeddings ? 1 : 2);
-  return embeddings + norm + c.num_layers * (2 * norm + attention + mlp);
+  return embeddings + norm + c.num_layers * (2 * norm + head_norms + attention + mlp);
 }
 
 // Reads fields of one config.json with errors that name the file and field.

@@ -17,7 +17,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define FT_PLUGIN_ABI_VERSION 6u
+#define FT_PLUGIN_ABI_VERSION 7u
 #define FT_PLUGIN_ENTRY "ft_plugin_v"
 
 #ifdef __cplusplus
