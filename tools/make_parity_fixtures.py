@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """Writes the HF Transformers parity fixtures under tests/fixtures/parity/.
 
-ft re-implements the Llama-family (Qwen2 and Qwen3 included) and GPT-NeoX
-forward and backward passes in C++. These fixtures pin down what HF Transformers computes for a few tiny,
+ft re-implements the Llama-family (Qwen2, Qwen3 and Granite included) and
+GPT-NeoX forward and backward passes in C++. These fixtures pin down what HF Transformers computes for a few tiny,
 randomly initialised models, so the C++ tests can check logits, loss and every
 parameter gradient against them without Python or network access.
 
@@ -38,6 +38,8 @@ from safetensors.torch import save_file
 from transformers import (
     GPTNeoXConfig,
     GPTNeoXForCausalLM,
+    GraniteConfig,
+    GraniteForCausalLM,
     LlamaConfig,
     LlamaForCausalLM,
     MistralConfig,
@@ -117,6 +119,19 @@ def qwen3_qk_norm():
     )
 
 
+def granite_multipliers():
+    # Granite's four multipliers, each away from 1 and from Llama's implied
+    # values (the attention's 1/sqrt(16) = 0.25), so each one shows.
+    return GraniteForCausalLM, GraniteConfig(
+        vocab_size=108, hidden_size=64, intermediate_size=96,
+        num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+        max_position_embeddings=64, rms_norm_eps=1e-6, tie_word_embeddings=True,
+        rope_parameters={"rope_type": "default", "rope_theta": 10000.0},
+        embedding_multiplier=3.0, residual_multiplier=0.5, attention_multiplier=0.2,
+        logits_scaling=4.0, attention_bias=True, attention_dropout=0.0,
+    )
+
+
 def mistral_sliding():
     return MistralForCausalLM, MistralConfig(
         vocab_size=120, hidden_size=64, intermediate_size=128,
@@ -148,6 +163,7 @@ CASES = {
     "neox_parallel": lambda: neox(True, 0.25),
     "neox_sequential": lambda: neox(False, 0.5),
     "qwen3_qk_norm": qwen3_qk_norm,
+    "granite_multipliers": granite_multipliers,
 }
 
 

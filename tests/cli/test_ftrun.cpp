@@ -178,8 +178,8 @@ TEST_CASE("the model family comes from config.json") {
   CHECK(bad.code == 2);
   CHECK(bad.err == "ftrun: " + fixtures +
                        "/models/unknown-arch/config.json: architecture \"FalconForCausalLM\" is not supported by any "
-                       "plugin; supported: GPTNeoXForCausalLM, LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, "
-                       "Qwen3ForCausalLM\n");
+                       "plugin; supported: GPTNeoXForCausalLM, GraniteForCausalLM, LlamaForCausalLM, MistralForCausalLM, "
+                       "Qwen2ForCausalLM, Qwen3ForCausalLM\n");
 }
 
 TEST_CASE("recipe errors are one line with file, line, column and key; exit 2") {

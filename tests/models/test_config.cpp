@@ -82,6 +82,33 @@ TEST_CASE("Qwen3-0.6B: per-head q/k norms, a head size of its own (128, not 1024
   CHECK(spec.weights.size() == 1 + 28 * 11 + 1);   // embed; 11 per layer (q_norm, k_norm among them); final norm
 }
 
+TEST_CASE("Granite 3 2B: its four multipliers read under HF's names, 2.53B parameters; a bad one is refused") {
+  auto spec = spec_of(R"({"architectures": ["GraniteForCausalLM"], "hidden_size": 2048, "intermediate_size": 8192,
+    "num_attention_heads": 32, "num_hidden_layers": 40, "num_key_value_heads": 8, "rms_norm_eps": 1e-05,
+    "rope_theta": 10000.0, "attention_bias": false, "mlp_bias": false, "tie_word_embeddings": true,
+    "vocab_size": 49155, "embedding_multiplier": 12.0, "residual_multiplier": 0.22,
+    "attention_multiplier": 0.015625, "logits_scaling": 8.0})");
+  const auto& c = spec.config;
+  CHECK(c.embedding_multiplier == 12.0);
+  CHECK(c.residual_multiplier == 0.22);
+  CHECK(c.attention_multiplier == 0.015625);
+  CHECK(c.logits_scaling == 8.0);
+  CHECK(models::parameter_count(c) == 2'533'531'648);  // transformers' count of GraniteForCausalLM at this config
+
+  // Left out, each is HF's default of 1 (the attention's too, not 1 / sqrt(head_dim)); Llama never reads them.
+  const auto plain = spec_of(R"({"architectures": ["GraniteForCausalLM"], "hidden_size": 64, "intermediate_size": 96,
+    "num_attention_heads": 4, "num_hidden_layers": 1, "vocab_size": 10})");
+  CHECK(plain.config.attention_multiplier == 1.0);
+  CHECK(plain.config.logits_scaling == 1.0);
+  const auto llama = spec_of(R"({"architectures": ["LlamaForCausalLM"], "hidden_size": 64, "intermediate_size": 96,
+    "num_attention_heads": 4, "num_hidden_layers": 1, "vocab_size": 10, "logits_scaling": 8.0})");
+  CHECK(llama.config.attention_multiplier == 0.0);
+  CHECK(llama.config.logits_scaling == 1.0);
+  CHECK_THROWS_WITH_AS(spec_of(R"({"architectures": ["GraniteForCausalLM"], "hidden_size": 64,
+    "intermediate_size": 96, "num_attention_heads": 4, "num_hidden_layers": 1, "vocab_size": 10,
+    "logits_scaling": 0})"), doctest::Contains("field \"logits_scaling\" must be a positive number"), Error);
+}
+
 TEST_CASE("Mistral 7B: a sliding window on every layer; SmolLM2-135M: tied, 134.5M parameters") {
   auto mistral = spec_of(R"({"architectures": ["MistralForCausalLM"], "hidden_size": 4096, "intermediate_size": 14336,
     "num_attention_heads": 32, "num_hidden_layers": 32, "num_key_value_heads": 8, "rms_norm_eps": 1e-05,
@@ -119,7 +146,8 @@ TEST_CASE("a model's description crosses the plugin boundary whole: every field 
 }
 
 TEST_CASE("the parameter count from the configuration is what the model allocates") {
-  for (const char* name : {"llama_gqa", "smollm2_tied", "qwen2_bias", "neox_parallel", "qwen3_qk_norm"}) {
+  for (const char* name : {"llama_gqa", "smollm2_tied", "qwen2_bias", "neox_parallel", "qwen3_qk_norm",
+                           "granite_multipliers"}) {
     CAPTURE(name);
     fs::path dir = fs::path(FT_SOURCE_DIR) / "tests/fixtures/parity" / name;
     models::Transformer<float> model(models::read_model_spec(dir));

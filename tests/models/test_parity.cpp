@@ -26,7 +26,8 @@ namespace fs = std::filesystem;
 namespace {
 
 const char* const cases[] = {"llama_gqa",       "smollm2_tied",  "llama3_rope_scaling", "qwen2_bias",
-                             "mistral_sliding", "neox_parallel", "neox_sequential",     "qwen3_qk_norm"};
+                             "mistral_sliding", "neox_parallel", "neox_sequential",     "qwen3_qk_norm",
+                             "granite_multipliers"};
 
 fs::path fixture(const std::string& name) { return fs::path(FT_SOURCE_DIR) / "tests/fixtures/parity" / name; }
 
@@ -140,7 +141,7 @@ TEST_CASE("model directories with problems give one-line errors") {
   CHECK_THROWS_WITH_AS(models::read_model_spec(fixtures / "models/unknown-arch"),
                        doctest::Contains("architecture \"FalconForCausalLM\" is not supported; supported: "
                                          "LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, "
-                                         "GPTNeoXForCausalLM"),
+                                         "GraniteForCausalLM, GPTNeoXForCausalLM"),
                        Error);
   CHECK_THROWS_WITH_AS(models::read_model_spec(fixtures / "no-such-dir"), doctest::Contains("not a model directory"),
                        Error);

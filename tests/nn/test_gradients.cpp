@@ -149,7 +149,7 @@ Vec naive_attention(const Vec& qkv, const std::vector<std::int32_t>* docs, const
           double dotp = 0;
           for (index_t d = 0; d < s.D; ++d)
             dotp += qkv[(b * s.T + i) * stride + h * s.D + d] * qkv[(b * s.T + j) * stride + (s.H + g) * s.D + d];
-          score[j] = dotp / std::sqrt(double(s.D));
+          score[j] = dotp * (s.scale > 0 ? s.scale : 1 / std::sqrt(double(s.D)));
           max = std::max(max, score[j]);
         }
         double sum = 0;
@@ -175,7 +175,8 @@ TEST_CASE("tiled attention equals full-softmax attention, its backward matches f
                         Case{"grouped-query, two tiles", {2, 70, 4, 2, 4, 0}, false},
                         Case{"sliding window 5", {1, 70, 2, 1, 4, 5}, false},
                         Case{"documents in a packed row", {2, 70, 2, 1, 4, 0}, true},
-                        Case{"documents and window", {1, 70, 2, 2, 4, 9}, true}}) {
+                        Case{"documents and window", {1, 70, 2, 2, 4, 9}, true},
+                        Case{"a stated scale (Granite's attention_multiplier)", {2, 70, 4, 2, 4, 0, 0.3}, true}}) {
     CAPTURE(c.name);
     const AttentionShape& s = c.shape;
     index_t N = s.B * s.T;

@@ -28,6 +28,7 @@ namespace ft::infer {
 struct CachedAttentionShape {
   index_t H, G, D;
   index_t window = 0;  // 0: no sliding window
+  double scale = 0;    // 0: 1 / sqrt(D) (nn::softmax_scale)
 };
 
 // One sequence's part of a step: its n new rows' rotated q, k, v are
@@ -49,7 +50,7 @@ void cached_attention(std::span<const CachedSequence<T>> sequences, const Cached
   using Matrix = Eigen::Matrix<A, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
   using CacheRows = Eigen::Map<const Matrix, 0, Eigen::OuterStride<>>;
   const index_t stride = (s.H + 2 * s.G) * s.D, width = s.G * s.D, group = s.H / s.G;
-  const A scale = A(1) / std::sqrt(A(s.D));
+  const A scale = nn::softmax_scale<A>(s.D, s.scale);
   cpu::parallel_for(index_t(sequences.size()) * s.G, [&](index_t task) {
     const CachedSequence<T>& q = sequences[std::size_t(task / s.G)];
     const index_t g = task % s.G, n = q.n;

@@ -249,7 +249,7 @@ void cached_attention_rows(T* out, const T* qkv, const cache_rows::CacheRow<T>* 
   using A = acc_t<T>;
   Device::parallel_rows(N * s.H * split.splits, s.D,
                         cache_rows::Attend<T>{out, partials, qkv, rows, positions, layer, s.H, s.G, s.D, s.window,
-                                              split, A(1) / std::sqrt(A(s.D))});
+                                              split, nn::softmax_scale<A>(s.D, s.scale)});
   if (split.splits > 1) Device::parallel_rows(N * s.H, s.D, cache_rows::Combine<T>{out, partials, split.splits, s.D});
 }
 

@@ -120,10 +120,12 @@ public:
       if (r.virtual_rows > 0)
         Device::copy(x_.data() + r.first * C, adapter(r.adapter).virtual_embeddings(),
                      std::size_t(r.virtual_rows * C) * sizeof(T));
+    if (c.embedding_multiplier != 1) nn::scale_into<Device>(x_.data(), x_.data(), A(c.embedding_multiplier), N * C);
     const index_t qkv_width = c.qkv_width(), HD = c.num_heads * c.head_dim;
     for (index_t l = 0; l < c.num_layers; ++l) {
       models::Block<T, Device>& block = model_.blocks()[std::size_t(l)];
-      const CachedAttentionShape shape{c.num_heads, c.num_kv_heads, c.head_dim, c.sliding_window[std::size_t(l)]};
+      const CachedAttentionShape shape{c.num_heads, c.num_kv_heads, c.head_dim, c.sliding_window[std::size_t(l)],
+                                       c.attention_multiplier};
       router_.layer = l;
       block.set_adapter(lora ? &router_ : nullptr);
       block.forward(y_.data(), x_.data(), N, positions, activations_, [&](models::BlockActivations<T, Memory>& a) {
@@ -170,6 +172,7 @@ public:
     sized(logits_, S, V);
     nn::linear_forward<Device>(logits_.data(), normed_.data(), head.lm_weight(), static_cast<const T*>(nullptr), S, C,
                                V);
+    if (c.logits_scaling != 1) nn::scale_into<Device>(logits_.data(), logits_.data(), A(1 / c.logits_scaling), S * V);
     if constexpr (std::is_same_v<T, float>) {
       Device::to_host(logits, logits_.data(), std::size_t(S * V) * sizeof(float));
     } else {

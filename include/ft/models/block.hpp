@@ -7,7 +7,8 @@
 //   parallel (GPT-NeoX):  y = x + O(attn(rope(QKV(n1(x))))) + Down(act(In(n2(x))))
 //
 // With qk_norm (Qwen3) each query and key head is RMS-normalised between QKV
-// and rope (nn/head_norm.hpp).
+// and rope (nn/head_norm.hpp). With a residual_multiplier (Granite) each
+// branch, O(...) and Down(...), is scaled by it before it joins.
 //
 // The block reads its input x from the context's residual stream and writes
 // its output y after it; x is the one activation a checkpointed block keeps,
@@ -156,6 +157,7 @@ public:
     T* attention_out = c_.parallel_residual ? y : a.mid.data();
     nn::linear_forward<Device>(attention_out, a.attention.data(), p(w_.o_weight), p(w_.o_bias), N, HD, C);
     adapt(LinearSlot::o, attention_out, a.attention.data(), N);
+    scale_branch(attention_out, N);
     if (!c_.parallel_residual) nn::add_into<Device>(a.mid.data(), x, N * C);
 
     const T* mlp_input = c_.parallel_residual ? x : a.mid.data();
@@ -169,12 +171,14 @@ public:
       nn::linear_forward<Device>(a.mid.data(), a.hidden.data(), p(w_.mlp_out_weight), p(w_.mlp_out_bias), N,
                                  c_.intermediate_size, C);
       adapt(LinearSlot::mlp_out, a.mid.data(), a.hidden.data(), N);
+      scale_branch(a.mid.data(), N);
       nn::add_into<Device>(y, a.mid.data(), N * C);
       nn::add_into<Device>(y, x, N * C);
     } else {
       nn::linear_forward<Device>(y, a.hidden.data(), p(w_.mlp_out_weight), p(w_.mlp_out_bias), N,
                                  c_.intermediate_size, C);
       adapt(LinearSlot::mlp_out, y, a.hidden.data(), N);
+      scale_branch(y, N);
       nn::add_into<Device>(y, a.mid.data(), N * C);
     }
   }
@@ -227,10 +231,11 @@ private:
 
     // MLP branch: d n2 into d_norm_a.
     zero(s.d_hidden);
-    if (deferred) copy(deferred->output, dres);
-    nn::linear_backward<Device>(s.d_hidden.data(), gw(w_.mlp_out_weight), gw(w_.mlp_out_bias), dres, a.hidden.data(),
-                        p(w_.mlp_out_weight), N, F, C);
-    adapt_backward(LinearSlot::mlp_out, s.d_hidden.data(), dres, a.hidden.data(), N);
+    const T* d_mlp_out = branch_gradient(dres, s, N);
+    if (deferred) copy(deferred->output, d_mlp_out);
+    nn::linear_backward<Device>(s.d_hidden.data(), gw(w_.mlp_out_weight), gw(w_.mlp_out_bias), d_mlp_out,
+                                a.hidden.data(), p(w_.mlp_out_weight), N, F, C);
+    adapt_backward(LinearSlot::mlp_out, s.d_hidden.data(), d_mlp_out, a.hidden.data(), N);
     zero(s.d_mlp_in);
     nn::mlp_backward<Device>(s.d_mlp_in.data(), s.d_hidden.data(), a.mlp_in.data(), N, F, c_.gated_mlp, c_.activation);
     zero(s.d_norm_a);
@@ -245,10 +250,11 @@ private:
 
     // Attention branch: d n1 into d_norm_b.
     zero(s.d_attention);
-    if (deferred) copy(deferred->attention_output, dres);
-    nn::linear_backward<Device>(s.d_attention.data(), gw(w_.o_weight), gw(w_.o_bias), dres, a.attention.data(), p(w_.o_weight),
-                        N, HD, C);
-    adapt_backward(LinearSlot::o, s.d_attention.data(), dres, a.attention.data(), N);
+    const T* d_o = branch_gradient(dres, s, N);
+    if (deferred) copy(deferred->attention_output, d_o);
+    nn::linear_backward<Device>(s.d_attention.data(), gw(w_.o_weight), gw(w_.o_bias), d_o, a.attention.data(),
+                                p(w_.o_weight), N, HD, C);
+    adapt_backward(LinearSlot::o, s.d_attention.data(), d_o, a.attention.data(), N);
     zero(s.d_qkv);
     nn::attention_backward_on<Device>(s.d_qkv.data(), s.d_attention.data(), a.attention.data(), a.lse.data(),
                                       a.qkv.data(), documents, attention_shape(batch));
@@ -271,7 +277,19 @@ private:
   }
 
   nn::AttentionShape attention_shape(const Batch& batch) const {
-    return {batch.B, batch.T, c_.num_heads, c_.num_kv_heads, c_.head_dim, c_.sliding_window[std::size_t(layer_)]};
+    return {batch.B, batch.T, c_.num_heads, c_.num_kv_heads, c_.head_dim, c_.sliding_window[std::size_t(layer_)],
+            c_.attention_multiplier};
+  }
+
+  // A branch's output [N, C], scaled in place before it joins the residual stream.
+  void scale_branch(T* out, index_t N) {
+    if (c_.residual_multiplier != 1) nn::scale_into<Device>(out, out, A(c_.residual_multiplier), N * c_.hidden_size);
+  }
+  // The gradient of a branch's output: the residual stream's, scaled as forward scaled the branch.
+  const T* branch_gradient(const T* dres, BlockScratch<T, Memory>& s, index_t N) {
+    if (c_.residual_multiplier == 1) return dres;
+    nn::scale_into<Device>(s.d_branch.data(), dres, A(c_.residual_multiplier), N * c_.hidden_size);
+    return s.d_branch.data();
   }
 
   void adapt(LinearSlot slot, T* y, const T* x, index_t N) {

@@ -99,6 +99,7 @@ struct BlockActivations {
 template <element T, memory::memory_space Space = memory::Host>
 struct BlockScratch {
   Tensor<T, Space> d_norm_a, d_norm_b, d_attention, d_qkv, d_mlp_in, d_hidden;
+  Tensor<T, Space> d_branch;  // with a residual_multiplier: a branch's output gradient
 
   template <class Visit>
   static void layout(const TransformerConfig& c, index_t N, Visit&& visit) {
@@ -108,6 +109,7 @@ struct BlockScratch {
     visit(&BlockScratch::d_qkv, Shape{N, c.qkv_width()});
     visit(&BlockScratch::d_mlp_in, Shape{N, c.mlp_in_width()});
     visit(&BlockScratch::d_hidden, Shape{N, c.intermediate_size});
+    if (c.residual_multiplier != 1) visit(&BlockScratch::d_branch, Shape{N, c.hidden_size});
   }
   void resize(const TransformerConfig& c, index_t N) {
     if (d_norm_a.size(0) != N) layout(c, N, make_into(*this));

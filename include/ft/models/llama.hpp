@@ -1,8 +1,9 @@
 #pragma once
 // The Llama family: Llama 2 and 3, Mistral (sliding window), Qwen2 (q/k/v
-// biases), Qwen3 (per-head q/k norms), TinyLlama, SmolLM2. They share one
-// block shape (RMSNorm, rotary attention with grouped-query heads, SwiGLU
-// MLP) and differ only in options that config.json carries.
+// biases), Qwen3 (per-head q/k norms), Granite 3 (four multipliers),
+// TinyLlama, SmolLM2. They share one block shape (RMSNorm, rotary attention
+// with grouped-query heads, SwiGLU MLP) and differ only in options that
+// config.json carries.
 #include <array>
 #include <string>
 #include <string_view>
@@ -15,8 +16,8 @@ namespace ft::models {
 struct Llama : Policy {
   static constexpr std::string_view name = "llama";
   static constexpr std::string_view type_name = "ft::models::Llama";
-  static constexpr std::array<std::string_view, 4> hf_architectures{
-      "LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForCausalLM", "Qwen3ForCausalLM"};
+  static constexpr std::array<std::string_view, 5> hf_architectures{
+      "LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForCausalLM", "Qwen3ForCausalLM", "GraniteForCausalLM"};
   static constexpr std::array<std::string_view, 7> linear_modules{
       "q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"};
   static constexpr std::array<std::string_view, 2> default_lora_targets{"q_proj", "v_proj"};
@@ -38,6 +39,17 @@ struct Llama : Policy {
     c.o_bias = attention_bias;
     c.mlp_bias = json.flag("mlp_bias", false);
     c.qk_norm = c.architecture == "Qwen3ForCausalLM";
+    if (c.architecture == "GraniteForCausalLM") {
+      auto positive = [&](const char* key) {
+        const double v = json.number(key, 1.0);
+        if (!(v > 0)) json.fail(std::string("field \"") + key + "\" must be a positive number");
+        return v;
+      };
+      c.embedding_multiplier = positive("embedding_multiplier");
+      c.residual_multiplier = positive("residual_multiplier");
+      c.attention_multiplier = positive("attention_multiplier");  // HF's default is 1, not 1 / sqrt(head_dim)
+      c.logits_scaling = positive("logits_scaling");
+    }
     c.tie_embeddings = json.flag("tie_word_embeddings", false);
     c.rope = read_rope(json, c.head_dim, 1.0);
     c.sliding_window = read_sliding_windows(json, c.num_layers);

@@ -18,6 +18,7 @@
 #include "ft/nn/cross_entropy.hpp"
 #include "ft/nn/embedding.hpp"
 #include "ft/nn/norm.hpp"
+#include "ft/nn/residual.hpp"
 
 namespace ft::models {
 
@@ -26,7 +27,8 @@ class EmbeddingStage final : public Stage<T, Device> {
 public:
   using Parameters = ParameterBuffer<T, typename Device::Memory>;
 
-  explicit EmbeddingStage(const TransformerConfig& c, bool trainable = true) : C_(c.hidden_size), V_(c.vocab_size) {
+  explicit EmbeddingStage(const TransformerConfig& c, bool trainable = true)
+      : C_(c.hidden_size), V_(c.vocab_size), multiplier_(c.embedding_multiplier) {
     declare(params_, c);
     weight_ = params_.slot("weight");
     params_.set_trainable(trainable);
@@ -54,13 +56,15 @@ public:
                   " virtual tokens, but no prompt adapter is attached to fill them");
     nn::embedding_forward<Device>(y, context.arrays().input_ids(), params_.value(weight_), batch.rows(), C_);
     if (batch.virtual_tokens > 0) adapter_->forward(y, batch);
+    if (multiplier_ != 1) nn::scale_into<Device>(y, y, acc_t<T>(multiplier_), batch.rows() * C_);  // virtual rows too
   }
   // The virtual tokens' rows of dres reach the adapter; their placeholder ids
   // also receive them in the table's gradient, which only a full fine-tune
   // keeps, and a full fine-tune has no virtual tokens.
   void backward(Context<T, Device>& context) override {
     const Batch& batch = context.batch();
-    const T* dres = context.gradient();
+    T* dres = context.gradient();
+    if (multiplier_ != 1) nn::scale_into<Device>(dres, dres, acc_t<T>(multiplier_), batch.rows() * C_);
     if (batch.virtual_tokens > 0 && adapter_) adapter_->backward(dres, batch);
     if (!params_.trainable()) return;
     nn::embedding_backward<Device>(params_.grad(weight_), batch.input_ids.data(), dres, batch.rows(), C_);
@@ -68,6 +72,7 @@ public:
 
 private:
   index_t C_, V_;
+  double multiplier_;  // embedding_multiplier
   Parameters params_;
   ParameterSlot weight_;
   InputAdapter<T, Device>* adapter_ = nullptr;
@@ -121,7 +126,7 @@ public:
                      params_.value(norm_bias_), N, C, A(c_.norm_eps));
     if (options.backward) Memory::zero(h.d_normed.data(), std::size_t(N * C) * sizeof(T));  // evaluation writes no gradient
     nn::CrossEntropyOptions ce{.chunk_rows = options.chunk_rows, .token_count = options.token_count,
-                               .backward = options.backward};
+                               .backward = options.backward, .logit_scale = 1 / c_.logits_scaling};
     context.loss = nn::lm_head_cross_entropy<Device>(h.d_normed.data(), lm_grad(), h.normed.data(), lm_weight(),
                                                      context.arrays().targets(), N, C, c_.vocab_size, ce,
                                                      context.logits());

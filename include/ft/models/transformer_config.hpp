@@ -30,6 +30,11 @@ struct TransformerConfig {
   bool parallel_residual = false; // x + attn(ln1 x) + mlp(ln2 x)
   bool qkv_bias = false, o_bias = false, mlp_bias = false;
   bool qk_norm = false;           // RMSNorm over each query and key head before RoPE (Qwen3)
+  // Granite's multipliers, under HF's names; the defaults change nothing.
+  double embedding_multiplier = 1;  // on the embedding's output
+  double residual_multiplier = 1;   // on each branch's output before it joins the residual stream
+  double attention_multiplier = 0;  // the factor on q.k; 0: 1 / sqrt(head_dim)
+  double logits_scaling = 1;        // logits are divided by it
   bool tie_embeddings = false;
   nn::RopeConfig rope;
   std::vector<index_t> sliding_window;  // per layer; 0 = full attention

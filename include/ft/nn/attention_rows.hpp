@@ -210,7 +210,7 @@ void attention_forward_rows(T* out, acc_t<T>* lse, const T* qkv, const std::int3
   memory::Scratch<std::int32_t, typename Device::Memory> first(s.B * s.T);
   Device::parallel_for(s.B, FirstKeys{first.data(), documents, s.T, s.window});
   const Layout at{s.T, s.H, s.G, s.D};
-  Device::parallel_for(s.B * s.T * s.H, ForwardRow<T>{out, lse, qkv, first.data(), at, acc_t<T>(1) / std::sqrt(acc_t<T>(s.D))});
+  Device::parallel_for(s.B * s.T * s.H, ForwardRow<T>{out, lse, qkv, first.data(), at, softmax_scale<acc_t<T>>(s.D, s.scale)});
 }
 
 // As attention_backward, on any device.
@@ -224,7 +224,7 @@ void attention_backward_rows(T* dqkv, const T* dout, const T* out, const acc_t<T
   memory::Scratch<A, typename Device::Memory> delta(s.B * s.H * s.T);
   Device::parallel_for(s.B, FirstKeys{first.data(), documents, s.T, s.window});
   const Layout at{s.T, s.H, s.G, s.D};
-  const A scale = A(1) / std::sqrt(A(s.D));
+  const A scale = softmax_scale<A>(s.D, s.scale);
   Device::parallel_for(s.B * s.T * s.H, DeltaRow<T>{delta.data(), dout, out, at});
   Device::parallel_for(s.B * s.T * s.H, QueryGradRow<T>{dqkv, dout, lse, delta.data(), qkv, first.data(), at, scale});
   Device::parallel_for(s.B * s.T * s.G, KeyValueGradRow<T>{dqkv, dout, lse, delta.data(), qkv, first.data(), at, scale});

@@ -14,13 +14,23 @@
 // window W > 0, i - j < W (Mistral). Because documents are contiguous, the
 // keys a query sees are one range [first_key(i), i], and first_key never
 // decreases along a row.
+#include <cmath>
+
 #include "ft/tensor/shape.hpp"
 
 namespace ft::nn {
 
+// The factor on q.k before the softmax: 1 / sqrt(D), unless the model
+// states its own (`scale` > 0: Granite's attention_multiplier).
+template <class A>
+A softmax_scale(index_t D, double scale) {
+  return scale > 0 ? A(scale) : A(1) / std::sqrt(A(D));
+}
+
 struct AttentionShape {
   index_t B, T, H, G, D;
   index_t window = 0;  // 0: no sliding window
+  double scale = 0;    // 0: 1 / sqrt(D) (softmax_scale)
 };
 
 }  // namespace ft::nn

@@ -29,6 +29,7 @@ struct CrossEntropyOptions {
   index_t chunk_rows = 256;
   double token_count = 1;  // the divisor of the gradients
   bool backward = true;    // false: loss only (evaluation)
+  double logit_scale = 1;  // logits = logit_scale * h W^T (Granite's 1 / logits_scaling)
 };
 
 // One row of a chunk of logits: its loss, and in place (when training) its
@@ -96,21 +97,26 @@ double lm_head_cross_entropy(T* dh, T* dweight, const T* h, const T* weight, con
   memory::Scratch<T, typename Device::Memory> logits(most * V);
   memory::Scratch<double, typename Device::Memory> row_loss(most);
   auto host_loss = std::vector<double>(std::size_t(most));
-  const A scale = A(1.0 / options.token_count);
+  const A scale = A(1.0 / options.token_count), logit_scale = A(options.logit_scale);
   double total = 0;
 
   for (index_t n0 = 0; n0 < N; n0 += chunk) {
     index_t rows = std::min(chunk, N - n0);
-    Device::template gemm<T>(Op::none, Op::transpose, rows, V, C, 1, h + n0 * C, C, weight, C, 0, logits.data(), V);
+    Device::template gemm<T>(Op::none, Op::transpose, rows, V, C, logit_scale, h + n0 * C, C, weight, C, 0,
+                             logits.data(), V);
     if (logits_out) Device::copy(logits_out + n0 * V, logits.data(), std::size_t(rows * V) * sizeof(T));
     Device::parallel_rows(rows, V, CrossEntropyRow<T>{logits.data(), targets + n0, row_loss.data(), V, scale, options.backward});
     Device::to_host(host_loss.data(), row_loss.data(), std::size_t(rows) * sizeof(double));
     for (index_t r = 0; r < rows; ++r) total += host_loss[std::size_t(r)];
 
     if (!options.backward) continue;
-    if (dh) Device::template gemm<T>(Op::none, Op::none, rows, C, V, 1, logits.data(), V, weight, C, 1, dh + n0 * C, C);
+    // logits now hold d loss / d (scaled logits); the scale carries through to h and W.
+    if (dh)
+      Device::template gemm<T>(Op::none, Op::none, rows, C, V, logit_scale, logits.data(), V, weight, C, 1,
+                               dh + n0 * C, C);
     if (dweight)
-      Device::template gemm<T>(Op::transpose, Op::none, V, C, rows, 1, logits.data(), V, h + n0 * C, C, 1, dweight, C);
+      Device::template gemm<T>(Op::transpose, Op::none, V, C, rows, logit_scale, logits.data(), V, h + n0 * C, C, 1,
+                               dweight, C);
   }
   return total;
 }

@@ -96,7 +96,7 @@ void attention_forward(T* out, acc_t<T>* lse, const T* qkv, const std::int32_t* 
   using A = acc_t<T>;
   using namespace attention_detail;
   const index_t stride = (s.H + 2 * s.G) * s.D, out_stride = s.H * s.D, group = s.H / s.G;
-  const A scale = A(1) / std::sqrt(A(s.D));
+  const A scale = nn::softmax_scale<A>(s.D, s.scale);
   const A infinity = std::numeric_limits<A>::infinity();
   const std::vector<std::int32_t> first = first_keys(s, documents);
   const index_t q_tiles = (s.T + tile - 1) / tile;
@@ -144,7 +144,7 @@ void attention_backward(T* dqkv, const T* dout, const T* out, const acc_t<T>* ls
   using A = acc_t<T>;
   using namespace attention_detail;
   const index_t stride = (s.H + 2 * s.G) * s.D, out_stride = s.H * s.D, group = s.H / s.G;
-  const A scale = A(1) / std::sqrt(A(s.D));
+  const A scale = nn::softmax_scale<A>(s.D, s.scale);
   const std::vector<std::int32_t> first = first_keys(s, documents);
   const index_t tiles = (s.T + tile - 1) / tile;
 

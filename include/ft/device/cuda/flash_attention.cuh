@@ -487,7 +487,7 @@ bool attention_forward(T* out, acc_t<T>* lse, const T* qkv, const std::int32_t* 
     memory::Scratch<std::int32_t, memory::CudaDevice> first(s.B * s.T);
     parallel_for(s.B, nn::attention_rows::FirstKeys{first.data(), documents, s.T, s.window});
     const Heads heads{int(s.B), int(s.T), int(s.H), int(s.G)};
-    const float scale = 1.0f / std::sqrt(float(s.D));
+    const float scale = nn::softmax_scale<float>(s.D, s.scale);
     if (s.D == 64)
       forward<T, 64>(out, lse, qkv, first.data(), heads, scale);
     else
@@ -509,7 +509,7 @@ bool attention_backward(T* dqkv, const T* dout, const T* out, const acc_t<T>* ls
     const nn::attention_rows::Layout at{s.T, s.H, s.G, s.D};
     parallel_for(s.B * s.T * s.H, nn::attention_rows::DeltaRow<T>{delta.data(), dout, out, at});
     const Heads heads{int(s.B), int(s.T), int(s.H), int(s.G)};
-    const float scale = 1.0f / std::sqrt(float(s.D));
+    const float scale = nn::softmax_scale<float>(s.D, s.scale);
     if (s.D == 64)
       backward<T, 64>(dqkv, dout, lse, delta.data(), qkv, first.data(), heads, scale);
     else
