@@ -16,7 +16,8 @@ Cases: LoRA on Llama with grouped-query attention (q, v, gate, down), LoRA
 on GPT-NeoX (its interleaved query_key_value and dense_4h_to_h), prompt
 tuning (8 virtual tokens) on Llama, LoRA on every linear layer of Qwen3
 (`all-linear`: its q and k pass through the per-head norms), and prompt
-tuning on Granite (its embedding_multiplier scales the virtual tokens too).
+tuning on Granite (its embedding_multiplier scales the virtual tokens too),
+and LoRA on Phi-3's fused qkv_proj and gate_up_proj.
 
 Deterministic and idempotent. Run from the repository root:
 
@@ -49,6 +50,8 @@ CASES = {
                                                        target_modules="all-linear")),
     "granite_multipliers_prompt": ("granite_multipliers",
                                    PromptTuningConfig(num_virtual_tokens=4, task_type="CAUSAL_LM")),
+    "phi3_fused_lora": ("phi3_fused", LoraConfig(r=4, lora_alpha=8, lora_dropout=0.0, task_type="CAUSAL_LM",
+                                                 target_modules=["qkv_proj", "gate_up_proj"])),
 }
 
 

@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """Writes the HF Transformers parity fixtures under tests/fixtures/parity/.
 
-ft re-implements the Llama-family (Qwen2, Qwen3 and Granite included) and
-GPT-NeoX forward and backward passes in C++. These fixtures pin down what HF Transformers computes for a few tiny,
+ft re-implements the Llama-family (Qwen2, Qwen3 and Granite included), Phi-3
+and GPT-NeoX forward and backward passes in C++. These fixtures pin down what HF Transformers computes for a few tiny,
 randomly initialised models, so the C++ tests can check logits, loss and every
 parameter gradient against them without Python or network access.
 
@@ -44,6 +44,8 @@ from transformers import (
     LlamaForCausalLM,
     MistralConfig,
     MistralForCausalLM,
+    Phi3Config,
+    Phi3ForCausalLM,
     Qwen2Config,
     Qwen2ForCausalLM,
     Qwen3Config,
@@ -132,6 +134,38 @@ def granite_multipliers():
     )
 
 
+def phi3_fused():
+    # Phi-3's fused qkv_proj and gate_up_proj, half the head rotary, and a
+    # sliding window shorter than the sequence, each as config.json states it.
+    return Phi3ForCausalLM, Phi3Config(
+        vocab_size=100, hidden_size=64, intermediate_size=96,
+        num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+        max_position_embeddings=64, original_max_position_embeddings=64, rms_norm_eps=1e-5,
+        tie_word_embeddings=False, sliding_window=6,
+        rope_parameters={"rope_type": "default", "rope_theta": 10000.0, "partial_rotary_factor": 0.5},
+        pad_token_id=0, bos_token_id=1, eos_token_id=2,
+        attention_dropout=0.0, resid_pdrop=0.0, embd_pdrop=0.0,
+    )
+
+
+def phi3_longrope():
+    # Phi-4-mini's shape in small: a quarter of each head unrotated, tied
+    # tables, LongRoPE with short factors away from 1 and an attention factor
+    # derived from max / original positions (192 / 48). Every position here,
+    # generation's included, stays below the original 48.
+    return Phi3ForCausalLM, Phi3Config(
+        vocab_size=92, hidden_size=64, intermediate_size=96,
+        num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+        max_position_embeddings=192, original_max_position_embeddings=48, rms_norm_eps=1e-5,
+        tie_word_embeddings=True,
+        rope_parameters={"rope_type": "longrope", "rope_theta": 10000.0, "partial_rotary_factor": 0.75,
+                         "short_factor": [1.0, 1.25, 1.5, 2.0, 3.0, 4.5],
+                         "long_factor": [1.0, 2.0, 4.0, 8.0, 16.0, 32.0]},
+        pad_token_id=0, bos_token_id=1, eos_token_id=2,
+        attention_dropout=0.0, resid_pdrop=0.0, embd_pdrop=0.0,
+    )
+
+
 def mistral_sliding():
     return MistralForCausalLM, MistralConfig(
         vocab_size=120, hidden_size=64, intermediate_size=128,
@@ -164,6 +198,8 @@ CASES = {
     "neox_sequential": lambda: neox(False, 0.5),
     "qwen3_qk_norm": qwen3_qk_norm,
     "granite_multipliers": granite_multipliers,
+    "phi3_fused": phi3_fused,
+    "phi3_longrope": phi3_longrope,
 }
 
 
@@ -248,7 +284,7 @@ def check_rope(case, model):
 
 
 def check_sliding(case, model, input_ids, labels, loss):
-    if case != "mistral_sliding":
+    if case not in ("mistral_sliding", "phi3_fused"):
         return
     config = copy.deepcopy(model.config)
     config.sliding_window = None
@@ -257,7 +293,7 @@ def check_sliding(case, model, input_ids, labels, loss):
     full.train()
     with torch.no_grad():
         full_loss = full(input_ids=input_ids, labels=labels).loss.item()
-    print(f"  [{case}] loss with sliding_window=5: {loss:.8f}, with None: {full_loss:.8f}")
+    print(f"  [{case}] loss with sliding_window={model.config.sliding_window}: {loss:.8f}, with None: {full_loss:.8f}")
     assert abs(full_loss - loss) > 1e-3, "sliding window has no effect"
 
 

@@ -11,13 +11,14 @@
 #include "ft/adapters/adapter.hpp"
 #include "ft/models/gpt_neox.hpp"
 #include "ft/models/llama.hpp"
+#include "ft/models/phi3.hpp"
 #include "ft/optim/optimizer.hpp"
 #include "ft/parallel/parallelism.hpp"
 #include "ft/precision/precision.hpp"
 
 namespace ft::stock {
 
-using Families = std::tuple<models::Llama, models::GptNeox>;
+using Families = std::tuple<models::Llama, models::GptNeox, models::Phi3>;
 using Precisions = std::tuple<precision::FP32, precision::BF16True, precision::BF16Mixed, precision::FP16Mixed>;
 using Parallelisms = std::tuple<parallel::Single, parallel::DDP, parallel::ZeRO<1>, parallel::ZeRO<2>, parallel::ZeRO<3>,
                                 parallel::Pipeline>;

@@ -109,6 +109,40 @@ TEST_CASE("Granite 3 2B: its four multipliers read under HF's names, 2.53B param
     "logits_scaling": 0})"), doctest::Contains("field \"logits_scaling\" must be a positive number"), Error);
 }
 
+TEST_CASE("Phi-3-mini-4k: fused qkv_proj and gate_up_proj, a 2047-token window, 3.82B parameters; LongRoPE is refused") {
+  auto spec = spec_of(R"({"architectures": ["Phi3ForCausalLM"], "hidden_size": 3072, "intermediate_size": 8192,
+    "num_attention_heads": 32, "num_hidden_layers": 32, "num_key_value_heads": 32, "rms_norm_eps": 1e-05,
+    "rope_theta": 10000.0, "rope_scaling": null, "sliding_window": 2047, "original_max_position_embeddings": 4096,
+    "max_position_embeddings": 4096, "tie_word_embeddings": false, "vocab_size": 32064, "hidden_act": "silu"})");
+  const auto& c = spec.config;
+  CHECK(c.sliding_window == std::vector<index_t>(32, 2047));
+  CHECK(c.rope.rotary_dim == 96);
+  CHECK(models::parameter_count(c) == 3'821'079'552);  // transformers' count of Phi3ForCausalLM at this config
+  CHECK(spec.weights.size() == 1 + 32 * 6 + 2);  // embed; 6 per layer, the fused two among them; final norm, lm_head
+  CHECK(spec.weights[2].hf_name == "model.layers.0.self_attn.qkv_proj.weight");
+  CHECK(spec.weights[2].param == "layers.0.qkv.weight");
+
+  // Phi-4-mini: a quarter of each head unrotated, LongRoPE (short factors below its original 4096 positions).
+  std::string factors = "[1.0";
+  for (int i = 1; i < 48; ++i) factors += ", 1.5";
+  factors += "]";
+  const std::string phi4 = R"({"architectures": ["Phi3ForCausalLM"], "hidden_size": 3072, "intermediate_size": 8192,
+    "num_attention_heads": 24, "num_hidden_layers": 32, "num_key_value_heads": 8, "vocab_size": 200064,
+    "tie_word_embeddings": true, "partial_rotary_factor": 0.75, "max_position_embeddings": 131072,
+    "original_max_position_embeddings": 4096, "rope_scaling": {"type": "longrope", "long_factor": )" +
+                           factors + R"(, "short_factor": )" + factors + "}}";
+  const auto mini = spec_of(phi4);
+  CHECK(mini.config.rope.rotary_dim == 96);
+  CHECK(mini.config.rope.short_factors.size() == 48);
+  CHECK(mini.config.rope.position_limit == 4096);
+  CHECK(mini.config.rope.attention_factor == doctest::Approx(std::sqrt(1 + std::log(32.0) / std::log(4096.0))));
+  CHECK(models::parameter_count(mini.config) == 3'836'021'760);  // transformers' count at this config
+  std::string short_list = phi4;
+  short_list.replace(short_list.rfind(factors), factors.size(), "[1.0, 2.0]");
+  CHECK_THROWS_WITH_AS(spec_of(short_list),
+                       doctest::Contains("LongRoPE needs \"short_factor\", a list of 48 numbers"), Error);
+}
+
 TEST_CASE("Mistral 7B: a sliding window on every layer; SmolLM2-135M: tied, 134.5M parameters") {
   auto mistral = spec_of(R"({"architectures": ["MistralForCausalLM"], "hidden_size": 4096, "intermediate_size": 14336,
     "num_attention_heads": 32, "num_hidden_layers": 32, "num_key_value_heads": 8, "rms_norm_eps": 1e-05,
@@ -147,7 +181,7 @@ TEST_CASE("a model's description crosses the plugin boundary whole: every field 
 
 TEST_CASE("the parameter count from the configuration is what the model allocates") {
   for (const char* name : {"llama_gqa", "smollm2_tied", "qwen2_bias", "neox_parallel", "qwen3_qk_norm",
-                           "granite_multipliers"}) {
+                           "granite_multipliers", "phi3_fused", "phi3_longrope"}) {
     CAPTURE(name);
     fs::path dir = fs::path(FT_SOURCE_DIR) / "tests/fixtures/parity" / name;
     models::Transformer<float> model(models::read_model_spec(dir));

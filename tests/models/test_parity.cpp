@@ -27,7 +27,7 @@ namespace {
 
 const char* const cases[] = {"llama_gqa",       "smollm2_tied",  "llama3_rope_scaling", "qwen2_bias",
                              "mistral_sliding", "neox_parallel", "neox_sequential",     "qwen3_qk_norm",
-                             "granite_multipliers"};
+                             "granite_multipliers", "phi3_fused",          "phi3_longrope"};
 
 fs::path fixture(const std::string& name) { return fs::path(FT_SOURCE_DIR) / "tests/fixtures/parity" / name; }
 
@@ -136,12 +136,28 @@ TEST_CASE("a packed row of two documents equals the two documents run apart") {
   CHECK(relative_error(packed_grads, apart_grads) < 1e-6);  // grads read back as float
 }
 
+TEST_CASE("LongRoPE runs below original_max_position_embeddings and refuses a position past it in one line") {
+  auto model = models::load_pretrained<float>(fixture("phi3_longrope"));
+  const index_t limit = model->config().rope.position_limit;
+  REQUIRE(limit == 48);
+  auto run = [&](index_t T) {
+    std::vector<std::int32_t> ids(std::size_t(T), 5);
+    model->zero_grads();
+    return model->forward_backward(models::causal_lm_batch(1, T, ids), {.token_count = double(T - 1)});
+  };
+  CHECK(std::isfinite(run(limit)));
+  CHECK_THROWS_WITH_AS(run(limit + 1),
+                       doctest::Contains("position 48 is past original_max_position_embeddings (48), where LongRoPE "
+                                         "takes its long factors"),
+                       Error);
+}
+
 TEST_CASE("model directories with problems give one-line errors") {
   fs::path fixtures = fs::path(FT_SOURCE_DIR) / "tests/fixtures";
   CHECK_THROWS_WITH_AS(models::read_model_spec(fixtures / "models/unknown-arch"),
                        doctest::Contains("architecture \"FalconForCausalLM\" is not supported; supported: "
                                          "LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, "
-                                         "GraniteForCausalLM, GPTNeoXForCausalLM"),
+                                         "GraniteForCausalLM, GPTNeoXForCausalLM, Phi3ForCausalLM"),
                        Error);
   CHECK_THROWS_WITH_AS(models::read_model_spec(fixtures / "no-such-dir"), doctest::Contains("not a model directory"),
                        Error);
@@ -155,7 +171,7 @@ TEST_CASE("model directories with problems give one-line errors") {
   write(R"({"architectures": ["LlamaForCausalLM"], "vocab_size": 10, "hidden_size": 8, "intermediate_size": 8,
             "num_hidden_layers": 1, "num_attention_heads": 2, "rope_scaling": {"rope_type": "yarn", "factor": 4}})");
   CHECK_THROWS_WITH_AS(models::read_model_spec(dir),
-                       doctest::Contains("rope type \"yarn\" is not supported; allowed: default, llama3"), Error);
+                       doctest::Contains("rope type \"yarn\" is not supported; allowed: default, llama3, longrope"), Error);
   write(R"({"architectures": ["LlamaForCausalLM"], "vocab_size": 10, "hidden_size": 8, "intermediate_size": 8,
             "num_hidden_layers": 1, "num_attention_heads": 2})");
   CHECK_THROWS_WITH_AS(models::load_pretrained<float>(dir), doctest::Contains("model.safetensors"), Error);

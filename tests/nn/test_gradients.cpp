@@ -24,7 +24,7 @@ using ft::testing::expect_gradient;
 using ft::testing::random_vector;
 using Vec = std::vector<double>;
 
-TEST_CASE("embedding backward matches finite differences") {
+TEST_CASE("embedding backward matches finite differences, and a padding row takes none") {
   std::mt19937 rng(1);
   const index_t N = 7, C = 5, V = 4;
   Vec table = random_vector(V * C, rng), w = random_vector(N * C, rng), out(N * C);
@@ -36,6 +36,12 @@ TEST_CASE("embedding backward matches finite differences") {
   Vec dtable(table.size());
   embedding_backward(dtable.data(), ids.data(), w.data(), N, C);
   expect_gradient("table", table, dtable, loss);
+
+  // A padding row (HF's pad_token_id, torch's padding_idx) takes no gradient; the others are unchanged.
+  Vec padded(table.size());
+  embedding_backward(padded.data(), ids.data(), w.data(), N, C, /*padding_idx=*/3);
+  for (index_t v = 0; v < V; ++v)
+    for (index_t c = 0; c < C; ++c) CHECK(padded[v * C + c] == (v == 3 ? 0.0 : dtable[v * C + c]));
 }
 
 TEST_CASE("linear backward matches finite differences, with and without bias") {

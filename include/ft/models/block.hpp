@@ -151,7 +151,8 @@ public:
     if (c_.qk_norm)
       nn::head_norm_forward<Device>(a.qkv.data(), a.qk_input.data(), a.qk_rstd.data(), p(w_.q_norm_weight),
                                     p(w_.k_norm_weight), N, c_.num_heads, c_.num_kv_heads, c_.head_dim, A(c_.norm_eps));
-    nn::rope_forward<Device>(a.qkv.data(), positions, inv_freq(), N, c_.num_heads, c_.num_kv_heads, c_.head_dim);
+    nn::rope_forward<Device>(a.qkv.data(), positions, inv_freq(), N, c_.num_heads, c_.num_kv_heads, c_.head_dim,
+                             float(c_.rope.attention_factor));
     attend(a);
     // Sequential: mid = x + O(att). Parallel: the attention branch goes to y, mid is only scratch.
     T* attention_out = c_.parallel_residual ? y : a.mid.data();
@@ -258,7 +259,8 @@ private:
     zero(s.d_qkv);
     nn::attention_backward_on<Device>(s.d_qkv.data(), s.d_attention.data(), a.attention.data(), a.lse.data(),
                                       a.qkv.data(), documents, attention_shape(batch));
-    nn::rope_backward<Device>(s.d_qkv.data(), positions, inv_freq(), N, c_.num_heads, c_.num_kv_heads, c_.head_dim);
+    nn::rope_backward<Device>(s.d_qkv.data(), positions, inv_freq(), N, c_.num_heads, c_.num_kv_heads, c_.head_dim,
+                              float(c_.rope.attention_factor));
     if (c_.qk_norm)
       nn::head_norm_backward<Device>(s.d_qkv.data(), g(w_.q_norm_weight), g(w_.k_norm_weight), a.qk_input.data(),
                                      a.qk_rstd.data(), p(w_.q_norm_weight), p(w_.k_norm_weight), N, c_.num_heads,

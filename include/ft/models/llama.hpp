@@ -51,6 +51,7 @@ struct Llama : Policy {
       c.logits_scaling = positive("logits_scaling");
     }
     c.tie_embeddings = json.flag("tie_word_embeddings", false);
+    c.padding_idx = read_padding_idx(json, c.vocab_size);
     c.rope = read_rope(json, c.head_dim, 1.0);
     c.sliding_window = read_sliding_windows(json, c.num_layers);
     c.max_position_embeddings = json.optional_int("max_position_embeddings", 0);

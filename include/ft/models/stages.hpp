@@ -19,6 +19,7 @@
 #include "ft/nn/embedding.hpp"
 #include "ft/nn/norm.hpp"
 #include "ft/nn/residual.hpp"
+#include "ft/nn/rope.hpp"
 
 namespace ft::models {
 
@@ -28,7 +29,8 @@ public:
   using Parameters = ParameterBuffer<T, typename Device::Memory>;
 
   explicit EmbeddingStage(const TransformerConfig& c, bool trainable = true)
-      : C_(c.hidden_size), V_(c.vocab_size), multiplier_(c.embedding_multiplier) {
+      : C_(c.hidden_size), V_(c.vocab_size), padding_idx_(std::int32_t(c.padding_idx)),
+        multiplier_(c.embedding_multiplier), rope_(c.rope) {
     declare(params_, c);
     weight_ = params_.slot("weight");
     params_.set_trainable(trainable);
@@ -51,6 +53,7 @@ public:
     for (std::int32_t id : batch.input_ids)
       if (id < 0 || id >= V_)
         throw Error("token id " + std::to_string(id) + " is outside the vocabulary [0, " + std::to_string(V_) + ")");
+    nn::check_rope_positions(rope_, batch.positions);
     if (batch.virtual_tokens > 0 && !adapter_)
       throw Error("the batch starts with " + std::to_string(batch.virtual_tokens) +
                   " virtual tokens, but no prompt adapter is attached to fill them");
@@ -67,12 +70,15 @@ public:
     if (multiplier_ != 1) nn::scale_into<Device>(dres, dres, acc_t<T>(multiplier_), batch.rows() * C_);
     if (batch.virtual_tokens > 0 && adapter_) adapter_->backward(dres, batch);
     if (!params_.trainable()) return;
-    nn::embedding_backward<Device>(params_.grad(weight_), batch.input_ids.data(), dres, batch.rows(), C_);
+    nn::embedding_backward<Device>(params_.grad(weight_), batch.input_ids.data(), dres, batch.rows(), C_,
+                                   padding_idx_);
   }
 
 private:
   index_t C_, V_;
-  double multiplier_;  // embedding_multiplier
+  std::int32_t padding_idx_;  // the row that takes no gradient (-1: none)
+  double multiplier_;         // embedding_multiplier
+  nn::RopeConfig rope_;  // which positions the blocks' rotary embedding covers
   Parameters params_;
   ParameterSlot weight_;
   InputAdapter<T, Device>* adapter_ = nullptr;

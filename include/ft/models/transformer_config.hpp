@@ -2,6 +2,7 @@
 // The shape of a decoder-only transformer, in one struct that every family
 // fills from its HF config.json. Families differ in options, not in code:
 // the block (models/block.hpp) reads these flags.
+#include <cmath>
 #include <filesystem>
 #include <string>
 #include <vector>
@@ -36,6 +37,7 @@ struct TransformerConfig {
   double attention_multiplier = 0;  // the factor on q.k; 0: 1 / sqrt(head_dim)
   double logits_scaling = 1;        // logits are divided by it
   bool tie_embeddings = false;
+  index_t padding_idx = -1;  // the embedding row that takes no gradient: HF's pad_token_id where it builds one
   nn::RopeConfig rope;
   std::vector<index_t> sliding_window;  // per layer; 0 = full attention
   index_t max_position_embeddings = 0;
@@ -121,6 +123,51 @@ inline TransformerConfig read_common_shape(const ConfigReader& json) {
   return c;
 }
 
+// LongRoPE as HF's _compute_longrope_parameters reads it, for positions below
+// original_max_position_embeddings: the short factors, and the attention
+// factor given or derived from factor (max_position_embeddings over the
+// original when not given). The long factors are checked but not kept.
+inline void read_longrope(const ConfigReader& config, const nlohmann::json& params, nn::RopeConfig& rope) {
+  const std::size_t count = std::size_t(rope.rotary_dim / 2);
+  auto factors = [&](const char* key) {
+    if (!params.contains(key) || !params[key].is_array() || params[key].size() != count)
+      config.fail(std::string("LongRoPE needs \"") + key + "\", a list of " + std::to_string(count) +
+                  " numbers (one per rotary frequency)");
+    std::vector<double> out;
+    for (const auto& f : params[key]) {
+      if (!f.is_number() || !(f.get<double>() > 0))
+        config.fail(std::string("LongRoPE's \"") + key + "\" must hold positive numbers");
+      out.push_back(f.get<double>());
+    }
+    return out;
+  };
+  rope.short_factors = factors("short_factor");
+  (void)factors("long_factor");
+  index_t original = 0;
+  if (params.contains("original_max_position_embeddings") && params["original_max_position_embeddings"].is_number_integer())
+    original = params["original_max_position_embeddings"].get<index_t>();
+  else
+    original = config.optional_int("original_max_position_embeddings", 0);
+  if (original <= 1) config.fail("LongRoPE needs \"original_max_position_embeddings\", a positive integer");
+  double factor = 0;
+  if (params.contains("factor") && params["factor"].is_number()) factor = params["factor"].get<double>();
+  else factor = double(config.required_int("max_position_embeddings")) / double(original);
+  if (params.contains("attention_factor") && params["attention_factor"].is_number())
+    rope.attention_factor = params["attention_factor"].get<double>();
+  else
+    rope.attention_factor = factor <= 1.0 ? 1.0 : std::sqrt(1 + std::log(factor) / std::log(double(original)));
+  rope.position_limit = original;
+}
+
+// The pad token's id, which HF's Llama-derived models pass to nn.Embedding as
+// padding_idx (so its row takes no gradient); -1 when none is set or it is
+// outside the vocabulary.
+inline index_t read_padding_idx(const ConfigReader& config, index_t vocab_size) {
+  if (!config.has("pad_token_id") || !config.json()["pad_token_id"].is_number_integer()) return -1;
+  const index_t id = config.json()["pad_token_id"].get<index_t>();
+  return id >= 0 && id < vocab_size ? id : -1;
+}
+
 // Rotary settings as transformers 5 writes them (`rope_parameters`) or as
 // older configs do (`rope_theta` with `rope_scaling`; GPT-NeoX's
 // `rotary_emb_base` and `rotary_pct`). Scaling types other than Llama 3's are
@@ -151,8 +198,10 @@ inline nn::RopeConfig read_rope(const ConfigReader& config, index_t head_dim, do
     };
     rope.scaling = {need("factor"), need("low_freq_factor"), need("high_freq_factor"),
                     need("original_max_position_embeddings")};
+  } else if (type == "longrope") {
+    read_longrope(config, params, rope);
   } else if (type != "default") {
-    config.fail("rope type \"" + type + "\" is not supported; allowed: default, llama3");
+    config.fail("rope type \"" + type + "\" is not supported; allowed: default, llama3, longrope");
   }
   return rope;
 }

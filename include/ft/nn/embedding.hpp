@@ -31,13 +31,17 @@ struct EmbeddingForwardRow {
 
 // A batch's rows grouped by token id, so that each table row's gradient has
 // one owner: rows[starts[u] .. starts[u + 1]) are the rows of token ids[u],
-// in increasing order. Made on the host, where a batch's ids are.
+// in increasing order. Made on the host, where a batch's ids are. Rows of
+// `padding_idx` are left out: as torch's nn.Embedding(padding_idx=...), which
+// HF builds with the config's pad_token_id, that row takes no gradient.
 struct TokenRows {
   std::vector<std::int32_t> ids, starts, rows;
 
-  TokenRows(const std::int32_t* host_ids, index_t N) : rows(std::size_t(N)) {
-    std::iota(rows.begin(), rows.end(), 0);
+  TokenRows(const std::int32_t* host_ids, index_t N, std::int32_t padding_idx = -1) {
+    for (index_t n = 0; n < N; ++n)
+      if (host_ids[n] != padding_idx) rows.push_back(std::int32_t(n));
     std::stable_sort(rows.begin(), rows.end(), [&](std::int32_t a, std::int32_t b) { return host_ids[a] < host_ids[b]; });
+    N = index_t(rows.size());
     for (index_t k = 0; k < N; ++k)
       if (k == 0 || host_ids[rows[std::size_t(k)]] != host_ids[rows[std::size_t(k - 1)]]) {
         ids.push_back(host_ids[rows[std::size_t(k)]]);
@@ -74,9 +78,12 @@ void embedding_forward(T* out, const std::int32_t* ids, const T* table, index_t 
 }
 
 // host_ids: the batch's ids on the host (the grouping is made there).
+// padding_idx (-1: none) takes no gradient.
 template <class Device = device::Cpu, class T>
-void embedding_backward(T* dtable, const std::int32_t* host_ids, const T* dout, index_t N, index_t C) {
-  const TokenRows groups(host_ids, N);
+void embedding_backward(T* dtable, const std::int32_t* host_ids, const T* dout, index_t N, index_t C,
+                        std::int32_t padding_idx = -1) {
+  const TokenRows groups(host_ids, N, padding_idx);
+  if (groups.ids.empty()) return;
   using Memory = typename Device::Memory;
   auto upload = [](const std::vector<std::int32_t>& v) {
     auto buffer = std::make_unique<memory::Scratch<std::int32_t, Memory>>(index_t(v.size()));

@@ -5,6 +5,7 @@
 // ftrun's commands) does not compile, or recompile, the kernels.
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "ft/core/error.hpp"
 #include "ft/tensor/shape.hpp"
@@ -40,6 +41,13 @@ struct RopeConfig {
   index_t rotary_dim = 0;  // R, even, <= head size
   bool llama3 = false;
   Llama3Scaling scaling;
+  // LongRoPE (Phi-3.5, Phi-4-mini) below original_max_position_embeddings:
+  // each frequency divided by its short factor (R / 2 of them; empty: none),
+  // cos and sin times attention_factor. Positions from position_limit on
+  // would take the long factors, which ft does not implement: refused.
+  std::vector<double> short_factors;
+  double attention_factor = 1.0;
+  index_t position_limit = 0;  // 0: any position
   bool operator==(const RopeConfig&) const = default;
 };
 

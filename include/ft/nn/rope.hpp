@@ -9,13 +9,16 @@
 //
 // The inverse frequencies come from `RopeConfig`: theta, the rotary size,
 // and optional Llama-3 scaling (long wavelengths divided by `factor`, short
-// ones kept, a smooth blend between), computed as HF computes them.
+// ones kept, a smooth blend between) or LongRoPE's short factors, computed
+// as HF computes them. LongRoPE also scales the rotation by its attention
+// factor (HF multiplies cos and sin by it).
 #include <cmath>
 #include <cstdint>
 #include <numbers>
 #include <span>
 #include <vector>
 
+#include "ft/core/error.hpp"
 #include "ft/core/host_device.hpp"
 #include "ft/core/numeric.hpp"
 #include "ft/device/cpu.hpp"
@@ -30,7 +33,9 @@ inline std::vector<float> rope_inverse_frequencies(const RopeConfig& rope) {
   std::vector<float> inv(std::size_t(rope.rotary_dim / 2));
   for (std::size_t i = 0; i < inv.size(); ++i) {
     float exponent = float(std::int64_t(2 * i)) / float(rope.rotary_dim);
-    inv[i] = 1.0f / std::pow(float(rope.theta), exponent);
+    const float factor = rope.short_factors.empty() ? 1.0f : float(rope.short_factors[i]);
+    inv[i] = rope.short_factors.empty() ? 1.0f / std::pow(float(rope.theta), exponent)
+                                        : 1.0f / (factor * std::pow(float(rope.theta), exponent));
   }
   if (!rope.llama3) return inv;
   const Llama3Scaling& s = rope.scaling;
@@ -60,11 +65,16 @@ struct RopePair {
   index_t heads;  // H + G: the query and key heads, which come first in a row
   index_t row_stride, D, R;
   A sign;
+  float scale;  // LongRoPE's attention factor on cos and sin; backward applies the transpose
 
   FT_HOST_DEVICE void operator()(index_t k) const {
     const index_t half = R / 2, n = k / half, i = k % half;
     A angle = A(positions[n]) * A(inv_freq[i]);
     A c = std::cos(angle), s = sign * std::sin(angle);
+    if (scale != 1.0f) {  // as HF: cos and sin in float32 times the factor
+      c = A(float(c) * scale);
+      s = A(float(s) * scale);
+    }
     for (index_t h = 0; h < heads; ++h) {
       T* x = qkv + n * row_stride + h * D;
       A x1 = A(x[i]), x2 = A(x[i + half]);
@@ -77,17 +87,30 @@ struct RopePair {
 // inv_freq (rope_inverse_frequencies) is in the device's memory.
 template <class Device = device::Cpu, class T>
 void rope_forward(T* qkv, const std::int32_t* positions, std::span<const float> inv_freq, index_t N,
-                  index_t H, index_t G, index_t D) {
+                  index_t H, index_t G, index_t D, float scale = 1.0f) {
   index_t R = index_t(inv_freq.size()) * 2;
-  Device::parallel_for(N * (R / 2), RopePair<T>{qkv, positions, inv_freq.data(), H + G, (H + 2 * G) * D, D, R, 1});
+  Device::parallel_for(N * (R / 2),
+                       RopePair<T>{qkv, positions, inv_freq.data(), H + G, (H + 2 * G) * D, D, R, 1, scale});
 }
 
 // In place on the gradient of the rotated rows.
 template <class Device = device::Cpu, class T>
 void rope_backward(T* dqkv, const std::int32_t* positions, std::span<const float> inv_freq, index_t N,
-                   index_t H, index_t G, index_t D) {
+                   index_t H, index_t G, index_t D, float scale = 1.0f) {
   index_t R = index_t(inv_freq.size()) * 2;
-  Device::parallel_for(N * (R / 2), RopePair<T>{dqkv, positions, inv_freq.data(), H + G, (H + 2 * G) * D, D, R, -1});
+  Device::parallel_for(N * (R / 2),
+                       RopePair<T>{dqkv, positions, inv_freq.data(), H + G, (H + 2 * G) * D, D, R, -1, scale});
+}
+
+// Positions a rope covers: LongRoPE's long factors (from position_limit on) are refused by name.
+inline void check_rope_positions(const RopeConfig& rope, std::span<const std::int32_t> positions) {
+  if (rope.position_limit == 0) return;
+  for (std::int32_t p : positions)
+    if (p >= rope.position_limit)
+      throw Error("position " + std::to_string(p) + " is past original_max_position_embeddings (" +
+                  std::to_string(rope.position_limit) +
+                  "), where LongRoPE takes its long factors, which ft does not implement; use sequences of at most " +
+                  std::to_string(rope.position_limit) + " tokens");
 }
 
 }  // namespace ft::nn
