@@ -17,7 +17,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define FT_PLUGIN_ABI_VERSION 7u
+#define FT_PLUGIN_ABI_VERSION 8u
 #define FT_PLUGIN_ENTRY "ft_plugin_v"
 
 #ifdef __cplusplus
@@ -38,14 +38,17 @@ typedef struct ft_trainer_factory {
   const char* type_name;    /* the C++ type, for people */
   const char* const* hf_architectures; /* config.json architectures the model reads */
   size_t hf_architecture_count;
+  /* The plugin's own description of this combination, which plan and train
+   * read from `self`: the host passes it along and never reads it. */
+  const void* implementation;
   /* Checks a resolved recipe (TOML text) for this combination and writes the
    * plan. Returns 0 on success; otherwise writes one line saying why not. */
-  int (*plan)(const char* recipe_toml, ft_write_fn write, void* context);
+  int (*plan)(const struct ft_trainer_factory* self, const char* recipe_toml, ft_write_fn write, void* context);
   /* Runs the resolved recipe to the end; progress and metrics go to stdout,
    * stderr and the run's output_dir. Returns 0 when done, 1 when training
    * stopped (e.g. the loss diverged), 2 for bad input, 3 when an allocation
    * failed (out of memory); on non-zero, writes one line saying why. */
-  int (*train)(const char* recipe_toml, ft_write_fn write, void* context);
+  int (*train)(const struct ft_trainer_factory* self, const char* recipe_toml, ft_write_fn write, void* context);
 } ft_trainer_factory;
 
 /* One sequence's part of an inference step. */

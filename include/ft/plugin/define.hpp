@@ -140,31 +140,32 @@ int classified(ft_write_fn write, void* context, Act&& act) noexcept {
   return 1;
 }
 
-// A run reports every outcome; a plan only whether it succeeded (1).
-using EntryAction = void (*)(const char* recipe_toml, ft_write_fn write, void* context);
-
-inline int guarded(EntryAction act, bool classify, const char* recipe_toml, ft_write_fn write,
-                   void* context) noexcept {
-  const int status = classified(write, context, [&] { act(recipe_toml, write, context); });
-  return classify || status == 0 ? status : 1;
+// The Trainer a factory offers, as its policies assembled it (train/assembly.hpp).
+inline const train::Assembly& assembly_of(const ft_trainer_factory* self) {
+  return *static_cast<const train::Assembly*>(self->implementation);
 }
 
-// The C entry points of one Trainer type.
-template <class T>
-struct entry_points {
-  static void write_plan(const char* recipe_toml, ft_write_fn write, void* context) {
-    T trainer(recipe::read_resolved(recipe_toml));
-    write(context, trainer.plan().c_str());
-  }
-  static void run(const char* recipe_toml, ft_write_fn, void*) { T(recipe::read_resolved(recipe_toml)).train(); }
-
-  static int plan(const char* recipe_toml, ft_write_fn write, void* context) noexcept {
-    return guarded(&write_plan, false, recipe_toml, write, context);
-  }
-  static int train(const char* recipe_toml, ft_write_fn write, void* context) noexcept {
-    return guarded(&run, true, recipe_toml, write, context);
-  }
-};
+// The two entry points every factory shares: they read the combination from
+// the factory they are called with, so a plugin's thousand combinations are
+// data, not code. A plan reports only whether it succeeded (1); a run every outcome.
+inline int plan_trainer(const ft_trainer_factory* self, const char* recipe_toml, ft_write_fn write,
+                        void* context) noexcept {
+  std::string plan;
+  const int status = classified(write, context, [&] {
+    const train::Assembly& a = assembly_of(self);
+    plan = train::describe_plan(a.set, train::resolve(a, recipe::read_resolved(recipe_toml)));
+  });
+  if (status != 0) return 1;
+  write(context, plan.c_str());
+  return 0;
+}
+inline int run_trainer(const ft_trainer_factory* self, const char* recipe_toml, ft_write_fn write,
+                       void* context) noexcept {
+  return classified(write, context, [&] {
+    const train::Assembly& a = assembly_of(self);
+    a.run(a, train::resolve(a, recipe::read_resolved(recipe_toml)));
+  });
+}
 
 template <class T>
 constexpr ft_trainer_factory factory_for() {
@@ -178,8 +179,9 @@ constexpr ft_trainer_factory factory_for() {
           nullptr,  // type_name: filled in at first call, see descriptor_of
           family_names<M>::architectures.data(),
           family_names<M>::architectures.size(),
-          &entry_points<T>::plan,
-          &entry_points<T>::train};
+          &T::assembly(),
+          &plan_trainer,
+          &run_trainer};
 }
 
 // The C entry points of the inference engine of one model family, element
@@ -314,9 +316,14 @@ struct descriptor_of;
 template <class... T>
 struct descriptor_of<trainers<T...>> {
   static const ft_plugin_descriptor* get(const char* name, const char* version) {
-    static const std::array<std::string, sizeof...(T)> type_names{T::type_name()...};
+    static constexpr std::array<ft_trainer_factory, sizeof...(T)> offered{factory_for<T>()...};
+    static const std::vector<std::string> type_names = [] {
+      std::vector<std::string> out;
+      for (const ft_trainer_factory& f : offered) out.push_back(train::type_name(assembly_of(&f)));
+      return out;
+    }();
     static const std::array<ft_trainer_factory, sizeof...(T)> factories = [] {
-      std::array<ft_trainer_factory, sizeof...(T)> out{factory_for<T>()...};
+      std::array<ft_trainer_factory, sizeof...(T)> out = offered;
       for (std::size_t i = 0; i < out.size(); ++i) out[i].type_name = type_names[i].c_str();
       return out;
     }();

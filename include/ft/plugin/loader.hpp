@@ -301,7 +301,7 @@ inline models::ModelReading Family::read(const std::filesystem::path& dir) const
 inline std::string plan(const Factory& factory, const std::string& recipe_toml) {
   std::string text;
   auto write = [](void* context, const char* s) { *static_cast<std::string*>(context) += s; };
-  if (factory.entry->plan(recipe_toml.c_str(), write, &text) != 0) throw Error(text);
+  if (factory.entry->plan(factory.entry, recipe_toml.c_str(), write, &text) != 0) throw Error(text);
   return text;
 }
 
@@ -310,7 +310,7 @@ inline std::string plan(const Factory& factory, const std::string& recipe_toml) 
 inline std::pair<int, std::string> train(const Factory& factory, const std::string& recipe_toml) {
   std::string text;
   auto write = [](void* context, const char* s) { *static_cast<std::string*>(context) += s; };
-  const int status = factory.entry->train(recipe_toml.c_str(), write, &text);
+  const int status = factory.entry->train(factory.entry, recipe_toml.c_str(), write, &text);
   return {status, text};
 }
 

@@ -36,6 +36,7 @@
 #include "ft/parallel/data_parallel.hpp"
 #include "ft/parallel/parallelism.hpp"
 #include "ft/parallel/pipeline.hpp"
+#include "ft/train/assembly.hpp"
 #include "ft/train/engine.hpp"
 #include "ft/train/makers.hpp"
 
@@ -47,6 +48,7 @@
 // The training engine for storage T and master M on D, and every stock parallelism's runtime.
 #define FT_COMPILED_TRAINING(EXTERN, T, M, D)                                                  \
   EXTERN template void train::run_engine<T, M, D>(recipe::Recipe, train::Policies<T, M, D>); \
+  EXTERN template void train::run_assembly<T, M, D>(const train::Assembly&, recipe::Recipe); \
   FT_COMPILED_PARALLELISM(EXTERN, parallel::Single, T, M, D)                                   \
   FT_COMPILED_PARALLELISM(EXTERN, parallel::DDP, T, M, D)                                      \
   FT_COMPILED_PARALLELISM(EXTERN, parallel::ZeRO<1>, T, M, D)                                  \
