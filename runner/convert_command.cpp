@@ -23,6 +23,7 @@
 
 #include <ft/core/bytes.hpp>
 #include <ft/text/chat_template.hpp>
+#include <ft/text/sentencepiece.hpp>
 #include <ft/data/token_additions.hpp>
 #include <ft/io/gguf_to_hf.hpp>
 #include <ft/io/hf_config.hpp>
@@ -139,7 +140,13 @@ void write_json(const fs::path& file, const nlohmann::json& j) { std::ofstream(f
 void add_tokens(const fs::path& src, const fs::path& out, Staged& staged, const ConvertOptions& options) {
   const ft::data::TokenAdditions additions = ft::data::read_token_additions(options.add_tokens);
   const fs::path tokenizer_file = out / "tokenizer.json";
-  if (!fs::exists(tokenizer_file)) throw ft::Error(src.string() + ": has no tokenizer.json to add tokens to");
+  if (!fs::exists(tokenizer_file)) {
+    if (!fs::exists(out / "tokenizer.model"))
+      throw ft::Error(src.string() + ": has no tokenizer.json or tokenizer.model to add tokens to");
+    // As transformers saves such a tokenizer: the pipeline read from tokenizer.model, as tokenizer.json.
+    write_json(tokenizer_file, ft::text::tokenizer_json_from_sentencepiece(
+                                   out / "tokenizer.model", read_or_empty(out / "tokenizer_config.json")));
+  }
   nlohmann::json tokenizer = ft::io::read_json_file(tokenizer_file);
   const std::int64_t size = ft::data::add_tokens(tokenizer, additions, tokenizer_file.string());
   write_json(tokenizer_file, tokenizer);

@@ -50,7 +50,7 @@ nlohmann::json cache_key(const recipe::Recipe& r, const text::ModelText& text) {
           {"train", detail::source_key(d.train, r.seed)},
           {"validation", detail::source_key(d.validation, r.seed + 1)},
           {"validation_split", d.validation.empty() ? d.validation_split : 0.0},
-          {"tokenizer", file_fingerprint(model / "tokenizer.json")},
+          {"tokenizer", file_fingerprint(text::ModelText::tokenizer_file(model))},
           {"tokenizer_config", file_fingerprint(model / "tokenizer_config.json")},
           {"chat_template", file_fingerprint(model / "chat_template.jinja")},
           {"token_id_limit", text.token_id_limit()},

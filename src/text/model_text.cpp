@@ -2,14 +2,19 @@
 #include "ft/text/model_text.hpp"
 
 #include "ft/io/hf_config.hpp"
+#include "ft/text/sentencepiece.hpp"
 
 namespace ft::text {
+
+std::filesystem::path ModelText::tokenizer_file(const std::filesystem::path& dir) {
+  for (const char* name : {"tokenizer.json", "tokenizer.model"})
+    if (std::filesystem::exists(dir / name)) return dir / name;
+  return {};
+}
 
 ModelText ModelText::load(const std::filesystem::path& dir) {
   ModelText t;
   t.dir = dir;
-  if (std::filesystem::exists(dir / "tokenizer.json"))
-    t.tokenizer = std::make_unique<Tokenizer>(Tokenizer::from_file(dir / "tokenizer.json"));
   if (std::filesystem::exists(dir / "config.json")) {
     const auto model_config = io::read_json_file<nlohmann::json>(dir / "config.json");
     if (model_config.contains("vocab_size") && model_config["vocab_size"].is_number_integer())
@@ -18,6 +23,13 @@ ModelText ModelText::load(const std::filesystem::path& dir) {
   const auto config_file = dir / "tokenizer_config.json";
   nlohmann::ordered_json config = nlohmann::ordered_json::object();
   if (std::filesystem::exists(config_file)) config = io::read_json_file<nlohmann::ordered_json>(config_file);
+  const std::filesystem::path file = tokenizer_file(dir);
+  if (file.filename() == "tokenizer.json") {
+    t.tokenizer = std::make_unique<Tokenizer>(Tokenizer::from_file(file));
+  } else if (!file.empty()) {
+    t.tokenizer = std::make_unique<Tokenizer>(
+        Tokenizer::from_json(tokenizer_json_from_sentencepiece(file, nlohmann::json(config)), file.string()));
+  }
   t.special = ChatOptions::from_tokenizer_config(config);
   const bool has_template = std::filesystem::exists(dir / "chat_template.jinja") ||
                             (config.contains("chat_template") && !config["chat_template"].is_null());
@@ -32,7 +44,7 @@ ModelText ModelText::load(const std::filesystem::path& dir) {
 
 const Tokenizer& ModelText::need_tokenizer(const std::string& what) const {
   if (!tokenizer)
-    throw Error(dir.string() + ": has no tokenizer.json, and " + what +
+    throw Error(dir.string() + ": has no tokenizer.json or tokenizer.model, and " + what +
                 " reads text through the model's HF tokenizer (rows of token ids, data.format = \"tokens\", need none)");
   return *tokenizer;
 }

@@ -2,6 +2,7 @@
 // directory without tokenizer.json trains on them, and their ids are checked
 // against the embedding's rows (config.json's vocab_size), not the
 // tokenizer's size, since embeddings padded past the tokenizer are common.
+// A model with SentencePiece's tokenizer.model alone reads text through it.
 #include <doctest/doctest.h>
 
 #include <unistd.h>
@@ -74,13 +75,15 @@ TEST_CASE("a model without tokenizer.json trains on rows of token ids, and refus
 
   const auto text = ftrun(train(dir, rows("bare_rows", 100), "bare_text", " --set data.format=alpaca"), "bare_text");
   CHECK(text.code == 2);
-  CHECK(text.err.find("format 'alpaca' reads text, and the model has no tokenizer.json") != std::string::npos);
+  CHECK(text.err.find("format 'alpaca' reads text, and the model has no tokenizer.json or tokenizer.model") !=
+        std::string::npos);
   CHECK(std::count(text.err.begin(), text.err.end(), '\n') == 1);
 
   const auto preview =
       ftrun(train(dir, rows("bare_rows", 100), "bare_preview", " --set preview.prompt=hello"), "bare_preview");
   CHECK(preview.code == 2);
-  CHECK(preview.err.find("has no tokenizer.json, and preview.prompt reads text") != std::string::npos);
+  CHECK(preview.err.find("has no tokenizer.json or tokenizer.model, and preview.prompt reads text") !=
+        std::string::npos);
 }
 
 TEST_CASE("token ids are checked against the embedding's rows, which may exceed the tokenizer's size") {
@@ -91,6 +94,46 @@ TEST_CASE("token ids are checked against the embedding's rows, which may exceed 
   CHECK(outside.code == 2);
   CHECK(outside.err.find("outside_rows.jsonl:8: \"input_ids\"[0] = 528 is outside the vocabulary [0, 528)") !=
         std::string::npos);
+}
+
+TEST_CASE("a model with only SentencePiece's tokenizer.model trains on text; convert --add-tokens writes tokenizer.json") {
+  // The tiny Llama's shape over the 1000 pieces of a SentencePiece fixture (OpenLLaMA's form).
+  const fs::path spm = FT_SOURCE_DIR "/tests/fixtures/tokenizers/spm_llama";
+  const fs::path source = scratch / "spm-config", dir = scratch / "spm";
+  fs::create_directories(source);
+  nlohmann::json config = nlohmann::json::parse(std::ifstream(tiny / "config.json"));
+  config["vocab_size"] = 1000;
+  config["bos_token_id"] = 1;
+  config["eos_token_id"] = 2;
+  std::ofstream(source / "config.json") << config.dump(2);
+  for (const char* file : {"tokenizer.model", "tokenizer_config.json"}) fs::copy_file(spm / file, source / file);
+  const auto init = ftrun("init " + source.string() + " " + dir.string() + " --force", "spm-init");
+  REQUIRE_MESSAGE(init.code == 0, init.err);
+  REQUIRE_FALSE(fs::exists(dir / "tokenizer.json"));
+
+  const fs::path data = scratch / "spm.jsonl";
+  std::ofstream rows(data);
+  for (int r = 0; r < 8; ++r)
+    rows << nlohmann::json{{"instruction", "Define hack number " + std::to_string(r) + "."},
+                           {"output", "A quick job that produces what is needed, but not well."}}
+                .dump()
+         << "\n";
+  rows.close();
+  const auto run = ftrun(train(dir, data, "spm_text", " --set data.format=alpaca --set data.max_seq_length=128"),
+                         "spm_text");
+  CHECK_MESSAGE(run.code == 0, run.err);
+  CHECK(run.out.find("summary  step 2") != std::string::npos);
+
+  std::ofstream(scratch / "spm_tokens.toml") << "special = [\"<think>\"]\n";
+  const fs::path grown = scratch / "spm-grown";
+  const auto convert = ftrun("convert " + dir.string() + " " + grown.string() + " --add-tokens " +
+                                 (scratch / "spm_tokens.toml").string(),
+                             "spm-convert");
+  REQUIRE_MESSAGE(convert.code == 0, convert.err);
+  const auto tokenizer = nlohmann::json::parse(std::ifstream(grown / "tokenizer.json"));
+  CHECK(tokenizer["added_tokens"].back()["content"] == "<think>");
+  CHECK(tokenizer["added_tokens"].back()["id"] == 1000);
+  CHECK(nlohmann::json::parse(std::ifstream(grown / "config.json"))["vocab_size"] == 1001);
 }
 
 }  // namespace test_token_rows

@@ -245,8 +245,8 @@ public:
         options.format != "guanaco" && options.format != "tokens")
       throw Error("dataset format '" + options.format + "' is not known, allowed: alpaca, chat, text, guanaco, tokens");
     if (!tokenizer && options.format != "tokens")
-      throw Error("format '" + options.format + "' reads text, and the model has no tokenizer.json, allowed: format "
-                  "'tokens' (rows of token ids) or a model directory with its tokenizer.json");
+      throw Error("format '" + options.format + "' reads text, and the model has no tokenizer.json or "
+                  "tokenizer.model, allowed: format 'tokens' (rows of token ids) or a model directory with one");
     if (!tokenizer && options.token_id_limit <= 0)
       throw Error("rows of token ids are checked against the model's vocabulary, and neither config.json's "
                   "vocab_size nor a tokenizer.json gives it");

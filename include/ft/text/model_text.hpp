@@ -1,5 +1,6 @@
 #pragma once
-// What a model directory says about text: its tokenizer (tokenizer.json), its
+// What a model directory says about text: its tokenizer (tokenizer.json, or
+// SentencePiece's tokenizer.model read as transformers does), its
 // chat template (tokenizer_config.json or chat_template.jinja), its special
 // tokens, and how many token ids its embedding has rows for. Training, data
 // preparation, previews and serving read it the same way. A model trained on
@@ -20,7 +21,7 @@ namespace ft::text {
 
 struct ModelText {
   std::filesystem::path dir;
-  std::unique_ptr<Tokenizer> tokenizer;  // null when the directory has no tokenizer.json
+  std::unique_ptr<Tokenizer> tokenizer;  // null when the directory has neither tokenizer file
   std::unique_ptr<ChatTemplate> chat;  // null when the model has none
   ChatOptions special;                 // bos / eos as tokenizer_config.json names them
   std::int32_t eos_id = -1;            // -1: no EOS token known
@@ -29,9 +30,13 @@ struct ModelText {
   // the tokenizer's size (0: no config.json says).
   std::int64_t embedding_rows = 0;
 
-  // Reads dir/tokenizer.json when there is one, its chat template, special
-  // tokens and config.json's vocab_size.
+  // Reads the directory's tokenizer when it has one, its chat template,
+  // special tokens and config.json's vocab_size.
   static ModelText load(const std::filesystem::path& dir);
+
+  // The file a model directory's tokenizer is read from: tokenizer.json, else
+  // tokenizer.model; empty for neither.
+  static std::filesystem::path tokenizer_file(const std::filesystem::path& dir);
 
   // The tokenizer, or an Error saying that `what` reads text and this model has none.
   const Tokenizer& need_tokenizer(const std::string& what) const;

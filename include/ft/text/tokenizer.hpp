@@ -21,7 +21,9 @@
 // on every call, and ft batches and truncates sequences itself.
 //
 // Supported in practice: GPT-2, GPT-NeoX, Llama 3, Qwen2, SmolLM2 (byte-level
-// BPE), Llama 2, Mistral, TinyLlama (SentencePiece-style BPE with byte fallback).
+// BPE), Llama 2, Mistral, TinyLlama (SentencePiece-style BPE with byte fallback);
+// a model with SentencePiece's tokenizer.model alone gets its pipeline from
+// text/sentencepiece.hpp.
 // Not supported: WordPiece, Unigram and WordLevel models, NFD/NFKC/Lowercase
 // and other normalisers, pairs of sequences, offsets.
 //

@@ -124,7 +124,7 @@ void build_model(Run<T, M, D>& run) {
                                         run.adapter->added_matmul_parameters());
   const std::filesystem::path model = r.model.path;
   run.fingerprint = {{"config", hex64(fnv1a(io::read_json_file(model / "config.json").dump()))},
-                     {"tokenizer", file_fingerprint(model / "tokenizer.json")}};
+                     {"tokenizer", file_fingerprint(text::ModelText::tokenizer_file(model))}};
 }
 
 inline std::int64_t total_steps(const recipe::Recipe& r, const data::BatchPlan& plan) {

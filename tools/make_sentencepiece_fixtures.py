@@ -1,0 +1,93 @@
+#!/usr/bin/env python3
+"""Builds the SentencePiece fixtures: tests/fixtures/tokenizers/<kind>/{tokenizer.model,
+tokenizer_config.json, expected.json}.
+
+Some models ship only SentencePiece's tokenizer.model (OpenLLaMA, the first Llama
+conversions, many Llama 2 fine-tunes). transformers 5 has no slow tokenizer: it reads
+the model's protobuf and builds a `tokenizers` pipeline from it at load time. ft does the
+same in C++ (src/text/sentencepiece.cpp), and must give the ids transformers gives.
+
+Each kind is a BPE model with byte fallback trained by `sentencepiece` on the Jargon File
+and the test corpus (as tools/make_tokenizer_fixtures.py's kinds are), with a
+tokenizer_config.json in one of the forms such repositories carry. transformers'
+AutoTokenizer loads the directory; expected.json keeps the pipeline it built
+("hf_tokenizer_json") and, as for the other kinds, its ids and decoded text for every
+corpus line, the whole corpus and seeded random strings.
+
+Deterministic and idempotent (sentencepiece trains on one thread):
+
+    tools/.venv/bin/python tools/make_sentencepiece_fixtures.py
+"""
+import io
+import json
+
+import sentencepiece
+from tokenizers import Tokenizer
+from transformers import AutoTokenizer
+
+import make_tokenizer_fixtures as fixtures
+
+OUT = fixtures.OUT
+
+# The tokenizer_config.json of each kind: what transformers reads beside tokenizer.model.
+KINDS = {
+    # OpenLLaMA's form: LlamaTokenizer, BOS added, transformers 5's defaults for the rest.
+    "spm_llama": {"tokenizer_class": "LlamaTokenizer", "add_bos_token": True, "add_eos_token": False,
+                  "bos_token": "<s>", "eos_token": "</s>", "unk_token": "<unk>", "model_max_length": 2048,
+                  "added_tokens_decoder": {
+                      str(i): {"content": t, "lstrip": False, "normalized": False, "rstrip": False,
+                               "single_word": False, "special": True}
+                      for i, t in enumerate(["<unk>", "<s>", "</s>"])}},
+    # The legacy Metaspace (a ▁ before every stretch between added tokens), EOS appended too,
+    # special tokens written as AddedToken dictionaries, and a pad token the model lacks.
+    "spm_legacy": {"tokenizer_class": "LlamaTokenizer", "legacy": True, "add_bos_token": True,
+                   "add_eos_token": True,
+                   "bos_token": {"__type": "AddedToken", "content": "<s>", "lstrip": False, "normalized": False,
+                                 "rstrip": False, "single_word": False},
+                   "eos_token": {"__type": "AddedToken", "content": "</s>", "lstrip": False,
+                                 "normalized": False, "rstrip": False, "single_word": False},
+                   "unk_token": "<unk>", "pad_token": "<pad>"},
+    # No prefix space and no BOS.
+    "spm_no_prefix": {"tokenizer_class": "LlamaTokenizer", "add_prefix_space": False, "add_bos_token": False,
+                      "bos_token": "<s>", "eos_token": "</s>", "unk_token": "<unk>"},
+}
+
+
+def train_model():
+    """A 1000-piece BPE with byte fallback, a control and a user-defined symbol, as the
+    model file's bytes, written to memory: a file would record its temporary path."""
+    lines = [line for line in fixtures.training_text(max_char=0x500) if line.strip()]
+    model = io.BytesIO()
+    sentencepiece.SentencePieceTrainer.train(
+        sentence_iterator=iter(lines), model_writer=model, vocab_size=1000, model_type="bpe",
+        byte_fallback=True, character_coverage=1.0, split_digits=True, num_threads=1, minloglevel=2,
+        control_symbols=["<ctrl>"], user_defined_symbols=["jargonify"], normalization_rule_name="identity")
+    return model.getvalue()
+
+
+def main():
+    corpus = (OUT / "corpus.txt").read_bytes().decode("utf-8")
+    lines = corpus.split("\n")[:-1]  # the file ends with a newline
+    model_bytes = train_model()
+    for kind, config in KINDS.items():
+        folder = OUT / kind
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / "tokenizer.model").write_bytes(model_bytes)
+        (folder / "tokenizer_config.json").write_text(json.dumps(config, indent=2) + "\n")
+        hf = AutoTokenizer.from_pretrained(str(folder))
+        tok = Tokenizer.from_str(hf.backend_tokenizer.to_str())
+        expected = {
+            "kind": kind,
+            "hf_tokenizer_json": json.loads(hf.backend_tokenizer.to_str()),
+            "vocab_size": tok.get_vocab_size(with_added_tokens=True),
+            "lines": [fixtures.case(tok, line) for line in lines],
+            "whole": fixtures.case(tok, corpus),
+            "random": [fixtures.case(tok, s) for s in fixtures.random_strings()],
+        }
+        (folder / "expected.json").write_text(json.dumps(expected, ensure_ascii=False, indent=None) + "\n",
+                                              encoding="utf-8")
+        print(f"{kind}: vocab {expected['vocab_size']}, {len(expected['whole']['ids'])} ids for the whole corpus")
+
+
+if __name__ == "__main__":
+    main()
