@@ -10,8 +10,6 @@
 #include <doctest/doctest.h>
 
 #include <filesystem>
-#include <fstream>
-#include <sstream>
 #include <string>
 #include <vector>
 
@@ -35,18 +33,9 @@ namespace {
 const fs::path fixtures = fs::path(FT_SOURCE_DIR) / "tests/fixtures/tokenizers";
 const char* const kinds[] = {"spm_llama", "spm_legacy", "spm_no_prefix"};
 
-json read_json(const fs::path& file) {
-  std::ifstream in(file);
-  REQUIRE_MESSAGE(in, "cannot open " << file);
-  return json::parse(in);
-}
+using ft::testing::read_bytes;
 
-std::string read_bytes(const fs::path& file) {
-  std::ifstream in(file, std::ios::binary);
-  std::ostringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
+json read_json(const fs::path& file) { return json::parse(read_bytes(file)); }
 
 std::vector<std::int32_t> ids_of(const json& j) { return j.get<std::vector<std::int32_t>>(); }
 
