@@ -21,10 +21,11 @@ and LoRA on Phi-3's fused qkv_proj and gate_up_proj.
 
 Deterministic and idempotent. Run from the repository root:
 
-    tools/.venv/bin/python tools/make_adapter_generate_fixtures.py
+    tools/.venv/bin/python tools/make_adapter_generate_fixtures.py [CASE ...]
 """
 import pathlib
 import shutil
+import sys
 
 import torch
 from peft import LoraConfig, PromptTuningConfig, get_peft_model
@@ -52,6 +53,10 @@ CASES = {
                                    PromptTuningConfig(num_virtual_tokens=4, task_type="CAUSAL_LM")),
     "phi3_fused_lora": ("phi3_fused", LoraConfig(r=4, lora_alpha=8, lora_dropout=0.0, task_type="CAUSAL_LM",
                                                  target_modules=["qkv_proj", "gate_up_proj"])),
+    # "c_proj" is both the attention's output and the MLP's down projection.
+    "gpt_bigcode_mha_lora": ("gpt_bigcode_mha", LoraConfig(r=4, lora_alpha=8, lora_dropout=0.0,
+                                                           task_type="CAUSAL_LM",
+                                                           target_modules=["c_attn", "c_proj"])),
 }
 
 
@@ -87,7 +92,10 @@ def prompt_greedy(peft_model, seed, prompt_lengths, new_tokens):
 def main():
     torch.set_num_threads(1)
     hf_logging.set_verbosity_error()
-    for name, (base, config) in CASES.items():
+    wanted = sys.argv[1:] or list(CASES)
+    unknown = sorted(set(wanted) - set(CASES))
+    assert not unknown, f"unknown cases {unknown}; known: {list(CASES)}"
+    for name, (base, config) in ((n, CASES[n]) for n in wanted):
         torch.manual_seed(0)
         model = AutoModelForCausalLM.from_pretrained(PARITY / base, dtype=torch.float32)
         model = get_peft_model(model, config)

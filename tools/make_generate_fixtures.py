@@ -14,9 +14,13 @@ past the sliding window of mistral_sliding.
 
 Deterministic and idempotent. Run from the repository root:
 
-    tools/.venv/bin/python tools/make_generate_fixtures.py
+    tools/.venv/bin/python tools/make_generate_fixtures.py [CASE ...]
+
+Naming cases writes only those, so a new case leaves the others' files as
+they are, whichever transformers version wrote them.
 """
 import pathlib
+import sys
 
 import torch
 from safetensors.torch import save_file
@@ -50,7 +54,11 @@ def greedy_generations(model, seed, prompt_lengths, new_tokens):
 def main():
     torch.set_num_threads(1)
     hf_logging.set_verbosity_error()
-    for case in sorted(p for p in PARITY.iterdir() if (p / "config.json").exists()):
+    cases = sorted(p for p in PARITY.iterdir() if (p / "config.json").exists())
+    wanted = sys.argv[1:] or [case.name for case in cases]
+    unknown = sorted(set(wanted) - {case.name for case in cases})
+    assert not unknown, f"unknown cases {unknown}"
+    for case in (c for c in cases if c.name in wanted):
         model = AutoModelForCausalLM.from_pretrained(case, torch_dtype=torch.float32)
         model.eval()
         tensors = greedy_generations(model, 1234, PROMPT_LENGTHS, NEW_TOKENS)

@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """Writes the HF Transformers parity fixtures under tests/fixtures/parity/.
 
-ft re-implements the Llama-family (Qwen2, Qwen3 and Granite included), Phi-3
-and GPT-NeoX forward and backward passes in C++. These fixtures pin down what HF Transformers computes for a few tiny,
+ft re-implements the Llama-family (Qwen2, Qwen3 and Granite included), Phi-3,
+GPT-NeoX and GPTBigCode forward and backward passes in C++. These fixtures pin down what HF Transformers computes for a few tiny,
 randomly initialised models, so the C++ tests can check logits, loss and every
 parameter gradient against them without Python or network access.
 
@@ -36,6 +36,8 @@ import torch
 from safetensors import safe_open
 from safetensors.torch import save_file
 from transformers import (
+    GPTBigCodeConfig,
+    GPTBigCodeForCausalLM,
     GPTNeoXConfig,
     GPTNeoXForCausalLM,
     GraniteConfig,
@@ -188,6 +190,17 @@ def neox(parallel, rotary_fraction):
     )
 
 
+def gpt_bigcode(multi_query):
+    """StarCoder's block: multi-query attention, learned positions, tied tables; or one key and
+    value per head, unscaled scores and its own output layer."""
+    return GPTBigCodeForCausalLM, GPTBigCodeConfig(
+        vocab_size=100, n_embd=64, n_inner=160, n_layer=2, n_head=4, n_positions=48,
+        multi_query=multi_query, scale_attn_weights=multi_query, tie_word_embeddings=multi_query,
+        activation_function="gelu_pytorch_tanh" if multi_query else "gelu", layer_norm_epsilon=1e-5,
+        resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0, bos_token_id=0, eos_token_id=0,
+    )
+
+
 CASES = {
     "llama_gqa": llama_gqa,
     "smollm2_tied": smollm2_tied,
@@ -200,6 +213,8 @@ CASES = {
     "granite_multipliers": granite_multipliers,
     "phi3_fused": phi3_fused,
     "phi3_longrope": phi3_longrope,
+    "gpt_bigcode_mqa": lambda: gpt_bigcode(True),
+    "gpt_bigcode_mha": lambda: gpt_bigcode(False),
 }
 
 

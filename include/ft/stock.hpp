@@ -11,6 +11,7 @@
 #include "ft/adapters/adapter.hpp"
 #include "ft/models/gpt_neox.hpp"
 #include "ft/models/llama.hpp"
+#include "ft/models/gpt_bigcode.hpp"
 #include "ft/models/phi3.hpp"
 #include "ft/optim/optimizer.hpp"
 #include "ft/parallel/parallelism.hpp"
@@ -18,7 +19,7 @@
 
 namespace ft::stock {
 
-using Families = std::tuple<models::Llama, models::GptNeox, models::Phi3>;
+using Families = std::tuple<models::Llama, models::GptNeox, models::Phi3, models::GptBigCode>;
 using Precisions = std::tuple<precision::FP32, precision::BF16True, precision::BF16Mixed, precision::FP16Mixed>;
 using Parallelisms = std::tuple<parallel::Single, parallel::DDP, parallel::ZeRO<1>, parallel::ZeRO<2>, parallel::ZeRO<3>,
                                 parallel::Pipeline>;

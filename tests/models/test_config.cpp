@@ -179,9 +179,38 @@ TEST_CASE("a model's description crosses the plugin boundary whole: every field 
                        doctest::Contains("plugin p described the model in a form this ftrun cannot read"), Error);
 }
 
+TEST_CASE("StarCoder-1B and a 20B GPTBigCode: multi-query, learned positions, c_proj twice; transformers' counts") {
+  auto spec = spec_of(R"({"architectures": ["GPTBigCodeForCausalLM"], "n_embd": 2048, "n_head": 16, "n_inner": 8192,
+    "n_layer": 24, "n_positions": 8192, "vocab_size": 49152, "multi_query": true,
+    "activation_function": "gelu_pytorch_tanh", "layer_norm_epsilon": 1e-05})");
+  const auto& c = spec.config;
+  CHECK(c.num_kv_heads == 1);
+  CHECK(c.head_dim == 128);
+  CHECK(c.position_embeddings == 8192);
+  CHECK(c.rope.rotary_dim == 0);
+  CHECK(c.tie_embeddings);
+  CHECK(c.attention_multiplier == 0.0);  // 1 / sqrt(head_dim)
+  CHECK(models::parameter_count(c) == 1'137'207'296);  // transformers' count of GPTBigCodeForCausalLM at this config
+  CHECK(spec.weights[1].hf_name == "transformer.wpe.weight");
+  CHECK(spec.weights[3].hf_name == "transformer.h.0.attn.c_attn.weight");
+  CHECK(spec.weights[3].order == models::RowOrder::same);
+  const auto big = spec_of(R"({"architectures": ["GPTBigCodeForCausalLM"], "n_embd": 6144, "n_head": 48,
+    "n_inner": 24576, "n_layer": 52, "n_positions": 8192, "vocab_size": 49152, "tie_word_embeddings": false})");
+  CHECK(models::parameter_count(big.config) == 20'368'983'040);
+  const auto mha = spec_of(R"({"architectures": ["GPTBigCodeForCausalLM"], "n_embd": 64, "n_head": 4, "n_layer": 1,
+    "n_positions": 32, "vocab_size": 10, "multi_query": false, "scale_attn_weights": false})");
+  CHECK(mha.config.num_kv_heads == 4);
+  CHECK(mha.config.intermediate_size == 256);  // n_inner absent: 4 n_embd
+  CHECK(mha.config.attention_multiplier == 1.0);
+  CHECK(mha.weights[3].order == models::RowOrder::neox_qkv);
+  CHECK_THROWS_WITH_AS(spec_of(R"({"architectures": ["GPTBigCodeForCausalLM"], "n_embd": 64, "n_head": 4,
+    "n_layer": 1, "vocab_size": 10})"), doctest::Contains("missing required field \"n_positions\""), Error);
+}
+
 TEST_CASE("the parameter count from the configuration is what the model allocates") {
   for (const char* name : {"llama_gqa", "smollm2_tied", "qwen2_bias", "neox_parallel", "qwen3_qk_norm",
-                           "granite_multipliers", "phi3_fused", "phi3_longrope"}) {
+                           "granite_multipliers", "phi3_fused", "phi3_longrope", "gpt_bigcode_mqa",
+                           "gpt_bigcode_mha"}) {
     CAPTURE(name);
     fs::path dir = fs::path(FT_SOURCE_DIR) / "tests/fixtures/parity" / name;
     models::Transformer<float> model(models::read_model_spec(dir));

@@ -27,7 +27,8 @@ namespace {
 
 const char* const cases[] = {"llama_gqa",       "smollm2_tied",  "llama3_rope_scaling", "qwen2_bias",
                              "mistral_sliding", "neox_parallel", "neox_sequential",     "qwen3_qk_norm",
-                             "granite_multipliers", "phi3_fused",          "phi3_longrope"};
+                             "granite_multipliers", "phi3_fused",          "phi3_longrope",
+                             "gpt_bigcode_mqa",     "gpt_bigcode_mha"};
 
 fs::path fixture(const std::string& name) { return fs::path(FT_SOURCE_DIR) / "tests/fixtures/parity" / name; }
 
@@ -100,7 +101,10 @@ TEST_CASE("bf16 storage with float32 accumulation stays within bf16's tolerances
 }
 
 TEST_CASE("a packed row of two documents equals the two documents run apart") {
-  auto model = models::load_pretrained<double>(fixture("mistral_sliding"));
+  // Rotary positions with a sliding window; learned positions, which restart at each document too.
+  for (const char* name : {"mistral_sliding", "gpt_bigcode_mqa"}) {
+  CAPTURE(name);
+  auto model = models::load_pretrained<double>(fixture(name));
   const index_t V = model->config().vocab_size;
   std::vector<std::int32_t> first{5, 9, 1, 33, 7, 2, 60, 11}, second{3, 14, 15, 92, 65, 35};
   std::vector<std::int32_t> packed = first;
@@ -134,6 +138,7 @@ TEST_CASE("a packed row of two documents equals the two documents run apart") {
 
   CHECK(packed_loss == doctest::Approx(apart).epsilon(1e-12));
   CHECK(relative_error(packed_grads, apart_grads) < 1e-6);  // grads read back as float
+  }
 }
 
 TEST_CASE("LongRoPE runs below original_max_position_embeddings and refuses a position past it in one line") {
@@ -152,12 +157,28 @@ TEST_CASE("LongRoPE runs below original_max_position_embeddings and refuses a po
                        Error);
 }
 
+TEST_CASE("learned positions run up to n_positions and refuse a position past it in one line") {
+  auto model = models::load_pretrained<float>(fixture("gpt_bigcode_mqa"));
+  const index_t rows = model->config().position_embeddings;
+  REQUIRE(rows == 48);
+  auto run = [&](index_t T) {
+    std::vector<std::int32_t> ids(std::size_t(T), 5);
+    model->zero_grads();
+    return model->forward_backward(models::causal_lm_batch(1, T, ids), {.token_count = double(T - 1)});
+  };
+  CHECK(std::isfinite(run(rows)));
+  CHECK_THROWS_WITH_AS(run(rows + 1),
+                       doctest::Contains("position 48 is past the model's learned positions (n_positions = 48)"),
+                       Error);
+}
+
 TEST_CASE("model directories with problems give one-line errors") {
   fs::path fixtures = fs::path(FT_SOURCE_DIR) / "tests/fixtures";
   CHECK_THROWS_WITH_AS(models::read_model_spec(fixtures / "models/unknown-arch"),
                        doctest::Contains("architecture \"FalconForCausalLM\" is not supported; supported: "
                                          "LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, "
-                                         "GraniteForCausalLM, GPTNeoXForCausalLM, Phi3ForCausalLM"),
+                                         "GraniteForCausalLM, GPTNeoXForCausalLM, Phi3ForCausalLM, "
+                                         "GPTBigCodeForCausalLM"),
                        Error);
   CHECK_THROWS_WITH_AS(models::read_model_spec(fixtures / "no-such-dir"), doctest::Contains("not a model directory"),
                        Error);

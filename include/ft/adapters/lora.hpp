@@ -180,9 +180,8 @@ public:
   template <class Buffer>
   static void declare(Buffer& params, const std::vector<LoraTarget>& targets, index_t r) {
     for (const LoraTarget& t : targets) {
-      const std::string leaf = t.module.substr(t.module.rfind('.') + 1);
-      params.declare(leaf + ".lora_A", {r, t.in});
-      params.declare(leaf + ".lora_B", {t.rows, r});
+      params.declare(path_in_block(t) + ".lora_A", {r, t.in});
+      params.declare(path_in_block(t) + ".lora_B", {t.rows, r});
     }
   }
 
@@ -262,10 +261,14 @@ private:
     return dropped_.data();
   }
 
-  std::string name_of(std::size_t k, const char* what) const {
-    const std::string& m = targets_[k].module;
-    return m.substr(m.rfind('.') + 1) + what;
+  // A module's path below its layer ("self_attn.q_proj", "mlp.c_proj"):
+  // unique in its block, where a leaf may name two projections (GPTBigCode's c_proj).
+  static std::string path_in_block(const LoraTarget& t) {
+    const std::string layer = "." + std::to_string(t.layer) + ".";
+    const std::size_t at = t.module.find(layer);
+    return at == std::string::npos ? t.module : t.module.substr(at + layer.size());
   }
+  std::string name_of(std::size_t k, const char* what) const { return path_in_block(targets_[k]) + what; }
 
   std::vector<LoraTarget> targets_;
   index_t r_;

@@ -113,6 +113,7 @@ public:
     activations_.resize(c, batch_);
     const std::int32_t* ids = device::upload<Device>(ids_, batch_.input_ids);
     nn::check_rope_positions(c.rope, batch_.positions);
+    if (c.position_embeddings > 0) nn::check_position_rows(c.position_embeddings, batch_.positions);
     const std::int32_t* positions = device::upload<Device>(positions_, batch_.positions);
     const cache_rows::CacheRow<T>* cache_rows = device::upload<Device>(device_cache_rows_, cache_rows_);
 
@@ -121,6 +122,9 @@ public:
       if (r.virtual_rows > 0)
         Device::copy(x_.data() + r.first * C, adapter(r.adapter).virtual_embeddings(),
                      std::size_t(r.virtual_rows * C) * sizeof(T));
+    if (c.position_embeddings > 0)
+      nn::embedding_forward<Device>(x_.data(), positions, model_.embedding().position_table(), N, C,
+                                    /*accumulate=*/true);
     if (c.embedding_multiplier != 1) nn::scale_into<Device>(x_.data(), x_.data(), A(c.embedding_multiplier), N * C);
     const index_t qkv_width = c.qkv_width(), HD = c.num_heads * c.head_dim;
     for (index_t l = 0; l < c.num_layers; ++l) {

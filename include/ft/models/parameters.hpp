@@ -36,8 +36,9 @@ public:
   using Entry = ParameterEntry;
   using Values = Tensor<T, Space>;
 
-  // Declares a parameter; call before allocate().
+  // Declares a parameter; call before allocate(). Names are unique in a buffer.
   void declare(std::string name, Shape shape) {
+    if (find(name)) throw Error("internal: parameter \"" + name + "\" declared twice in one buffer");
     entries_.push_back(Entry{std::move(name), shape, size_});
     size_ += shape.numel();
   }

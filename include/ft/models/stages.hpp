@@ -29,21 +29,25 @@ public:
   using Parameters = ParameterBuffer<T, typename Device::Memory>;
 
   explicit EmbeddingStage(const TransformerConfig& c, bool trainable = true)
-      : C_(c.hidden_size), V_(c.vocab_size), padding_idx_(std::int32_t(c.padding_idx)),
+      : C_(c.hidden_size), V_(c.vocab_size), P_(c.position_embeddings), padding_idx_(std::int32_t(c.padding_idx)),
         multiplier_(c.embedding_multiplier), rope_(c.rope) {
     declare(params_, c);
     weight_ = params_.slot("weight");
+    positions_ = params_.slot_if(P_ > 0, "positions");
     params_.set_trainable(trainable);
   }
   template <class Buffer>
   static void declare(Buffer& params, const TransformerConfig& c) {
     params.declare("weight", {c.vocab_size, c.hidden_size});
+    if (c.position_embeddings > 0) params.declare("positions", {c.position_embeddings, c.hidden_size});
   }
   Parameters& parameters() override { return params_; }
   const Parameters& parameters() const { return params_; }
   std::string prefix() const override { return "embed."; }
   // The embedding table [V, C].
   const T* table() const { return params_.value(weight_); }
+  // The learned position table [P, C]; null for a model whose positions are rotary.
+  const T* position_table() const { return P_ > 0 ? params_.value(positions_) : nullptr; }
   // The adapter that fills a batch's virtual tokens; null detaches it.
   void set_adapter(InputAdapter<T, Device>* adapter) { adapter_ = adapter; }
 
@@ -54,11 +58,16 @@ public:
       if (id < 0 || id >= V_)
         throw Error("token id " + std::to_string(id) + " is outside the vocabulary [0, " + std::to_string(V_) + ")");
     nn::check_rope_positions(rope_, batch.positions);
+    if (P_ > 0) nn::check_position_rows(P_, batch.positions);
     if (batch.virtual_tokens > 0 && !adapter_)
       throw Error("the batch starts with " + std::to_string(batch.virtual_tokens) +
                   " virtual tokens, but no prompt adapter is attached to fill them");
     nn::embedding_forward<Device>(y, context.arrays().input_ids(), params_.value(weight_), batch.rows(), C_);
     if (batch.virtual_tokens > 0) adapter_->forward(y, batch);
+    // Virtual tokens take their positions' rows too, as inputs_embeds do in HF.
+    if (P_ > 0)
+      nn::embedding_forward<Device>(y, context.arrays().positions(), params_.value(positions_), batch.rows(), C_,
+                                    /*accumulate=*/true);
     if (multiplier_ != 1) nn::scale_into<Device>(y, y, acc_t<T>(multiplier_), batch.rows() * C_);  // virtual rows too
   }
   // The virtual tokens' rows of dres reach the adapter; their placeholder ids
@@ -72,15 +81,18 @@ public:
     if (!params_.trainable()) return;
     nn::embedding_backward<Device>(params_.grad(weight_), batch.input_ids.data(), dres, batch.rows(), C_,
                                    padding_idx_);
+    if (P_ > 0)
+      nn::embedding_backward<Device>(params_.grad(positions_), batch.positions.data(), dres, batch.rows(), C_);
   }
 
 private:
   index_t C_, V_;
+  index_t P_;                 // rows of the learned position table (0: none)
   std::int32_t padding_idx_;  // the row that takes no gradient (-1: none)
   double multiplier_;         // embedding_multiplier
   nn::RopeConfig rope_;  // which positions the blocks' rotary embedding covers
   Parameters params_;
-  ParameterSlot weight_;
+  ParameterSlot weight_, positions_;
   InputAdapter<T, Device>* adapter_ = nullptr;
 };
 

@@ -37,6 +37,9 @@ struct TransformerConfig {
   double attention_multiplier = 0;  // the factor on q.k; 0: 1 / sqrt(head_dim)
   double logits_scaling = 1;        // logits are divided by it
   bool tie_embeddings = false;
+  // Rows of a learned absolute position table added to the token embedding
+  // (GPT-2's wpe, GPTBigCode); 0: none, positions come from the rotary embedding.
+  index_t position_embeddings = 0;
   index_t padding_idx = -1;  // the embedding row that takes no gradient: HF's pad_token_id where it builds one
   nn::RopeConfig rope;
   std::vector<index_t> sliding_window;  // per layer; 0 = full attention
@@ -57,7 +60,7 @@ inline index_t parameter_count(const TransformerConfig& c) {
                             C * c.num_heads * c.head_dim + (c.o_bias ? C : 0);
   const index_t mlp = c.mlp_in_width() * C + C * c.intermediate_size + (c.mlp_bias ? c.mlp_in_width() + C : 0);
   const index_t head_norms = c.qk_norm ? 2 * c.head_dim : 0;
-  const index_t embeddings = c.vocab_size * C * (c.tie_embeddings ? 1 : 2);
+  const index_t embeddings = c.vocab_size * C * (c.tie_embeddings ? 1 : 2) + c.position_embeddings * C;
   return embeddings + norm + c.num_layers * (2 * norm + head_norms + attention + mlp);
 }
 

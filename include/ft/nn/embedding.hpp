@@ -1,10 +1,15 @@
 #pragma once
-// Token embedding: out[n, :] = table[ids[n], :].
+// Token embedding: out[n, :] = table[ids[n], :], or out[n, :] += table[ids[n], :]
+// for a second table (learned positions) added to the first.
 #include <algorithm>
 #include <cstdint>
 #include <memory>
 #include <numeric>
+#include <span>
+#include <string>
 #include <vector>
+
+#include "ft/core/error.hpp"
 
 #include "ft/core/host_device.hpp"
 #include "ft/core/numeric.hpp"
@@ -21,11 +26,13 @@ struct EmbeddingForwardRow {
   const std::int32_t* ids;
   const T* table;
   index_t C;
+  bool accumulate;  // add the row to out (rounded to T, as torch adds two tensors of T)
 
   template <class Team>
   FT_HOST_DEVICE void operator()(index_t n, const Team& team) const {
     const T* row = table + index_t(ids[n]) * C;
-    for (index_t c = team.rank; c < C; c += team.size) out[n * C + c] = row[c];
+    for (index_t c = team.rank; c < C; c += team.size)
+      out[n * C + c] = accumulate ? T(acc_t<T>(out[n * C + c]) + acc_t<T>(row[c])) : row[c];
   }
 };
 
@@ -73,8 +80,17 @@ struct EmbeddingBackwardGroup {
 };
 
 template <class Device = device::Cpu, class T>
-void embedding_forward(T* out, const std::int32_t* ids, const T* table, index_t N, index_t C) {
-  Device::parallel_rows(N, C, EmbeddingForwardRow<T>{out, ids, table, C});
+void embedding_forward(T* out, const std::int32_t* ids, const T* table, index_t N, index_t C,
+                       bool accumulate = false) {
+  Device::parallel_rows(N, C, EmbeddingForwardRow<T>{out, ids, table, C, accumulate});
+}
+
+// A learned position table has `rows` rows; HF indexes past it with an error.
+inline void check_position_rows(index_t rows, std::span<const std::int32_t> positions) {
+  for (std::int32_t p : positions)
+    if (p >= rows)
+      throw Error("position " + std::to_string(p) + " is past the model's learned positions (n_positions = " +
+                  std::to_string(rows) + "); use sequences of at most " + std::to_string(rows) + " tokens");
 }
 
 // host_ids: the batch's ids on the host (the grouping is made there).
