@@ -112,7 +112,7 @@ public:
     sized(y_, N, C);
     activations_.resize(c, batch_);
     const std::int32_t* ids = device::upload<Device>(ids_, batch_.input_ids);
-    nn::check_rope_positions(c.rope, batch_.positions);
+    nn::check_rope_positions(c.rope.position_limit, batch_.positions);
     if (c.position_embeddings > 0) nn::check_position_rows(c.position_embeddings, batch_.positions);
     const std::int32_t* positions = device::upload<Device>(positions_, batch_.positions);
     const cache_rows::CacheRow<T>* cache_rows = device::upload<Device>(device_cache_rows_, cache_rows_);

@@ -13,6 +13,30 @@
 
 namespace ft::models {
 
+// The Llama block's shape as config.json states it, which Phi-3 shares:
+// grouped-query heads of head_dim (stated, else hidden_size over the heads,
+// as HF's attention reads it), RMSNorm, a gated MLP, rotary positions,
+// sliding windows, tied tables and the padding row. The families differ in
+// the norm's default epsilon.
+inline TransformerConfig read_llama_shape(const ConfigReader& json, double default_norm_eps) {
+  TransformerConfig c = read_common_shape(json);
+  c.num_kv_heads = json.optional_int("num_key_value_heads", c.num_heads);
+  c.head_dim = json.optional_int("head_dim", c.hidden_size / c.num_heads);
+  if (c.num_heads % c.num_kv_heads != 0)
+    json.fail("num_attention_heads (" + std::to_string(c.num_heads) + ") must be a multiple of num_key_value_heads (" +
+              std::to_string(c.num_kv_heads) + ")");
+  c.norm = nn::NormKind::rms;
+  c.norm_eps = json.number("rms_norm_eps", default_norm_eps);
+  c.activation = nn::activation_from_hf(json.string("hidden_act", "silu"));
+  c.gated_mlp = true;
+  c.tie_embeddings = json.flag("tie_word_embeddings", false);
+  c.padding_idx = read_padding_idx(json, c.vocab_size);
+  c.rope = read_rope(json, c.head_dim, 1.0);
+  c.sliding_window = read_sliding_windows(json, c.num_layers);
+  c.max_position_embeddings = json.optional_int("max_position_embeddings", 0);
+  return c;
+}
+
 struct Llama : Policy {
   static constexpr std::string_view name = "llama";
   static constexpr std::string_view type_name = "ft::models::Llama";
@@ -23,16 +47,7 @@ struct Llama : Policy {
   static constexpr std::array<std::string_view, 2> default_lora_targets{"q_proj", "v_proj"};
 
   static ModelSpec describe(const ConfigReader& json) {
-    TransformerConfig c = read_common_shape(json);
-    c.num_kv_heads = json.optional_int("num_key_value_heads", c.num_heads);
-    c.head_dim = json.optional_int("head_dim", c.hidden_size / c.num_heads);
-    if (c.num_heads % c.num_kv_heads != 0)
-      json.fail("num_attention_heads (" + std::to_string(c.num_heads) + ") must be a multiple of num_key_value_heads (" +
-                std::to_string(c.num_kv_heads) + ")");
-    c.norm = nn::NormKind::rms;
-    c.norm_eps = json.number("rms_norm_eps", 1e-6);
-    c.activation = nn::activation_from_hf(json.string("hidden_act", "silu"));
-    c.gated_mlp = true;
+    TransformerConfig c = read_llama_shape(json, 1e-6);
     bool qwen2 = c.architecture == "Qwen2ForCausalLM";
     bool attention_bias = json.flag("attention_bias", false);
     c.qkv_bias = qwen2 || attention_bias;  // Qwen2 always has q/k/v biases, never an o bias
@@ -50,11 +65,6 @@ struct Llama : Policy {
       c.attention_multiplier = positive("attention_multiplier");  // HF's default is 1, not 1 / sqrt(head_dim)
       c.logits_scaling = positive("logits_scaling");
     }
-    c.tie_embeddings = json.flag("tie_word_embeddings", false);
-    c.padding_idx = read_padding_idx(json, c.vocab_size);
-    c.rope = read_rope(json, c.head_dim, 1.0);
-    c.sliding_window = read_sliding_windows(json, c.num_layers);
-    c.max_position_embeddings = json.optional_int("max_position_embeddings", 0);
 
     ModelSpec spec{c, {}};
     auto bind = [&](std::string hf, std::string param, index_t row = 0) {

@@ -4,7 +4,8 @@
 // ft fuses them: `qkv_proj` holds q, k and v rows in ft's order and
 // `gate_up_proj` the gate then the up rows, so each is one tensor of ft's
 // qkv and mlp_in. Partial rotary (`partial_rotary_factor`) and a sliding
-// window come from config.json; LongRoPE is refused by name (read_rope).
+// window come from config.json, and LongRoPE below
+// original_max_position_embeddings (read_rope).
 // A family of its own because PEFT names its modules by the fused
 // projections.
 #include <array>
@@ -12,6 +13,7 @@
 #include <string_view>
 
 #include "ft/models/family.hpp"
+#include "ft/models/llama.hpp"
 #include "ft/models/weight_map.hpp"
 
 namespace ft::models {
@@ -26,25 +28,7 @@ struct Phi3 : Policy {
   static constexpr std::array<std::string_view, 1> default_lora_targets{"qkv_proj"};
 
   static ModelSpec describe(const ConfigReader& json) {
-    TransformerConfig c = read_common_shape(json);
-    c.num_kv_heads = json.optional_int("num_key_value_heads", c.num_heads);
-    if (c.hidden_size % c.num_heads != 0)
-      json.fail("hidden_size (" + std::to_string(c.hidden_size) + ") must be a multiple of num_attention_heads (" +
-                std::to_string(c.num_heads) + ")");
-    c.head_dim = c.hidden_size / c.num_heads;
-    if (c.num_heads % c.num_kv_heads != 0)
-      json.fail("num_attention_heads (" + std::to_string(c.num_heads) + ") must be a multiple of num_key_value_heads (" +
-                std::to_string(c.num_kv_heads) + ")");
-    c.norm = nn::NormKind::rms;
-    c.norm_eps = json.number("rms_norm_eps", 1e-5);
-    c.activation = nn::activation_from_hf(json.string("hidden_act", "silu"));
-    c.gated_mlp = true;
-    c.tie_embeddings = json.flag("tie_word_embeddings", false);
-    c.padding_idx = read_padding_idx(json, c.vocab_size);
-    c.rope = read_rope(json, c.head_dim, 1.0);
-    c.sliding_window = read_sliding_windows(json, c.num_layers);
-    c.max_position_embeddings = json.optional_int("max_position_embeddings", 0);
-
+    const TransformerConfig c = read_llama_shape(json, 1e-5);
     ModelSpec spec{c, {}};
     auto bind = [&](std::string hf, std::string param) { spec.weights.push_back({std::move(hf), std::move(param), 0}); };
     bind("model.embed_tokens.weight", "embed.weight");

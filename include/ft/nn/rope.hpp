@@ -103,14 +103,14 @@ void rope_backward(T* dqkv, const std::int32_t* positions, std::span<const float
 }
 
 // Positions a rope covers: LongRoPE's long factors (from position_limit on) are refused by name.
-inline void check_rope_positions(const RopeConfig& rope, std::span<const std::int32_t> positions) {
-  if (rope.position_limit == 0) return;
+inline void check_rope_positions(index_t position_limit, std::span<const std::int32_t> positions) {
+  if (position_limit == 0) return;
   for (std::int32_t p : positions)
-    if (p >= rope.position_limit)
+    if (p >= position_limit)
       throw Error("position " + std::to_string(p) + " is past original_max_position_embeddings (" +
-                  std::to_string(rope.position_limit) +
+                  std::to_string(position_limit) +
                   "), where LongRoPE takes its long factors, which ft does not implement; use sequences of at most " +
-                  std::to_string(rope.position_limit) + " tokens");
+                  std::to_string(position_limit) + " tokens");
 }
 
 }  // namespace ft::nn
