@@ -3,6 +3,7 @@
 #include "ft/text/sentencepiece.hpp"
 
 #include <algorithm>
+#include <charconv>
 #include <cstdint>
 #include <fstream>
 #include <iterator>
@@ -254,7 +255,12 @@ json tokenizer_json_from_sentencepiece(const std::filesystem::path& model_file, 
       json flags = json::object();
       for (const char* flag : {"lstrip", "rstrip", "single_word", "normalized"})
         if (value.contains(flag) && value[flag].is_boolean()) flags[flag] = value[flag];
-      add(value["content"].get<std::string>(), value.value("special", false), flags, std::stoll(key));
+      std::int64_t id = -1;
+      const auto [end, error] = std::from_chars(key.data(), key.data() + key.size(), id);
+      if (error != std::errc() || end != key.data() + key.size() || id < 0)
+        throw Error("tokenizer_config.json: added_tokens_decoder's key \"" + key +
+                    "\" is not a token id (a non-negative integer)");
+      add(value["content"].get<std::string>(), value.value("special", false), flags, id);
     }
   }
   std::optional<ConfigToken> bos, eos;

@@ -149,6 +149,11 @@ TEST_CASE("sentencepiece: models ft cannot read are one-line errors naming the f
   json bad_flag = llama;
   bad_flag["add_bos_token"] = "yes";
   check_one_line(error_reading(bad_flag), {"tokenizer_config.json", "\"add_bos_token\"", "true or false"});
+  for (const char* key : {"x1", "1x", "-3", ""}) {
+    json bad_id = llama;
+    bad_id["added_tokens_decoder"] = {{key, {{"content", "<extra>"}, {"special", true}}}};
+    check_one_line(error_reading(bad_id), {"tokenizer_config.json", "added_tokens_decoder", "not a token id"});
+  }
 }
 
 }  // namespace test_sentencepiece
