@@ -2,7 +2,7 @@
 """Writes the HF Transformers parity fixtures under tests/fixtures/parity/.
 
 ft re-implements the Llama-family (Qwen2, Qwen3 and Granite included), Phi-3,
-GPT-NeoX and GPTBigCode forward and backward passes in C++. These fixtures pin down what HF Transformers computes for a few tiny,
+GPT-NeoX, GPTBigCode and Bloom forward and backward passes in C++. These fixtures pin down what HF Transformers computes for a few tiny,
 randomly initialised models, so the C++ tests can check logits, loss and every
 parameter gradient against them without Python or network access.
 
@@ -36,6 +36,8 @@ import torch
 from safetensors import safe_open
 from safetensors.torch import save_file
 from transformers import (
+    BloomConfig,
+    BloomForCausalLM,
     GPTBigCodeConfig,
     GPTBigCodeForCausalLM,
     GPTNeoXConfig,
@@ -201,6 +203,17 @@ def gpt_bigcode(multi_query):
     )
 
 
+def bloom(heads, width, tied):
+    """Bloom: ALiBi over a power-of-two head count, tied tables; or over six heads (the slopes of a
+    non-power-of-two count) with its own output layer."""
+    return BloomForCausalLM, BloomConfig(
+        vocab_size=100, hidden_size=width, n_layer=2, n_head=heads, layer_norm_epsilon=1e-5,
+        tie_word_embeddings=tied, apply_residual_connection_post_layernorm=False,
+        hidden_dropout=0.0, attention_dropout=0.0, pretraining_tp=1, slow_but_exact=False,
+        bos_token_id=1, eos_token_id=2, pad_token_id=3,
+    )
+
+
 CASES = {
     "llama_gqa": llama_gqa,
     "smollm2_tied": smollm2_tied,
@@ -215,6 +228,8 @@ CASES = {
     "phi3_longrope": phi3_longrope,
     "gpt_bigcode_mqa": lambda: gpt_bigcode(True),
     "gpt_bigcode_mha": lambda: gpt_bigcode(False),
+    "bloom_alibi": lambda: bloom(4, 64, True),
+    "bloom_six_heads": lambda: bloom(6, 48, False),
 }
 
 

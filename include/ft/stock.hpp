@@ -9,6 +9,7 @@
 #include <tuple>
 
 #include "ft/adapters/adapter.hpp"
+#include "ft/models/bloom.hpp"
 #include "ft/models/gpt_neox.hpp"
 #include "ft/models/llama.hpp"
 #include "ft/models/gpt_bigcode.hpp"
@@ -19,7 +20,7 @@
 
 namespace ft::stock {
 
-using Families = std::tuple<models::Llama, models::GptNeox, models::Phi3, models::GptBigCode>;
+using Families = std::tuple<models::Llama, models::GptNeox, models::Phi3, models::GptBigCode, models::Bloom>;
 using Precisions = std::tuple<precision::FP32, precision::BF16True, precision::BF16Mixed, precision::FP16Mixed>;
 using Parallelisms = std::tuple<parallel::Single, parallel::DDP, parallel::ZeRO<1>, parallel::ZeRO<2>, parallel::ZeRO<3>,
                                 parallel::Pipeline>;

@@ -194,6 +194,10 @@ TEST_CASE("estimate within 5% of the measured peak: checkpointing, offloading, a
     // GPT-NeoX: untied head, layer norms, biases, a parallel residual.
     for (const char* adapter : {"full", "lora"})
       check_within_5_percent({p, neox, std::string("strategy.adapter=") + adapter});
+    // Bloom: the embedding norm's saved input and statistics, ALiBi.
+    static const std::string bloom = tiny_llama_with("tiny-bloom", {{"architectures", {"BloomForCausalLM"}}});
+    for (const char* adapter : {"full", "prompt"})
+      check_within_5_percent({p, bloom, std::string("strategy.adapter=") + adapter, "prompt_tuning.num_virtual_tokens=8"});
   }
 }
 

@@ -178,7 +178,7 @@ TEST_CASE("the model family comes from config.json") {
   CHECK(bad.code == 2);
   CHECK(bad.err == "ftrun: " + fixtures +
                        "/models/unknown-arch/config.json: architecture \"FalconForCausalLM\" is not supported by any "
-                       "plugin; supported: GPTBigCodeForCausalLM, GPTNeoXForCausalLM, GraniteForCausalLM, LlamaForCausalLM, "
+                       "plugin; supported: BloomForCausalLM, GPTBigCodeForCausalLM, GPTNeoXForCausalLM, GraniteForCausalLM, LlamaForCausalLM, "
                        "MistralForCausalLM, "
                        "Phi3ForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM\n");
 }
@@ -493,8 +493,9 @@ TEST_CASE("ftrun generate runs the model in a plugin's engine on the device aske
   // Each plugin lists its inference engines.
   const Run plugins = ftrun("plugins", test_plugins);
   CHECK(plugins.out.find("inference engines: (llama, float32) on cpu, (gpt_neox, float32) on cpu, (phi3, float32) on "
-                         "cpu, (gpt_bigcode, float32) on cpu, (llama, bfloat16) on cpu, (gpt_neox, bfloat16) on cpu, "
-                         "(phi3, bfloat16) on cpu, (gpt_bigcode, bfloat16) on cpu\n") !=
+                         "cpu, (gpt_bigcode, float32) on cpu, (bloom, float32) on cpu, (llama, bfloat16) on cpu, "
+                         "(gpt_neox, bfloat16) on cpu, (phi3, bfloat16) on cpu, (gpt_bigcode, bfloat16) on cpu, "
+                         "(bloom, bfloat16) on cpu\n") !=
         std::string::npos);
   CHECK(plugins.out.find("inference engines: (llama, float32) on cpu-as-device, (llama, bfloat16) on cpu-as-device") !=
         std::string::npos);

@@ -207,10 +207,38 @@ TEST_CASE("StarCoder-1B and a 20B GPTBigCode: multi-query, learned positions, c_
     "n_layer": 1, "vocab_size": 10})"), doctest::Contains("missing required field \"n_positions\""), Error);
 }
 
+TEST_CASE("bloom-560m and bloom-7b1: ALiBi, the embedding norm, tied tables, BigScience's unprefixed names; "
+          "transformers' counts") {
+  // bloom-560m's config.json as BigScience publishes it (n_inner null, n_embed absent).
+  const auto spec = spec_of(R"({"architectures": ["BloomForCausalLM"], "hidden_size": 1024, "n_head": 16,
+    "n_layer": 24, "n_inner": null, "vocab_size": 250880, "layer_norm_epsilon": 1e-05, "pad_token_id": 3,
+    "apply_residual_connection_post_layernorm": false, "pretraining_tp": 1, "slow_but_exact": false})");
+  const auto& c = spec.config;
+  CHECK(c.alibi);
+  CHECK(c.embedding_norm);
+  CHECK(c.tie_embeddings);
+  CHECK(c.rope.rotary_dim == 0);
+  CHECK(c.position_embeddings == 0);
+  CHECK(c.head_dim == 64);
+  CHECK(c.intermediate_size == 4096);
+  CHECK(c.padding_idx == -1);  // BloomModel's embedding has no padding row
+  CHECK(models::parameter_count(c) == 559'214'592);  // transformers' count of BloomForCausalLM at this config
+  const models::WeightBinding& qkv = spec.weights[6];
+  CHECK(qkv.hf_name == "transformer.h.0.self_attention.query_key_value.weight");
+  CHECK(qkv.alias == "h.0.self_attention.query_key_value.weight");
+  CHECK(qkv.order == models::RowOrder::neox_qkv);
+  const auto big = spec_of(R"({"architectures": ["BloomForCausalLM"], "n_embed": 4096, "n_head": 32, "n_layer": 30,
+    "vocab_size": 250880})");
+  CHECK(models::parameter_count(big.config) == 7'069'016'064);
+  CHECK_THROWS_WITH_AS(spec_of(R"({"architectures": ["BloomForCausalLM"], "hidden_size": 64, "n_head": 4,
+    "n_layer": 1, "vocab_size": 10, "apply_residual_connection_post_layernorm": true})"),
+                       doctest::Contains("apply_residual_connection_post_layernorm = true"), Error);
+}
+
 TEST_CASE("the parameter count from the configuration is what the model allocates") {
   for (const char* name : {"llama_gqa", "smollm2_tied", "qwen2_bias", "neox_parallel", "qwen3_qk_norm",
                            "granite_multipliers", "phi3_fused", "phi3_longrope", "gpt_bigcode_mqa",
-                           "gpt_bigcode_mha"}) {
+                           "gpt_bigcode_mha", "bloom_alibi", "bloom_six_heads"}) {
     CAPTURE(name);
     fs::path dir = fs::path(FT_SOURCE_DIR) / "tests/fixtures/parity" / name;
     models::Transformer<float> model(models::read_model_spec(dir));

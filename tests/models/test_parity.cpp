@@ -28,7 +28,8 @@ namespace {
 const char* const cases[] = {"llama_gqa",       "smollm2_tied",  "llama3_rope_scaling", "qwen2_bias",
                              "mistral_sliding", "neox_parallel", "neox_sequential",     "qwen3_qk_norm",
                              "granite_multipliers", "phi3_fused",          "phi3_longrope",
-                             "gpt_bigcode_mqa",     "gpt_bigcode_mha"};
+                             "gpt_bigcode_mqa",     "gpt_bigcode_mha",     "bloom_alibi",
+                             "bloom_six_heads"};
 
 fs::path fixture(const std::string& name) { return fs::path(FT_SOURCE_DIR) / "tests/fixtures/parity" / name; }
 
@@ -101,8 +102,9 @@ TEST_CASE("bf16 storage with float32 accumulation stays within bf16's tolerances
 }
 
 TEST_CASE("a packed row of two documents equals the two documents run apart") {
-  // Rotary positions with a sliding window; learned positions, which restart at each document too.
-  for (const char* name : {"mistral_sliding", "gpt_bigcode_mqa"}) {
+  // Rotary positions with a sliding window; learned positions, which restart at each document too; ALiBi's
+  // distances, which never cross a document's start.
+  for (const char* name : {"mistral_sliding", "gpt_bigcode_mqa", "bloom_six_heads"}) {
   CAPTURE(name);
   auto model = models::load_pretrained<double>(fixture(name));
   const index_t V = model->config().vocab_size;
@@ -178,7 +180,7 @@ TEST_CASE("model directories with problems give one-line errors") {
                        doctest::Contains("architecture \"FalconForCausalLM\" is not supported; supported: "
                                          "LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, "
                                          "GraniteForCausalLM, GPTNeoXForCausalLM, Phi3ForCausalLM, "
-                                         "GPTBigCodeForCausalLM"),
+                                         "GPTBigCodeForCausalLM, BloomForCausalLM"),
                        Error);
   CHECK_THROWS_WITH_AS(models::read_model_spec(fixtures / "no-such-dir"), doctest::Contains("not a model directory"),
                        Error);

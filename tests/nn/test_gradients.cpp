@@ -156,6 +156,8 @@ Vec naive_attention(const Vec& qkv, const std::vector<std::int32_t>* docs, const
           for (index_t d = 0; d < s.D; ++d)
             dotp += qkv[(b * s.T + i) * stride + h * s.D + d] * qkv[(b * s.T + j) * stride + (s.H + g) * s.D + d];
           score[j] = dotp * (s.scale > 0 ? s.scale : 1 / std::sqrt(double(s.D)));
+          // ALiBi as HF writes it: the slope times the key's position in the row.
+          if (s.alibi) score[j] += double(ft::nn::alibi_slope(h, s.H)) * double(j);
           max = std::max(max, score[j]);
         }
         double sum = 0;
@@ -182,7 +184,9 @@ TEST_CASE("tiled attention equals full-softmax attention, its backward matches f
                         Case{"sliding window 5", {1, 70, 2, 1, 4, 5}, false},
                         Case{"documents in a packed row", {2, 70, 2, 1, 4, 0}, true},
                         Case{"documents and window", {1, 70, 2, 2, 4, 9}, true},
-                        Case{"a stated scale (Granite's attention_multiplier)", {2, 70, 4, 2, 4, 0, 0.3}, true}}) {
+                        Case{"a stated scale (Granite's attention_multiplier)", {2, 70, 4, 2, 4, 0, 0.3}, true},
+                        Case{"ALiBi over six heads (Bloom)", {2, 70, 6, 6, 4, 0, 0, true}, false},
+                        Case{"ALiBi in a packed row", {1, 70, 6, 6, 4, 0, 0, true}, true}}) {
     CAPTURE(c.name);
     const AttentionShape& s = c.shape;
     index_t N = s.B * s.T;

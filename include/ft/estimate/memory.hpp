@@ -576,6 +576,10 @@ MemoryEstimate estimate_memory_as(const recipe::Recipe& recipe, const models::Mo
     models::HeadActivations<T>::layout(N, C, detail::CountBytes{&head, block});
     e.activations.push_back({"head", head * contexts, in_flight + "the final norm's output and its gradient"});
   }
+  std::uint64_t embedding_norm = 0;
+  if (place.holds(-1)) models::EmbeddingActivations<T>::layout(c, N, detail::CountBytes{&embedding_norm, block});
+  if (embedding_norm > 0)
+    e.activations.push_back({"embedding norm", embedding_norm * contexts, in_flight + "the norm's input and statistics"});
   std::uint64_t scratch = 0;
   models::BlockScratch<T>::layout(c, N, detail::CountBytes{&scratch, block});
   e.activations.push_back({"backward scratch", scratch, "one set every block's backward uses"});
@@ -717,7 +721,11 @@ MemoryEstimate estimate_memory_as(const recipe::Recipe& recipe, const models::Mo
   if (eval_rows > B) {
     std::uint64_t eval_block = 0;
     models::BlockActivations<T>::layout(c, eval_rows, T_, detail::CountBytes{&eval_block, block});
-    growth = (eval_block - per_block) * blocks_kept + (eval_stream - stream) * stream_buffers;
+    std::uint64_t eval_embedding_norm = 0;
+    if (place.holds(-1))
+      models::EmbeddingActivations<T>::layout(c, eval_N, detail::CountBytes{&eval_embedding_norm, block});
+    growth = (eval_block - per_block) * blocks_kept + (eval_stream - stream) * stream_buffers +
+             (eval_embedding_norm - embedding_norm);
     e.eval_workspace.bytes += growth;
   }
   const bool evaluates = !r.data.validation.empty() || r.data.validation_split > 0;

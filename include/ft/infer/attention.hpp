@@ -21,6 +21,7 @@
 
 #include "ft/core/numeric.hpp"
 #include "ft/device/cpu/launch.hpp"
+#include "ft/nn/attention_shape.hpp"
 #include "ft/tensor/shape.hpp"
 
 namespace ft::infer {
@@ -29,6 +30,7 @@ struct CachedAttentionShape {
   index_t H, G, D;
   index_t window = 0;  // 0: no sliding window
   double scale = 0;    // 0: 1 / sqrt(D) (nn::softmax_scale)
+  bool alibi = false;  // scores gain nn::alibi_slope(h) * (key - p) (nn/attention_shape.hpp)
 };
 
 // One sequence's part of a step: its n new rows' rotated q, k, v are
@@ -72,6 +74,10 @@ void cached_attention(std::span<const CachedSequence<T>> sequences, const Cached
       for (index_t row = 0; row < group * n; ++row) {
         const index_t p = q.positions[row % n];
         const index_t first = s.window > 0 ? std::max<index_t>(0, p - s.window + 1) : 0;
+        if (s.alibi) {
+          const A slope = A(nn::alibi_slope(g * group + row / n, s.H));
+          for (index_t j = 0; j < keys_seen; ++j) S(row, j) += slope * A(lowest + j - p);
+        }
         A top = -std::numeric_limits<A>::infinity();
         for (index_t j = 0; j < keys_seen; ++j) {
           const index_t k = lowest + j;

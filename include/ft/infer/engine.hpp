@@ -126,11 +126,15 @@ public:
       nn::embedding_forward<Device>(x_.data(), positions, model_.embedding().position_table(), N, C,
                                     /*accumulate=*/true);
     if (c.embedding_multiplier != 1) nn::scale_into<Device>(x_.data(), x_.data(), A(c.embedding_multiplier), N * C);
+    if (c.embedding_norm) {  // the first block's norm statistics are free until it runs
+      model_.embedding().normalise(y_.data(), activations_.n1_mean.data(), activations_.n1_rstd.data(), x_.data(), N);
+      std::swap(x_, y_);
+    }
     const index_t qkv_width = c.qkv_width(), HD = c.num_heads * c.head_dim;
     for (index_t l = 0; l < c.num_layers; ++l) {
       models::Block<T, Device>& block = model_.blocks()[std::size_t(l)];
       const CachedAttentionShape shape{c.num_heads, c.num_kv_heads, c.head_dim, c.sliding_window[std::size_t(l)],
-                                       c.attention_multiplier};
+                                       c.attention_multiplier, c.alibi};
       router_.layer = l;
       block.set_adapter(lora ? &router_ : nullptr);
       block.forward(y_.data(), x_.data(), N, positions, activations_, [&](models::BlockActivations<T, Memory>& a) {

@@ -280,7 +280,7 @@ private:
 
   nn::AttentionShape attention_shape(const Batch& batch) const {
     return {batch.B, batch.T, c_.num_heads, c_.num_kv_heads, c_.head_dim, c_.sliding_window[std::size_t(layer_)],
-            c_.attention_multiplier};
+            c_.attention_multiplier, c_.alibi};
   }
 
   // A branch's output [N, C], scaled in place before it joins the residual stream.

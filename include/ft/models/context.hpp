@@ -155,6 +155,26 @@ struct HeadActivations {
   }
 };
 
+// What the embedding keeps when a norm follows it (embedding_norm, Bloom):
+// the norm's input and its statistics.
+template <element T, memory::memory_space Space = memory::Host>
+struct EmbeddingActivations {
+  using A = acc_t<T>;
+  Tensor<T, Space> input;
+  Tensor<A, Space> mean, rstd;
+
+  template <class Visit>
+  static void layout(const TransformerConfig& c, index_t N, Visit&& visit) {
+    if (!c.embedding_norm) return;
+    visit(&EmbeddingActivations::input, Shape{N, c.hidden_size});
+    visit(&EmbeddingActivations::mean, Shape{N});
+    visit(&EmbeddingActivations::rstd, Shape{N});
+  }
+  void resize(const TransformerConfig& c, index_t N) {
+    if (c.embedding_norm && input.size(0) != N) layout(c, N, make_into(*this));
+  }
+};
+
 // What the model's stages share across contexts: the activations every
 // checkpointed block recomputes into, and the backward scratch.
 template <element T, memory::memory_space Space = memory::Host>
@@ -265,6 +285,10 @@ public:
     head_.resize(batch_->rows(), config_->hidden_size);
     return head_;
   }
+  EmbeddingActivations<T, Memory>& embedding() {
+    embedding_.resize(*config_, batch_->rows());
+    return embedding_;
+  }
 
   // Offloading: block l's input leaves for host memory after its forward ...
   void offload_input(index_t l) {
@@ -301,6 +325,7 @@ private:
   Tensor<T, Memory> gradient_, restored_;
   std::vector<BlockActivations<T, Memory>> blocks_;
   HeadActivations<T, Memory> head_;
+  EmbeddingActivations<T, Memory> embedding_;
   std::vector<DeferredGradients<T, Memory>> deferred_;
   std::vector<memory::HostVector<T>> offloaded_;
 };

@@ -32,7 +32,7 @@ NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE(TransformerConfig, architecture, vocab_size, 
                                    num_kv_heads, head_dim, intermediate_size, norm, norm_eps, activation, gated_mlp,
                                    parallel_residual, qkv_bias, o_bias, mlp_bias, qk_norm, embedding_multiplier,
                                    residual_multiplier, attention_multiplier, logits_scaling, tie_embeddings, position_embeddings,
-                                   padding_idx, rope,
+                                   alibi, embedding_norm, padding_idx, rope,
                                    sliding_window, max_position_embeddings)
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE(WeightBinding, hf_name, param, row_offset, order, alias)
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE(ModelSpec, config, weights)

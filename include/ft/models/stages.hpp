@@ -1,7 +1,9 @@
 #pragma once
 // The first and last stages of a model.
 //
-// Embedding: token ids -> the residual stream.
+// Embedding: token ids -> the residual stream (with Bloom's embedding norm
+//   after the lookup; it normalises virtual tokens too, as HF normalises
+//   whatever inputs_embeds holds).
 // Head: final norm, LM head and cross-entropy, fused. Its forward already
 //   computes the gradient of its input when training (the loss is the end of
 //   the graph, so there is nothing to wait for), and its backward finishes the
@@ -30,16 +32,22 @@ public:
 
   explicit EmbeddingStage(const TransformerConfig& c, bool trainable = true)
       : C_(c.hidden_size), V_(c.vocab_size), P_(c.position_embeddings), padding_idx_(std::int32_t(c.padding_idx)),
-        multiplier_(c.embedding_multiplier), rope_position_limit_(c.rope.position_limit) {
+        multiplier_(c.embedding_multiplier), rope_position_limit_(c.rope.position_limit), config_(c) {
     declare(params_, c);
     weight_ = params_.slot("weight");
     positions_ = params_.slot_if(P_ > 0, "positions");
+    norm_weight_ = params_.slot_if(c.embedding_norm, "norm.weight");
+    norm_bias_ = params_.slot_if(c.embedding_norm && c.norm == nn::NormKind::layer, "norm.bias");
     params_.set_trainable(trainable);
   }
   template <class Buffer>
   static void declare(Buffer& params, const TransformerConfig& c) {
     params.declare("weight", {c.vocab_size, c.hidden_size});
     if (c.position_embeddings > 0) params.declare("positions", {c.position_embeddings, c.hidden_size});
+    if (c.embedding_norm) {
+      params.declare("norm.weight", {c.hidden_size});
+      if (c.norm == nn::NormKind::layer) params.declare("norm.bias", {c.hidden_size});
+    }
   }
   Parameters& parameters() override { return params_; }
   const Parameters& parameters() const { return params_; }
@@ -48,12 +56,19 @@ public:
   const T* table() const { return params_.value(weight_); }
   // The learned position table [P, C]; null for a model whose positions are rotary.
   const T* position_table() const { return P_ > 0 ? params_.value(positions_) : nullptr; }
+  // With embedding_norm: out = norm(in) over N rows, its statistics into
+  // mean and rstd (the inference engine's embedding runs it too).
+  void normalise(T* out, acc_t<T>* mean, acc_t<T>* rstd, const T* in, index_t N) const {
+    nn::norm_forward<Device>(config_.norm, out, mean, rstd, in, params_.value(norm_weight_),
+                             params_.value(norm_bias_), N, C_, acc_t<T>(config_.norm_eps));
+  }
   // The adapter that fills a batch's virtual tokens; null detaches it.
   void set_adapter(InputAdapter<T, Device>* adapter) { adapter_ = adapter; }
 
   void forward(Context<T, Device>& context) override {
     const Batch& batch = context.batch();
-    T* y = context.stream(0);
+    // With a norm after the lookup, the lookup goes to the norm's saved input.
+    T* y = config_.embedding_norm ? context.embedding().input.data() : context.stream(0);
     for (std::int32_t id : batch.input_ids)
       if (id < 0 || id >= V_)
         throw Error("token id " + std::to_string(id) + " is outside the vocabulary [0, " + std::to_string(V_) + ")");
@@ -69,6 +84,10 @@ public:
       nn::embedding_forward<Device>(y, context.arrays().positions(), params_.value(positions_), batch.rows(), C_,
                                     /*accumulate=*/true);
     if (multiplier_ != 1) nn::scale_into<Device>(y, y, acc_t<T>(multiplier_), batch.rows() * C_);  // virtual rows too
+    if (config_.embedding_norm) {
+      EmbeddingActivations<T, typename Device::Memory>& saved = context.embedding();
+      normalise(context.stream(0), saved.mean.data(), saved.rstd.data(), y, batch.rows());
+    }
   }
   // The virtual tokens' rows of dres reach the adapter; their placeholder ids
   // also receive them in the table's gradient, which only a full fine-tune
@@ -76,6 +95,8 @@ public:
   void backward(Context<T, Device>& context) override {
     const Batch& batch = context.batch();
     T* dres = context.gradient();
+    if (!params_.trainable() && !(batch.virtual_tokens > 0 && adapter_)) return;
+    if (config_.embedding_norm) norm_backward(context, dres);
     if (multiplier_ != 1) nn::scale_into<Device>(dres, dres, acc_t<T>(multiplier_), batch.rows() * C_);
     if (batch.virtual_tokens > 0 && adapter_) adapter_->backward(dres, batch);
     if (!params_.trainable()) return;
@@ -86,13 +107,29 @@ public:
   }
 
 private:
+  // dres: the norm's output gradient in, its input gradient out (through
+  // the blocks' shared scratch, free while the embedding's backward runs).
+  void norm_backward(Context<T, Device>& context, T* dres) {
+    const index_t N = context.batch().rows();
+    const EmbeddingActivations<T, typename Device::Memory>& saved = context.embedding();
+    BlockScratch<T, typename Device::Memory>& scratch = context.scratch();
+    scratch.resize(config_, N);
+    T* din = scratch.d_norm_a.data();
+    Device::Memory::zero(din, std::size_t(N * C_) * sizeof(T));
+    nn::norm_backward<Device>(config_.norm, din, params_.grad(norm_weight_), params_.grad(norm_bias_), dres,
+                              saved.input.data(), params_.value(norm_weight_), saved.mean.data(), saved.rstd.data(),
+                              N, C_);
+    Device::copy(dres, din, std::size_t(N * C_) * sizeof(T));
+  }
+
   index_t C_, V_;
   index_t P_;                 // rows of the learned position table (0: none)
   std::int32_t padding_idx_;  // the row that takes no gradient (-1: none)
   double multiplier_;         // embedding_multiplier
   index_t rope_position_limit_;  // the first position the blocks' rotary embedding does not cover (0: none)
+  TransformerConfig config_;
   Parameters params_;
-  ParameterSlot weight_, positions_;
+  ParameterSlot weight_, positions_, norm_weight_, norm_bias_;
   InputAdapter<T, Device>* adapter_ = nullptr;
 };
 

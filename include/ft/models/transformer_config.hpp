@@ -40,6 +40,8 @@ struct TransformerConfig {
   // Rows of a learned absolute position table added to the token embedding
   // (GPT-2's wpe, GPTBigCode); 0: none, positions come from the rotary embedding.
   index_t position_embeddings = 0;
+  bool alibi = false;           // ALiBi's linear distance penalty on the scores (Bloom; nn/attention_shape.hpp)
+  bool embedding_norm = false;  // a norm (of `norm`'s kind) on the embedding's output (Bloom's word_embeddings_layernorm)
   index_t padding_idx = -1;  // the embedding row that takes no gradient: HF's pad_token_id where it builds one
   nn::RopeConfig rope;
   std::vector<index_t> sliding_window;  // per layer; 0 = full attention
@@ -60,7 +62,8 @@ inline index_t parameter_count(const TransformerConfig& c) {
                             C * c.num_heads * c.head_dim + (c.o_bias ? C : 0);
   const index_t mlp = c.mlp_in_width() * C + C * c.intermediate_size + (c.mlp_bias ? c.mlp_in_width() + C : 0);
   const index_t head_norms = c.qk_norm ? 2 * c.head_dim : 0;
-  const index_t embeddings = c.vocab_size * C * (c.tie_embeddings ? 1 : 2) + c.position_embeddings * C;
+  const index_t embeddings = c.vocab_size * C * (c.tie_embeddings ? 1 : 2) + c.position_embeddings * C +
+                             (c.embedding_norm ? norm : 0);
   return embeddings + norm + c.num_layers * (2 * norm + head_norms + attention + mlp);
 }
 

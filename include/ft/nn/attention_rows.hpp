@@ -47,10 +47,16 @@ struct FirstKeys {
   }
 };
 
-// Where heads live in the fused qkv rows.
+// Where heads live in the fused qkv rows, and ALiBi's term of a score.
 struct Layout {
   index_t T, H, G, D;
+  bool alibi = false;
   FT_HOST_DEVICE index_t stride() const { return (H + 2 * G) * D; }
+  // What the score of query head h at sequence position t and key j gains.
+  template <class A>
+  FT_HOST_DEVICE A bias(index_t h, index_t t, index_t j) const {
+    return alibi ? A(alibi_slope(h, H)) * A(j - t) : A(0);
+  }
   FT_HOST_DEVICE index_t key(index_t n, index_t g) const { return n * stride() + (H + g) * D; }
   FT_HOST_DEVICE index_t value(index_t n, index_t g) const { return n * stride() + (H + G + g) * D; }
   FT_HOST_DEVICE index_t group_of(index_t h) const { return h / (H / G); }
@@ -82,7 +88,7 @@ struct ForwardRow {
     A m = -std::numeric_limits<A>::infinity(), l = 0;
     for (index_t j = first[n]; j <= t; ++j) {
       const index_t key = b * at.T + j;
-      const A s = dot(q, qkv + at.key(key, g), at.D) * scale;
+      const A s = dot(q, qkv + at.key(key, g), at.D) * scale + at.bias<A>(h, t, j);
       const A m_new = s > m ? s : m;
       const A rescale = std::exp(m - m_new), p = std::exp(s - m_new);
       const T* v = qkv + at.value(key, g);
@@ -121,7 +127,8 @@ FT_HOST_DEVICE Pair<T> pair(const T* qkv, const T* dout, const acc_t<T>* lse, co
   using A = acc_t<T>;
   const index_t b = n / at.T, t = n % at.T, g = at.group_of(h);
   const index_t stat = (b * at.H + h) * at.T + t;
-  const A p = std::exp(dot(qkv + n * at.stride() + h * at.D, qkv + at.key(key, g), at.D) * scale - lse[stat]);
+  const A p = std::exp(dot(qkv + n * at.stride() + h * at.D, qkv + at.key(key, g), at.D) * scale +
+                       at.bias<A>(h, t, key % at.T) - lse[stat]);
   const A dp = dot(dout + n * at.H * at.D + h * at.D, qkv + at.value(key, g), at.D);
   return {p, p * (dp - delta[stat])};
 }
@@ -209,7 +216,7 @@ void attention_forward_rows(T* out, acc_t<T>* lse, const T* qkv, const std::int3
   check_head_dim(s.D);
   memory::Scratch<std::int32_t, typename Device::Memory> first(s.B * s.T);
   Device::parallel_for(s.B, FirstKeys{first.data(), documents, s.T, s.window});
-  const Layout at{s.T, s.H, s.G, s.D};
+  const Layout at{s.T, s.H, s.G, s.D, s.alibi};
   Device::parallel_for(s.B * s.T * s.H, ForwardRow<T>{out, lse, qkv, first.data(), at, softmax_scale<acc_t<T>>(s.D, s.scale)});
 }
 
@@ -223,7 +230,7 @@ void attention_backward_rows(T* dqkv, const T* dout, const T* out, const acc_t<T
   memory::Scratch<std::int32_t, typename Device::Memory> first(s.B * s.T);
   memory::Scratch<A, typename Device::Memory> delta(s.B * s.H * s.T);
   Device::parallel_for(s.B, FirstKeys{first.data(), documents, s.T, s.window});
-  const Layout at{s.T, s.H, s.G, s.D};
+  const Layout at{s.T, s.H, s.G, s.D, s.alibi};
   const A scale = softmax_scale<A>(s.D, s.scale);
   Device::parallel_for(s.B * s.T * s.H, DeltaRow<T>{delta.data(), dout, out, at});
   Device::parallel_for(s.B * s.T * s.H, QueryGradRow<T>{dqkv, dout, lse, delta.data(), qkv, first.data(), at, scale});

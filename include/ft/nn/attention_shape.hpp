@@ -14,8 +14,14 @@
 // window W > 0, i - j < W (Mistral). Because documents are contiguous, the
 // keys a query sees are one range [first_key(i), i], and first_key never
 // decreases along a row.
+//
+// With ALiBi (Bloom) the score of query i and key j gains slope(h) * (j - i),
+// a penalty linear in the distance. HF adds slope(h) * j; the two differ by
+// a constant per query row, which the softmax removes, and j - i keeps packed
+// documents equal to the same documents apart.
 #include <cmath>
 
+#include "ft/core/host_device.hpp"
 #include "ft/tensor/shape.hpp"
 
 namespace ft::nn {
@@ -27,10 +33,24 @@ A softmax_scale(index_t D, double scale) {
   return scale > 0 ? A(scale) : A(1) / std::sqrt(A(D));
 }
 
+// ALiBi's slope for query head h of H, as HF's _get_alibi_slopes gives it:
+// base^k for k = 1..P with base = 2^(-8/P), P the largest power of two <= H,
+// then, for the heads past P, base'^k for odd k with base' = 2^(-4/P). Both
+// in float as HF computes them: the base rounded, then its power (equal to
+// torch's on the CPU for every H below 32, within one unit in the last
+// place above).
+FT_HOST_DEVICE inline float alibi_slope(index_t h, index_t H) {
+  index_t P = 1;
+  while (2 * P <= H) P *= 2;
+  const float base = float(std::exp2((h < P ? -8.0 : -4.0) / double(P)));
+  return float(std::pow(double(base), double(h < P ? h + 1 : 2 * (h - P) + 1)));
+}
+
 struct AttentionShape {
   index_t B, T, H, G, D;
   index_t window = 0;  // 0: no sliding window
   double scale = 0;    // 0: 1 / sqrt(D) (softmax_scale)
+  bool alibi = false;  // scores gain alibi_slope(h) * (j - i)
 };
 
 }  // namespace ft::nn

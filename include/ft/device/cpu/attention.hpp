@@ -77,14 +77,30 @@ void mask(Matrix<A>& S, const std::int32_t* first, index_t q0, index_t k0, A val
       if (k0 + c < first[r] || k0 + c > q0 + r) S(r, c) = value;
 }
 
+// Adds ALiBi's term (nn/attention_shape.hpp) to a tile of scores: slope (j - i)
+// for query i and key j; a slope of 0 is a model without ALiBi.
+template <class A>
+void add_alibi(Matrix<A>& S, A slope, index_t q0, index_t k0) {
+  if (slope == 0) return;
+  for (index_t r = 0; r < S.rows(); ++r)
+    for (index_t c = 0; c < S.cols(); ++c) S(r, c) += slope * A(k0 + c - (q0 + r));
+}
+
+// The ALiBi slope of head h (0 without ALiBi).
+template <class A>
+A alibi_slope_of(const AttentionShape& s, index_t h) {
+  return s.alibi ? A(nn::alibi_slope(h, s.H)) : A(0);
+}
+
 // Probabilities of a (query tile, key tile) pair from saved log-sum-exps,
 // zero outside each query's visible range. The exponentials are Eigen's
 // vectorised ones.
 template <class A>
 void probabilities(Matrix<A>& P, const Matrix<A>& Q, const Matrix<A>& K, const A* lse, const std::int32_t* first,
-                   index_t q0, index_t k0) {
+                   index_t q0, index_t k0, A slope) {
   using Column = Eigen::Map<const Eigen::Matrix<A, Eigen::Dynamic, 1>>;
   P.noalias() = Q * K.transpose();
+  add_alibi(P, slope, q0, k0);
   P = (P.colwise() - Column(lse, P.rows())).array().exp().matrix();
   if (needs_mask(first, q0, q0 + P.rows(), k0, k0 + P.cols())) mask(P, first, q0, k0, A(0));
 }
@@ -106,6 +122,7 @@ void attention_forward(T* out, acc_t<T>* lse, const T* qkv, const std::int32_t* 
     index_t q1 = std::min(s.T, q0 + tile), rows = q1 - q0, g = h / group;
     const T* row0 = qkv + b * s.T * stride;
     const std::int32_t* fk = first.data() + b * s.T;
+    const A slope = alibi_slope_of<A>(s, h);
     Matrix<A> Q, K, V, S;
     load(Q, row0 + h * s.D, stride, q0, q1, s.D, scale);
     Matrix<A> O = Matrix<A>::Zero(rows, s.D);
@@ -116,6 +133,7 @@ void attention_forward(T* out, acc_t<T>* lse, const T* qkv, const std::int32_t* 
       load(K, row0 + (s.H + g) * s.D, stride, k0, k1, s.D);
       load(V, row0 + (s.H + s.G + g) * s.D, stride, k0, k1, s.D);
       S.noalias() = Q * K.transpose();
+      add_alibi(S, slope, q0, k0);
       if (needs_mask(fk + q0, q0, q1, k0, k1)) mask(S, fk + q0, q0, k0, -infinity);
       // Online softmax: rescale what was accumulated to the new row maxima.
       Vector<A> m_new = m.cwiseMax(S.rowwise().maxCoeff());
@@ -179,7 +197,7 @@ void attention_backward(T* dqkv, const T* dout, const T* out, const acc_t<T>* ls
         index_t q1 = std::min(s.T, q0 + tile);
         load(Q, row0 + h * s.D, stride, q0, q1, s.D, scale);
         load(dO, dout0 + h * s.D, out_stride, q0, q1, s.D);
-        probabilities(P, Q, K, lse_h + q0, fk + q0, q0, k0);
+        probabilities(P, Q, K, lse_h + q0, fk + q0, q0, k0, alibi_slope_of<A>(s, h));
         dV.noalias() += P.transpose() * dO;
         dP.noalias() = dO * V.transpose();
         for (index_t r = 0; r < P.rows(); ++r) P.row(r).array() *= dP.row(r).array() - delta_h[q0 + r];
@@ -212,7 +230,7 @@ void attention_backward(T* dqkv, const T* dout, const T* out, const acc_t<T>* ls
       index_t k1 = std::min(q1, k0 + tile);
       load(K, row0 + (s.H + g) * s.D, stride, k0, k1, s.D);
       load(V, row0 + (s.H + s.G + g) * s.D, stride, k0, k1, s.D);
-      probabilities(P, Q, K, lse_h + q0, fk + q0, q0, k0);
+      probabilities(P, Q, K, lse_h + q0, fk + q0, q0, k0, alibi_slope_of<A>(s, h));
       dP.noalias() = dO * V.transpose();
       for (index_t r = 0; r < P.rows(); ++r) P.row(r).array() *= dP.row(r).array() - delta_h[q0 + r];
       dQ.noalias() += P * K;
