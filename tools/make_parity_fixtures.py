@@ -2,7 +2,7 @@
 """Writes the HF Transformers parity fixtures under tests/fixtures/parity/.
 
 ft re-implements the Llama-family (Qwen2, Qwen3 and Granite included), Phi-3,
-GPT-NeoX, GPTBigCode and Bloom forward and backward passes in C++. These fixtures pin down what HF Transformers computes for a few tiny,
+GPT-NeoX, GPTBigCode, Bloom and Gemma forward and backward passes in C++. These fixtures pin down what HF Transformers computes for a few tiny,
 randomly initialised models, so the C++ tests can check logits, loss and every
 parameter gradient against them without Python or network access.
 
@@ -38,6 +38,8 @@ from safetensors.torch import save_file
 from transformers import (
     BloomConfig,
     BloomForCausalLM,
+    GemmaConfig,
+    GemmaForCausalLM,
     GPTBigCodeConfig,
     GPTBigCodeForCausalLM,
     GPTNeoXConfig,
@@ -214,6 +216,18 @@ def bloom(heads, width, tied):
     )
 
 
+def gemma():
+    """Gemma: RMSNorm scaled by (1 + w), embeddings scaled by sqrt(hidden_size), GeGLU (tanh GELU), a
+    stated head_dim wider than hidden_size over the heads, grouped-query heads, tied tables."""
+    return GemmaForCausalLM, GemmaConfig(
+        vocab_size=100, hidden_size=48, intermediate_size=96, num_hidden_layers=2,
+        num_attention_heads=4, num_key_value_heads=2, head_dim=16, max_position_embeddings=64,
+        rms_norm_eps=1e-6, hidden_act="gelu_pytorch_tanh", tie_word_embeddings=True,
+        rope_parameters={"rope_type": "default", "rope_theta": 10000.0},
+        attention_dropout=0.0, pad_token_id=0, eos_token_id=1, bos_token_id=2,
+    )
+
+
 CASES = {
     "llama_gqa": llama_gqa,
     "smollm2_tied": smollm2_tied,
@@ -230,6 +244,7 @@ CASES = {
     "gpt_bigcode_mha": lambda: gpt_bigcode(False),
     "bloom_alibi": lambda: bloom(4, 64, True),
     "bloom_six_heads": lambda: bloom(6, 48, False),
+    "gemma_geglu": gemma,
 }
 
 

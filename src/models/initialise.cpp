@@ -10,12 +10,13 @@
 namespace ft::models {
 namespace {
 
-void initialise(ParameterBuffer<float>& params, std::uint64_t seed, double std) {
+// Norm weights start where the norm scales by one: 1, or 0 for Gemma's 1 + w.
+void initialise(ParameterBuffer<float>& params, std::uint64_t seed, double std, float unit_norm) {
   for (const auto& e : params.entries()) {
     float* v = params.value(e.name);
     const bool norm = e.name.find("norm") != std::string::npos, bias = e.name.ends_with(".bias");
     Rng rng(derive_key(seed, fnv1a(e.name)));
-    for (index_t i = 0; i < e.shape.numel(); ++i) v[i] = bias ? 0.0f : norm ? 1.0f : float(std * rng.normal());
+    for (index_t i = 0; i < e.shape.numel(); ++i) v[i] = bias ? 0.0f : norm ? unit_norm : float(std * rng.normal());
   }
 }
 
@@ -25,7 +26,8 @@ index_t save_initialised(const ModelSpec& spec, const std::filesystem::path& sou
                          std::uint64_t seed, double std) {
   Transformer<float> model(spec);
   for (index_t s = -1; s <= model.config().num_layers; ++s)
-    initialise(model.stage_parameters(s), seed + std::uint64_t(s + 1) * 0x9e3779b97f4a7c15ull, std);
+    initialise(model.stage_parameters(s), seed + std::uint64_t(s + 1) * 0x9e3779b97f4a7c15ull, std,
+               model.config().norm == nn::NormKind::rms_unit_offset ? 0.0f : 1.0f);
   save_pretrained(model, source, dir, "F32");
   return model.parameter_count();
 }

@@ -64,7 +64,7 @@ void check_greedy_against_hf() {
   for (const std::string name : {"llama_gqa", "llama3_rope_scaling", "mistral_sliding", "qwen2_bias", "smollm2_tied",
                                  "neox_parallel", "neox_sequential", "qwen3_qk_norm", "granite_multipliers",
                                  "phi3_fused", "phi3_longrope", "gpt_bigcode_mqa", "gpt_bigcode_mha",
-                                 "bloom_alibi", "bloom_six_heads"}) {
+                                 "bloom_alibi", "bloom_six_heads", "gemma_geglu"}) {
     CAPTURE(name);
     const std::vector<Expected> cases = expected(parity + name);
     REQUIRE(cases.size() == 3);
@@ -339,7 +339,8 @@ void check_adapters_against_peft() {
                        Case{"llama_gqa_prompt", "llama_gqa"}, Case{"qwen3_qk_norm_lora", "qwen3_qk_norm"},
                        Case{"granite_multipliers_prompt", "granite_multipliers"},
                        Case{"phi3_fused_lora", "phi3_fused"}, Case{"gpt_bigcode_mha_lora", "gpt_bigcode_mha"},
-                       Case{"bloom_alibi_prompt", "bloom_alibi"}, Case{"bloom_six_heads_lora", "bloom_six_heads"}}) {
+                       Case{"bloom_alibi_prompt", "bloom_alibi"}, Case{"bloom_six_heads_lora", "bloom_six_heads"},
+                       Case{"gemma_geglu_lora", "gemma_geglu"}}) {
     CAPTURE(c.adapter);
     const std::vector<Expected> adapted = expected(peft + c.adapter), base = expected(parity + c.base);
     auto model = models::load_pretrained<float, Device>(parity + c.base);

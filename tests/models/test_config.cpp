@@ -4,6 +4,7 @@
 
 #include <unistd.h>
 
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 
@@ -235,10 +236,37 @@ TEST_CASE("bloom-560m and bloom-7b1: ALiBi, the embedding norm, tied tables, Big
                        doctest::Contains("apply_residual_connection_post_layernorm = true"), Error);
 }
 
+TEST_CASE("gemma-2b and gemma-7b: norms scaled by 1 + w, embeddings by sqrt(hidden_size), GeGLU; transformers' "
+          "counts") {
+  // gemma-2b's config.json as published (the legacy "gelu", which means the tanh approximation).
+  const auto spec = spec_of(R"({"architectures": ["GemmaForCausalLM"], "hidden_size": 2048, "head_dim": 256,
+    "intermediate_size": 16384, "num_hidden_layers": 18, "num_attention_heads": 8, "num_key_value_heads": 1,
+    "vocab_size": 256000, "hidden_act": "gelu", "rms_norm_eps": 1e-06, "pad_token_id": 0, "rope_theta": 10000.0})");
+  const auto& c = spec.config;
+  CHECK(c.norm == nn::NormKind::rms_unit_offset);
+  CHECK(c.activation == nn::Activation::gelu_tanh);
+  CHECK(c.gated_mlp);
+  CHECK(c.tie_embeddings);  // Gemma's default
+  CHECK(c.embedding_multiplier == double(float(std::sqrt(2048.0))));
+  CHECK(c.round_embedding_multiplier);
+  CHECK(models::embedding_scale<bf16>(c) == 45.25f);  // HF's bf16 scale
+  CHECK(c.head_dim == 256);
+  CHECK(c.padding_idx == 0);
+  CHECK(models::parameter_count(c) == 2'506'172'416);  // transformers' count of GemmaForCausalLM at this config
+  const auto big = spec_of(R"({"architectures": ["GemmaForCausalLM"], "hidden_size": 3072, "head_dim": 256,
+    "intermediate_size": 24576, "num_hidden_layers": 28, "num_attention_heads": 16, "num_key_value_heads": 16,
+    "vocab_size": 256000})");
+  CHECK(models::parameter_count(big.config) == 8'537'680'896);
+  CHECK(models::embedding_scale<bf16>(big.config) == 55.5f);  // sqrt(3072) = 55.43 in bf16, as HF scales it
+  CHECK_THROWS_WITH_AS(spec_of(R"({"architectures": ["GemmaForCausalLM"], "hidden_size": 64, "intermediate_size": 64,
+    "num_hidden_layers": 1, "num_attention_heads": 4, "vocab_size": 10, "use_bidirectional_attention": true})"),
+                       doctest::Contains("use_bidirectional_attention = true"), Error);
+}
+
 TEST_CASE("the parameter count from the configuration is what the model allocates") {
   for (const char* name : {"llama_gqa", "smollm2_tied", "qwen2_bias", "neox_parallel", "qwen3_qk_norm",
                            "granite_multipliers", "phi3_fused", "phi3_longrope", "gpt_bigcode_mqa",
-                           "gpt_bigcode_mha", "bloom_alibi", "bloom_six_heads"}) {
+                           "gpt_bigcode_mha", "bloom_alibi", "bloom_six_heads", "gemma_geglu"}) {
     CAPTURE(name);
     fs::path dir = fs::path(FT_SOURCE_DIR) / "tests/fixtures/parity" / name;
     models::Transformer<float> model(models::read_model_spec(dir));

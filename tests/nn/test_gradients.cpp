@@ -62,10 +62,10 @@ TEST_CASE("linear backward matches finite differences, with and without bias") {
   }
 }
 
-TEST_CASE("RMSNorm and LayerNorm backward match finite differences") {
+TEST_CASE("RMSNorm, LayerNorm and Gemma's RMSNorm (1 + w) backward match finite differences") {
   std::mt19937 rng(3);
   const index_t N = 5, C = 8;
-  for (NormKind kind : {NormKind::rms, NormKind::layer}) {
+  for (NormKind kind : {NormKind::rms, NormKind::layer, NormKind::rms_unit_offset}) {
     CAPTURE(int(kind));
     Vec x = random_vector(N * C, rng), g = random_vector(C, rng), b = random_vector(C, rng);
     Vec w = random_vector(N * C, rng), out(N * C), mean(N), rstd(N);
@@ -80,6 +80,14 @@ TEST_CASE("RMSNorm and LayerNorm backward match finite differences") {
     expect_gradient("x", x, dx, loss);
     expect_gradient("weight", g, dg, loss);
     if (kind == NormKind::layer) expect_gradient("bias", b, db, loss);
+    if (kind == NormKind::rms_unit_offset) {  // the plain RMSNorm with 1 + w as its weight
+      Vec plain(N * C), one_plus(C);
+      for (index_t c = 0; c < C; ++c) one_plus[c] = 1 + g[c];
+      norm_forward(NormKind::rms, plain.data(), mean.data(), rstd.data(), x.data(), one_plus.data(), b.data(), N, C,
+                   1e-5);
+      loss();
+      for (index_t i = 0; i < N * C; ++i) CHECK(out[i] == doctest::Approx(plain[i]).epsilon(1e-14));
+    }
   }
 }
 

@@ -125,7 +125,7 @@ public:
     if (c.position_embeddings > 0)
       nn::embedding_forward<Device>(x_.data(), positions, model_.embedding().position_table(), N, C,
                                     /*accumulate=*/true);
-    if (c.embedding_multiplier != 1) nn::scale_into<Device>(x_.data(), x_.data(), A(c.embedding_multiplier), N * C);
+    if (c.embedding_multiplier != 1) nn::scale_into<Device>(x_.data(), x_.data(), models::embedding_scale<T>(c), N * C);
     if (c.embedding_norm) {  // the first block's norm statistics are free until it runs
       model_.embedding().normalise(y_.data(), activations_.n1_mean.data(), activations_.n1_rstd.data(), x_.data(), N);
       std::swap(x_, y_);

@@ -1,9 +1,11 @@
 #pragma once
 // The Llama family: Llama 2 and 3, Mistral (sliding window), Qwen2 (q/k/v
-// biases), Qwen3 (per-head q/k norms), Granite 3 (four multipliers),
+// biases), Qwen3 (per-head q/k norms), Granite 3 (four multipliers), Gemma
+// (norms scaled by 1 + w, embeddings by sqrt(hidden_size), GeGLU),
 // TinyLlama, SmolLM2. They share one block shape (RMSNorm, rotary attention
-// with grouped-query heads, SwiGLU MLP) and differ only in options that
-// config.json carries.
+// with grouped-query heads, a gated MLP) and Llama's module names, and
+// differ only in options that config.json carries.
+#include <cmath>
 #include <array>
 #include <string>
 #include <string_view>
@@ -40,8 +42,9 @@ inline TransformerConfig read_llama_shape(const ConfigReader& json, double defau
 struct Llama : Policy {
   static constexpr std::string_view name = "llama";
   static constexpr std::string_view type_name = "ft::models::Llama";
-  static constexpr std::array<std::string_view, 5> hf_architectures{
-      "LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForCausalLM", "Qwen3ForCausalLM", "GraniteForCausalLM"};
+  static constexpr std::array<std::string_view, 6> hf_architectures{
+      "LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForCausalLM", "Qwen3ForCausalLM", "GraniteForCausalLM",
+      "GemmaForCausalLM"};
   static constexpr std::array<std::string_view, 7> linear_modules{
       "q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"};
   static constexpr std::array<std::string_view, 2> default_lora_targets{"q_proj", "v_proj"};
@@ -64,6 +67,18 @@ struct Llama : Policy {
       c.residual_multiplier = positive("residual_multiplier");
       c.attention_multiplier = positive("attention_multiplier");  // HF's default is 1, not 1 / sqrt(head_dim)
       c.logits_scaling = positive("logits_scaling");
+    }
+    if (c.architecture == "GemmaForCausalLM") {
+      if (json.flag("use_bidirectional_attention", false))
+        json.fail("use_bidirectional_attention = true (an encoder, not a causal LM) is not supported");
+      c.norm = nn::NormKind::rms_unit_offset;
+      // HF's scale is sqrt(hidden_size) as a float32 tensor, cast to the weights' type.
+      c.embedding_multiplier = double(float(std::sqrt(double(c.hidden_size))));
+      c.round_embedding_multiplier = true;
+      // "gelu" in Gemma's own configs means the tanh approximation, as transformers reads it.
+      const std::string act = json.string("hidden_act", "gelu_pytorch_tanh");
+      c.activation = nn::activation_from_hf(act == "gelu" ? "gelu_pytorch_tanh" : act);
+      c.tie_embeddings = json.flag("tie_word_embeddings", true);
     }
 
     ModelSpec spec{c, {}};

@@ -32,7 +32,7 @@ public:
 
   explicit EmbeddingStage(const TransformerConfig& c, bool trainable = true)
       : C_(c.hidden_size), V_(c.vocab_size), P_(c.position_embeddings), padding_idx_(std::int32_t(c.padding_idx)),
-        multiplier_(c.embedding_multiplier), rope_position_limit_(c.rope.position_limit), config_(c) {
+        multiplier_(embedding_scale<T>(c)), rope_position_limit_(c.rope.position_limit), config_(c) {
     declare(params_, c);
     weight_ = params_.slot("weight");
     positions_ = params_.slot_if(P_ > 0, "positions");
@@ -83,7 +83,7 @@ public:
     if (P_ > 0)
       nn::embedding_forward<Device>(y, context.arrays().positions(), params_.value(positions_), batch.rows(), C_,
                                     /*accumulate=*/true);
-    if (multiplier_ != 1) nn::scale_into<Device>(y, y, acc_t<T>(multiplier_), batch.rows() * C_);  // virtual rows too
+    if (multiplier_ != 1) nn::scale_into<Device>(y, y, multiplier_, batch.rows() * C_);  // virtual rows too
     if (config_.embedding_norm) {
       EmbeddingActivations<T, typename Device::Memory>& saved = context.embedding();
       normalise(context.stream(0), saved.mean.data(), saved.rstd.data(), y, batch.rows());
@@ -97,7 +97,7 @@ public:
     T* dres = context.gradient();
     if (!params_.trainable() && !(batch.virtual_tokens > 0 && adapter_)) return;
     if (config_.embedding_norm) norm_backward(context, dres);
-    if (multiplier_ != 1) nn::scale_into<Device>(dres, dres, acc_t<T>(multiplier_), batch.rows() * C_);
+    if (multiplier_ != 1) nn::scale_into<Device>(dres, dres, multiplier_, batch.rows() * C_);
     if (batch.virtual_tokens > 0 && adapter_) adapter_->backward(dres, batch);
     if (!params_.trainable()) return;
     nn::embedding_backward<Device>(params_.grad(weight_), batch.input_ids.data(), dres, batch.rows(), C_,
@@ -125,7 +125,7 @@ private:
   index_t C_, V_;
   index_t P_;                 // rows of the learned position table (0: none)
   std::int32_t padding_idx_;  // the row that takes no gradient (-1: none)
-  double multiplier_;         // embedding_multiplier
+  acc_t<T> multiplier_;       // embedding_multiplier, as T's accumulation type takes it
   index_t rope_position_limit_;  // the first position the blocks' rotary embedding does not cover (0: none)
   TransformerConfig config_;
   Parameters params_;

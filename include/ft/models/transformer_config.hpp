@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "ft/core/error.hpp"
+#include "ft/core/numeric.hpp"
 #include "ft/nn/layer_options.hpp"
 #include "ft/tensor/shape.hpp"
 
@@ -33,6 +34,7 @@ struct TransformerConfig {
   bool qk_norm = false;           // RMSNorm over each query and key head before RoPE (Qwen3)
   // Granite's multipliers, under HF's names; the defaults change nothing.
   double embedding_multiplier = 1;  // on the embedding's output
+  bool round_embedding_multiplier = false;  // rounded to the weights' type first, as Gemma's HF code casts it
   double residual_multiplier = 1;   // on each branch's output before it joins the residual stream
   double attention_multiplier = 0;  // the factor on q.k; 0: 1 / sqrt(head_dim)
   double logits_scaling = 1;        // logits are divided by it
@@ -53,6 +55,14 @@ struct TransformerConfig {
   index_t qkv_width() const { return (num_heads + 2 * num_kv_heads) * head_dim; }
   index_t mlp_in_width() const { return gated_mlp ? 2 * intermediate_size : intermediate_size; }
 };
+
+// The factor on the embedding's output for weights of type T, in T's
+// accumulation type.
+template <class T>
+auto embedding_scale(const TransformerConfig& c) {
+  using A = acc_t<T>;
+  return c.round_embedding_multiplier ? A(T(c.embedding_multiplier)) : A(c.embedding_multiplier);
+}
 
 // Parameters a model of this shape holds, from the configuration alone:
 // plans and estimates need it before anything is allocated.

@@ -24,8 +24,9 @@ inline Activation activation_from_hf(std::string_view name) {
   throw Error("hidden_act \"" + std::string(name) + "\" is not supported; allowed: silu, gelu, gelu_new, gelu_pytorch_tanh");
 }
 
-// RMSNorm (Llama) or LayerNorm (GPT-NeoX).
-enum class NormKind { rms, layer };
+// RMSNorm (Llama), LayerNorm (GPT-NeoX), or RMSNorm scaled by 1 + w
+// (Gemma, whose norms start at w = 0).
+enum class NormKind { rms, layer, rms_unit_offset };
 
 // Llama 3's frequency scaling (rope_scaling, rope_type "llama3").
 struct Llama3Scaling {

@@ -4,6 +4,9 @@
 //   RMSNorm:   y = w * x * rstd,               rstd = 1 / sqrt(mean(x^2) + eps)
 //   LayerNorm: y = w * (x - mean) * rstd + b,  rstd = 1 / sqrt(var(x) + eps)
 //
+// Gemma's RMSNorm scales by 1 + w (the functors' weight_offset), added in
+// the accumulation type as HF adds it in float32; w's gradient is the same.
+//
 // Forward saves mean (LayerNorm only) and rstd per row, in the accumulation
 // type, so backward needs only x. The same functors run on the CPU
 // launcher and a GPU grid.
@@ -32,6 +35,7 @@ struct NormForwardRow {
   const T* bias;  // LayerNorm only; may be null
   index_t C;
   A eps;
+  A weight_offset;  // 1 for Gemma's (1 + w), else 0
 
   template <class Team>
   FT_HOST_DEVICE void operator()(index_t n, const Team& team) const {
@@ -48,7 +52,7 @@ struct NormForwardRow {
     }
     A r = A(1) / std::sqrt(team.sum(var) / A(C) + eps);
     for (index_t c = team.rank; c < C; c += team.size) {
-      A y = (A(x[c]) - mu) * r * A(weight[c]);
+      A y = (A(x[c]) - mu) * r * (A(weight[c]) + weight_offset);
       if (bias) y += A(bias[c]);
       out[n * C + c] = T(y);
     }
@@ -69,6 +73,7 @@ struct NormBackwardInputRow {
   const A* mean;  // null for RMSNorm
   const A* rstd;
   index_t C;
+  A weight_offset;  // as NormForwardRow's
 
   template <class Team>
   FT_HOST_DEVICE void operator()(index_t n, const Team& team) const {
@@ -77,7 +82,7 @@ struct NormBackwardInputRow {
     A mu = mean ? mean[n] : A(0), r = rstd[n];
     A mean_g = 0, mean_gx = 0;
     for (index_t c = team.rank; c < C; c += team.size) {
-      A g = A(dy[c]) * A(weight[c]);
+      A g = A(dy[c]) * (A(weight[c]) + weight_offset);
       mean_g += g;
       mean_gx += g * (A(x[c]) - mu) * r;
     }
@@ -85,7 +90,7 @@ struct NormBackwardInputRow {
     mean_gx = team.sum(mean_gx) / A(C);
     for (index_t c = team.rank; c < C; c += team.size) {
       A xhat = (A(x[c]) - mu) * r;
-      A g = A(dy[c]) * A(weight[c]);
+      A g = A(dy[c]) * (A(weight[c]) + weight_offset);
       din[n * C + c] = T(A(din[n * C + c]) + r * (g - mean_g - xhat * mean_gx));
     }
   }
@@ -118,11 +123,18 @@ struct NormParamPartial {
   }
 };
 
+// The 1 of Gemma's 1 + w.
+template <class A>
+A norm_weight_offset(NormKind kind) {
+  return kind == NormKind::rms_unit_offset ? A(1) : A(0);
+}
+
 template <class Device = device::Cpu, class T>
 void norm_forward(NormKind kind, T* out, acc_t<T>* mean, acc_t<T>* rstd, const T* in, const T* weight,
                   const T* bias, index_t N, index_t C, acc_t<T> eps) {
   Device::parallel_rows(N, C, NormForwardRow<T>{out, kind == NormKind::layer ? mean : nullptr, rstd, in, weight,
-                                          kind == NormKind::layer ? bias : nullptr, C, eps});
+                                          kind == NormKind::layer ? bias : nullptr, C, eps,
+                                          norm_weight_offset<acc_t<T>>(kind)});
 }
 
 // dweight/dbias may be null for a frozen norm.
@@ -131,7 +143,7 @@ void norm_backward(NormKind kind, T* din, T* dweight, T* dbias, const T* dout, c
                    const acc_t<T>* mean, const acc_t<T>* rstd, index_t N, index_t C) {
   using A = acc_t<T>;
   const A* mu = kind == NormKind::layer ? mean : nullptr;
-  Device::parallel_rows(N, C, NormBackwardInputRow<T>{din, dout, in, weight, mu, rstd, C});
+  Device::parallel_rows(N, C, NormBackwardInputRow<T>{din, dout, in, weight, mu, rstd, C, norm_weight_offset<A>(kind)});
   if (!dweight) return;
   if (kind != NormKind::layer) dbias = nullptr;
   const index_t rows = column_span_rows<Device>(N), spans = (N + rows - 1) / rows;
