@@ -4,6 +4,7 @@ Transformers (+ PEFT) on the same model and batch shape, on this CPU.
 
     tools/.venv/bin/python tools/bench_hf_train.py [--adapter full|lora|prompt] [--steps 3]
         [--model models/smollm2-135m-instruct/hf] [--batch 4] [--seq 256] [--threads 2]
+        [--attn sdpa|eager]   (eager for models without an SDPA path, such as Bloom)
 
 One step is forward, backward and an AdamW step on a batch of real token ids
 (Jargon File rows through the chat template, concatenated and cut into rows
@@ -44,11 +45,12 @@ def main():
     p.add_argument("--batch", type=int, default=4)
     p.add_argument("--seq", type=int, default=256)
     p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--attn", default="sdpa", choices=["sdpa", "eager"])
     a = p.parse_args()
     torch.set_num_threads(a.threads)
 
     tokenizer = AutoTokenizer.from_pretrained(a.model)
-    model = AutoModelForCausalLM.from_pretrained(a.model, dtype=torch.float32, attn_implementation="sdpa")
+    model = AutoModelForCausalLM.from_pretrained(a.model, dtype=torch.float32, attn_implementation=a.attn)
     if a.adapter == "lora":
         from peft import LoraConfig, get_peft_model
         model = get_peft_model(model, LoraConfig(r=16, lora_alpha=32, target_modules="all-linear",
