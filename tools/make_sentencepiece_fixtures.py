@@ -16,10 +16,13 @@ corpus line, the whole corpus and seeded random strings.
 
 Deterministic and idempotent (sentencepiece trains on one thread):
 
-    tools/.venv/bin/python tools/make_sentencepiece_fixtures.py
+    tools/.venv/bin/python tools/make_sentencepiece_fixtures.py [KIND ...]
+
+Naming kinds writes only those.
 """
 import io
 import json
+import sys
 
 import sentencepiece
 from tokenizers import Tokenizer
@@ -50,29 +53,42 @@ KINDS = {
     # No prefix space and no BOS.
     "spm_no_prefix": {"tokenizer_class": "LlamaTokenizer", "add_prefix_space": False, "add_bos_token": False,
                       "bos_token": "<s>", "eos_token": "</s>", "unk_token": "<unk>"},
+    # Gemma's form, over a model trained as Gemma's is (no dummy prefix; <pad>, <eos>, <bos>, <unk> first).
+    "spm_gemma": {"tokenizer_class": "GemmaTokenizer", "add_bos_token": True, "add_eos_token": False,
+                  "bos_token": "<bos>", "eos_token": "<eos>", "unk_token": "<unk>", "pad_token": "<pad>"},
 }
 
+# The kinds whose tokenizer.model is trained with Gemma's special pieces; the others share Llama's.
+GEMMA_KINDS = {"spm_gemma"}
+GEMMA_PIECES = dict(pad_id=0, eos_id=1, bos_id=2, unk_id=3, pad_piece="<pad>", eos_piece="<eos>", bos_piece="<bos>",
+                    unk_piece="<unk>", add_dummy_prefix=False)
 
-def train_model():
+
+def train_model(**special):
     """A 1000-piece BPE with byte fallback, a control and a user-defined symbol, as the
-    model file's bytes, written to memory: a file would record its temporary path."""
+    model file's bytes, written to memory: a file would record its temporary path.
+    `special`: sentencepiece's options for the special pieces."""
     lines = [line for line in fixtures.training_text(max_char=0x500) if line.strip()]
     model = io.BytesIO()
     sentencepiece.SentencePieceTrainer.train(
         sentence_iterator=iter(lines), model_writer=model, vocab_size=1000, model_type="bpe",
         byte_fallback=True, character_coverage=1.0, split_digits=True, num_threads=1, minloglevel=2,
-        control_symbols=["<ctrl>"], user_defined_symbols=["jargonify"], normalization_rule_name="identity")
+        control_symbols=["<ctrl>"], user_defined_symbols=["jargonify"], normalization_rule_name="identity",
+        **special)
     return model.getvalue()
 
 
 def main():
     corpus = (OUT / "corpus.txt").read_bytes().decode("utf-8")
     lines = corpus.split("\n")[:-1]  # the file ends with a newline
-    model_bytes = train_model()
-    for kind, config in KINDS.items():
+    model_bytes = {False: train_model(), True: train_model(**GEMMA_PIECES)}
+    wanted = sys.argv[1:] or list(KINDS)
+    unknown = sorted(set(wanted) - set(KINDS))
+    assert not unknown, f"unknown kinds {unknown}; known: {list(KINDS)}"
+    for kind, config in ((k, KINDS[k]) for k in wanted):
         folder = OUT / kind
         folder.mkdir(parents=True, exist_ok=True)
-        (folder / "tokenizer.model").write_bytes(model_bytes)
+        (folder / "tokenizer.model").write_bytes(model_bytes[kind in GEMMA_KINDS])
         (folder / "tokenizer_config.json").write_text(json.dumps(config, indent=2) + "\n")
         hf = AutoTokenizer.from_pretrained(str(folder))
         tok = Tokenizer.from_str(hf.backend_tokenizer.to_str())
@@ -80,6 +96,7 @@ def main():
             "kind": kind,
             "hf_tokenizer_json": json.loads(hf.backend_tokenizer.to_str()),
             "vocab_size": tok.get_vocab_size(with_added_tokens=True),
+            "eos_id": hf.eos_token_id,
             "lines": [fixtures.case(tok, line) for line in lines],
             "whole": fixtures.case(tok, corpus),
             "random": [fixtures.case(tok, s) for s in fixtures.random_strings()],

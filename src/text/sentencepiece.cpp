@@ -194,12 +194,16 @@ json template_processing(const std::vector<std::pair<std::string, std::int64_t>>
 
 json tokenizer_json_from_sentencepiece(const std::filesystem::path& model_file, const json& tokenizer_config) {
   const json& config = tokenizer_config.is_object() ? tokenizer_config : json::object();
+  // transformers' GemmaTokenizer: spaces become ▁ before BPE, never a prefix;
+  // LlamaTokenizer (the default) prepends one through its Metaspace.
+  bool gemma = false;
   if (config.contains("tokenizer_class") && config["tokenizer_class"].is_string()) {
     const std::string c = config["tokenizer_class"];
-    if (c != "LlamaTokenizer" && c != "LlamaTokenizerFast")
+    gemma = c == "GemmaTokenizer" || c == "GemmaTokenizerFast";
+    if (c != "LlamaTokenizer" && c != "LlamaTokenizerFast" && !gemma)
       throw Error(model_file.string() + ": tokenizer_config.json names tokenizer_class \"" + c +
-                  "\", and ft builds a pipeline from tokenizer.model only as transformers' LlamaTokenizer does; "
-                  "save the tokenizer with transformers to get a tokenizer.json");
+                  "\", and ft builds a pipeline from tokenizer.model only as transformers' LlamaTokenizer and "
+                  "GemmaTokenizer do; save the tokenizer with transformers to get a tokenizer.json");
   }
   const SentencePieceModel model = read_model(model_file);
   if (model.model_type != 2)
@@ -263,11 +267,13 @@ json tokenizer_json_from_sentencepiece(const std::filesystem::path& model_file, 
       add(value["content"].get<std::string>(), value.value("special", false), flags, id);
     }
   }
-  std::optional<ConfigToken> bos, eos;
-  for (const auto& [key, fallback] : {std::pair<const char*, const char*>{"unk_token", "<unk>"},
-                                      {"bos_token", "<s>"},
-                                      {"eos_token", "</s>"},
-                                      {"pad_token", nullptr}}) {
+  std::optional<ConfigToken> bos, eos, unk;
+  using Default = std::pair<const char*, const char*>;
+  const std::vector<Default> llama_defaults{{"unk_token", "<unk>"}, {"bos_token", "<s>"}, {"eos_token", "</s>"},
+                                            {"pad_token", nullptr}};
+  const std::vector<Default> gemma_defaults{{"unk_token", "<unk>"}, {"bos_token", "<bos>"}, {"eos_token", "<eos>"},
+                                            {"pad_token", "<pad>"}, {"mask_token", "<mask>"}};
+  for (const auto& [key, fallback] : gemma ? gemma_defaults : llama_defaults) {
     std::optional<ConfigToken> t = config_token(config, key, fallback);
     if (!t) continue;
     json flags = t->flags;
@@ -275,6 +281,7 @@ json tokenizer_json_from_sentencepiece(const std::filesystem::path& model_file, 
     add(t->content, true, flags, std::nullopt);
     if (std::string_view(key) == "bos_token") bos = t;
     if (std::string_view(key) == "eos_token") eos = t;
+    if (std::string_view(key) == "unk_token") unk = t;
   }
   for (const Piece& p : model.pieces)
     if (p.type == Piece::control || p.type == Piece::user_defined)
@@ -293,24 +300,28 @@ json tokenizer_json_from_sentencepiece(const std::filesystem::path& model_file, 
   json decoders = json::array({{{"type", "Replace"}, {"pattern", {{"String", "\u2581"}}}, {"content", " "}},
                                {{"type", "ByteFallback"}},
                                {{"type", "Fuse"}}});
-  if (add_prefix_space) decoders.push_back({{"type", "Strip"}, {"content", " "}, {"start", 1}, {"stop", 0}});
+  if (add_prefix_space && !gemma) decoders.push_back({{"type", "Strip"}, {"content", " "}, {"start", 1}, {"stop", 0}});
+  const json normalizer =
+      gemma ? json{{"type", "Replace"}, {"pattern", {{"String", " "}}}, {"content", "\u2581"}} : json(nullptr);
+  const json pre_tokenizer =
+      gemma ? json{{"type", "Split"}, {"pattern", {{"String", " "}}}, {"behavior", "MergedWithPrevious"}, {"invert", false}}
+            : json{{"type", "Metaspace"},
+                   {"replacement", "\u2581"},
+                   {"prepend_scheme", add_prefix_space ? (legacy ? "always" : "first") : "never"},
+                   {"split", false}};
 
   return {{"version", "1.0"},
           {"truncation", nullptr},
           {"padding", nullptr},
           {"added_tokens", added},
-          {"normalizer", nullptr},
-          {"pre_tokenizer",
-           {{"type", "Metaspace"},
-            {"replacement", "\u2581"},
-            {"prepend_scheme", add_prefix_space ? (legacy ? "always" : "first") : "never"},
-            {"split", false}}},
+          {"normalizer", normalizer},
+          {"pre_tokenizer", pre_tokenizer},
           {"post_processor", template_processing(bos_tokens, eos_tokens)},
           {"decoder", {{"type", "Sequence"}, {"decoders", decoders}}},
           {"model",
            {{"type", "BPE"},
             {"dropout", nullptr},
-            {"unk_token", nullptr},
+            {"unk_token", gemma && unk ? json(unk->content) : json(nullptr)},  // Llama's BPE has none
             {"continuing_subword_prefix", nullptr},
             {"end_of_word_suffix", nullptr},
             {"fuse_unk", true},
