@@ -57,6 +57,8 @@ CASES = {
     "gpt_bigcode_mha_lora": ("gpt_bigcode_mha", LoraConfig(r=4, lora_alpha=8, lora_dropout=0.0,
                                                            task_type="CAUSAL_LM",
                                                            target_modules=["c_attn", "c_proj"])),
+    # Virtual tokens take the first rows of the learned position table, as inputs_embeds do.
+    "gpt_bigcode_mqa_prompt": ("gpt_bigcode_mqa", PromptTuningConfig(num_virtual_tokens=4, task_type="CAUSAL_LM")),
     # Bloom's embedding norm normalises the virtual tokens too.
     "bloom_alibi_prompt": ("bloom_alibi", PromptTuningConfig(num_virtual_tokens=4, task_type="CAUSAL_LM")),
     "bloom_six_heads_lora": ("bloom_six_heads", LoraConfig(r=4, lora_alpha=8, lora_dropout=0.0, task_type="CAUSAL_LM",
