@@ -63,6 +63,8 @@ CASES = {
     "bloom_alibi_prompt": ("bloom_alibi", PromptTuningConfig(num_virtual_tokens=4, task_type="CAUSAL_LM")),
     "bloom_six_heads_lora": ("bloom_six_heads", LoraConfig(r=4, lora_alpha=8, lora_dropout=0.0, task_type="CAUSAL_LM",
                                                            target_modules=["query_key_value", "dense_4h_to_h"])),
+    # Gemma scales the token rows inside its embedding module: the virtual tokens are not scaled.
+    "gemma_geglu_prompt": ("gemma_geglu", PromptTuningConfig(num_virtual_tokens=4, task_type="CAUSAL_LM")),
     "gemma_geglu_lora": ("gemma_geglu", LoraConfig(r=4, lora_alpha=8, lora_dropout=0.0, task_type="CAUSAL_LM",
                                                    target_modules="all-linear")),
 }

@@ -340,7 +340,7 @@ void check_adapters_against_peft() {
                        Case{"granite_multipliers_prompt", "granite_multipliers"},
                        Case{"phi3_fused_lora", "phi3_fused"}, Case{"gpt_bigcode_mha_lora", "gpt_bigcode_mha"},
                        Case{"bloom_alibi_prompt", "bloom_alibi"}, Case{"bloom_six_heads_lora", "bloom_six_heads"},
-                       Case{"gemma_geglu_lora", "gemma_geglu"}, Case{"gpt_bigcode_mqa_prompt", "gpt_bigcode_mqa"}}) {
+                       Case{"gemma_geglu_lora", "gemma_geglu"}, Case{"gemma_geglu_prompt", "gemma_geglu"}, Case{"gpt_bigcode_mqa_prompt", "gpt_bigcode_mqa"}}) {
     CAPTURE(c.adapter);
     const std::vector<Expected> adapted = expected(peft + c.adapter), base = expected(parity + c.base);
     auto model = models::load_pretrained<float, Device>(parity + c.base);

@@ -248,7 +248,7 @@ TEST_CASE("gemma-2b and gemma-7b: norms scaled by 1 + w, embeddings by sqrt(hidd
   CHECK(c.gated_mlp);
   CHECK(c.tie_embeddings);  // Gemma's default
   CHECK(c.embedding_multiplier == double(float(std::sqrt(2048.0))));
-  CHECK(c.round_embedding_multiplier);
+  CHECK(c.embedding_scale_in_lookup);
   CHECK(models::embedding_scale<bf16>(c) == 45.25f);  // HF's bf16 scale
   CHECK(c.head_dim == 256);
   CHECK(c.padding_idx == 0);
@@ -258,6 +258,14 @@ TEST_CASE("gemma-2b and gemma-7b: norms scaled by 1 + w, embeddings by sqrt(hidd
     "vocab_size": 256000})");
   CHECK(models::parameter_count(big.config) == 8'537'680'896);
   CHECK(models::embedding_scale<bf16>(big.config) == 55.5f);  // sqrt(3072) = 55.43 in bf16, as HF scales it
+  // GemmaConfig's defaults where keys are missing: gemma-7b's head_dim and key/value heads, pad id 0.
+  const auto bare = spec_of(R"({"architectures": ["GemmaForCausalLM"], "hidden_size": 64, "intermediate_size": 64,
+    "num_hidden_layers": 1, "num_attention_heads": 16, "vocab_size": 10})");
+  CHECK(bare.config.head_dim == 256);
+  CHECK(bare.config.num_kv_heads == 16);
+  CHECK(bare.config.rope.rotary_dim == 256);
+  CHECK(bare.config.padding_idx == 0);
+  CHECK(bare.config.max_position_embeddings == 8192);
   CHECK_THROWS_WITH_AS(spec_of(R"({"architectures": ["GemmaForCausalLM"], "hidden_size": 64, "intermediate_size": 64,
     "num_hidden_layers": 1, "num_attention_heads": 4, "vocab_size": 10, "use_bidirectional_attention": true})"),
                        doctest::Contains("use_bidirectional_attention = true"), Error);

@@ -29,7 +29,11 @@ public:
     prompt_ = std::make_unique<PromptTuning<T, Device>>(model, tokens_, seed_);
     if (!init_text_.empty() && init_from_.empty()) {
       // From the model's files: a rank may keep no whole table (ZeRO-3, a pipeline rank).
-      const std::vector<T> table = model.read_parameter(io::ModelWeights::open(source_), "embed.weight");
+      std::vector<T> table = model.read_parameter(io::ModelWeights::open(source_), "embed.weight");
+      // The rows the model's lookup gives, as PEFT takes them from the embedding module.
+      const models::TransformerConfig& c = model.config();
+      if (c.embedding_scale_in_lookup)
+        for (T& v : table) v = T(acc_t<T>(v) * models::embedding_scale<T>(c));
       prompt_->init_from_tokens(
           prompt_init_ids(text.need_tokenizer("prompt_tuning.init_text").encode(init_text_, true), tokens_),
           table.data());

@@ -118,6 +118,9 @@ public:
     const cache_rows::CacheRow<T>* cache_rows = device::upload<Device>(device_cache_rows_, cache_rows_);
 
     nn::embedding_forward<Device>(x_.data(), ids, model_.embedding().table(), N, C);
+    const bool scale = c.embedding_multiplier != 1;  // the token rows only, or every row (models/stages.hpp)
+    if (scale && c.embedding_scale_in_lookup)
+      nn::scale_into<Device>(x_.data(), x_.data(), models::embedding_scale<T>(c), N * C);
     for (const Rows& r : rows_)
       if (r.virtual_rows > 0)
         Device::copy(x_.data() + r.first * C, adapter(r.adapter).virtual_embeddings(),
@@ -125,7 +128,8 @@ public:
     if (c.position_embeddings > 0)
       nn::embedding_forward<Device>(x_.data(), positions, model_.embedding().position_table(), N, C,
                                     /*accumulate=*/true);
-    if (c.embedding_multiplier != 1) nn::scale_into<Device>(x_.data(), x_.data(), models::embedding_scale<T>(c), N * C);
+    if (scale && !c.embedding_scale_in_lookup)
+      nn::scale_into<Device>(x_.data(), x_.data(), models::embedding_scale<T>(c), N * C);
     if (c.embedding_norm) {  // the first block's norm statistics are free until it runs
       model_.embedding().normalise(y_.data(), activations_.n1_mean.data(), activations_.n1_rstd.data(), x_.data(), N);
       std::swap(x_, y_);

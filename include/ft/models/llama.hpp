@@ -71,10 +71,20 @@ struct Llama : Policy {
     if (c.architecture == "GemmaForCausalLM") {
       if (json.flag("use_bidirectional_attention", false))
         json.fail("use_bidirectional_attention = true (an encoder, not a causal LM) is not supported");
+      // GemmaConfig's defaults where a key is missing (gemma-7b's shape), not Llama's.
+      c.head_dim = json.optional_int("head_dim", 256);
+      c.num_kv_heads = json.optional_int("num_key_value_heads", 16);
+      if (c.num_heads % c.num_kv_heads != 0)
+        json.fail("num_attention_heads (" + std::to_string(c.num_heads) +
+                  ") must be a multiple of num_key_value_heads (" + std::to_string(c.num_kv_heads) + ")");
+      c.rope = read_rope(json, c.head_dim, 1.0);
+      if (!json.has("pad_token_id")) c.padding_idx = 0;
+      c.max_position_embeddings = json.optional_int("max_position_embeddings", 8192);
       c.norm = nn::NormKind::rms_unit_offset;
-      // HF's scale is sqrt(hidden_size) as a float32 tensor, cast to the weights' type.
+      // HF's scale is sqrt(hidden_size) as a float32 tensor, cast to the weights' type
+      // inside the embedding module (inputs_embeds given from outside are not scaled).
       c.embedding_multiplier = double(float(std::sqrt(double(c.hidden_size))));
-      c.round_embedding_multiplier = true;
+      c.embedding_scale_in_lookup = true;
       // "gelu" in Gemma's own configs means the tanh approximation, as transformers reads it.
       const std::string act = json.string("hidden_act", "gelu_pytorch_tanh");
       c.activation = nn::activation_from_hf(act == "gelu" ? "gelu_pytorch_tanh" : act);

@@ -78,12 +78,13 @@ public:
       throw Error("the batch starts with " + std::to_string(batch.virtual_tokens) +
                   " virtual tokens, but no prompt adapter is attached to fill them");
     nn::embedding_forward<Device>(y, context.arrays().input_ids(), params_.value(weight_), batch.rows(), C_);
+    if (scales_tokens()) nn::scale_into<Device>(y, y, multiplier_, batch.rows() * C_);  // virtual rows are replaced
     if (batch.virtual_tokens > 0) adapter_->forward(y, batch);
     // Virtual tokens take their positions' rows too, as inputs_embeds do in HF.
     if (P_ > 0)
       nn::embedding_forward<Device>(y, context.arrays().positions(), params_.value(positions_), batch.rows(), C_,
                                     /*accumulate=*/true);
-    if (multiplier_ != 1) nn::scale_into<Device>(y, y, multiplier_, batch.rows() * C_);  // virtual rows too
+    if (scales_all()) nn::scale_into<Device>(y, y, multiplier_, batch.rows() * C_);  // virtual rows too
     if (config_.embedding_norm) {
       EmbeddingActivations<T, typename Device::Memory>& saved = context.embedding();
       normalise(context.stream(0), saved.mean.data(), saved.rstd.data(), y, batch.rows());
@@ -97,16 +98,21 @@ public:
     T* dres = context.gradient();
     if (!params_.trainable() && !(batch.virtual_tokens > 0 && adapter_)) return;
     if (config_.embedding_norm) norm_backward(context, dres);
-    if (multiplier_ != 1) nn::scale_into<Device>(dres, dres, multiplier_, batch.rows() * C_);
+    if (scales_all()) nn::scale_into<Device>(dres, dres, multiplier_, batch.rows() * C_);
     if (batch.virtual_tokens > 0 && adapter_) adapter_->backward(dres, batch);
     if (!params_.trainable()) return;
-    nn::embedding_backward<Device>(params_.grad(weight_), batch.input_ids.data(), dres, batch.rows(), C_,
-                                   padding_idx_);
     if (P_ > 0)
       nn::embedding_backward<Device>(params_.grad(positions_), batch.positions.data(), dres, batch.rows(), C_);
+    if (scales_tokens()) nn::scale_into<Device>(dres, dres, multiplier_, batch.rows() * C_);
+    nn::embedding_backward<Device>(params_.grad(weight_), batch.input_ids.data(), dres, batch.rows(), C_,
+                                   padding_idx_);
   }
 
 private:
+  // The multiplier on the whole output (Granite), or on the token rows of the lookup only (Gemma).
+  bool scales_all() const { return multiplier_ != 1 && !config_.embedding_scale_in_lookup; }
+  bool scales_tokens() const { return multiplier_ != 1 && config_.embedding_scale_in_lookup; }
+
   // dres: the norm's output gradient in, its input gradient out (through
   // the blocks' shared scratch, free while the embedding's backward runs).
   void norm_backward(Context<T, Device>& context, T* dres) {

@@ -34,7 +34,11 @@ struct TransformerConfig {
   bool qk_norm = false;           // RMSNorm over each query and key head before RoPE (Qwen3)
   // Granite's multipliers, under HF's names; the defaults change nothing.
   double embedding_multiplier = 1;  // on the embedding's output
-  bool round_embedding_multiplier = false;  // rounded to the weights' type first, as Gemma's HF code casts it
+  // Where HF applies the multiplier: false, to the embeddings the blocks
+  // take, virtual tokens' too (Granite multiplies inputs_embeds); true,
+  // inside the token table's lookup, cast to the weights' type first
+  // (Gemma's scaled embedding module), so virtual tokens are not scaled.
+  bool embedding_scale_in_lookup = false;
   double residual_multiplier = 1;   // on each branch's output before it joins the residual stream
   double attention_multiplier = 0;  // the factor on q.k; 0: 1 / sqrt(head_dim)
   double logits_scaling = 1;        // logits are divided by it
@@ -61,7 +65,7 @@ struct TransformerConfig {
 template <class T>
 auto embedding_scale(const TransformerConfig& c) {
   using A = acc_t<T>;
-  return c.round_embedding_multiplier ? A(T(c.embedding_multiplier)) : A(c.embedding_multiplier);
+  return c.embedding_scale_in_lookup ? A(T(c.embedding_multiplier)) : A(c.embedding_multiplier);
 }
 
 // Parameters a model of this shape holds, from the configuration alone:

@@ -52,10 +52,12 @@ struct Layout {
   index_t T, H, G, D;
   bool alibi = false;
   FT_HOST_DEVICE index_t stride() const { return (H + 2 * G) * D; }
-  // What the score of query head h at sequence position t and key j gains.
+  // ALiBi's slope for query head h (0 without ALiBi): a score of query
+  // position t and key j gains slope * (j - t). Taken once per head by each
+  // functor, not per score.
   template <class A>
-  FT_HOST_DEVICE A bias(index_t h, index_t t, index_t j) const {
-    return alibi ? A(alibi_slope(h, H)) * A(j - t) : A(0);
+  FT_HOST_DEVICE A slope(index_t h) const {
+    return alibi ? A(alibi_slope(h, H)) : A(0);
   }
   FT_HOST_DEVICE index_t key(index_t n, index_t g) const { return n * stride() + (H + g) * D; }
   FT_HOST_DEVICE index_t value(index_t n, index_t g) const { return n * stride() + (H + G + g) * D; }
@@ -86,9 +88,10 @@ struct ForwardRow {
     A acc[max_head_dim];
     for (index_t d = 0; d < at.D; ++d) acc[d] = 0;
     A m = -std::numeric_limits<A>::infinity(), l = 0;
+    const A slope = at.slope<A>(h);
     for (index_t j = first[n]; j <= t; ++j) {
       const index_t key = b * at.T + j;
-      const A s = dot(q, qkv + at.key(key, g), at.D) * scale + at.bias<A>(h, t, j);
+      const A s = dot(q, qkv + at.key(key, g), at.D) * scale + slope * A(j - t);
       const A m_new = s > m ? s : m;
       const A rescale = std::exp(m - m_new), p = std::exp(s - m_new);
       const T* v = qkv + at.value(key, g);
@@ -123,12 +126,12 @@ struct Pair {
 };
 template <class T>
 FT_HOST_DEVICE Pair<T> pair(const T* qkv, const T* dout, const acc_t<T>* lse, const acc_t<T>* delta, const Layout& at,
-                            acc_t<T> scale, index_t n, index_t h, index_t key) {
+                            acc_t<T> scale, acc_t<T> slope, index_t n, index_t h, index_t key) {
   using A = acc_t<T>;
   const index_t b = n / at.T, t = n % at.T, g = at.group_of(h);
   const index_t stat = (b * at.H + h) * at.T + t;
   const A p = std::exp(dot(qkv + n * at.stride() + h * at.D, qkv + at.key(key, g), at.D) * scale +
-                       at.bias<A>(h, t, key % at.T) - lse[stat]);
+                       slope * A(key % at.T - t) - lse[stat]);
   const A dp = dot(dout + n * at.H * at.D + h * at.D, qkv + at.value(key, g), at.D);
   return {p, p * (dp - delta[stat])};
 }
@@ -150,9 +153,10 @@ struct QueryGradRow {
     const index_t h = i % at.H, n = i / at.H, b = n / at.T, t = n % at.T, g = at.group_of(h);
     A dq[max_head_dim];
     for (index_t d = 0; d < at.D; ++d) dq[d] = 0;
+    const A slope = at.slope<A>(h);
     for (index_t j = first[n]; j <= t; ++j) {
       const index_t key = b * at.T + j;
-      const A ds = pair(qkv, dout, lse, delta, at, scale, n, h, key).ds;
+      const A ds = pair(qkv, dout, lse, delta, at, scale, slope, n, h, key).ds;
       const T* k = qkv + at.key(key, g);
       for (index_t d = 0; d < at.D; ++d) dq[d] += ds * A(k[d]);
     }
@@ -181,10 +185,11 @@ struct KeyValueGradRow {
     const index_t g = i % at.G, key = i / at.G, b = key / at.T, j = key % at.T, group = at.H / at.G;
     A dk[max_head_dim], dv[max_head_dim];
     for (index_t d = 0; d < at.D; ++d) dk[d] = dv[d] = 0;
-    for (index_t h = g * group; h < (g + 1) * group; ++h)
+    for (index_t h = g * group; h < (g + 1) * group; ++h) {
+      const A slope = at.slope<A>(h);
       for (index_t t = j; t < at.T && first[b * at.T + t] <= j; ++t) {
         const index_t n = b * at.T + t;
-        const Pair<T> pd = pair(qkv, dout, lse, delta, at, scale, n, h, key);
+        const Pair<T> pd = pair(qkv, dout, lse, delta, at, scale, slope, n, h, key);
         const T* q = qkv + n * at.stride() + h * at.D;
         const T* dO = dout + n * at.H * at.D + h * at.D;
         for (index_t d = 0; d < at.D; ++d) {
@@ -192,6 +197,7 @@ struct KeyValueGradRow {
           dk[d] += pd.ds * A(q[d]);
         }
       }
+    }
     T* out_k = dqkv + at.key(key, g);
     T* out_v = dqkv + at.value(key, g);
     for (index_t d = 0; d < at.D; ++d) {
