@@ -67,6 +67,9 @@ CASES = {
     "gemma_geglu_prompt": ("gemma_geglu", PromptTuningConfig(num_virtual_tokens=4, task_type="CAUSAL_LM")),
     "gemma_geglu_lora": ("gemma_geglu", LoraConfig(r=4, lora_alpha=8, lora_dropout=0.0, task_type="CAUSAL_LM",
                                                    target_modules="all-linear")),
+    # PEFT's default targets for Gemma 2 (q_proj, v_proj), through soft-capped scores and logits.
+    "gemma2_softcap_lora": ("gemma2_softcap", LoraConfig(r=4, lora_alpha=8, lora_dropout=0.0,
+                                                         task_type="CAUSAL_LM")),
 }
 
 

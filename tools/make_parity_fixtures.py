@@ -2,7 +2,7 @@
 """Writes the HF Transformers parity fixtures under tests/fixtures/parity/.
 
 ft re-implements the Llama-family (Qwen2, Qwen3 and Granite included), Phi-3,
-GPT-NeoX, GPTBigCode, Bloom and Gemma forward and backward passes in C++. These fixtures pin down what HF Transformers computes for a few tiny,
+GPT-NeoX, GPTBigCode, Bloom, Gemma and Gemma 2 forward and backward passes in C++. These fixtures pin down what HF Transformers computes for a few tiny,
 randomly initialised models, so the C++ tests can check logits, loss and every
 parameter gradient against them without Python or network access.
 
@@ -38,6 +38,8 @@ from safetensors.torch import save_file
 from transformers import (
     BloomConfig,
     BloomForCausalLM,
+    Gemma2Config,
+    Gemma2ForCausalLM,
     GemmaConfig,
     GemmaForCausalLM,
     GPTBigCodeConfig,
@@ -228,6 +230,20 @@ def gemma():
     )
 
 
+def gemma2():
+    """Gemma 2: Gemma's block with a norm after each branch, query_pre_attn_scalar unlike head_dim,
+    attention scores and final logits soft-capped at caps small enough to bend them, and a
+    sliding-window layer before a global one (Gemma2Config's default layer_types)."""
+    return Gemma2ForCausalLM, Gemma2Config(
+        vocab_size=100, hidden_size=48, intermediate_size=96, num_hidden_layers=2,
+        num_attention_heads=4, num_key_value_heads=2, head_dim=16, max_position_embeddings=64,
+        rms_norm_eps=1e-6, hidden_activation="gelu_pytorch_tanh", tie_word_embeddings=True,
+        rope_parameters={"rope_type": "default", "rope_theta": 10000.0},
+        query_pre_attn_scalar=24, attn_logit_softcapping=1.5, final_logit_softcapping=2.5,
+        sliding_window=5, attention_dropout=0.0, pad_token_id=0, eos_token_id=1, bos_token_id=2,
+    )
+
+
 CASES = {
     "llama_gqa": llama_gqa,
     "smollm2_tied": smollm2_tied,
@@ -245,6 +261,7 @@ CASES = {
     "bloom_alibi": lambda: bloom(4, 64, True),
     "bloom_six_heads": lambda: bloom(6, 48, False),
     "gemma_geglu": gemma,
+    "gemma2_softcap": gemma2,
 }
 
 
@@ -342,6 +359,24 @@ def check_sliding(case, model, input_ids, labels, loss):
     assert abs(full_loss - loss) > 1e-3, "sliding window has no effect"
 
 
+def check_gemma2(case, model, input_ids, labels, loss):
+    """Each of Gemma 2's options must change the loss, or the fixture would not hold it."""
+    if case != "gemma2_softcap":
+        return
+    assert model.config.layer_types == ["sliding_attention", "full_attention"], model.config.layer_types
+    for key, value in (("attn_logit_softcapping", None), ("final_logit_softcapping", None),
+                       ("layer_types", ["full_attention"] * 2), ("query_pre_attn_scalar", 16)):
+        config = copy.deepcopy(model.config)
+        setattr(config, key, value)
+        other = type(model)(config).double()
+        other.load_state_dict(model.state_dict())
+        other.train()
+        with torch.no_grad():
+            other_loss = other(input_ids=input_ids, labels=labels).loss.item()
+        print(f"  [{case}] loss {loss:.8f}, with {key}={value}: {other_loss:.8f}")
+        assert abs(other_loss - loss) > 1e-3, f"{key} has no effect"
+
+
 def check_reload(case, directory, model32, input_ids, labels, logits32):
     """The written checkpoint must reproduce the model it came from."""
     reloaded = type(model32).from_pretrained(directory, attn_implementation="eager")
@@ -380,6 +415,7 @@ def make_case(case, seed):
 
     check_rope(case, model64)
     check_sliding(case, model64, input_ids, labels, loss64.item())
+    check_gemma2(case, model64, input_ids, labels, loss64.item())
     check_reload(case, directory, model32, input_ids, labels, logits32)
 
     expected = {

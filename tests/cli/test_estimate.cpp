@@ -198,6 +198,11 @@ TEST_CASE("estimate within 5% of the measured peak: checkpointing, offloading, a
     static const std::string bloom = tiny_llama_with("tiny-bloom", {{"architectures", {"BloomForCausalLM"}}});
     for (const char* adapter : {"full", "prompt"})
       check_within_5_percent({p, bloom, std::string("strategy.adapter=") + adapter, "prompt_tuning.num_virtual_tokens=8"});
+    // Gemma 2: each branch's saved output and its norm's statistics.
+    static const std::string gemma2 = tiny_llama_with(
+        "tiny-gemma2", {{"architectures", {"Gemma2ForCausalLM"}}, {"head_dim", 32}, {"sliding_window", 16}});
+    for (const char* adapter : {"full", "lora"})
+      check_within_5_percent({p, gemma2, std::string("strategy.adapter=") + adapter});
   }
 }
 

@@ -178,7 +178,8 @@ TEST_CASE("the model family comes from config.json") {
   CHECK(bad.code == 2);
   CHECK(bad.err == "ftrun: " + fixtures +
                        "/models/unknown-arch/config.json: architecture \"FalconForCausalLM\" is not supported by any "
-                       "plugin; supported: BloomForCausalLM, GPTBigCodeForCausalLM, GPTNeoXForCausalLM, GemmaForCausalLM, "
+                       "plugin; supported: BloomForCausalLM, GPTBigCodeForCausalLM, GPTNeoXForCausalLM, Gemma2ForCausalLM, "
+                       "GemmaForCausalLM, "
                        "GraniteForCausalLM, LlamaForCausalLM, "
                        "MistralForCausalLM, "
                        "Phi3ForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM\n");

@@ -271,10 +271,52 @@ TEST_CASE("gemma-2b and gemma-7b: norms scaled by 1 + w, embeddings by sqrt(hidd
                        doctest::Contains("use_bidirectional_attention = true"), Error);
 }
 
+TEST_CASE("gemma-2-2b and gemma-2-9b: a norm after each branch, soft-caps, local and global layers; transformers' "
+          "counts") {
+  // gemma-2-2b's config.json as published (no layer_types: Gemma2Config alternates, the first layer local).
+  const auto spec = spec_of(R"({"architectures": ["Gemma2ForCausalLM"], "hidden_size": 2304, "head_dim": 256,
+    "intermediate_size": 9216, "num_hidden_layers": 26, "num_attention_heads": 8, "num_key_value_heads": 4,
+    "vocab_size": 256000, "hidden_act": "gelu_pytorch_tanh", "hidden_activation": "gelu_pytorch_tanh",
+    "query_pre_attn_scalar": 256, "sliding_window": 4096, "attn_logit_softcapping": 50.0,
+    "final_logit_softcapping": 30.0, "rms_norm_eps": 1e-06, "pad_token_id": 0})");
+  const auto& c = spec.config;
+  CHECK(c.norm == nn::NormKind::rms_unit_offset);
+  CHECK(c.sandwich_norms);
+  CHECK(c.activation == nn::Activation::gelu_tanh);
+  CHECK(c.tie_embeddings);
+  CHECK(c.attention_multiplier == 1.0 / 16);
+  CHECK(c.attention_softcap == 50.0);
+  CHECK(c.logit_softcap == 30.0);
+  REQUIRE(c.sliding_window.size() == 26);
+  CHECK(c.sliding_window[0] == 4096);
+  CHECK(c.sliding_window[1] == 0);
+  CHECK(c.sliding_window[24] == 4096);
+  CHECK(c.sliding_window[25] == 0);
+  CHECK(models::parameter_count(c) == 2'614'341'888);  // transformers' count of Gemma2ForCausalLM at this config
+  const models::WeightBinding& post = spec.weights[6];
+  CHECK(post.hf_name == "model.layers.0.post_attention_layernorm.weight");
+  CHECK(post.param == "layers.0.attn_post_norm.weight");
+  const auto big = spec_of(R"({"architectures": ["Gemma2ForCausalLM"], "hidden_size": 3584, "head_dim": 256,
+    "intermediate_size": 14336, "num_hidden_layers": 42, "num_attention_heads": 16, "num_key_value_heads": 8,
+    "vocab_size": 256000})");
+  CHECK(models::parameter_count(big.config) == 9'241'705'984);
+  // Gemma2Config's defaults where keys are missing; null turns a cap off; stated layer types win.
+  const auto bare = spec_of(R"({"architectures": ["Gemma2ForCausalLM"], "hidden_size": 64, "intermediate_size": 64,
+    "num_hidden_layers": 3, "num_attention_heads": 8, "vocab_size": 10, "final_logit_softcapping": null,
+    "layer_types": ["full_attention", "sliding_attention", "sliding_attention"]})");
+  CHECK(bare.config.num_kv_heads == 4);
+  CHECK(bare.config.attention_softcap == 50.0);
+  CHECK(bare.config.logit_softcap == 0.0);
+  CHECK(bare.config.sliding_window == std::vector<index_t>{0, 4096, 4096});
+  CHECK_THROWS_WITH_AS(spec_of(R"({"architectures": ["Gemma2ForCausalLM"], "hidden_size": 64, "intermediate_size": 64,
+    "num_hidden_layers": 1, "num_attention_heads": 4, "vocab_size": 10, "attn_logit_softcapping": -1})"),
+                       doctest::Contains("field \"attn_logit_softcapping\" must be a positive number or null"), Error);
+}
+
 TEST_CASE("the parameter count from the configuration is what the model allocates") {
   for (const char* name : {"llama_gqa", "smollm2_tied", "qwen2_bias", "neox_parallel", "qwen3_qk_norm",
                            "granite_multipliers", "phi3_fused", "phi3_longrope", "gpt_bigcode_mqa",
-                           "gpt_bigcode_mha", "bloom_alibi", "bloom_six_heads", "gemma_geglu"}) {
+                           "gpt_bigcode_mha", "bloom_alibi", "bloom_six_heads", "gemma_geglu", "gemma2_softcap"}) {
     CAPTURE(name);
     fs::path dir = fs::path(FT_SOURCE_DIR) / "tests/fixtures/parity" / name;
     models::Transformer<float> model(models::read_model_spec(dir));

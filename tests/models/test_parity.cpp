@@ -29,7 +29,7 @@ const char* const cases[] = {"llama_gqa",       "smollm2_tied",  "llama3_rope_sc
                              "mistral_sliding", "neox_parallel", "neox_sequential",     "qwen3_qk_norm",
                              "granite_multipliers", "phi3_fused",          "phi3_longrope",
                              "gpt_bigcode_mqa",     "gpt_bigcode_mha",     "bloom_alibi",
-                             "bloom_six_heads",     "gemma_geglu"};
+                             "bloom_six_heads",     "gemma_geglu",      "gemma2_softcap"};
 
 fs::path fixture(const std::string& name) { return fs::path(FT_SOURCE_DIR) / "tests/fixtures/parity" / name; }
 
@@ -179,7 +179,7 @@ TEST_CASE("model directories with problems give one-line errors") {
   CHECK_THROWS_WITH_AS(models::read_model_spec(fixtures / "models/unknown-arch"),
                        doctest::Contains("architecture \"FalconForCausalLM\" is not supported; supported: "
                                          "LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, "
-                                         "GraniteForCausalLM, GemmaForCausalLM, GPTNeoXForCausalLM, Phi3ForCausalLM, "
+                                         "GraniteForCausalLM, GemmaForCausalLM, Gemma2ForCausalLM, GPTNeoXForCausalLM, Phi3ForCausalLM, "
                                          "GPTBigCodeForCausalLM, BloomForCausalLM"),
                        Error);
   CHECK_THROWS_WITH_AS(models::read_model_spec(fixtures / "no-such-dir"), doctest::Contains("not a model directory"),

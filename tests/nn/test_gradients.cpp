@@ -164,6 +164,7 @@ Vec naive_attention(const Vec& qkv, const std::vector<std::int32_t>* docs, const
           for (index_t d = 0; d < s.D; ++d)
             dotp += qkv[(b * s.T + i) * stride + h * s.D + d] * qkv[(b * s.T + j) * stride + (s.H + g) * s.D + d];
           score[j] = dotp * (s.scale > 0 ? s.scale : 1 / std::sqrt(double(s.D)));
+          if (s.softcap > 0) score[j] = s.softcap * std::tanh(score[j] / s.softcap);  // Gemma 2's eager form
           // ALiBi as HF writes it: the slope times the key's position in the row.
           if (s.alibi) score[j] += double(ft::nn::alibi_slope(h, s.H)) * double(j);
           max = std::max(max, score[j]);
@@ -194,7 +195,9 @@ TEST_CASE("tiled attention equals full-softmax attention, its backward matches f
                         Case{"documents and window", {1, 70, 2, 2, 4, 9}, true},
                         Case{"a stated scale (Granite's attention_multiplier)", {2, 70, 4, 2, 4, 0, 0.3}, true},
                         Case{"ALiBi over six heads (Bloom)", {2, 70, 6, 6, 4, 0, 0, true}, false},
-                        Case{"ALiBi in a packed row", {1, 70, 6, 6, 4, 0, 0, true}, true}}) {
+                        Case{"ALiBi in a packed row", {1, 70, 6, 6, 4, 0, 0, true}, true},
+                        Case{"soft-capped scores (Gemma 2)", {2, 70, 4, 2, 4, 0, 0.5, false, 0.8}, false},
+                        Case{"soft-capped, windowed, packed", {1, 70, 2, 1, 4, 9, 0, false, 0.6}, true}}) {
     CAPTURE(c.name);
     const AttentionShape& s = c.shape;
     index_t N = s.B * s.T;
@@ -249,34 +252,44 @@ TEST_CASE("MLP middles backward match finite differences: SwiGLU, GELU, tanh GEL
   }
 }
 
-TEST_CASE("fused LM head cross-entropy: loss, ignore index, chunking and token count") {
+TEST_CASE("fused LM head cross-entropy: loss, ignore index, chunking, token count, logit scale and soft-cap") {
   std::mt19937 rng(7);
   const index_t N = 9, C = 5, V = 11;
   Vec h = random_vector(N * C, rng), W = random_vector(V * C, rng);
   std::vector<std::int32_t> targets{3, -100, 0, 10, 7, -100, 2, 2, 5};
   const double count = 13;  // e.g. the tokens of a whole accumulated batch
 
-  // Reference loss from explicit logits.
-  double expected = 0;
-  for (index_t n = 0; n < N; ++n) {
-    if (targets[n] == ignore_index) continue;
-    std::vector<double> z(V);
-    double max = -INFINITY;
-    for (index_t v = 0; v < V; ++v) {
-      for (index_t c = 0; c < C; ++c) z[v] += h[n * C + c] * W[v * C + c];
-      max = std::max(max, z[v]);
+  // Reference loss from explicit logits, scaled and capped when asked.
+  auto reference = [&](double scale, double cap) {
+    double expected = 0;
+    for (index_t n = 0; n < N; ++n) {
+      if (targets[n] == ignore_index) continue;
+      std::vector<double> z(V);
+      double max = -INFINITY;
+      for (index_t v = 0; v < V; ++v) {
+        for (index_t c = 0; c < C; ++c) z[v] += h[n * C + c] * W[v * C + c];
+        z[v] *= scale;
+        if (cap > 0) z[v] = cap * std::tanh(z[v] / cap);
+        max = std::max(max, z[v]);
+      }
+      double sum = 0;
+      for (double x : z) sum += std::exp(x - max);
+      expected += max + std::log(sum) - z[targets[n]];
     }
-    double sum = 0;
-    for (double x : z) sum += std::exp(x - max);
-    expected += max + std::log(sum) - z[targets[n]];
-  }
+    return expected;
+  };
+  CHECK(reference(0.7, 1.3) != doctest::Approx(reference(0.7, 0)).epsilon(1e-3));  // the cap bends these logits
 
   for (index_t chunk : {1, 4, 256}) {
     CAPTURE(chunk);
     CrossEntropyOptions options{.chunk_rows = chunk, .token_count = count};
+    if (chunk == 4) {  // Granite's scale and Gemma 2's cap on the logits: the gradient goes back through both
+      options.logit_scale = 0.7;
+      options.softcap = 1.3;
+    }
     Vec dh(h.size()), dW(W.size());
     double loss = lm_head_cross_entropy(dh.data(), dW.data(), h.data(), W.data(), targets.data(), N, C, V, options);
-    CHECK(loss == doctest::Approx(expected).epsilon(1e-12));
+    CHECK(loss == doctest::Approx(reference(options.logit_scale, options.softcap)).epsilon(1e-12));
     auto probe = [&] {
       CrossEntropyOptions eval = options;
       eval.backward = false;

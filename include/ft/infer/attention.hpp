@@ -31,6 +31,7 @@ struct CachedAttentionShape {
   index_t window = 0;  // 0: no sliding window
   double scale = 0;    // 0: 1 / sqrt(D) (nn::softmax_scale)
   bool alibi = false;  // scores gain nn::alibi_slope(h) * (key - p) (nn/attention_shape.hpp)
+  double softcap = 0;  // > 0: scores are soft-capped at it (nn::ScoreTerms)
 };
 
 // One sequence's part of a step: its n new rows' rotated q, k, v are
@@ -74,9 +75,9 @@ void cached_attention(std::span<const CachedSequence<T>> sequences, const Cached
       for (index_t row = 0; row < group * n; ++row) {
         const index_t p = q.positions[row % n];
         const index_t first = s.window > 0 ? std::max<index_t>(0, p - s.window + 1) : 0;
-        if (s.alibi) {
-          const A slope = A(nn::alibi_slope(g * group + row / n, s.H));
-          for (index_t j = 0; j < keys_seen; ++j) S(row, j) += slope * A(lowest + j - p);
+        if (s.alibi || s.softcap > 0) {
+          const nn::ScoreTerms<A> terms = nn::score_terms<A>(s.alibi, s.softcap, g * group + row / n, s.H);
+          for (index_t j = 0; j < keys_seen; ++j) S(row, j) = terms(S(row, j), lowest + j - p);
         }
         A top = -std::numeric_limits<A>::infinity();
         for (index_t j = 0; j < keys_seen; ++j) {

@@ -113,7 +113,8 @@ struct Attend {
   index_t layer, H, G, D, window;
   KeySplit split;
   A scale;
-  bool alibi;  // scores gain nn::alibi_slope(h) * (j - p)
+  bool alibi;     // scores gain nn::alibi_slope(h) * (j - p)
+  double softcap;  // > 0: scores are soft-capped at it (nn::ScoreTerms)
 
   template <class Team>
   FT_HOST_DEVICE void operator()(index_t task, const Team& team) const {
@@ -127,7 +128,7 @@ struct Attend {
     const T* keys = at.keys + layer * at.layer_stride + g * D;
     const T* values = at.values + layer * at.layer_stride + g * D;
     const T* q = qkv + r * (H + 2 * G) * D + h * D;
-    const A slope = alibi ? A(nn::alibi_slope(h, H)) : A(0);
+    const nn::ScoreTerms<A> terms = nn::score_terms<A>(alibi, softcap, h, H);
     A query[per_lane], acc[per_lane];
     for (index_t k = 0; k < per_lane; ++k) {
       const index_t d = team.rank + k * team.size;
@@ -146,7 +147,7 @@ struct Attend {
             const index_t d = team.rank + k * team.size;
             if (d < D) partial += query[k] * A(keys[j * width + d]);
           }
-        score[u] = team.sum(partial) * scale + slope * A(j - p);
+        score[u] = terms(team.sum(partial) * scale, j - p);
         if (j <= end && score[u] > m_new) m_new = score[u];
       }
       const A rescale = std::exp(m - m_new);
@@ -251,7 +252,7 @@ void cached_attention_rows(T* out, const T* qkv, const cache_rows::CacheRow<T>* 
   using A = acc_t<T>;
   Device::parallel_rows(N * s.H * split.splits, s.D,
                         cache_rows::Attend<T>{out, partials, qkv, rows, positions, layer, s.H, s.G, s.D, s.window,
-                                              split, nn::softmax_scale<A>(s.D, s.scale), s.alibi});
+                                              split, nn::softmax_scale<A>(s.D, s.scale), s.alibi, s.softcap});
   if (split.splits > 1) Device::parallel_rows(N * s.H, s.D, cache_rows::Combine<T>{out, partials, split.splits, s.D});
 }
 

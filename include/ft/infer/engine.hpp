@@ -29,6 +29,7 @@
 #include "ft/infer/attention_rows.hpp"
 #include "ft/infer/kv_cache.hpp"
 #include "ft/models/transformer.hpp"
+#include "ft/nn/cross_entropy.hpp"
 #include "ft/nn/embedding.hpp"
 #include "ft/nn/linear.hpp"
 #include "ft/nn/norm.hpp"
@@ -138,7 +139,7 @@ public:
     for (index_t l = 0; l < c.num_layers; ++l) {
       models::Block<T, Device>& block = model_.blocks()[std::size_t(l)];
       const CachedAttentionShape shape{c.num_heads, c.num_kv_heads, c.head_dim, c.sliding_window[std::size_t(l)],
-                                       c.attention_multiplier, c.alibi};
+                                       c.attention_multiplier, c.alibi, c.attention_softcap};
       router_.layer = l;
       block.set_adapter(lora ? &router_ : nullptr);
       block.forward(y_.data(), x_.data(), N, positions, activations_, [&](models::BlockActivations<T, Memory>& a) {
@@ -186,6 +187,8 @@ public:
     nn::linear_forward<Device>(logits_.data(), normed_.data(), head.lm_weight(), static_cast<const T*>(nullptr), S, C,
                                V);
     if (c.logits_scaling != 1) nn::scale_into<Device>(logits_.data(), logits_.data(), A(1 / c.logits_scaling), S * V);
+    if (c.logit_softcap > 0)
+      Device::parallel_rows(S, V, nn::SoftcapRow<T>{logits_.data(), V, A(c.logit_softcap)});
     if constexpr (std::is_same_v<T, float>) {
       Device::to_host(logits, logits_.data(), std::size_t(S * V) * sizeof(float));
     } else {

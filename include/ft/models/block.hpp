@@ -7,8 +7,9 @@
 //   parallel (GPT-NeoX):  y = x + O(attn(rope(QKV(n1(x))))) + Down(act(In(n2(x))))
 //
 // With qk_norm (Qwen3) each query and key head is RMS-normalised between QKV
-// and rope (nn/head_norm.hpp). With a residual_multiplier (Granite) each
-// branch, O(...) and Down(...), is scaled by it before it joins.
+// and rope (nn/head_norm.hpp). With sandwich_norms (Gemma 2) each branch's
+// output, O(...) and Down(...), passes through a norm of its own before it
+// joins; with a residual_multiplier (Granite) it is then scaled by it.
 //
 // The block reads its input x from the context's residual stream and writes
 // its output y after it; x is the one activation a checkpointed block keeps,
@@ -75,12 +76,20 @@ public:
     }
     params.declare("o.weight", {C, HD});
     if (c.o_bias) params.declare("o.bias", {C});
+    if (c.sandwich_norms) {
+      params.declare("attn_post_norm.weight", {C});
+      if (layer_norm) params.declare("attn_post_norm.bias", {C});
+    }
     params.declare("mlp_norm.weight", {C});
     if (layer_norm) params.declare("mlp_norm.bias", {C});
     params.declare("mlp_in.weight", {c.mlp_in_width(), C});
     if (c.mlp_bias) params.declare("mlp_in.bias", {c.mlp_in_width()});
     params.declare("mlp_out.weight", {C, c.intermediate_size});
     if (c.mlp_bias) params.declare("mlp_out.bias", {C});
+    if (c.sandwich_norms) {
+      params.declare("mlp_post_norm.weight", {C});
+      if (layer_norm) params.declare("mlp_post_norm.bias", {C});
+    }
   }
 
   // The block's parameters, found once in its buffer: every call reads them
@@ -89,9 +98,10 @@ public:
     ParameterSlot attn_norm_weight, attn_norm_bias, qkv_weight, qkv_bias, o_weight, o_bias;
     ParameterSlot mlp_norm_weight, mlp_norm_bias, mlp_in_weight, mlp_in_bias, mlp_out_weight, mlp_out_bias;
     ParameterSlot q_norm_weight, k_norm_weight;
+    ParameterSlot attn_post_norm_weight, attn_post_norm_bias, mlp_post_norm_weight, mlp_post_norm_bias;
 
     static Weights of(const Parameters& p, const TransformerConfig& c) {
-      const bool layer_norm = c.norm == nn::NormKind::layer;
+      const bool layer_norm = c.norm == nn::NormKind::layer, sandwich = c.sandwich_norms;
       return {.attn_norm_weight = p.slot("attn_norm.weight"),
               .attn_norm_bias = p.slot_if(layer_norm, "attn_norm.bias"),
               .qkv_weight = p.slot("qkv.weight"),
@@ -105,7 +115,11 @@ public:
               .mlp_out_weight = p.slot("mlp_out.weight"),
               .mlp_out_bias = p.slot_if(c.mlp_bias, "mlp_out.bias"),
               .q_norm_weight = p.slot_if(c.qk_norm, "q_norm.weight"),
-              .k_norm_weight = p.slot_if(c.qk_norm, "k_norm.weight")};
+              .k_norm_weight = p.slot_if(c.qk_norm, "k_norm.weight"),
+              .attn_post_norm_weight = p.slot_if(sandwich, "attn_post_norm.weight"),
+              .attn_post_norm_bias = p.slot_if(sandwich && layer_norm, "attn_post_norm.bias"),
+              .mlp_post_norm_weight = p.slot_if(sandwich, "mlp_post_norm.weight"),
+              .mlp_post_norm_bias = p.slot_if(sandwich && layer_norm, "mlp_post_norm.bias")};
     }
   };
 
@@ -156,9 +170,10 @@ public:
     attend(a);
     // Sequential: mid = x + O(att). Parallel: the attention branch goes to y, mid is only scratch.
     T* attention_out = c_.parallel_residual ? y : a.mid.data();
-    nn::linear_forward<Device>(attention_out, a.attention.data(), p(w_.o_weight), p(w_.o_bias), N, HD, C);
-    adapt(LinearSlot::o, attention_out, a.attention.data(), N);
-    scale_branch(attention_out, N);
+    T* attention_branch = c_.sandwich_norms ? a.attention_branch.data() : attention_out;
+    nn::linear_forward<Device>(attention_branch, a.attention.data(), p(w_.o_weight), p(w_.o_bias), N, HD, C);
+    adapt(LinearSlot::o, attention_branch, a.attention.data(), N);
+    finish_branch(attention_out, a, /*mlp=*/false, N);
     if (!c_.parallel_residual) nn::add_into<Device>(a.mid.data(), x, N * C);
 
     const T* mlp_input = c_.parallel_residual ? x : a.mid.data();
@@ -168,20 +183,15 @@ public:
                                c_.mlp_in_width());
     adapt(LinearSlot::mlp_in, a.mlp_in.data(), a.n2.data(), N);
     nn::mlp_forward<Device>(a.hidden.data(), a.mlp_in.data(), N, c_.intermediate_size, c_.gated_mlp, c_.activation);
-    if (c_.parallel_residual) {
-      nn::linear_forward<Device>(a.mid.data(), a.hidden.data(), p(w_.mlp_out_weight), p(w_.mlp_out_bias), N,
-                                 c_.intermediate_size, C);
-      adapt(LinearSlot::mlp_out, a.mid.data(), a.hidden.data(), N);
-      scale_branch(a.mid.data(), N);
-      nn::add_into<Device>(y, a.mid.data(), N * C);
-      nn::add_into<Device>(y, x, N * C);
-    } else {
-      nn::linear_forward<Device>(y, a.hidden.data(), p(w_.mlp_out_weight), p(w_.mlp_out_bias), N,
-                                 c_.intermediate_size, C);
-      adapt(LinearSlot::mlp_out, y, a.hidden.data(), N);
-      scale_branch(y, N);
-      nn::add_into<Device>(y, a.mid.data(), N * C);
-    }
+    // Parallel: the MLP branch goes to mid, then y = x + both. Sequential: y = mid + the branch.
+    T* mlp_out = c_.parallel_residual ? a.mid.data() : y;
+    T* mlp_branch = c_.sandwich_norms ? a.mlp_branch.data() : mlp_out;
+    nn::linear_forward<Device>(mlp_branch, a.hidden.data(), p(w_.mlp_out_weight), p(w_.mlp_out_bias), N,
+                               c_.intermediate_size, C);
+    adapt(LinearSlot::mlp_out, mlp_branch, a.hidden.data(), N);
+    finish_branch(mlp_out, a, /*mlp=*/true, N);
+    nn::add_into<Device>(y, a.mid.data(), N * C);
+    if (c_.parallel_residual) nn::add_into<Device>(y, x, N * C);
   }
 
   // The projections' weight and bias gradients, from what backward kept.
@@ -232,7 +242,7 @@ private:
 
     // MLP branch: d n2 into d_norm_a.
     zero(s.d_hidden);
-    const T* d_mlp_out = branch_gradient(dres, s, N);
+    const T* d_mlp_out = branch_gradient(dres, s, a, /*mlp=*/true, N);
     if (deferred) copy(deferred->output, d_mlp_out);
     nn::linear_backward<Device>(s.d_hidden.data(), gw(w_.mlp_out_weight), gw(w_.mlp_out_bias), d_mlp_out,
                                 a.hidden.data(), p(w_.mlp_out_weight), N, F, C);
@@ -251,7 +261,7 @@ private:
 
     // Attention branch: d n1 into d_norm_b.
     zero(s.d_attention);
-    const T* d_o = branch_gradient(dres, s, N);
+    const T* d_o = branch_gradient(dres, s, a, /*mlp=*/false, N);
     if (deferred) copy(deferred->attention_output, d_o);
     nn::linear_backward<Device>(s.d_attention.data(), gw(w_.o_weight), gw(w_.o_bias), d_o, a.attention.data(),
                                 p(w_.o_weight), N, HD, C);
@@ -280,18 +290,49 @@ private:
 
   nn::AttentionShape attention_shape(const Batch& batch) const {
     return {batch.B, batch.T, c_.num_heads, c_.num_kv_heads, c_.head_dim, c_.sliding_window[std::size_t(layer_)],
-            c_.attention_multiplier, c_.alibi};
+            c_.attention_multiplier, c_.alibi, c_.attention_softcap};
   }
 
-  // A branch's output [N, C], scaled in place before it joins the residual stream.
-  void scale_branch(T* out, index_t N) {
+  // A branch's post-norm (sandwich_norms): its weights and saved statistics.
+  struct BranchNorm {
+    ParameterSlot weight, bias;
+    const T* input;
+    const A *mean, *rstd;
+  };
+  BranchNorm branch_norm(const Activations& a, bool mlp) const {
+    if (mlp) return {w_.mlp_post_norm_weight, w_.mlp_post_norm_bias, a.mlp_branch.data(), a.mlp_branch_mean.data(),
+                     a.mlp_branch_rstd.data()};
+    return {w_.attn_post_norm_weight, w_.attn_post_norm_bias, a.attention_branch.data(),
+            a.attention_branch_mean.data(), a.attention_branch_rstd.data()};
+  }
+
+  // A branch's output [N, C] as it joins the residual stream, written to
+  // `out`: with sandwich_norms, the norm of the branch output saved in `a`
+  // (otherwise already in `out`), then scaled by the residual multiplier.
+  void finish_branch(T* out, Activations& a, bool mlp, index_t N) {
+    if (c_.sandwich_norms) {
+      const BranchNorm n = branch_norm(a, mlp);
+      A* mean = mlp ? a.mlp_branch_mean.data() : a.attention_branch_mean.data();
+      A* rstd = mlp ? a.mlp_branch_rstd.data() : a.attention_branch_rstd.data();
+      nn::norm_forward<Device>(c_.norm, out, mean, rstd, n.input, params_.value(n.weight), params_.value(n.bias), N,
+                               c_.hidden_size, A(c_.norm_eps));
+    }
     if (c_.residual_multiplier != 1) nn::scale_into<Device>(out, out, A(c_.residual_multiplier), N * c_.hidden_size);
   }
-  // The gradient of a branch's output: the residual stream's, scaled as forward scaled the branch.
-  const T* branch_gradient(const T* dres, BlockScratch<T, Memory>& s, index_t N) {
-    if (c_.residual_multiplier == 1) return dres;
-    nn::scale_into<Device>(s.d_branch.data(), dres, A(c_.residual_multiplier), N * c_.hidden_size);
-    return s.d_branch.data();
+  // The gradient of a branch's output (O's or Down's), from the residual
+  // stream's: back through the multiplier's scale and the branch's post-norm.
+  const T* branch_gradient(const T* dres, BlockScratch<T, Memory>& s, const Activations& a, bool mlp, index_t N) {
+    const T* d = dres;
+    if (c_.residual_multiplier != 1) {
+      nn::scale_into<Device>(s.d_branch.data(), dres, A(c_.residual_multiplier), N * c_.hidden_size);
+      d = s.d_branch.data();
+    }
+    if (!c_.sandwich_norms) return d;
+    const BranchNorm n = branch_norm(a, mlp);
+    zero(s.d_branch_norm);
+    nn::norm_backward<Device>(c_.norm, s.d_branch_norm.data(), params_.grad(n.weight), params_.grad(n.bias), d, n.input,
+                              params_.value(n.weight), n.mean, n.rstd, N, c_.hidden_size);
+    return s.d_branch_norm.data();
   }
 
   void adapt(LinearSlot slot, T* y, const T* x, index_t N) {

@@ -63,6 +63,9 @@ struct BlockActivations {
   Tensor<A, Space> n1_mean, n1_rstd, lse, n2_mean, n2_rstd;
   Tensor<T, Space> qk_input;  // with qk_norm: the query and key heads before their norm
   Tensor<A, Space> qk_rstd;
+  // With sandwich_norms: each branch's output before its norm, and the norm's statistics.
+  Tensor<T, Space> attention_branch, mlp_branch;
+  Tensor<A, Space> attention_branch_mean, attention_branch_rstd, mlp_branch_mean, mlp_branch_rstd;
 
   // Its buffers and their shapes for `rows` rows of `tokens` tokens, in the
   // order they are made: resize() makes them, the memory estimate counts
@@ -80,12 +83,22 @@ struct BlockActivations {
     }
     visit(&BlockActivations::attention, Shape{N, c.num_heads * c.head_dim});
     visit(&BlockActivations::lse, Shape{rows * c.num_heads * tokens});
+    if (c.sandwich_norms) {
+      visit(&BlockActivations::attention_branch, Shape{N, C});
+      visit(&BlockActivations::attention_branch_mean, Shape{N});
+      visit(&BlockActivations::attention_branch_rstd, Shape{N});
+    }
     visit(&BlockActivations::mid, Shape{N, C});
     visit(&BlockActivations::n2, Shape{N, C});
     visit(&BlockActivations::n2_mean, Shape{N});
     visit(&BlockActivations::n2_rstd, Shape{N});
     visit(&BlockActivations::mlp_in, Shape{N, c.mlp_in_width()});
     visit(&BlockActivations::hidden, Shape{N, c.intermediate_size});
+    if (c.sandwich_norms) {
+      visit(&BlockActivations::mlp_branch, Shape{N, C});
+      visit(&BlockActivations::mlp_branch_mean, Shape{N});
+      visit(&BlockActivations::mlp_branch_rstd, Shape{N});
+    }
   }
 
   void resize(const TransformerConfig& c, const Batch& batch) {
@@ -100,6 +113,7 @@ template <element T, memory::memory_space Space = memory::Host>
 struct BlockScratch {
   Tensor<T, Space> d_norm_a, d_norm_b, d_attention, d_qkv, d_mlp_in, d_hidden;
   Tensor<T, Space> d_branch;  // with a residual_multiplier: a branch's output gradient
+  Tensor<T, Space> d_branch_norm;  // with sandwich_norms: the gradient of a branch's output before its norm
 
   template <class Visit>
   static void layout(const TransformerConfig& c, index_t N, Visit&& visit) {
@@ -110,6 +124,7 @@ struct BlockScratch {
     visit(&BlockScratch::d_mlp_in, Shape{N, c.mlp_in_width()});
     visit(&BlockScratch::d_hidden, Shape{N, c.intermediate_size});
     if (c.residual_multiplier != 1) visit(&BlockScratch::d_branch, Shape{N, c.hidden_size});
+    if (c.sandwich_norms) visit(&BlockScratch::d_branch_norm, Shape{N, c.hidden_size});
   }
   void resize(const TransformerConfig& c, index_t N) {
     if (d_norm_a.size(0) != N) layout(c, N, make_into(*this));

@@ -2,7 +2,9 @@
 // The Llama family: Llama 2 and 3, Mistral (sliding window), Qwen2 (q/k/v
 // biases), Qwen3 (per-head q/k norms), Granite 3 (four multipliers), Gemma
 // (norms scaled by 1 + w, embeddings by sqrt(hidden_size), GeGLU),
-// TinyLlama, SmolLM2. They share one block shape (RMSNorm, rotary attention
+// Gemma 2 (those, with a norm after each branch, soft-capped attention scores
+// and logits, and local layers alternating with global ones), TinyLlama,
+// SmolLM2. They share one block shape (RMSNorm, rotary attention
 // with grouped-query heads, a gated MLP) and Llama's module names, and
 // differ only in options that config.json carries.
 #include <cmath>
@@ -39,12 +41,32 @@ inline TransformerConfig read_llama_shape(const ConfigReader& json, double defau
   return c;
 }
 
+// What Gemma 2 adds to Gemma, with Gemma2Config's defaults where a key is
+// missing: a norm after each branch, the softmax scale 1 / sqrt(query_pre_attn_scalar),
+// attention scores and final logits soft-capped (null turns a cap off), and
+// sliding-window layers alternating with global ones, the first local.
+inline void read_gemma2(const ConfigReader& json, TransformerConfig& c) {
+  c.sandwich_norms = true;
+  const double query_scalar = json.number("query_pre_attn_scalar", 256);
+  if (!(query_scalar > 0)) json.fail("field \"query_pre_attn_scalar\" must be a positive number");
+  c.attention_multiplier = 1 / std::sqrt(query_scalar);
+  auto cap = [&](const char* key, double fallback) {
+    if (json.json().contains(key) && json.json()[key].is_null()) return 0.0;
+    const double v = json.number(key, fallback);
+    if (!(v > 0)) json.fail(std::string("field \"") + key + "\" must be a positive number or null");
+    return v;
+  };
+  c.attention_softcap = cap("attn_logit_softcapping", 50);
+  c.logit_softcap = cap("final_logit_softcapping", 30);
+  c.sliding_window = read_sliding_windows(json, c.num_layers, 4096, /*global_every=*/2);
+}
+
 struct Llama : Policy {
   static constexpr std::string_view name = "llama";
   static constexpr std::string_view type_name = "ft::models::Llama";
-  static constexpr std::array<std::string_view, 6> hf_architectures{
+  static constexpr std::array<std::string_view, 7> hf_architectures{
       "LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForCausalLM", "Qwen3ForCausalLM", "GraniteForCausalLM",
-      "GemmaForCausalLM"};
+      "GemmaForCausalLM", "Gemma2ForCausalLM"};
   static constexpr std::array<std::string_view, 7> linear_modules{
       "q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"};
   static constexpr std::array<std::string_view, 2> default_lora_targets{"q_proj", "v_proj"};
@@ -68,12 +90,13 @@ struct Llama : Policy {
       c.attention_multiplier = positive("attention_multiplier");  // HF's default is 1, not 1 / sqrt(head_dim)
       c.logits_scaling = positive("logits_scaling");
     }
-    if (c.architecture == "GemmaForCausalLM") {
+    const bool gemma2 = c.architecture == "Gemma2ForCausalLM";
+    if (c.architecture == "GemmaForCausalLM" || gemma2) {
       if (json.flag("use_bidirectional_attention", false))
         json.fail("use_bidirectional_attention = true (an encoder, not a causal LM) is not supported");
-      // GemmaConfig's defaults where a key is missing (gemma-7b's shape), not Llama's.
+      // GemmaConfig's defaults where a key is missing (gemma-7b's shape; Gemma 2's gemma-2-2b), not Llama's.
       c.head_dim = json.optional_int("head_dim", 256);
-      c.num_kv_heads = json.optional_int("num_key_value_heads", 16);
+      c.num_kv_heads = json.optional_int("num_key_value_heads", gemma2 ? 4 : 16);
       if (c.num_heads % c.num_kv_heads != 0)
         json.fail("num_attention_heads (" + std::to_string(c.num_heads) +
                   ") must be a multiple of num_key_value_heads (" + std::to_string(c.num_kv_heads) + ")");
@@ -85,11 +108,13 @@ struct Llama : Policy {
       // inside the embedding module (inputs_embeds given from outside are not scaled).
       c.embedding_multiplier = double(float(std::sqrt(double(c.hidden_size))));
       c.embedding_scale_in_lookup = true;
-      // "gelu" in Gemma's own configs means the tanh approximation, as transformers reads it.
-      const std::string act = json.string("hidden_act", "gelu_pytorch_tanh");
-      c.activation = nn::activation_from_hf(act == "gelu" ? "gelu_pytorch_tanh" : act);
+      // "gelu" in Gemma's own configs means the tanh approximation, as transformers reads it;
+      // Gemma 2's MLP reads hidden_activation.
+      const std::string act = json.string(gemma2 ? "hidden_activation" : "hidden_act", "gelu_pytorch_tanh");
+      c.activation = nn::activation_from_hf(act == "gelu" && !gemma2 ? "gelu_pytorch_tanh" : act);
       c.tie_embeddings = json.flag("tie_word_embeddings", true);
     }
+    if (gemma2) read_gemma2(json, c);
 
     ModelSpec spec{c, {}};
     auto bind = [&](std::string hf, std::string param, index_t row = 0) {
@@ -112,7 +137,13 @@ struct Llama : Policy {
       }
       bind(hf + "self_attn.o_proj.weight", ft + "o.weight");
       if (c.o_bias) bind(hf + "self_attn.o_proj.bias", ft + "o.bias");
-      bind(hf + "post_attention_layernorm.weight", ft + "mlp_norm.weight");
+      if (c.sandwich_norms) {
+        bind(hf + "post_attention_layernorm.weight", ft + "attn_post_norm.weight");
+        bind(hf + "pre_feedforward_layernorm.weight", ft + "mlp_norm.weight");
+        bind(hf + "post_feedforward_layernorm.weight", ft + "mlp_post_norm.weight");
+      } else {
+        bind(hf + "post_attention_layernorm.weight", ft + "mlp_norm.weight");
+      }
       for (const char* kind : {"weight", "bias"}) {
         if (std::string_view(kind) == "bias" && !c.mlp_bias) continue;
         bind(hf + "mlp.gate_proj." + kind, ft + "mlp_in." + kind, 0);

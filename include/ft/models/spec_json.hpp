@@ -32,8 +32,8 @@ namespace ft::models {
 NLOHMANN_JSON_SERIALIZE_ENUM(RowOrder, {{RowOrder::same, "same"}, {RowOrder::neox_qkv, "neox_qkv"}})
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE(TransformerConfig, architecture, vocab_size, hidden_size, num_layers, num_heads,
                                    num_kv_heads, head_dim, intermediate_size, norm, norm_eps, activation, gated_mlp,
-                                   parallel_residual, qkv_bias, o_bias, mlp_bias, qk_norm, embedding_multiplier, embedding_scale_in_lookup,
-                                   residual_multiplier, attention_multiplier, logits_scaling, tie_embeddings, position_embeddings,
+                                   parallel_residual, qkv_bias, o_bias, mlp_bias, qk_norm, sandwich_norms, embedding_multiplier, embedding_scale_in_lookup,
+                                   residual_multiplier, attention_multiplier, logits_scaling, attention_softcap, logit_softcap, tie_embeddings, position_embeddings,
                                    alibi, embedding_norm, padding_idx, rope,
                                    sliding_window, max_position_embeddings)
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE(WeightBinding, hf_name, param, row_offset, order, alias)

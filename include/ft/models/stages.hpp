@@ -187,7 +187,8 @@ public:
                      params_.value(norm_bias_), N, C, A(c_.norm_eps));
     if (options.backward) Memory::zero(h.d_normed.data(), std::size_t(N * C) * sizeof(T));  // evaluation writes no gradient
     nn::CrossEntropyOptions ce{.chunk_rows = options.chunk_rows, .token_count = options.token_count,
-                               .backward = options.backward, .logit_scale = 1 / c_.logits_scaling};
+                               .backward = options.backward, .logit_scale = 1 / c_.logits_scaling,
+                               .softcap = c_.logit_softcap};
     context.loss = nn::lm_head_cross_entropy<Device>(h.d_normed.data(), lm_grad(), h.normed.data(), lm_weight(),
                                                      context.arrays().targets(), N, C, c_.vocab_size, ce,
                                                      context.logits());

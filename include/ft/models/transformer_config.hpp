@@ -32,6 +32,9 @@ struct TransformerConfig {
   bool parallel_residual = false; // x + attn(ln1 x) + mlp(ln2 x)
   bool qkv_bias = false, o_bias = false, mlp_bias = false;
   bool qk_norm = false;           // RMSNorm over each query and key head before RoPE (Qwen3)
+  // A norm on each branch's output before it joins the residual stream
+  // (Gemma 2's post-attention and post-feed-forward norms); sequential blocks only.
+  bool sandwich_norms = false;
   // Granite's multipliers, under HF's names; the defaults change nothing.
   double embedding_multiplier = 1;  // on the embedding's output
   // Where HF applies the multiplier: false, to the embeddings the blocks
@@ -42,6 +45,10 @@ struct TransformerConfig {
   double residual_multiplier = 1;   // on each branch's output before it joins the residual stream
   double attention_multiplier = 0;  // the factor on q.k; 0: 1 / sqrt(head_dim)
   double logits_scaling = 1;        // logits are divided by it
+  // Gemma 2's soft-capping, cap tanh(x / cap): of the attention scores and of
+  // the final logits; 0: none.
+  double attention_softcap = 0;
+  double logit_softcap = 0;
   bool tie_embeddings = false;
   // Rows of a learned absolute position table added to the token embedding
   // (GPT-2's wpe, GPTBigCode); 0: none, positions come from the rotary embedding.
@@ -78,7 +85,8 @@ inline index_t parameter_count(const TransformerConfig& c) {
   const index_t head_norms = c.qk_norm ? 2 * c.head_dim : 0;
   const index_t embeddings = c.vocab_size * C * (c.tie_embeddings ? 1 : 2) + c.position_embeddings * C +
                              (c.embedding_norm ? norm : 0);
-  return embeddings + norm + c.num_layers * (2 * norm + head_norms + attention + mlp);
+  const index_t block_norms = (c.sandwich_norms ? 4 : 2) * norm;
+  return embeddings + norm + c.num_layers * (block_norms + head_norms + attention + mlp);
 }
 
 // Reads fields of one config.json with errors that name the file and field.
@@ -228,10 +236,15 @@ inline nn::RopeConfig read_rope(const ConfigReader& config, index_t head_dim, do
 
 // Sliding windows per layer: `layer_types` when the config lists them
 // (transformers 5), otherwise `sliding_window` on every layer when set
-// (Mistral) and `use_sliding_window` is not false (Qwen2).
-inline std::vector<index_t> read_sliding_windows(const ConfigReader& config, index_t layers) {
+// (Mistral) and `use_sliding_window` is not false (Qwen2). A family whose
+// config class has a default window passes it, and with `global_every` = k
+// every k-th layer is global when layer_types is absent (Gemma 2: 2).
+inline std::vector<index_t> read_sliding_windows(const ConfigReader& config, index_t layers,
+                                                 index_t default_window = 0, index_t global_every = 0) {
   std::vector<index_t> windows(std::size_t(layers), 0);
-  index_t window = config.has("sliding_window") ? config.required_int("sliding_window") : 0;
+  const bool stated = config.json().contains("sliding_window");  // null: none
+  const index_t window =
+      !stated ? default_window : config.has("sliding_window") ? config.required_int("sliding_window") : 0;
   if (window == 0 || !config.flag("use_sliding_window", true)) return windows;
   if (config.has("layer_types")) {
     const nlohmann::json& types = config.json()["layer_types"];
@@ -241,7 +254,8 @@ inline std::vector<index_t> read_sliding_windows(const ConfigReader& config, ind
       if (types[std::size_t(i)] == "sliding_attention") windows[std::size_t(i)] = window;
     return windows;
   }
-  for (index_t& w : windows) w = window;
+  for (index_t i = 0; i < layers; ++i)
+    windows[std::size_t(i)] = global_every > 0 && (i + 1) % global_every == 0 ? 0 : window;
   return windows;
 }
 

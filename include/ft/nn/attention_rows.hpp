@@ -47,17 +47,18 @@ struct FirstKeys {
   }
 };
 
-// Where heads live in the fused qkv rows, and ALiBi's term of a score.
+// Where heads live in the fused qkv rows, and what turns a head's scaled q.k
+// into its score.
 struct Layout {
   index_t T, H, G, D;
   bool alibi = false;
+  double softcap = 0;
   FT_HOST_DEVICE index_t stride() const { return (H + 2 * G) * D; }
-  // ALiBi's slope for query head h (0 without ALiBi): a score of query
-  // position t and key j gains slope * (j - t). Taken once per head by each
-  // functor, not per score.
+  // Query head h's score terms (nn/attention_shape.hpp); taken once per head
+  // by each functor, not per score.
   template <class A>
-  FT_HOST_DEVICE A slope(index_t h) const {
-    return alibi ? A(alibi_slope(h, H)) : A(0);
+  FT_HOST_DEVICE ScoreTerms<A> terms(index_t h) const {
+    return score_terms<A>(alibi, softcap, h, H);
   }
   FT_HOST_DEVICE index_t key(index_t n, index_t g) const { return n * stride() + (H + g) * D; }
   FT_HOST_DEVICE index_t value(index_t n, index_t g) const { return n * stride() + (H + G + g) * D; }
@@ -88,10 +89,10 @@ struct ForwardRow {
     A acc[max_head_dim];
     for (index_t d = 0; d < at.D; ++d) acc[d] = 0;
     A m = -std::numeric_limits<A>::infinity(), l = 0;
-    const A slope = at.slope<A>(h);
+    const ScoreTerms<A> terms = at.terms<A>(h);
     for (index_t j = first[n]; j <= t; ++j) {
       const index_t key = b * at.T + j;
-      const A s = dot(q, qkv + at.key(key, g), at.D) * scale + slope * A(j - t);
+      const A s = terms(dot(q, qkv + at.key(key, g), at.D) * scale, j - t);
       const A m_new = s > m ? s : m;
       const A rescale = std::exp(m - m_new), p = std::exp(s - m_new);
       const T* v = qkv + at.value(key, g);
@@ -119,21 +120,21 @@ struct DeltaRow {
   }
 };
 
-// The probability query n (head h) gave key `key`, and the gradient of its score.
+// The probability query n (head h) gave key `key`, and the gradient of its scaled q.k.
 template <class T>
 struct Pair {
   acc_t<T> p, ds;
 };
 template <class T>
 FT_HOST_DEVICE Pair<T> pair(const T* qkv, const T* dout, const acc_t<T>* lse, const acc_t<T>* delta, const Layout& at,
-                            acc_t<T> scale, acc_t<T> slope, index_t n, index_t h, index_t key) {
+                            acc_t<T> scale, const ScoreTerms<acc_t<T>>& terms, index_t n, index_t h, index_t key) {
   using A = acc_t<T>;
   const index_t b = n / at.T, t = n % at.T, g = at.group_of(h);
   const index_t stat = (b * at.H + h) * at.T + t;
-  const A p = std::exp(dot(qkv + n * at.stride() + h * at.D, qkv + at.key(key, g), at.D) * scale +
-                       slope * A(key % at.T - t) - lse[stat]);
+  const A scaled = dot(qkv + n * at.stride() + h * at.D, qkv + at.key(key, g), at.D) * scale;
+  const A p = std::exp(terms(scaled, key % at.T - t) - lse[stat]);
   const A dp = dot(dout + n * at.H * at.D + h * at.D, qkv + at.value(key, g), at.D);
-  return {p, p * (dp - delta[stat])};
+  return {p, p * (dp - delta[stat]) * terms.gradient(scaled)};
 }
 
 // Index n H + h: adds dQ of query head h of token n.
@@ -153,10 +154,10 @@ struct QueryGradRow {
     const index_t h = i % at.H, n = i / at.H, b = n / at.T, t = n % at.T, g = at.group_of(h);
     A dq[max_head_dim];
     for (index_t d = 0; d < at.D; ++d) dq[d] = 0;
-    const A slope = at.slope<A>(h);
+    const ScoreTerms<A> terms = at.terms<A>(h);
     for (index_t j = first[n]; j <= t; ++j) {
       const index_t key = b * at.T + j;
-      const A ds = pair(qkv, dout, lse, delta, at, scale, slope, n, h, key).ds;
+      const A ds = pair(qkv, dout, lse, delta, at, scale, terms, n, h, key).ds;
       const T* k = qkv + at.key(key, g);
       for (index_t d = 0; d < at.D; ++d) dq[d] += ds * A(k[d]);
     }
@@ -186,10 +187,10 @@ struct KeyValueGradRow {
     A dk[max_head_dim], dv[max_head_dim];
     for (index_t d = 0; d < at.D; ++d) dk[d] = dv[d] = 0;
     for (index_t h = g * group; h < (g + 1) * group; ++h) {
-      const A slope = at.slope<A>(h);
+      const ScoreTerms<A> terms = at.terms<A>(h);
       for (index_t t = j; t < at.T && first[b * at.T + t] <= j; ++t) {
         const index_t n = b * at.T + t;
-        const Pair<T> pd = pair(qkv, dout, lse, delta, at, scale, slope, n, h, key);
+        const Pair<T> pd = pair(qkv, dout, lse, delta, at, scale, terms, n, h, key);
         const T* q = qkv + n * at.stride() + h * at.D;
         const T* dO = dout + n * at.H * at.D + h * at.D;
         for (index_t d = 0; d < at.D; ++d) {
@@ -222,7 +223,7 @@ void attention_forward_rows(T* out, acc_t<T>* lse, const T* qkv, const std::int3
   check_head_dim(s.D);
   memory::Scratch<std::int32_t, typename Device::Memory> first(s.B * s.T);
   Device::parallel_for(s.B, FirstKeys{first.data(), documents, s.T, s.window});
-  const Layout at{s.T, s.H, s.G, s.D, s.alibi};
+  const Layout at{s.T, s.H, s.G, s.D, s.alibi, s.softcap};
   Device::parallel_for(s.B * s.T * s.H, ForwardRow<T>{out, lse, qkv, first.data(), at, softmax_scale<acc_t<T>>(s.D, s.scale)});
 }
 
@@ -236,7 +237,7 @@ void attention_backward_rows(T* dqkv, const T* dout, const T* out, const acc_t<T
   memory::Scratch<std::int32_t, typename Device::Memory> first(s.B * s.T);
   memory::Scratch<A, typename Device::Memory> delta(s.B * s.H * s.T);
   Device::parallel_for(s.B, FirstKeys{first.data(), documents, s.T, s.window});
-  const Layout at{s.T, s.H, s.G, s.D, s.alibi};
+  const Layout at{s.T, s.H, s.G, s.D, s.alibi, s.softcap};
   const A scale = softmax_scale<A>(s.D, s.scale);
   Device::parallel_for(s.B * s.T * s.H, DeltaRow<T>{delta.data(), dout, out, at});
   Device::parallel_for(s.B * s.T * s.H, QueryGradRow<T>{dqkv, dout, lse, delta.data(), qkv, first.data(), at, scale});

@@ -19,6 +19,9 @@
 // a penalty linear in the distance. HF adds slope(h) * j; the two differ by
 // a constant per query row, which the softmax removes, and j - i keeps packed
 // documents equal to the same documents apart.
+//
+// With soft-capping (Gemma 2) the scaled q.k becomes cap tanh(q.k / cap)
+// before anything is added, as HF's eager attention computes it.
 #include <cmath>
 
 #include "ft/core/host_device.hpp"
@@ -46,11 +49,35 @@ FT_HOST_DEVICE inline float alibi_slope(index_t h, index_t H) {
   return float(std::pow(double(base), double(h < P ? h + 1 : 2 * (h - P) + 1)));
 }
 
+// What becomes of query head h's scaled q.k before the softmax: soft-capped
+// by `cap` (0: not), then ALiBi's slope times the key's distance j - i added
+// (slope 0: no ALiBi). Every attention path scores through this.
+template <class A>
+struct ScoreTerms {
+  A slope = 0, cap = 0;
+
+  FT_HOST_DEVICE A operator()(A scaled, index_t distance) const {
+    return (cap > 0 ? cap * std::tanh(scaled / cap) : scaled) + slope * A(distance);
+  }
+  // d score / d scaled q.k: 1 - tanh^2 under a cap.
+  FT_HOST_DEVICE A gradient(A scaled) const {
+    if (!(cap > 0)) return A(1);
+    const A t = std::tanh(scaled / cap);
+    return A(1) - t * t;
+  }
+};
+
+template <class A>
+FT_HOST_DEVICE ScoreTerms<A> score_terms(bool alibi, double softcap, index_t h, index_t H) {
+  return {alibi ? A(alibi_slope(h, H)) : A(0), A(softcap)};
+}
+
 struct AttentionShape {
   index_t B, T, H, G, D;
-  index_t window = 0;  // 0: no sliding window
-  double scale = 0;    // 0: 1 / sqrt(D) (softmax_scale)
-  bool alibi = false;  // scores gain alibi_slope(h) * (j - i)
+  index_t window = 0;   // 0: no sliding window
+  double scale = 0;     // 0: 1 / sqrt(D) (softmax_scale)
+  bool alibi = false;   // scores gain alibi_slope(h) * (j - i)
+  double softcap = 0;   // > 0: scores are soft-capped at it (ScoreTerms)
 };
 
 }  // namespace ft::nn

@@ -2,7 +2,8 @@
 // The LM head fused with cross-entropy, computed in chunks of rows so the
 // full [N, V] logits never exist: for each chunk, logits = h W^T, then per
 // row the loss and (when training) d logits = (softmax - onehot) / count,
-// then dh += dlogits W and dW += dlogits^T h. Only one chunk of logits is
+// then dh += dlogits W and dW += dlogits^T h (soft-capped logits, Gemma 2's,
+// take the cap's derivative on the way back). Only one chunk of logits is
 // alive at a time (`chunk_rows` x V), whatever N is.
 //
 // targets[n] = -100 scores nothing and gives no gradient (HF's ignore
@@ -30,6 +31,22 @@ struct CrossEntropyOptions {
   double token_count = 1;  // the divisor of the gradients
   bool backward = true;    // false: loss only (evaluation)
   double logit_scale = 1;  // logits = logit_scale * h W^T (Granite's 1 / logits_scaling)
+  double softcap = 0;      // > 0: logits become softcap tanh(logits / softcap) (Gemma 2)
+};
+
+// Soft-caps rows of logits in place: cap tanh(z / cap).
+template <class T>
+struct SoftcapRow {
+  using A = acc_t<T>;
+  T* logits;
+  index_t V;
+  A cap;
+
+  template <class Team>
+  FT_HOST_DEVICE void operator()(index_t r, const Team& team) const {
+    T* z = logits + r * V;
+    for (index_t v = team.rank; v < V; v += team.size) z[v] = T(cap * std::tanh(A(z[v]) / cap));
+  }
 };
 
 // One row of a chunk of logits: its loss, and in place (when training) its
@@ -46,6 +63,14 @@ struct CrossEntropyRow {
   index_t V;
   A scale;
   bool backward;
+  A cap = 0;  // > 0: the logits were soft-capped at it, and the gradient goes back through tanh
+
+  // d capped / d logit, from the capped value.
+  FT_HOST_DEVICE A through_cap(A capped) const {
+    if (!(cap > 0)) return A(1);
+    const A t = capped / cap;
+    return A(1) - t * t;
+  }
 
   template <class Team>
   FT_HOST_DEVICE void operator()(index_t r, const Team& team) const {
@@ -63,8 +88,10 @@ struct CrossEntropyRow {
       lse += std::log((row - lse).exp().sum());
       row_loss[r] = double(lse - row(target));
       if (!backward) return;
-      row = (row - lse).exp() * scale;
-      row(target) -= scale;
+      const A target_factor = through_cap(row(target));
+      if (cap > 0) row = (row - lse).exp() * scale * (1 - (row / cap).square());
+      else row = (row - lse).exp() * scale;
+      row(target) -= scale * target_factor;
       return;
     }
 #endif
@@ -80,7 +107,7 @@ struct CrossEntropyRow {
     if (!backward) return;
     for (index_t v = team.rank; v < V; v += team.size) {
       const A p = std::exp(A(z[v]) - lse);
-      z[v] = T((p - (v == target ? A(1) : A(0))) * scale);
+      z[v] = T((p - (v == target ? A(1) : A(0))) * scale * through_cap(A(z[v])));
     }
   }
 };
@@ -104,8 +131,10 @@ double lm_head_cross_entropy(T* dh, T* dweight, const T* h, const T* weight, con
     index_t rows = std::min(chunk, N - n0);
     Device::template gemm<T>(Op::none, Op::transpose, rows, V, C, logit_scale, h + n0 * C, C, weight, C, 0,
                              logits.data(), V);
+    if (options.softcap > 0) Device::parallel_rows(rows, V, SoftcapRow<T>{logits.data(), V, A(options.softcap)});
     if (logits_out) Device::copy(logits_out + n0 * V, logits.data(), std::size_t(rows * V) * sizeof(T));
-    Device::parallel_rows(rows, V, CrossEntropyRow<T>{logits.data(), targets + n0, row_loss.data(), V, scale, options.backward});
+    Device::parallel_rows(rows, V, CrossEntropyRow<T>{logits.data(), targets + n0, row_loss.data(), V, scale,
+                                                      options.backward, A(options.softcap)});
     Device::to_host(host_loss.data(), row_loss.data(), std::size_t(rows) * sizeof(double));
     for (index_t r = 0; r < rows; ++r) total += host_loss[std::size_t(r)];
 

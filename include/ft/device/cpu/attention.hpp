@@ -77,32 +77,45 @@ void mask(Matrix<A>& S, const std::int32_t* first, index_t q0, index_t k0, A val
       if (k0 + c < first[r] || k0 + c > q0 + r) S(r, c) = value;
 }
 
-// Adds ALiBi's term (nn/attention_shape.hpp) to a tile of scores: slope (j - i)
-// for query i and key j; a slope of 0 is a model without ALiBi.
+// Head h's score terms (nn/attention_shape.hpp).
 template <class A>
-void add_alibi(Matrix<A>& S, A slope, index_t q0, index_t k0) {
-  if (slope == 0) return;
-  for (index_t r = 0; r < S.rows(); ++r)
-    for (index_t c = 0; c < S.cols(); ++c) S(r, c) += slope * A(k0 + c - (q0 + r));
+nn::ScoreTerms<A> terms_of(const AttentionShape& s, index_t h) {
+  return nn::score_terms<A>(s.alibi, s.softcap, h, s.H);
 }
 
-// The ALiBi slope of head h (0 without ALiBi).
+// Turns a tile of scaled q.k into scores: soft-capped, then ALiBi's slope (j - i)
+// added for query i and key j. With a cap, `gradient` (when given) receives
+// d score / d q.k for backward.
 template <class A>
-A alibi_slope_of(const AttentionShape& s, index_t h) {
-  return s.alibi ? A(nn::alibi_slope(h, s.H)) : A(0);
+void finish_scores(Matrix<A>& S, const nn::ScoreTerms<A>& terms, index_t q0, index_t k0, Matrix<A>* gradient = nullptr) {
+  if (terms.cap > 0) {
+    S = (S.array() / terms.cap).tanh() * terms.cap;
+    if (gradient) *gradient = (1 - (S.array() / terms.cap).square()).matrix();
+  }
+  if (terms.slope == 0) return;
+  for (index_t r = 0; r < S.rows(); ++r)
+    for (index_t c = 0; c < S.cols(); ++c) S(r, c) += terms.slope * A(k0 + c - (q0 + r));
 }
 
 // Probabilities of a (query tile, key tile) pair from saved log-sum-exps,
-// zero outside each query's visible range. The exponentials are Eigen's
-// vectorised ones.
+// zero outside each query's visible range; with a cap, `gradient` as
+// finish_scores gives it. The exponentials are Eigen's vectorised ones.
 template <class A>
-void probabilities(Matrix<A>& P, const Matrix<A>& Q, const Matrix<A>& K, const A* lse, const std::int32_t* first,
-                   index_t q0, index_t k0, A slope) {
+void probabilities(Matrix<A>& P, Matrix<A>& gradient, const Matrix<A>& Q, const Matrix<A>& K, const A* lse,
+                   const std::int32_t* first, index_t q0, index_t k0, const nn::ScoreTerms<A>& terms) {
   using Column = Eigen::Map<const Eigen::Matrix<A, Eigen::Dynamic, 1>>;
   P.noalias() = Q * K.transpose();
-  add_alibi(P, slope, q0, k0);
+  finish_scores(P, terms, q0, k0, &gradient);
   P = (P.colwise() - Column(lse, P.rows())).array().exp().matrix();
   if (needs_mask(first, q0, q0 + P.rows(), k0, k0 + P.cols())) mask(P, first, q0, k0, A(0));
+}
+
+// The gradient of a tile's scaled q.k from P: P (dP - delta), through the cap.
+template <class A>
+void score_gradients(Matrix<A>& P, const Matrix<A>& dP, const A* delta, const Matrix<A>& gradient,
+                     const nn::ScoreTerms<A>& terms) {
+  for (index_t r = 0; r < P.rows(); ++r) P.row(r).array() *= dP.row(r).array() - delta[r];
+  if (terms.cap > 0) P.array() *= gradient.array();
 }
 
 }  // namespace attention_detail
@@ -122,7 +135,7 @@ void attention_forward(T* out, acc_t<T>* lse, const T* qkv, const std::int32_t* 
     index_t q1 = std::min(s.T, q0 + tile), rows = q1 - q0, g = h / group;
     const T* row0 = qkv + b * s.T * stride;
     const std::int32_t* fk = first.data() + b * s.T;
-    const A slope = alibi_slope_of<A>(s, h);
+    const nn::ScoreTerms<A> terms = terms_of<A>(s, h);
     Matrix<A> Q, K, V, S;
     load(Q, row0 + h * s.D, stride, q0, q1, s.D, scale);
     Matrix<A> O = Matrix<A>::Zero(rows, s.D);
@@ -133,7 +146,7 @@ void attention_forward(T* out, acc_t<T>* lse, const T* qkv, const std::int32_t* 
       load(K, row0 + (s.H + g) * s.D, stride, k0, k1, s.D);
       load(V, row0 + (s.H + s.G + g) * s.D, stride, k0, k1, s.D);
       S.noalias() = Q * K.transpose();
-      add_alibi(S, slope, q0, k0);
+      finish_scores(S, terms, q0, k0);
       if (needs_mask(fk + q0, q0, q1, k0, k1)) mask(S, fk + q0, q0, k0, -infinity);
       // Online softmax: rescale what was accumulated to the new row maxima.
       Vector<A> m_new = m.cwiseMax(S.rowwise().maxCoeff());
@@ -185,22 +198,23 @@ void attention_backward(T* dqkv, const T* dout, const T* out, const acc_t<T>* ls
     const T* row0 = qkv + b * s.T * stride;
     const T* dout0 = dout + b * s.T * out_stride;
     const std::int32_t* fk = first.data() + b * s.T;
-    Matrix<A> Q, K, V, dO, P, dP;
+    Matrix<A> Q, K, V, dO, P, dP, gradient;
     load(K, row0 + (s.H + g) * s.D, stride, k0, k1, s.D);
     load(V, row0 + (s.H + s.G + g) * s.D, stride, k0, k1, s.D);
     Matrix<A> dK = Matrix<A>::Zero(k1 - k0, s.D), dV = Matrix<A>::Zero(k1 - k0, s.D);
     for (index_t h = g * group; h < (g + 1) * group; ++h) {
       const A* lse_h = lse + (b * s.H + h) * s.T;
       const A* delta_h = delta.data() + (b * s.H + h) * s.T;
+      const nn::ScoreTerms<A> terms = terms_of<A>(s, h);
       for (index_t q0 = k0; q0 < s.T; q0 += tile) {
         if (fk[q0] > k1 - 1) break;  // no later query sees this key tile either
         index_t q1 = std::min(s.T, q0 + tile);
         load(Q, row0 + h * s.D, stride, q0, q1, s.D, scale);
         load(dO, dout0 + h * s.D, out_stride, q0, q1, s.D);
-        probabilities(P, Q, K, lse_h + q0, fk + q0, q0, k0, alibi_slope_of<A>(s, h));
+        probabilities(P, gradient, Q, K, lse_h + q0, fk + q0, q0, k0, terms);
         dV.noalias() += P.transpose() * dO;
         dP.noalias() = dO * V.transpose();
-        for (index_t r = 0; r < P.rows(); ++r) P.row(r).array() *= dP.row(r).array() - delta_h[q0 + r];
+        score_gradients(P, dP, delta_h + q0, gradient, terms);
         dK.noalias() += P.transpose() * Q;  // Q carries the scale
       }
     }
@@ -222,7 +236,8 @@ void attention_backward(T* dqkv, const T* dout, const T* out, const acc_t<T>* ls
     const std::int32_t* fk = first.data() + b * s.T;
     const A* lse_h = lse + (b * s.H + h) * s.T;
     const A* delta_h = delta.data() + (b * s.H + h) * s.T;
-    Matrix<A> Q, K, V, dO, P, dP;
+    const nn::ScoreTerms<A> terms = terms_of<A>(s, h);
+    Matrix<A> Q, K, V, dO, P, dP, gradient;
     load(Q, row0 + h * s.D, stride, q0, q1, s.D, scale);
     load(dO, dout + b * s.T * out_stride + h * s.D, out_stride, q0, q1, s.D);
     Matrix<A> dQ = Matrix<A>::Zero(q1 - q0, s.D);
@@ -230,9 +245,9 @@ void attention_backward(T* dqkv, const T* dout, const T* out, const acc_t<T>* ls
       index_t k1 = std::min(q1, k0 + tile);
       load(K, row0 + (s.H + g) * s.D, stride, k0, k1, s.D);
       load(V, row0 + (s.H + s.G + g) * s.D, stride, k0, k1, s.D);
-      probabilities(P, Q, K, lse_h + q0, fk + q0, q0, k0, alibi_slope_of<A>(s, h));
+      probabilities(P, gradient, Q, K, lse_h + q0, fk + q0, q0, k0, terms);
       dP.noalias() = dO * V.transpose();
-      for (index_t r = 0; r < P.rows(); ++r) P.row(r).array() *= dP.row(r).array() - delta_h[q0 + r];
+      score_gradients(P, dP, delta_h + q0, gradient, terms);
       dQ.noalias() += P * K;
     }
     for (index_t r = 0; r < q1 - q0; ++r) {

@@ -484,7 +484,7 @@ bool attention_forward(T* out, acc_t<T>* lse, const T* qkv, const std::int32_t* 
   if constexpr (!mma::tensor_core_type<T>) {
     return false;
   } else {
-    if ((s.D != 64 && s.D != 128) || s.alibi) return false;
+    if ((s.D != 64 && s.D != 128) || s.alibi || s.softcap > 0) return false;
     memory::Scratch<std::int32_t, memory::CudaDevice> first(s.B * s.T);
     parallel_for(s.B, nn::attention_rows::FirstKeys{first.data(), documents, s.T, s.window});
     const Heads heads{int(s.B), int(s.T), int(s.H), int(s.G)};
@@ -503,7 +503,7 @@ bool attention_backward(T* dqkv, const T* dout, const T* out, const acc_t<T>* ls
   if constexpr (!mma::tensor_core_type<T>) {
     return false;
   } else {
-    if ((s.D != 64 && s.D != 128) || s.alibi) return false;
+    if ((s.D != 64 && s.D != 128) || s.alibi || s.softcap > 0) return false;
     memory::Scratch<std::int32_t, memory::CudaDevice> first(s.B * s.T);
     memory::Scratch<float, memory::CudaDevice> delta(s.B * s.H * s.T);
     parallel_for(s.B, nn::attention_rows::FirstKeys{first.data(), documents, s.T, s.window});
