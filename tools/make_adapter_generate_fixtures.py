@@ -70,6 +70,8 @@ CASES = {
     # PEFT's default targets for Gemma 2 (q_proj, v_proj), through soft-capped scores and logits.
     "gemma2_softcap_lora": ("gemma2_softcap", LoraConfig(r=4, lora_alpha=8, lora_dropout=0.0,
                                                          task_type="CAUSAL_LM")),
+    "gemma3_local_global_lora": ("gemma3_local_global", LoraConfig(r=4, lora_alpha=8, lora_dropout=0.0,
+                                                                   task_type="CAUSAL_LM", target_modules="all-linear")),
 }
 
 

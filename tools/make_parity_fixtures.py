@@ -2,7 +2,7 @@
 """Writes the HF Transformers parity fixtures under tests/fixtures/parity/.
 
 ft re-implements the Llama-family (Qwen2, Qwen3 and Granite included), Phi-3,
-GPT-NeoX, GPTBigCode, Bloom, Gemma and Gemma 2 forward and backward passes in C++. These fixtures pin down what HF Transformers computes for a few tiny,
+GPT-NeoX, GPTBigCode, Bloom and Gemma 1-3 forward and backward passes in C++. These fixtures pin down what HF Transformers computes for a few tiny,
 randomly initialised models, so the C++ tests can check logits, loss and every
 parameter gradient against them without Python or network access.
 
@@ -40,6 +40,8 @@ from transformers import (
     BloomForCausalLM,
     Gemma2Config,
     Gemma2ForCausalLM,
+    Gemma3ForCausalLM,
+    Gemma3TextConfig,
     GemmaConfig,
     GemmaForCausalLM,
     GPTBigCodeConfig,
@@ -244,6 +246,21 @@ def gemma2():
     )
 
 
+def gemma3():
+    """Gemma 3 (text): Gemma 2's block with per-head q/k norms scaled by (1 + w), no soft-caps, two
+    local layers then a global one (sliding_window_pattern 3), each kind with its own rotary base and
+    the global one linearly scaled."""
+    return Gemma3ForCausalLM, Gemma3TextConfig(
+        vocab_size=100, hidden_size=48, intermediate_size=96, num_hidden_layers=3,
+        num_attention_heads=4, num_key_value_heads=1, head_dim=16, max_position_embeddings=64,
+        rms_norm_eps=1e-6, hidden_activation="gelu_pytorch_tanh", tie_word_embeddings=True,
+        rope_parameters={"sliding_attention": {"rope_type": "default", "rope_theta": 100.0},
+                         "full_attention": {"rope_type": "linear", "factor": 4.0, "rope_theta": 1000.0}},
+        query_pre_attn_scalar=24, sliding_window=5, sliding_window_pattern=3,
+        attention_dropout=0.0, pad_token_id=0, eos_token_id=1, bos_token_id=2,
+    )
+
+
 CASES = {
     "llama_gqa": llama_gqa,
     "smollm2_tied": smollm2_tied,
@@ -262,6 +279,7 @@ CASES = {
     "bloom_six_heads": lambda: bloom(6, 48, False),
     "gemma_geglu": gemma,
     "gemma2_softcap": gemma2,
+    "gemma3_local_global": gemma3,
 }
 
 
@@ -345,16 +363,21 @@ def check_rope(case, model):
     assert ((ratio > 1 + 1e-6) & (ratio < 8 - 1e-6)).any(), "no smoothed component"
 
 
+def loss_with(model, config, input_ids, labels):
+    """The loss of the model's weights under another configuration (float64)."""
+    other = type(model)(config).double()
+    other.load_state_dict(model.state_dict())
+    other.train()
+    with torch.no_grad():
+        return other(input_ids=input_ids, labels=labels).loss.item()
+
+
 def check_sliding(case, model, input_ids, labels, loss):
     if case not in ("mistral_sliding", "phi3_fused"):
         return
     config = copy.deepcopy(model.config)
     config.sliding_window = None
-    full = type(model)(config).double()
-    full.load_state_dict(model.state_dict())
-    full.train()
-    with torch.no_grad():
-        full_loss = full(input_ids=input_ids, labels=labels).loss.item()
+    full_loss = loss_with(model, config, input_ids, labels)
     print(f"  [{case}] loss with sliding_window={model.config.sliding_window}: {loss:.8f}, with None: {full_loss:.8f}")
     assert abs(full_loss - loss) > 1e-3, "sliding window has no effect"
 
@@ -368,13 +391,22 @@ def check_gemma2(case, model, input_ids, labels, loss):
                        ("layer_types", ["full_attention"] * 2), ("query_pre_attn_scalar", 16)):
         config = copy.deepcopy(model.config)
         setattr(config, key, value)
-        other = type(model)(config).double()
-        other.load_state_dict(model.state_dict())
-        other.train()
-        with torch.no_grad():
-            other_loss = other(input_ids=input_ids, labels=labels).loss.item()
+        other_loss = loss_with(model, config, input_ids, labels)
         print(f"  [{case}] loss {loss:.8f}, with {key}={value}: {other_loss:.8f}")
         assert abs(other_loss - loss) > 1e-3, f"{key} has no effect"
+
+
+def check_gemma3(case, model, input_ids, labels, loss):
+    """The local layers' rotary base and the global layers' linear scaling must each change the loss."""
+    if case != "gemma3_local_global":
+        return
+    assert model.config.layer_types == ["sliding_attention", "sliding_attention", "full_attention"]
+    for kind, change in (("sliding_attention", {"rope_theta": 10000.0}), ("full_attention", {"factor": 1.0})):
+        config = copy.deepcopy(model.config)
+        config.rope_parameters[kind].update(change)
+        other_loss = loss_with(model, config, input_ids, labels)
+        print(f"  [{case}] loss {loss:.8f}, with {kind} {change}: {other_loss:.8f}")
+        assert abs(other_loss - loss) > 1e-4, f"{kind} {change} has no effect"
 
 
 def check_reload(case, directory, model32, input_ids, labels, logits32):
@@ -416,6 +448,7 @@ def make_case(case, seed):
     check_rope(case, model64)
     check_sliding(case, model64, input_ids, labels, loss64.item())
     check_gemma2(case, model64, input_ids, labels, loss64.item())
+    check_gemma3(case, model64, input_ids, labels, loss64.item())
     check_reload(case, directory, model32, input_ids, labels, logits32)
 
     expected = {

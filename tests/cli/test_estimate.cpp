@@ -203,6 +203,10 @@ TEST_CASE("estimate within 5% of the measured peak: checkpointing, offloading, a
         "tiny-gemma2", {{"architectures", {"Gemma2ForCausalLM"}}, {"head_dim", 32}, {"sliding_window", 16}});
     for (const char* adapter : {"full", "lora"})
       check_within_5_percent({p, gemma2, std::string("strategy.adapter=") + adapter});
+    // Gemma 3: q/k norms, and a rotary table for each layer.
+    static const std::string gemma3 = tiny_llama_with(
+        "tiny-gemma3", {{"architectures", {"Gemma3ForCausalLM"}}, {"head_dim", 32}, {"sliding_window", 16}});
+    check_within_5_percent({p, gemma3, "strategy.adapter=full"});
   }
 }
 

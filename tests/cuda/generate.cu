@@ -39,7 +39,8 @@ const char* const families[] = {"llama_gqa",    "llama3_rope_scaling", "mistral_
                                 "smollm2_tied", "neox_parallel",       "neox_sequential", "qwen3_qk_norm",
                                 "granite_multipliers", "phi3_fused",      "phi3_longrope",
                                 "gpt_bigcode_mqa",     "gpt_bigcode_mha",     "bloom_alibi",
-                                "bloom_six_heads",     "gemma_geglu",      "gemma2_softcap"};
+                                "bloom_six_heads",     "gemma_geglu",      "gemma2_softcap",
+                             "gemma3_local_global"};
 
 double worst_difference(const std::vector<float>& got, const std::vector<float>& want) {
   if (got.size() != want.size()) return INFINITY;

@@ -36,7 +36,8 @@ const char* const cases[] = {"llama_gqa",       "smollm2_tied",  "llama3_rope_sc
                              "mistral_sliding", "neox_parallel", "neox_sequential",     "qwen3_qk_norm",
                              "granite_multipliers", "phi3_fused",          "phi3_longrope",
                              "gpt_bigcode_mqa",     "gpt_bigcode_mha",     "bloom_alibi",
-                             "bloom_six_heads",     "gemma_geglu",      "gemma2_softcap"};
+                             "bloom_six_heads",     "gemma_geglu",      "gemma2_softcap",
+                             "gemma3_local_global"};
 
 template <class T>
 std::vector<T> read(const ft::io::SafetensorsFile& file, const std::string& name) {

@@ -64,7 +64,8 @@ void check_greedy_against_hf() {
   for (const std::string name : {"llama_gqa", "llama3_rope_scaling", "mistral_sliding", "qwen2_bias", "smollm2_tied",
                                  "neox_parallel", "neox_sequential", "qwen3_qk_norm", "granite_multipliers",
                                  "phi3_fused", "phi3_longrope", "gpt_bigcode_mqa", "gpt_bigcode_mha",
-                                 "bloom_alibi", "bloom_six_heads", "gemma_geglu", "gemma2_softcap"}) {
+                                 "bloom_alibi", "bloom_six_heads", "gemma_geglu", "gemma2_softcap",
+                                 "gemma3_local_global"}) {
     CAPTURE(name);
     const std::vector<Expected> cases = expected(parity + name);
     REQUIRE(cases.size() == 3);
@@ -341,7 +342,8 @@ void check_adapters_against_peft() {
                        Case{"phi3_fused_lora", "phi3_fused"}, Case{"gpt_bigcode_mha_lora", "gpt_bigcode_mha"},
                        Case{"bloom_alibi_prompt", "bloom_alibi"}, Case{"bloom_six_heads_lora", "bloom_six_heads"},
                        Case{"gemma_geglu_lora", "gemma_geglu"}, Case{"gemma_geglu_prompt", "gemma_geglu"}, Case{"gpt_bigcode_mqa_prompt", "gpt_bigcode_mqa"},
-                       Case{"gemma2_softcap_lora", "gemma2_softcap"}}) {
+                       Case{"gemma2_softcap_lora", "gemma2_softcap"},
+                       Case{"gemma3_local_global_lora", "gemma3_local_global"}}) {
     CAPTURE(c.adapter);
     const std::vector<Expected> adapted = expected(peft + c.adapter), base = expected(parity + c.base);
     auto model = models::load_pretrained<float, Device>(parity + c.base);

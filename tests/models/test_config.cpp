@@ -10,6 +10,7 @@
 
 #include <ft/models/load.hpp>
 #include <ft/models/spec_json.hpp>
+#include <ft/nn/rope.hpp>
 
 namespace test_config {
 
@@ -313,10 +314,45 @@ TEST_CASE("gemma-2-2b and gemma-2-9b: a norm after each branch, soft-caps, local
                        doctest::Contains("field \"attn_logit_softcapping\" must be a positive number or null"), Error);
 }
 
+TEST_CASE("gemma-3-1b: Gemma 2's block with (1 + w) q/k norms, one rotary base per kind of layer; transformers' count") {
+  // gemma-3-1b-it's config.json as published (rope_theta and rope_local_base_freq, no layer_types).
+  const auto spec = spec_of(R"({"architectures": ["Gemma3ForCausalLM"], "hidden_size": 1152, "head_dim": 256,
+    "intermediate_size": 6912, "num_hidden_layers": 26, "num_attention_heads": 4, "num_key_value_heads": 1,
+    "vocab_size": 262144, "hidden_activation": "gelu_pytorch_tanh", "query_pre_attn_scalar": 256,
+    "sliding_window": 512, "sliding_window_pattern": 6, "rope_theta": 1000000.0, "rope_local_base_freq": 10000.0,
+    "rope_scaling": null, "attn_logit_softcapping": null, "final_logit_softcapping": null,
+    "max_position_embeddings": 32768, "rms_norm_eps": 1e-06})");
+  const auto& c = spec.config;
+  CHECK(c.sandwich_norms);
+  CHECK(c.qk_norm);
+  CHECK(c.norm == nn::NormKind::rms_unit_offset);
+  CHECK(c.attention_softcap == 0.0);
+  CHECK(c.logit_softcap == 0.0);
+  CHECK(c.sliding_window[4] == 512);
+  CHECK(c.sliding_window[5] == 0);
+  CHECK(c.rope_of(4).theta == 1e4);
+  CHECK(c.rope_of(5).theta == 1e6);
+  CHECK(models::parameter_count(c) == 999'885'952);  // transformers' count of Gemma3ForCausalLM at this config
+  // Gemma3TextConfig's defaults: no caps, every sixth layer global; rope_scaling scales the global layers only.
+  const auto bare = spec_of(R"({"architectures": ["Gemma3ForCausalLM"], "hidden_size": 64, "intermediate_size": 64,
+    "num_hidden_layers": 6, "num_attention_heads": 8, "vocab_size": 10,
+    "rope_scaling": {"rope_type": "linear", "factor": 8.0}})");
+  CHECK(bare.config.sliding_window == std::vector<index_t>{4096, 4096, 4096, 4096, 4096, 0});
+  CHECK(bare.config.rope_of(0).linear_factor == 1.0);
+  CHECK(bare.config.rope_of(5).linear_factor == 8.0);
+  CHECK(bare.config.rope_of(5).theta == 1e6);
+  CHECK(bare.config.max_position_embeddings == 131072);
+  const std::vector<float> plain = nn::rope_inverse_frequencies(bare.config.rope_of(0));
+  const std::vector<float> scaled = nn::rope_inverse_frequencies(bare.config.rope_of(5));
+  CHECK(scaled[0] == 1.0f / 8);
+  CHECK(plain[0] == 1.0f);
+}
+
 TEST_CASE("the parameter count from the configuration is what the model allocates") {
   for (const char* name : {"llama_gqa", "smollm2_tied", "qwen2_bias", "neox_parallel", "qwen3_qk_norm",
                            "granite_multipliers", "phi3_fused", "phi3_longrope", "gpt_bigcode_mqa",
-                           "gpt_bigcode_mha", "bloom_alibi", "bloom_six_heads", "gemma_geglu", "gemma2_softcap"}) {
+                           "gpt_bigcode_mha", "bloom_alibi", "bloom_six_heads", "gemma_geglu", "gemma2_softcap",
+                           "gemma3_local_global"}) {
     CAPTURE(name);
     fs::path dir = fs::path(FT_SOURCE_DIR) / "tests/fixtures/parity" / name;
     models::Transformer<float> model(models::read_model_spec(dir));

@@ -29,7 +29,8 @@ const char* const cases[] = {"llama_gqa",       "smollm2_tied",  "llama3_rope_sc
                              "mistral_sliding", "neox_parallel", "neox_sequential",     "qwen3_qk_norm",
                              "granite_multipliers", "phi3_fused",          "phi3_longrope",
                              "gpt_bigcode_mqa",     "gpt_bigcode_mha",     "bloom_alibi",
-                             "bloom_six_heads",     "gemma_geglu",      "gemma2_softcap"};
+                             "bloom_six_heads",     "gemma_geglu",      "gemma2_softcap",
+                             "gemma3_local_global"};
 
 fs::path fixture(const std::string& name) { return fs::path(FT_SOURCE_DIR) / "tests/fixtures/parity" / name; }
 
@@ -98,7 +99,15 @@ TEST_CASE("bf16 storage with float32 accumulation stays within bf16's tolerances
   // activations and gradients are all stored in it, so errors compound
   // through two blocks. Measured worst cases on these fixtures are stated in
   // docs/design.md; the bounds are a little above them.
-  for (const char* name : cases) check_case<bf16>(name, {2e-3, 3e-2, 6e-2});
+  // The Gemma 2 and 3 fixtures are harder on bf16: logits soft-capped at 2.5
+  // (small logits, so the same rounding is a larger part of them), and every
+  // query and key head renormalised from bf16 values in three blocks. HF's own
+  // bf16 runs of them are 0.014 and 0.028 off the float64 logits, and Gemma 3's
+  // worst gradient 0.12 (layer 1's q_norm); ft's are 0.034, 0.033 and 0.15.
+  for (const std::string name : cases) {
+    const bool gemma2_block = name == "gemma2_softcap" || name == "gemma3_local_global";
+    check_case<bf16>(name, {2e-3, gemma2_block ? 4e-2 : 3e-2, name == "gemma3_local_global" ? 0.2 : 6e-2});
+  }
 }
 
 TEST_CASE("a packed row of two documents equals the two documents run apart") {
@@ -179,7 +188,7 @@ TEST_CASE("model directories with problems give one-line errors") {
   CHECK_THROWS_WITH_AS(models::read_model_spec(fixtures / "models/unknown-arch"),
                        doctest::Contains("architecture \"FalconForCausalLM\" is not supported; supported: "
                                          "LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, "
-                                         "GraniteForCausalLM, GemmaForCausalLM, Gemma2ForCausalLM, GPTNeoXForCausalLM, Phi3ForCausalLM, "
+                                         "GraniteForCausalLM, GemmaForCausalLM, Gemma2ForCausalLM, Gemma3ForCausalLM, GPTNeoXForCausalLM, Phi3ForCausalLM, "
                                          "GPTBigCodeForCausalLM, BloomForCausalLM"),
                        Error);
   CHECK_THROWS_WITH_AS(models::read_model_spec(fixtures / "no-such-dir"), doctest::Contains("not a model directory"),
@@ -194,7 +203,7 @@ TEST_CASE("model directories with problems give one-line errors") {
   write(R"({"architectures": ["LlamaForCausalLM"], "vocab_size": 10, "hidden_size": 8, "intermediate_size": 8,
             "num_hidden_layers": 1, "num_attention_heads": 2, "rope_scaling": {"rope_type": "yarn", "factor": 4}})");
   CHECK_THROWS_WITH_AS(models::read_model_spec(dir),
-                       doctest::Contains("rope type \"yarn\" is not supported; allowed: default, llama3, longrope"), Error);
+                       doctest::Contains("rope type \"yarn\" is not supported; allowed: default, linear, llama3, longrope"), Error);
   write(R"({"architectures": ["LlamaForCausalLM"], "vocab_size": 10, "hidden_size": 8, "intermediate_size": 8,
             "num_hidden_layers": 1, "num_attention_heads": 2})");
   CHECK_THROWS_WITH_AS(models::load_pretrained<float>(dir), doctest::Contains("model.safetensors"), Error);

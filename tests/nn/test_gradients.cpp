@@ -115,25 +115,30 @@ TEST_CASE("rotary embedding backward matches finite differences: full, partial, 
   }
 }
 
-TEST_CASE("per-head RMSNorm of queries and keys (Qwen3's q_norm, k_norm) backward matches finite differences") {
+TEST_CASE("per-head RMSNorm of queries and keys (Qwen3's q_norm, k_norm; Gemma 3's 1 + w) backward matches finite "
+          "differences") {
   std::mt19937 rng(11);
   const index_t N = 5, H = 4, G = 2, D = 6;
-  Vec x = random_vector(N * (H + 2 * G) * D, rng), w = random_vector(x.size(), rng);
-  Vec q_weight = random_vector(D, rng), k_weight = random_vector(D, rng);
-  Vec saved(N * (H + G) * D), rstd(N * (H + G));
-  auto loss = [&] {
-    Vec y = x;
-    head_norm_forward(y.data(), saved.data(), rstd.data(), q_weight.data(), k_weight.data(), N, H, G, D, 1e-6);
-    return dot(y, w);
-  };
-  loss();
-  Vec dx = w, dq(D), dk(D);
-  head_norm_backward(dx.data(), dq.data(), dk.data(), saved.data(), rstd.data(), q_weight.data(), k_weight.data(),
-                     N, H, G, D);
-  // The values pass through: their gradient is w's, which dx keeps.
-  expect_gradient("qkv", x, dx, loss);
-  expect_gradient("q_norm.weight", q_weight, dq, loss);
-  expect_gradient("k_norm.weight", k_weight, dk, loss);
+  for (double offset : {0.0, 1.0}) {
+    CAPTURE(offset);
+    Vec x = random_vector(N * (H + 2 * G) * D, rng), w = random_vector(x.size(), rng);
+    Vec q_weight = random_vector(D, rng), k_weight = random_vector(D, rng);
+    Vec saved(N * (H + G) * D), rstd(N * (H + G));
+    auto loss = [&] {
+      Vec y = x;
+      head_norm_forward(y.data(), saved.data(), rstd.data(), q_weight.data(), k_weight.data(), N, H, G, D, 1e-6,
+                        offset);
+      return dot(y, w);
+    };
+    loss();
+    Vec dx = w, dq(D), dk(D);
+    head_norm_backward(dx.data(), dq.data(), dk.data(), saved.data(), rstd.data(), q_weight.data(), k_weight.data(),
+                       N, H, G, D, offset);
+    // The values pass through: their gradient is w's, which dx keeps.
+    expect_gradient("qkv", x, dx, loss);
+    expect_gradient("q_norm.weight", q_weight, dq, loss);
+    expect_gradient("k_norm.weight", k_weight, dk, loss);
+  }
 }
 
 TEST_CASE("Llama-3 frequency scaling keeps short wavelengths and divides long ones") {

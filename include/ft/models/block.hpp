@@ -55,7 +55,7 @@ public:
   Block(const TransformerConfig& config, index_t layer, bool trainable = true)
       : c_(config), layer_(layer), w_((declare(params_, c_), Weights::of(params_, c_))) {
     params_.set_trainable(trainable);
-    const std::vector<float> inv_freq = nn::rope_inverse_frequencies(c_.rope);
+    const std::vector<float> inv_freq = nn::rope_inverse_frequencies(c_.rope_of(layer_));
     inv_freq_ = Tensor<float, Memory>(Shape{index_t(inv_freq.size())});
     Device::from_host(inv_freq_.data(), inv_freq.data(), inv_freq.size() * sizeof(float));
   }
@@ -164,9 +164,10 @@ public:
     adapt(LinearSlot::qkv, a.qkv.data(), a.n1.data(), N);
     if (c_.qk_norm)
       nn::head_norm_forward<Device>(a.qkv.data(), a.qk_input.data(), a.qk_rstd.data(), p(w_.q_norm_weight),
-                                    p(w_.k_norm_weight), N, c_.num_heads, c_.num_kv_heads, c_.head_dim, A(c_.norm_eps));
+                                    p(w_.k_norm_weight), N, c_.num_heads, c_.num_kv_heads, c_.head_dim, A(c_.norm_eps),
+                                    nn::norm_weight_offset<A>(c_.norm));
     nn::rope_forward<Device>(a.qkv.data(), positions, inv_freq(), N, c_.num_heads, c_.num_kv_heads, c_.head_dim,
-                             float(c_.rope.attention_factor));
+                             float(c_.rope_of(layer_).attention_factor));
     attend(a);
     // Sequential: mid = x + O(att). Parallel: the attention branch goes to y, mid is only scratch.
     T* attention_out = c_.parallel_residual ? y : a.mid.data();
@@ -270,11 +271,11 @@ private:
     nn::attention_backward_on<Device>(s.d_qkv.data(), s.d_attention.data(), a.attention.data(), a.lse.data(),
                                       a.qkv.data(), documents, attention_shape(batch));
     nn::rope_backward<Device>(s.d_qkv.data(), positions, inv_freq(), N, c_.num_heads, c_.num_kv_heads, c_.head_dim,
-                              float(c_.rope.attention_factor));
+                              float(c_.rope_of(layer_).attention_factor));
     if (c_.qk_norm)
       nn::head_norm_backward<Device>(s.d_qkv.data(), g(w_.q_norm_weight), g(w_.k_norm_weight), a.qk_input.data(),
                                      a.qk_rstd.data(), p(w_.q_norm_weight), p(w_.k_norm_weight), N, c_.num_heads,
-                                     c_.num_kv_heads, c_.head_dim);
+                                     c_.num_kv_heads, c_.head_dim, nn::norm_weight_offset<A>(c_.norm));
     zero(s.d_norm_b);
     if (deferred) copy(deferred->qkv, s.d_qkv.data());
     nn::linear_backward<Device>(s.d_norm_b.data(), gw(w_.qkv_weight), gw(w_.qkv_bias), s.d_qkv.data(), a.n1.data(),

@@ -3,7 +3,9 @@
 // biases), Qwen3 (per-head q/k norms), Granite 3 (four multipliers), Gemma
 // (norms scaled by 1 + w, embeddings by sqrt(hidden_size), GeGLU),
 // Gemma 2 (those, with a norm after each branch, soft-capped attention scores
-// and logits, and local layers alternating with global ones), TinyLlama,
+// and logits, and local layers alternating with global ones), Gemma 3's text
+// model (Gemma 2's block with (1 + w) q/k norms and a rotary base for each
+// kind of layer), TinyLlama,
 // SmolLM2. They share one block shape (RMSNorm, rotary attention
 // with grouped-query heads, a gated MLP) and Llama's module names, and
 // differ only in options that config.json carries.
@@ -41,32 +43,63 @@ inline TransformerConfig read_llama_shape(const ConfigReader& json, double defau
   return c;
 }
 
-// What Gemma 2 adds to Gemma, with Gemma2Config's defaults where a key is
-// missing: a norm after each branch, the softmax scale 1 / sqrt(query_pre_attn_scalar),
-// attention scores and final logits soft-capped (null turns a cap off), and
-// sliding-window layers alternating with global ones, the first local.
-inline void read_gemma2(const ConfigReader& json, TransformerConfig& c) {
+// Gemma 3's rotary settings: one set for the global layers (rope_theta,
+// 1e6 by default, with any scaling) and one for the sliding-window layers
+// (rope_local_base_freq, 1e4 by default), as transformers 5 writes them
+// (rope_parameters keyed by layer type) or as older configs do.
+inline void read_gemma3_rope(const ConfigReader& json, TransformerConfig& c) {
+  const nlohmann::json& j = json.json();
+  nlohmann::json global = nlohmann::json::object(), local = nlohmann::json::object();
+  if (json.has("rope_parameters") && j["rope_parameters"].is_object() &&
+      (j["rope_parameters"].contains("full_attention") || j["rope_parameters"].contains("sliding_attention"))) {
+    global = j["rope_parameters"].value("full_attention", global);
+    local = j["rope_parameters"].value("sliding_attention", local);
+  } else if (json.has("rope_parameters")) {
+    global = j["rope_parameters"];
+  } else if (json.has("rope_scaling")) {
+    global = j["rope_scaling"];
+  }
+  c.rope = read_rope_parameters(json, global, c.head_dim, 1.0, json.number("rope_theta", 1e6));
+  const nn::RopeConfig local_rope =
+      read_rope_parameters(json, local, c.head_dim, 1.0, json.number("rope_local_base_freq", 1e4));
+  c.layer_rope.clear();
+  for (index_t window : c.sliding_window) c.layer_rope.push_back(window > 0 ? local_rope : c.rope);
+}
+
+// What Gemma 2 and 3 add to Gemma, with their config classes' defaults where
+// a key is missing: a norm after each branch, the softmax scale
+// 1 / sqrt(query_pre_attn_scalar), soft-capped attention scores and final
+// logits (Gemma 2's default; null turns a cap off), and sliding-window layers
+// among global ones (every second layer global in Gemma 2, every
+// sliding_window_pattern-th in Gemma 3). Gemma 3 adds per-head q/k norms and
+// a rotary base for each kind of layer.
+inline void read_gemma2_block(const ConfigReader& json, TransformerConfig& c, bool gemma3) {
   c.sandwich_norms = true;
   const double query_scalar = json.number("query_pre_attn_scalar", 256);
   if (!(query_scalar > 0)) json.fail("field \"query_pre_attn_scalar\" must be a positive number");
   c.attention_multiplier = 1 / std::sqrt(query_scalar);
-  auto cap = [&](const char* key, double fallback) {
+  auto cap = [&](const char* key, double fallback) {  // 0: no cap
     if (json.json().contains(key) && json.json()[key].is_null()) return 0.0;
+    if (!json.has(key)) return fallback;
     const double v = json.number(key, fallback);
     if (!(v > 0)) json.fail(std::string("field \"") + key + "\" must be a positive number or null");
     return v;
   };
-  c.attention_softcap = cap("attn_logit_softcapping", 50);
-  c.logit_softcap = cap("final_logit_softcapping", 30);
-  c.sliding_window = read_sliding_windows(json, c.num_layers, 4096, /*global_every=*/2);
+  c.attention_softcap = cap("attn_logit_softcapping", gemma3 ? 0 : 50);
+  c.logit_softcap = cap("final_logit_softcapping", gemma3 ? 0 : 30);
+  const index_t global_every = gemma3 ? json.optional_int("sliding_window_pattern", 6) : 2;
+  c.sliding_window = read_sliding_windows(json, c.num_layers, 4096, global_every);
+  if (!gemma3) return;
+  c.qk_norm = true;
+  read_gemma3_rope(json, c);
 }
 
 struct Llama : Policy {
   static constexpr std::string_view name = "llama";
   static constexpr std::string_view type_name = "ft::models::Llama";
-  static constexpr std::array<std::string_view, 7> hf_architectures{
+  static constexpr std::array<std::string_view, 8> hf_architectures{
       "LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForCausalLM", "Qwen3ForCausalLM", "GraniteForCausalLM",
-      "GemmaForCausalLM", "Gemma2ForCausalLM"};
+      "GemmaForCausalLM", "Gemma2ForCausalLM", "Gemma3ForCausalLM"};
   static constexpr std::array<std::string_view, 7> linear_modules{
       "q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"};
   static constexpr std::array<std::string_view, 2> default_lora_targets{"q_proj", "v_proj"};
@@ -90,11 +123,12 @@ struct Llama : Policy {
       c.attention_multiplier = positive("attention_multiplier");  // HF's default is 1, not 1 / sqrt(head_dim)
       c.logits_scaling = positive("logits_scaling");
     }
-    const bool gemma2 = c.architecture == "Gemma2ForCausalLM";
+    const bool gemma3 = c.architecture == "Gemma3ForCausalLM";
+    const bool gemma2 = c.architecture == "Gemma2ForCausalLM" || gemma3;  // Gemma 2's block
     if (c.architecture == "GemmaForCausalLM" || gemma2) {
       if (json.flag("use_bidirectional_attention", false))
         json.fail("use_bidirectional_attention = true (an encoder, not a causal LM) is not supported");
-      // GemmaConfig's defaults where a key is missing (gemma-7b's shape; Gemma 2's gemma-2-2b), not Llama's.
+      // GemmaConfig's defaults where a key is missing (gemma-7b's shape; gemma-2-2b's for Gemma 2 and 3), not Llama's.
       c.head_dim = json.optional_int("head_dim", 256);
       c.num_kv_heads = json.optional_int("num_key_value_heads", gemma2 ? 4 : 16);
       if (c.num_heads % c.num_kv_heads != 0)
@@ -102,19 +136,19 @@ struct Llama : Policy {
                   ") must be a multiple of num_key_value_heads (" + std::to_string(c.num_kv_heads) + ")");
       c.rope = read_rope(json, c.head_dim, 1.0);
       if (!json.has("pad_token_id")) c.padding_idx = 0;
-      c.max_position_embeddings = json.optional_int("max_position_embeddings", 8192);
+      c.max_position_embeddings = json.optional_int("max_position_embeddings", gemma3 ? 131072 : 8192);
       c.norm = nn::NormKind::rms_unit_offset;
       // HF's scale is sqrt(hidden_size) as a float32 tensor, cast to the weights' type
       // inside the embedding module (inputs_embeds given from outside are not scaled).
       c.embedding_multiplier = double(float(std::sqrt(double(c.hidden_size))));
       c.embedding_scale_in_lookup = true;
       // "gelu" in Gemma's own configs means the tanh approximation, as transformers reads it;
-      // Gemma 2's MLP reads hidden_activation.
+      // Gemma 2's and 3's MLPs read hidden_activation.
       const std::string act = json.string(gemma2 ? "hidden_activation" : "hidden_act", "gelu_pytorch_tanh");
       c.activation = nn::activation_from_hf(act == "gelu" && !gemma2 ? "gelu_pytorch_tanh" : act);
       c.tie_embeddings = json.flag("tie_word_embeddings", true);
     }
-    if (gemma2) read_gemma2(json, c);
+    if (gemma2) read_gemma2_block(json, c, gemma3);
 
     ModelSpec spec{c, {}};
     auto bind = [&](std::string hf, std::string param, index_t row = 0) {

@@ -25,7 +25,7 @@ NLOHMANN_JSON_SERIALIZE_ENUM(Activation, {{Activation::silu, "silu"},
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE(Llama3Scaling, factor, low_freq_factor, high_freq_factor,
                                    original_max_position_embeddings)
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE(RopeConfig, theta, rotary_dim, llama3, scaling, short_factors, attention_factor,
-                                   position_limit)
+                                   position_limit, linear_factor)
 }  // namespace ft::nn
 
 namespace ft::models {
@@ -34,7 +34,7 @@ NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE(TransformerConfig, architecture, vocab_size, 
                                    num_kv_heads, head_dim, intermediate_size, norm, norm_eps, activation, gated_mlp,
                                    parallel_residual, qkv_bias, o_bias, mlp_bias, qk_norm, sandwich_norms, embedding_multiplier, embedding_scale_in_lookup,
                                    residual_multiplier, attention_multiplier, logits_scaling, attention_softcap, logit_softcap, tie_embeddings, position_embeddings,
-                                   alibi, embedding_norm, padding_idx, rope,
+                                   alibi, embedding_norm, padding_idx, rope, layer_rope,
                                    sliding_window, max_position_embeddings)
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE(WeightBinding, hf_name, param, row_offset, order, alias)
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE(ModelSpec, config, weights)

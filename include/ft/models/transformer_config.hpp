@@ -57,6 +57,9 @@ struct TransformerConfig {
   bool embedding_norm = false;  // a norm (of `norm`'s kind) on the embedding's output (Bloom's word_embeddings_layernorm)
   index_t padding_idx = -1;  // the embedding row that takes no gradient: HF's pad_token_id where it builds one
   nn::RopeConfig rope;
+  // Per layer, where layers rotate differently (Gemma 3's local and global
+  // bases); empty: every layer takes `rope`.
+  std::vector<nn::RopeConfig> layer_rope;
   std::vector<index_t> sliding_window;  // per layer; 0 = full attention
   index_t max_position_embeddings = 0;
 
@@ -64,6 +67,9 @@ struct TransformerConfig {
   bool operator==(const TransformerConfig&) const = default;
 
   index_t qkv_width() const { return (num_heads + 2 * num_kv_heads) * head_dim; }
+  const nn::RopeConfig& rope_of(index_t layer) const {
+    return layer_rope.empty() ? rope : layer_rope[std::size_t(layer)];
+  }
   index_t mlp_in_width() const { return gated_mlp ? 2 * intermediate_size : intermediate_size; }
 };
 
@@ -196,19 +202,17 @@ inline index_t read_padding_idx(const ConfigReader& config, index_t vocab_size) 
   return id >= 0 && id < vocab_size ? id : -1;
 }
 
-// Rotary settings as transformers 5 writes them (`rope_parameters`) or as
-// older configs do (`rope_theta` with `rope_scaling`; GPT-NeoX's
-// `rotary_emb_base` and `rotary_pct`). Scaling types other than Llama 3's are
-// refused by name rather than silently ignored.
-inline nn::RopeConfig read_rope(const ConfigReader& config, index_t head_dim, double default_fraction) {
-  const nlohmann::json& j = config.json();
-  nlohmann::json params = nlohmann::json::object();
-  if (config.has("rope_parameters")) params = j["rope_parameters"];
-  else if (config.has("rope_scaling")) params = j["rope_scaling"];
+// One set of rotary settings from its parameters (`rope_parameters`, or an
+// older config's `rope_scaling`), with the config's own keys where the
+// parameters lack them: the rotary fraction (`partial_rotary_factor`,
+// GPT-NeoX's `rotary_pct`) and, for LongRoPE, the original length.
+// Scaling types other than these are refused by name rather than silently
+// ignored.
+inline nn::RopeConfig read_rope_parameters(const ConfigReader& config, const nlohmann::json& params, index_t head_dim,
+                                           double default_fraction, double default_theta) {
   if (!params.is_object()) config.fail("\"rope_parameters\" must be an object");
-
   nn::RopeConfig rope;
-  rope.theta = params.value("rope_theta", config.number("rope_theta", config.number("rotary_emb_base", 10000.0)));
+  rope.theta = params.value("rope_theta", default_theta);
   double fraction = params.value("partial_rotary_factor",
                                  config.number("partial_rotary_factor", config.number("rotary_pct", default_fraction)));
   rope.rotary_dim = index_t(double(head_dim) * fraction);
@@ -217,21 +221,36 @@ inline nn::RopeConfig read_rope(const ConfigReader& config, index_t head_dim, do
                 " does not give an even number of rotary dimensions");
 
   std::string type = params.value("rope_type", params.value("type", std::string("default")));
+  auto need = [&](const char* what, const char* key) {
+    if (!params.contains(key) || !params[key].is_number())
+      config.fail(std::string(what) + " rope scaling needs the number \"" + key + "\"");
+    return params[key].get<double>();
+  };
   if (type == "llama3") {
     rope.llama3 = true;
-    auto need = [&](const char* key) {
-      if (!params.contains(key) || !params[key].is_number())
-        config.fail(std::string("Llama-3 rope scaling needs the number \"") + key + "\"");
-      return params[key].get<double>();
-    };
-    rope.scaling = {need("factor"), need("low_freq_factor"), need("high_freq_factor"),
-                    need("original_max_position_embeddings")};
+    rope.scaling = {need("Llama-3", "factor"), need("Llama-3", "low_freq_factor"), need("Llama-3", "high_freq_factor"),
+                    need("Llama-3", "original_max_position_embeddings")};
+  } else if (type == "linear") {
+    rope.linear_factor = need("Linear", "factor");
+    if (!(rope.linear_factor > 0)) config.fail("linear rope scaling's \"factor\" must be a positive number");
   } else if (type == "longrope") {
     read_longrope(config, params, rope);
   } else if (type != "default") {
-    config.fail("rope type \"" + type + "\" is not supported; allowed: default, llama3, longrope");
+    config.fail("rope type \"" + type + "\" is not supported; allowed: default, linear, llama3, longrope");
   }
   return rope;
+}
+
+// Rotary settings as transformers 5 writes them (`rope_parameters`) or as
+// older configs do (`rope_theta` with `rope_scaling`; GPT-NeoX's
+// `rotary_emb_base` and `rotary_pct`).
+inline nn::RopeConfig read_rope(const ConfigReader& config, index_t head_dim, double default_fraction) {
+  const nlohmann::json& j = config.json();
+  nlohmann::json params = nlohmann::json::object();
+  if (config.has("rope_parameters")) params = j["rope_parameters"];
+  else if (config.has("rope_scaling")) params = j["rope_scaling"];
+  return read_rope_parameters(config, params, head_dim, default_fraction,
+                              config.number("rope_theta", config.number("rotary_emb_base", 10000.0)));
 }
 
 // Sliding windows per layer: `layer_types` when the config lists them

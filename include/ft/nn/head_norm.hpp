@@ -1,6 +1,7 @@
 #pragma once
 // RMSNorm over each attention head of the queries and keys, before the
-// rotary embedding (Qwen3's q_norm and k_norm). The fused rows of qkv
+// rotary embedding (Qwen3's q_norm and k_norm; Gemma 3's scale by 1 + w, the
+// functors' weight_offset as in nn/norm.hpp). The fused rows of qkv
 // [N, (H + 2G) * D] hold H query heads, G key heads and G value heads of D
 // values each; every query head is normalised with one weight [D], every
 // key head with another, and the values are left alone.
@@ -41,6 +42,7 @@ struct HeadNormForwardRow {
   const T* k_weight;
   HeadRows at;
   A eps;
+  A weight_offset;
 
   template <class Team>
   FT_HOST_DEVICE void operator()(index_t r, const Team& team) const {
@@ -53,7 +55,7 @@ struct HeadNormForwardRow {
       sum += A(x[d]) * A(x[d]);
     }
     const A s = A(1) / std::sqrt(team.sum(sum) / A(at.D) + eps);
-    for (index_t d = team.rank; d < at.D; d += team.size) x[d] = T(A(keep[d]) * s * A(w[d]));
+    for (index_t d = team.rank; d < at.D; d += team.size) x[d] = T(A(keep[d]) * s * (A(w[d]) + weight_offset));
     if (team.rank == 0) rstd[r] = s;
   }
 };
@@ -68,6 +70,7 @@ struct HeadNormBackwardRow {
   const T* q_weight;
   const T* k_weight;
   HeadRows at;
+  A weight_offset;
 
   template <class Team>
   FT_HOST_DEVICE void operator()(index_t r, const Team& team) const {
@@ -76,11 +79,11 @@ struct HeadNormBackwardRow {
     const T* w = at.query(r) ? q_weight : k_weight;
     const A s = rstd[r];
     A mean_gx = 0;
-    for (index_t d = team.rank; d < at.D; d += team.size) mean_gx += A(dy[d]) * A(w[d]) * A(x[d]) * s;
+    for (index_t d = team.rank; d < at.D; d += team.size) mean_gx += A(dy[d]) * (A(w[d]) + weight_offset) * A(x[d]) * s;
     mean_gx = team.sum(mean_gx) / A(at.D);
     for (index_t d = team.rank; d < at.D; d += team.size) {
       const A xhat = A(x[d]) * s;
-      dy[d] = T(s * (A(dy[d]) * A(w[d]) - xhat * mean_gx));
+      dy[d] = T(s * (A(dy[d]) * (A(w[d]) + weight_offset) - xhat * mean_gx));
     }
   }
 };
@@ -115,16 +118,18 @@ struct HeadNormWeightPartial {
 
 template <class Device = device::Cpu, class T>
 void head_norm_forward(T* qkv, T* saved, acc_t<T>* rstd, const T* q_weight, const T* k_weight, index_t N, index_t H,
-                       index_t G, index_t D, acc_t<T> eps) {
+                       index_t G, index_t D, acc_t<T> eps, acc_t<T> weight_offset = 0) {
   const HeadRows at{H, G, D};
-  Device::parallel_rows(N * at.heads(), D, HeadNormForwardRow<T>{qkv, saved, rstd, q_weight, k_weight, at, eps});
+  Device::parallel_rows(N * at.heads(), D,
+                        HeadNormForwardRow<T>{qkv, saved, rstd, q_weight, k_weight, at, eps, weight_offset});
 }
 
 // dqkv holds the gradient of forward's output and leaves with that of its
 // input; the weights' gradients (null for a frozen model) are added to.
 template <class Device = device::Cpu, class T>
 void head_norm_backward(T* dqkv, T* dq_weight, T* dk_weight, const T* saved, const acc_t<T>* rstd, const T* q_weight,
-                        const T* k_weight, index_t N, index_t H, index_t G, index_t D) {
+                        const T* k_weight, index_t N, index_t H, index_t G, index_t D,
+                        acc_t<T> weight_offset = 0) {
   using A = acc_t<T>;
   const HeadRows at{H, G, D};
   if (dq_weight) {  // from the output's gradient, before it is overwritten
@@ -135,7 +140,8 @@ void head_norm_backward(T* dqkv, T* dq_weight, T* dk_weight, const T* saved, con
     Device::parallel_for(D, ColumnSpansSum<T>{dq_weight, partial_q.data(), spans, D});
     Device::parallel_for(D, ColumnSpansSum<T>{dk_weight, partial_k.data(), spans, D});
   }
-  Device::parallel_rows(N * at.heads(), D, HeadNormBackwardRow<T>{dqkv, saved, rstd, q_weight, k_weight, at});
+  Device::parallel_rows(N * at.heads(), D,
+                        HeadNormBackwardRow<T>{dqkv, saved, rstd, q_weight, k_weight, at, weight_offset});
 }
 
 }  // namespace ft::nn

@@ -49,6 +49,7 @@ struct RopeConfig {
   std::vector<double> short_factors;
   double attention_factor = 1.0;
   index_t position_limit = 0;  // 0: any position
+  double linear_factor = 1.0;  // "linear" scaling (position interpolation): every frequency divided by it
   bool operator==(const RopeConfig&) const = default;
 };
 

@@ -37,6 +37,8 @@ inline std::vector<float> rope_inverse_frequencies(const RopeConfig& rope) {
     inv[i] = rope.short_factors.empty() ? 1.0f / std::pow(float(rope.theta), exponent)
                                         : 1.0f / (factor * std::pow(float(rope.theta), exponent));
   }
+  if (rope.linear_factor != 1.0)  // in float32, as HF divides its float32 frequencies
+    for (float& f : inv) f = f / float(rope.linear_factor);
   if (!rope.llama3) return inv;
   const Llama3Scaling& s = rope.scaling;
   double low_freq_wavelen = s.original_max_position_embeddings / s.low_freq_factor;
