@@ -12,7 +12,9 @@ and the test corpus (as tools/make_tokenizer_fixtures.py's kinds are), with a
 tokenizer_config.json in one of the forms such repositories carry. transformers'
 AutoTokenizer loads the directory; expected.json keeps the pipeline it built
 ("hf_tokenizer_json") and, as for the other kinds, its ids and decoded text for every
-corpus line, the whole corpus and seeded random strings.
+corpus line, the whole corpus and seeded random strings. The kinds in CHAT_TEMPLATES also
+carry a chat template in tokenizer_config.json, and expected.json's "chat" holds
+conversations with the ids of transformers' apply_chat_template(tokenize=True).
 
 Deterministic and idempotent (sentencepiece trains on one thread):
 
@@ -60,6 +62,16 @@ KINDS = {
 
 # The kinds whose tokenizer.model is trained with Gemma's special pieces; the others share Llama's.
 GEMMA_KINDS = {"spm_gemma"}
+
+# A chat template from tests/fixtures/chat_templates/ for the kinds whose models carry one.
+CHAT_TEMPLATES = {"spm_llama": "llama2.jinja", "spm_gemma": "gemma.jinja"}
+CONVERSATIONS = [
+    [{"role": "user", "content": "What is a hack?"},
+     {"role": "assistant", "content": "A quick job that produces what is needed."},
+     {"role": "user", "content": "And a kludge?  «bricolage» 42"},
+     {"role": "assistant", "content": "A clumsy but working fix."}],
+    [{"role": "user", "content": "Define foo."}, {"role": "assistant", "content": "A placeholder\nname. 🙂"}],
+]
 GEMMA_PIECES = dict(pad_id=0, eos_id=1, bos_id=2, unk_id=3, pad_piece="<pad>", eos_piece="<eos>", bos_piece="<bos>",
                     unk_piece="<unk>", add_dummy_prefix=False)
 
@@ -89,6 +101,8 @@ def main():
         folder = OUT / kind
         folder.mkdir(parents=True, exist_ok=True)
         (folder / "tokenizer.model").write_bytes(model_bytes[kind in GEMMA_KINDS])
+        if kind in CHAT_TEMPLATES:
+            config = dict(config, chat_template=(OUT.parent / "chat_templates" / CHAT_TEMPLATES[kind]).read_text())
         (folder / "tokenizer_config.json").write_text(json.dumps(config, indent=2) + "\n")
         hf = AutoTokenizer.from_pretrained(str(folder))
         tok = Tokenizer.from_str(hf.backend_tokenizer.to_str())
@@ -101,6 +115,9 @@ def main():
             "whole": fixtures.case(tok, corpus),
             "random": [fixtures.case(tok, s) for s in fixtures.random_strings()],
         }
+        if kind in CHAT_TEMPLATES:
+            expected["chat"] = [{"messages": m, "input_ids": list(hf.apply_chat_template(m, tokenize=True)["input_ids"])}
+                                for m in CONVERSATIONS]
         (folder / "expected.json").write_text(json.dumps(expected, ensure_ascii=False, indent=None) + "\n",
                                               encoding="utf-8")
         print(f"{kind}: vocab {expected['vocab_size']}, {len(expected['whole']['ids'])} ids for the whole corpus")

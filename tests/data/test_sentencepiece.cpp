@@ -9,12 +9,14 @@
 // one-line error naming the file.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <string>
 #include <vector>
 
 #include <nlohmann/json.hpp>
 
+#include <ft/data/examples.hpp>
 #include <ft/text/model_text.hpp>
 #include <ft/text/sentencepiece.hpp>
 #include <ft/text/tokenizer.hpp>
@@ -101,6 +103,34 @@ TEST_CASE("sentencepiece: a directory with only tokenizer.model gives transforme
     for (const json& c : expected["random"]) failures += !matches_hf(tok, c);
     CHECK(failures == 0);
   }
+}
+
+TEST_CASE("sentencepiece: a tokenizer.model-only directory with a chat template gives apply_chat_template's ids") {
+  int checked = 0;
+  for (const std::string kind : kinds) {
+    const json expected = read_json(fixtures / kind / "expected.json");
+    if (!expected.contains("chat")) continue;
+    CAPTURE(kind);
+    const ft::testing::TempDir dir("ft_sentencepiece_chat");
+    copy_kind(kind, dir.path, {"tokenizer.model", "tokenizer_config.json"});
+    const ft::text::ModelText text = ft::text::ModelText::load(dir.path);
+    REQUIRE(text.tokenizer);
+    REQUIRE(text.chat);
+    ft::data::ExampleOptions options;
+    options.format = "chat";
+    options.max_seq_length = 4096;
+    const ft::data::ExampleBuilder builder(text.tokenizer.get(), text.chat.get(), text.special, options);
+    for (const json& c : expected["chat"]) {
+      const ft::data::Example e = builder.build(json{{"messages", c["messages"]}});
+      CHECK(e.input_ids == ids_of(c["input_ids"]));
+      // Each assistant turn is scored, the rest is not.
+      const auto scored = std::count_if(e.labels.begin(), e.labels.end(), [](std::int32_t l) { return l != -100; });
+      CHECK(scored > 0);
+      CHECK(scored < std::ptrdiff_t(e.labels.size()));
+      ++checked;
+    }
+  }
+  CHECK(checked == 4);  // two conversations over each of two kinds
 }
 
 TEST_CASE("sentencepiece: tokenizer.json is read before tokenizer.model") {
