@@ -5,10 +5,9 @@
 // Gemma 2 (those, with a norm after each branch, soft-capped attention scores
 // and logits, and local layers alternating with global ones), Gemma 3's text
 // model (Gemma 2's block with (1 + w) q/k norms and a rotary base for each
-// kind of layer), TinyLlama,
-// SmolLM2. They share one block shape (RMSNorm, rotary attention
-// with grouped-query heads, a gated MLP) and Llama's module names, and
-// differ only in options that config.json carries.
+// kind of layer), TinyLlama, SmolLM2. They share one block shape (RMSNorm,
+// rotary attention with grouped-query heads, a gated MLP) and Llama's module
+// names, and differ only in options that config.json carries.
 #include <cmath>
 #include <array>
 #include <string>
