@@ -1,5 +1,6 @@
 #include <ft/models/initialise.hpp>
 
+#include <algorithm>
 #include <string>
 
 #include <ft/core/fingerprint.hpp>
@@ -28,6 +29,11 @@ index_t save_initialised(const ModelSpec& spec, const std::filesystem::path& sou
   for (index_t s = -1; s <= model.config().num_layers; ++s)
     initialise(model.stage_parameters(s), seed + std::uint64_t(s + 1) * 0x9e3779b97f4a7c15ull, std,
                model.config().norm == nn::NormKind::rms_unit_offset ? 0.0f : 1.0f);
+  // As HF's _init_weights: the padding token's row starts at zero (and takes no gradient after).
+  if (const index_t pad = model.config().padding_idx; pad >= 0) {
+    const index_t C = model.config().hidden_size;
+    std::fill_n(model.stage_parameters(-1).value("weight") + pad * C, C, 0.0f);
+  }
   save_pretrained(model, source, dir, "F32");
   return model.parameter_count();
 }

@@ -5,7 +5,8 @@
 // (src/models/initialise.cpp), so that its callers do not compile the layers.
 //
 // As HF Transformers initialises Llama and GPT-NeoX: every matrix and the
-// embedding from N(0, std), norm weights 1, biases 0. Each tensor draws
+// embedding from N(0, std), the padding token's row 0, norm weights 1
+// (0 where the norm scales by 1 + w), biases 0. Each tensor draws
 // from a stream keyed by the seed, its stage and its name, so a tensor's
 // values do not depend on the others.
 #include <cstdint>

@@ -134,7 +134,8 @@ struct Llama : Policy {
         json.fail("num_attention_heads (" + std::to_string(c.num_heads) +
                   ") must be a multiple of num_key_value_heads (" + std::to_string(c.num_kv_heads) + ")");
       c.rope = read_rope(json, c.head_dim, 1.0);
-      if (!json.has("pad_token_id")) c.padding_idx = 0;
+      // GemmaConfig's pad_token_id defaults to 0; a stated null means no padding row.
+      if (!json.json().contains("pad_token_id")) c.padding_idx = 0;
       c.max_position_embeddings = json.optional_int("max_position_embeddings", gemma3 ? 131072 : 8192);
       c.norm = nn::NormKind::rms_unit_offset;
       // HF's scale is sqrt(hidden_size) as a float32 tensor, cast to the weights' type
