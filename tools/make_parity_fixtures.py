@@ -176,6 +176,23 @@ def phi3_longrope():
     )
 
 
+def phi3_longrope_long():
+    # LongRoPE past its original length: the 16-token rows reach position 12,
+    # so HF takes the long factors at every position of the batch; its
+    # generation crosses from the short factors to the long ones.
+    return Phi3ForCausalLM, Phi3Config(
+        vocab_size=92, hidden_size=64, intermediate_size=96,
+        num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+        max_position_embeddings=64, original_max_position_embeddings=12, rms_norm_eps=1e-5,
+        tie_word_embeddings=False,
+        rope_parameters={"rope_type": "longrope", "rope_theta": 10000.0, "partial_rotary_factor": 0.75,
+                         "short_factor": [1.0, 1.25, 1.5, 2.0, 3.0, 4.5],
+                         "long_factor": [1.0, 3.0, 6.0, 12.0, 24.0, 48.0]},
+        pad_token_id=0, bos_token_id=1, eos_token_id=2,
+        attention_dropout=0.0, resid_pdrop=0.0, embd_pdrop=0.0,
+    )
+
+
 def mistral_sliding():
     return MistralForCausalLM, MistralConfig(
         vocab_size=120, hidden_size=64, intermediate_size=128,
@@ -273,6 +290,7 @@ CASES = {
     "granite_multipliers": granite_multipliers,
     "phi3_fused": phi3_fused,
     "phi3_longrope": phi3_longrope,
+    "phi3_longrope_long": phi3_longrope_long,
     "gpt_bigcode_mqa": lambda: gpt_bigcode(True),
     "gpt_bigcode_mha": lambda: gpt_bigcode(False),
     "bloom_alibi": lambda: bloom(4, 64, True),
@@ -409,6 +427,17 @@ def check_gemma3(case, model, input_ids, labels, loss):
         assert abs(other_loss - loss) > 1e-4, f"{kind} {change} has no effect"
 
 
+def check_longrope(case, model, input_ids, labels, loss):
+    """The long factors must be what the fixture's rows take."""
+    if case != "phi3_longrope_long":
+        return
+    config = copy.deepcopy(model.config)
+    config.rope_parameters["long_factor"] = list(config.rope_parameters["short_factor"])
+    other_loss = loss_with(model, config, input_ids, labels)
+    print(f"  [{case}] loss {loss:.8f}, with the short factors throughout: {other_loss:.8f}")
+    assert abs(other_loss - loss) > 1e-3, "the long factors have no effect"
+
+
 def check_reload(case, directory, model32, input_ids, labels, logits32):
     """The written checkpoint must reproduce the model it came from."""
     reloaded = type(model32).from_pretrained(directory, attn_implementation="eager")
@@ -449,6 +478,7 @@ def make_case(case, seed):
     check_sliding(case, model64, input_ids, labels, loss64.item())
     check_gemma2(case, model64, input_ids, labels, loss64.item())
     check_gemma3(case, model64, input_ids, labels, loss64.item())
+    check_longrope(case, model64, input_ids, labels, loss64.item())
     check_reload(case, directory, model32, input_ids, labels, logits32)
 
     expected = {

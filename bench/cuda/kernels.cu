@@ -127,7 +127,7 @@ void layers() {
     ft::nn::mlp_backward<Cuda>(dmlp_in, h, mlp_in, N, F, true, ft::nn::Activation::silu);
   });
   layer("rope forward", 2.0 * double(N * (H + G) * D) * 2, [&] {
-    ft::nn::rope_forward<Cuda>(qkv, positions, {inv_freq, inv.size()}, N, H, G, D);
+    ft::nn::rope_forward<Cuda>(qkv, positions, ft::nn::RopeTables{{inv_freq, inv.size()}}, N, H, G, D);
   });
   layer("lm head rows (1024 x 128256)", 3.0 * double(R * V) * 2, [&] {
     Cuda::parallel_rows(R, V, ft::nn::CrossEntropyRow<bf16>{logits, targets, row_loss, V, 1e-4f, true});

@@ -175,11 +175,11 @@ void ropes(index_t N, index_t H, index_t G, index_t D) {
   const std::size_t half = std::size_t(D / 2);
   Buffer<T> qkv(random_values<T>(std::size_t(N * (H + 2 * G) * D), 1.0f, 9));
   on_both([&](auto device, bool d) {
-    ft::nn::rope_forward<decltype(device)>(qkv.at(d), pos.at(d), {inv_freq.at(d), half}, N, H, G, D);
+    ft::nn::rope_forward<decltype(device)>(qkv.at(d), pos.at(d), ft::nn::RopeTables{{inv_freq.at(d), half}}, N, H, G, D);
   });
   compare("rope forward", shape, qkv);
   on_both([&](auto device, bool d) {
-    ft::nn::rope_backward<decltype(device)>(qkv.at(d), pos.at(d), {inv_freq.at(d), half}, N, H, G, D);
+    ft::nn::rope_backward<decltype(device)>(qkv.at(d), pos.at(d), ft::nn::RopeTables{{inv_freq.at(d), half}}, N, H, G, D);
   });
   compare("rope backward", shape, qkv);
 }

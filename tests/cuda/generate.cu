@@ -38,6 +38,7 @@ using ft::testing::GenerateCase;
 const char* const families[] = {"llama_gqa",    "llama3_rope_scaling", "mistral_sliding", "qwen2_bias",
                                 "smollm2_tied", "neox_parallel",       "neox_sequential", "qwen3_qk_norm",
                                 "granite_multipliers", "phi3_fused",      "phi3_longrope",
+                                "phi3_longrope_long",
                                 "gpt_bigcode_mqa",     "gpt_bigcode_mha",     "bloom_alibi",
                                 "bloom_six_heads",     "gemma_geglu",      "gemma2_softcap",
                              "gemma3_local_global"};

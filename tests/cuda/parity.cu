@@ -35,6 +35,7 @@ namespace fs = std::filesystem;
 const char* const cases[] = {"llama_gqa",       "smollm2_tied",  "llama3_rope_scaling", "qwen2_bias",
                              "mistral_sliding", "neox_parallel", "neox_sequential",     "qwen3_qk_norm",
                              "granite_multipliers", "phi3_fused",          "phi3_longrope",
+                             "phi3_longrope_long",
                              "gpt_bigcode_mqa",     "gpt_bigcode_mha",     "bloom_alibi",
                              "bloom_six_heads",     "gemma_geglu",      "gemma2_softcap",
                              "gemma3_local_global"};

@@ -111,7 +111,7 @@ TEST_CASE("Granite 3 2B: its four multipliers read under HF's names, 2.53B param
     "logits_scaling": 0})"), doctest::Contains("field \"logits_scaling\" must be a positive number"), Error);
 }
 
-TEST_CASE("Phi-3-mini-4k: fused qkv_proj and gate_up_proj, a 2047-token window, 3.82B parameters; LongRoPE is refused") {
+TEST_CASE("Phi-3-mini-4k: fused qkv_proj and gate_up_proj, a 2047-token window, 3.82B parameters; Phi-4-mini's LongRoPE") {
   auto spec = spec_of(R"({"architectures": ["Phi3ForCausalLM"], "hidden_size": 3072, "intermediate_size": 8192,
     "num_attention_heads": 32, "num_hidden_layers": 32, "num_key_value_heads": 32, "rms_norm_eps": 1e-05,
     "rope_theta": 10000.0, "rope_scaling": null, "sliding_window": 2047, "original_max_position_embeddings": 4096,
@@ -124,18 +124,26 @@ TEST_CASE("Phi-3-mini-4k: fused qkv_proj and gate_up_proj, a 2047-token window, 
   CHECK(spec.weights[2].hf_name == "model.layers.0.self_attn.qkv_proj.weight");
   CHECK(spec.weights[2].param == "layers.0.qkv.weight");
 
-  // Phi-4-mini: a quarter of each head unrotated, LongRoPE (short factors below its original 4096 positions).
+  // Phi-4-mini: a quarter of each head unrotated, LongRoPE (short factors below its original 4096 positions,
+  // long ones from there).
   std::string factors = "[1.0";
   for (int i = 1; i < 48; ++i) factors += ", 1.5";
   factors += "]";
+  std::string long_factors = "[2.0";
+  for (int i = 1; i < 48; ++i) long_factors += ", 3.5";
+  long_factors += "]";
   const std::string phi4 = R"({"architectures": ["Phi3ForCausalLM"], "hidden_size": 3072, "intermediate_size": 8192,
     "num_attention_heads": 24, "num_hidden_layers": 32, "num_key_value_heads": 8, "vocab_size": 200064,
     "tie_word_embeddings": true, "partial_rotary_factor": 0.75, "max_position_embeddings": 131072,
     "original_max_position_embeddings": 4096, "rope_scaling": {"type": "longrope", "long_factor": )" +
-                           factors + R"(, "short_factor": )" + factors + "}}";
+                           long_factors + R"(, "short_factor": )" + factors + "}}";
   const auto mini = spec_of(phi4);
   CHECK(mini.config.rope.rotary_dim == 96);
   CHECK(mini.config.rope.short_factors.size() == 48);
+  CHECK(mini.config.rope.short_factors[1] == 1.5);
+  CHECK(mini.config.rope.long_factors.size() == 48);
+  CHECK(mini.config.rope.long_factors[0] == 2.0);
+  CHECK(mini.config.rope.long_factors[47] == 3.5);
   CHECK(mini.config.rope.position_limit == 4096);
   CHECK(mini.config.rope.attention_factor == doctest::Approx(std::sqrt(1 + std::log(32.0) / std::log(4096.0))));
   CHECK(models::parameter_count(mini.config) == 3'836'021'760);  // transformers' count at this config
@@ -267,6 +275,10 @@ TEST_CASE("gemma-2b and gemma-7b: norms scaled by 1 + w, embeddings by sqrt(hidd
   CHECK(bare.config.rope.rotary_dim == 256);
   CHECK(bare.config.padding_idx == 0);
   CHECK(bare.config.max_position_embeddings == 8192);
+  // A stated null pad id is no padding row, as nn.Embedding(padding_idx=None).
+  const auto unpadded = spec_of(R"({"architectures": ["GemmaForCausalLM"], "hidden_size": 64, "intermediate_size": 64,
+    "num_hidden_layers": 1, "num_attention_heads": 16, "vocab_size": 10, "pad_token_id": null})");
+  CHECK(unpadded.config.padding_idx == -1);
   CHECK_THROWS_WITH_AS(spec_of(R"({"architectures": ["GemmaForCausalLM"], "hidden_size": 64, "intermediate_size": 64,
     "num_hidden_layers": 1, "num_attention_heads": 4, "vocab_size": 10, "use_bidirectional_attention": true})"),
                        doctest::Contains("use_bidirectional_attention = true"), Error);
@@ -350,7 +362,7 @@ TEST_CASE("gemma-3-1b: Gemma 2's block with (1 + w) q/k norms, one rotary base p
 
 TEST_CASE("the parameter count from the configuration is what the model allocates") {
   for (const char* name : {"llama_gqa", "smollm2_tied", "qwen2_bias", "neox_parallel", "qwen3_qk_norm",
-                           "granite_multipliers", "phi3_fused", "phi3_longrope", "gpt_bigcode_mqa",
+                           "granite_multipliers", "phi3_fused", "phi3_longrope", "phi3_longrope_long", "gpt_bigcode_mqa",
                            "gpt_bigcode_mha", "bloom_alibi", "bloom_six_heads", "gemma_geglu", "gemma2_softcap",
                            "gemma3_local_global"}) {
     CAPTURE(name);

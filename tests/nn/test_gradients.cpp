@@ -91,7 +91,7 @@ TEST_CASE("RMSNorm, LayerNorm and Gemma's RMSNorm (1 + w) backward match finite 
   }
 }
 
-TEST_CASE("rotary embedding backward matches finite differences: full, partial, Llama-3 scaled") {
+TEST_CASE("rotary embedding backward matches finite differences: full, partial, Llama-3 scaled, LongRoPE by row") {
   std::mt19937 rng(4);
   const index_t N = 6, H = 2, G = 1, D = 8;
   RopeConfig full{.theta = 10000, .rotary_dim = 8};
@@ -99,17 +99,35 @@ TEST_CASE("rotary embedding backward matches finite differences: full, partial, 
   RopeConfig llama3{.theta = 500000, .rotary_dim = 8, .llama3 = true,
                     .scaling = {.factor = 8, .low_freq_factor = 1, .high_freq_factor = 4,
                                 .original_max_position_embeddings = 8}};
+  RopeConfig longrope{.theta = 10000, .rotary_dim = 8, .short_factors = {1, 1.5, 2, 3},
+                      .long_factors = {1, 4, 9, 20}, .attention_factor = 1.2, .position_limit = 4};
   std::vector<std::int32_t> positions{0, 1, 2, 0, 1, 7};
-  for (const RopeConfig& rope : {full, partial, llama3}) {
+  const std::vector<std::uint8_t> long_rows{0, 1, 0, 1, 0, 1};
+  for (const RopeConfig& rope : {full, partial, llama3, longrope}) {
     auto inv = rope_inverse_frequencies(rope);
+    auto long_inv = rope_inverse_frequencies(rope, /*long_factors=*/true);
+    const bool by_row = !rope.long_factors.empty();
+    const RopeTables tables{inv, by_row ? long_inv.data() : nullptr, by_row ? long_rows.data() : nullptr};
+    const float scale = float(rope.attention_factor);
     Vec x = random_vector(N * (H + 2 * G) * D, rng), w = random_vector(x.size(), rng);
     auto loss = [&] {
       Vec y = x;
-      rope_forward(y.data(), positions.data(), inv, N, H, G, D);
+      rope_forward(y.data(), positions.data(), tables, N, H, G, D, scale);
       return dot(y, w);
     };
+    if (by_row) {  // the flagged rows rotate by the long table, the others by the short one
+      Vec by_table = x, short_only = x;
+      rope_forward(by_table.data(), positions.data(), tables, N, H, G, D, scale);
+      rope_forward(short_only.data(), positions.data(), RopeTables{inv}, N, H, G, D, scale);
+      const index_t row = (H + 2 * G) * D;
+      for (index_t n = 0; n < N; ++n) {
+        const bool same = std::equal(by_table.begin() + n * row, by_table.begin() + (n + 1) * row,
+                                     short_only.begin() + n * row);
+        CHECK(same == (long_rows[std::size_t(n)] == 0 || positions[std::size_t(n)] == 0));
+      }
+    }
     Vec dx = w;
-    rope_backward(dx.data(), positions.data(), inv, N, H, G, D);
+    rope_backward(dx.data(), positions.data(), tables, N, H, G, D, scale);
     // rope_backward rotates the gradient in place; values pass through unchanged.
     expect_gradient("qkv", x, dx, loss);
   }
@@ -149,6 +167,19 @@ TEST_CASE("Llama-3 frequency scaling keeps short wavelengths and divides long on
   auto a = rope_inverse_frequencies(plain), b = rope_inverse_frequencies(scaled);
   CHECK(b.front() == a.front());                               // wavelength 2*pi < 64/4: kept
   CHECK(b.back() == doctest::Approx(a.back() / 8).epsilon(1e-6));  // longest wavelength: divided
+}
+
+TEST_CASE("LongRoPE divides each frequency by its short or long factor, and a batch reaching the limit takes the long") {
+  RopeConfig rope{.theta = 10000, .rotary_dim = 4, .short_factors = {1.5, 2}, .long_factors = {3, 8},
+                  .position_limit = 16};
+  const auto plain = rope_inverse_frequencies(RopeConfig{.theta = 10000, .rotary_dim = 4});
+  const auto short_table = rope_inverse_frequencies(rope), long_table = rope_inverse_frequencies(rope, true);
+  CHECK(short_table[1] == doctest::Approx(plain[1] / 2).epsilon(1e-6));
+  CHECK(long_table[1] == doctest::Approx(plain[1] / 8).epsilon(1e-6));
+  const std::vector<std::int32_t> below{0, 1, 15, 3}, reaching{0, 16, 2};
+  CHECK_FALSE(takes_long_factors(rope, below));
+  CHECK(takes_long_factors(rope, reaching));
+  CHECK_FALSE(takes_long_factors(RopeConfig{.theta = 10000, .rotary_dim = 4}, reaching));
 }
 
 namespace {

@@ -360,7 +360,9 @@ MemoryEstimate estimate_memory_as(const recipe::Recipe& recipe, const models::Mo
       largest_elsewhere = std::max(largest_elsewhere, bytes);
     }
   }
-  const std::uint64_t rope = std::uint64_t(L) * block(nn::rope_inverse_frequencies(c.rope).size() * sizeof(float));
+  // Each block's rotary tables: one, or LongRoPE's short and long.
+  const std::uint64_t rope = std::uint64_t(L) * (c.rope.long_factors.empty() ? 1 : 2) *
+                             block(nn::rope_inverse_frequencies(c.rope).size() * sizeof(float));
 
   // What trains: the stages themselves, one LoRA buffer per adapted block,
   // or the prompt; each with the stage it belongs to.

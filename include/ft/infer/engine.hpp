@@ -85,26 +85,41 @@ public:
     batch_.positions.clear();
     rows_.clear();
     cache_rows_.clear();
+    long_rows_.clear();
+    const bool longrope = !c.rope.long_factors.empty();
     bool lora = false;
     for (const SequenceStep<T, Device>& s : sequences) {
       if (s.tokens.empty()) throw Error("internal: an inference step with no new tokens for a sequence");
       if (s.adapter >= adapters()) throw Error("internal: a sequence names adapter " + std::to_string(s.adapter));
+      std::span<const std::int32_t> tokens = s.tokens;
+      // LongRoPE: a sequence reaching original_max_position_embeddings takes
+      // the long factors at every position, so one whose cache holds short
+      // ones starts again from its first token, as HF's Phi-3 generate drops
+      // its cache there.
+      const index_t limit = c.rope.position_limit, cached = s.cache->length();
+      if (longrope && cached > 0 && cached <= limit && cached + index_t(tokens.size()) > limit) {
+        restart_.assign(s.cache->tokens().begin(), s.cache->tokens().end());
+        restart_.insert(restart_.end(), tokens.begin(), tokens.end());
+        s.cache->clear();
+        tokens = restart_;
+      }
       // Virtual tokens come first, on the sequence's first step; their ids are placeholders.
       const index_t virtual_rows = s.cache->length() == 0 ? virtual_tokens(s.adapter) : 0;
-      const index_t n = virtual_rows + index_t(s.tokens.size());
+      const index_t n = virtual_rows + index_t(tokens.size());
       if (s.cache->length() + n > s.cache->capacity())
         throw Error("a sequence of " + std::to_string(s.cache->length() + n) + " tokens does not fit max_model_len = " +
                     std::to_string(s.cache->capacity()));
       rows_.push_back({index_t(batch_.input_ids.size()), n, virtual_rows, s.adapter});
       lora = lora || (s.adapter >= 0 && adapter(s.adapter).is_lora());
       for (index_t i = 0; i < n; ++i) {
-        const std::int32_t id = i < virtual_rows ? 0 : s.tokens[std::size_t(i - virtual_rows)];
+        const std::int32_t id = i < virtual_rows ? 0 : tokens[std::size_t(i - virtual_rows)];
         if (id < 0 || id >= V)
           throw Error("token id " + std::to_string(id) + " is outside the vocabulary [0, " + std::to_string(V) + ")");
         batch_.input_ids.push_back(id);
         batch_.positions.push_back(std::int32_t(s.cache->length() + i));
         cache_rows_.push_back({s.cache->keys(0), s.cache->values(0), s.cache->layer_stride()});
       }
+      if (longrope) long_rows_.insert(long_rows_.end(), std::size_t(n), s.cache->length() + n > limit ? 1 : 0);
     }
     const index_t N = index_t(batch_.input_ids.size());
     batch_.T = N;
@@ -113,10 +128,10 @@ public:
     sized(y_, N, C);
     activations_.resize(c, batch_);
     const std::int32_t* ids = device::upload<Device>(ids_, batch_.input_ids);
-    nn::check_rope_positions(c.rope.position_limit, batch_.positions);
     if (c.position_embeddings > 0) nn::check_position_rows(c.position_embeddings, batch_.positions);
     const std::int32_t* positions = device::upload<Device>(positions_, batch_.positions);
     const cache_rows::CacheRow<T>* cache_rows = device::upload<Device>(device_cache_rows_, cache_rows_);
+    const std::uint8_t* long_rows = longrope ? device::upload<Device>(long_rows_device_, long_rows_) : nullptr;
 
     nn::embedding_forward<Device>(x_.data(), ids, model_.embedding().table(), N, C);
     const bool scale = c.embedding_multiplier != 1;  // the token rows only, or every row (models/stages.hpp)
@@ -142,7 +157,8 @@ public:
                                        c.attention_multiplier, c.alibi, c.attention_softcap};
       router_.layer = l;
       block.set_adapter(lora ? &router_ : nullptr);
-      block.forward(y_.data(), x_.data(), N, positions, activations_, [&](models::BlockActivations<T, Memory>& a) {
+      block.forward(y_.data(), x_.data(), N, positions, block.rope_tables(long_rows), activations_,
+                    [&](models::BlockActivations<T, Memory>& a) {
         append_to_cache<Device>(a.qkv.data(), cache_rows, positions, N, l, shape);  // the new keys and values join
         if constexpr (std::is_same_v<Device, device::Cpu>) {
           cached_.clear();
@@ -166,7 +182,11 @@ public:
       block.set_adapter(nullptr);
       std::swap(x_, y_);
     }
-    for (std::size_t i = 0; i < sequences.size(); ++i) sequences[i].cache->extend(rows_[i].count);
+    for (std::size_t i = 0; i < sequences.size(); ++i) {
+      const Rows& r = rows_[i];
+      sequences[i].cache->extend(r.count, std::span(batch_.input_ids).subspan(std::size_t(r.first + r.virtual_rows),
+                                                                             std::size_t(r.count - r.virtual_rows)));
+    }
 
     // The head on each sequence's last row only.
     sized(last_, S, C);
@@ -236,6 +256,9 @@ private:
   models::Batch batch_;
   models::BlockActivations<T, Memory> activations_;  // one set, reused by every block: nothing is kept for a backward
   memory::Array<std::int32_t, Memory> ids_, positions_;
+  std::vector<std::int32_t> restart_;        // a sequence's tokens, run again from its start
+  std::vector<std::uint8_t> long_rows_;      // per row: 1 takes LongRoPE's long factors
+  memory::Array<std::uint8_t, Memory> long_rows_device_;
   memory::Array<cache_rows::CacheRow<T>, Memory> device_cache_rows_;
   Tensor<T, Memory> x_, y_, last_, normed_, logits_;
   Tensor<A, Memory> mean_, rstd_;

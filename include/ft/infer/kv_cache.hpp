@@ -11,7 +11,9 @@
 // fused q, k, v rows hold them. They live in the device's memory (the
 // engine's device, engine.hpp); only the length is kept on the host.
 #include <cstddef>
+#include <cstdint>
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -40,19 +42,28 @@ public:
   const T* keys(index_t layer) const { return keys_.data() + layer * capacity_ * width_; }
   const T* values(index_t layer) const { return values_.data() + layer * capacity_ * width_; }
 
-  // After a forward wrote positions [length, length + n) in every layer.
-  void extend(index_t n) {
+  // After a forward wrote positions [length, length + n) in every layer;
+  // `tokens` are the ids among them (a prompt adapter's virtual rows have none).
+  void extend(index_t n, std::span<const std::int32_t> tokens) {
     if (length_ + n > capacity_)
       throw Error("a sequence of " + std::to_string(length_ + n) + " tokens does not fit max_model_len = " +
                   std::to_string(capacity_));
     length_ += n;
+    tokens_.insert(tokens_.end(), tokens.begin(), tokens.end());
   }
-  void clear() { length_ = 0; }
+  void clear() {
+    length_ = 0;
+    tokens_.clear();
+  }
+  // The ids the cache holds, so that a sequence can be run again from its
+  // start (LongRoPE's switch to its long factors, infer/engine.hpp).
+  const std::vector<std::int32_t>& tokens() const { return tokens_; }
   std::size_t bytes() const { return 2 * std::size_t(keys_.numel()) * sizeof(T); }
 
 private:
   index_t capacity_, width_, length_ = 0;
   Buffer keys_, values_;
+  std::vector<std::int32_t> tokens_;
 };
 
 // The caches are slots 0..slots-1; a sequence holds one from acquire() to release().

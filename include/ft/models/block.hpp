@@ -55,9 +55,9 @@ public:
   Block(const TransformerConfig& config, index_t layer, bool trainable = true)
       : c_(config), layer_(layer), w_((declare(params_, c_), Weights::of(params_, c_))) {
     params_.set_trainable(trainable);
-    const std::vector<float> inv_freq = nn::rope_inverse_frequencies(c_.rope_of(layer_));
-    inv_freq_ = Tensor<float, Memory>(Shape{index_t(inv_freq.size())});
-    Device::from_host(inv_freq_.data(), inv_freq.data(), inv_freq.size() * sizeof(float));
+    inv_freq_ = device_table(nn::rope_inverse_frequencies(c_.rope_of(layer_)));
+    if (!c_.rope_of(layer_).long_factors.empty())
+      long_inv_freq_ = device_table(nn::rope_inverse_frequencies(c_.rope_of(layer_), /*long_factors=*/true));
   }
 
   // A block's parameters, declared into any buffer: the block's own, or one
@@ -151,10 +151,22 @@ public:
   // when training, attention over a key/value cache at inference (infer/).
   using Attend = std::function<void(Activations& a)>;
 
+  // The rotary frequencies of a training batch: LongRoPE's long ones for
+  // every row once the batch reaches the limit, as HF decides per forward.
+  nn::RopeTables rope_tables(const Batch& batch) const {
+    return {nn::takes_long_factors(c_.rope_of(layer_), batch.positions) ? long_inv_freq() : inv_freq()};
+  }
+  // Row by row: the long ones for the rows flagged in long_rows (the
+  // device's memory; null: none), each sequence by its own length.
+  nn::RopeTables rope_tables(const std::uint8_t* long_rows) const {
+    return {inv_freq(), long_rows ? long_inv_freq_.data() : nullptr, long_rows};
+  }
+
   // y = block(x) for N rows at the given positions (the device's memory),
-  // saving into a what backward reads; `attend` is the attention step, the
-  // rest is the same math for both.
-  void forward(T* y, const T* x, index_t N, const std::int32_t* positions, Activations& a, const Attend& attend) {
+  // rotated by `rope`, saving into a what backward reads; `attend` is the
+  // attention step, the rest is the same math for both.
+  void forward(T* y, const T* x, index_t N, const std::int32_t* positions, const nn::RopeTables& rope,
+               Activations& a, const Attend& attend) {
     const index_t C = c_.hidden_size, HD = c_.num_heads * c_.head_dim;
     auto p = [&](ParameterSlot slot) { return params_.value(slot); };
 
@@ -166,7 +178,7 @@ public:
       nn::head_norm_forward<Device>(a.qkv.data(), a.qk_input.data(), a.qk_rstd.data(), p(w_.q_norm_weight),
                                     p(w_.k_norm_weight), N, c_.num_heads, c_.num_kv_heads, c_.head_dim, A(c_.norm_eps),
                                     nn::norm_weight_offset<A>(c_.norm));
-    nn::rope_forward<Device>(a.qkv.data(), positions, inv_freq(), N, c_.num_heads, c_.num_kv_heads, c_.head_dim,
+    nn::rope_forward<Device>(a.qkv.data(), positions, rope, N, c_.num_heads, c_.num_kv_heads, c_.head_dim,
                              float(c_.rope_of(layer_).attention_factor));
     attend(a);
     // Sequential: mid = x + O(att). Parallel: the attention branch goes to y, mid is only scratch.
@@ -217,7 +229,8 @@ private:
   void forward(T* y, const T* x, const Context<T, Device>& context, Activations& a) {
     const std::int32_t* documents = context.arrays().documents();
     const nn::AttentionShape shape = attention_shape(context.batch());
-    forward(y, x, context.batch().rows(), context.arrays().positions(), a, [&](Activations& saved) {
+    forward(y, x, context.batch().rows(), context.arrays().positions(), rope_tables(context.batch()), a,
+            [&](Activations& saved) {
       nn::attention_forward_on<Device>(saved.attention.data(), saved.lse.data(), saved.qkv.data(), documents, shape);
     });
   }
@@ -270,7 +283,7 @@ private:
     zero(s.d_qkv);
     nn::attention_backward_on<Device>(s.d_qkv.data(), s.d_attention.data(), a.attention.data(), a.lse.data(),
                                       a.qkv.data(), documents, attention_shape(batch));
-    nn::rope_backward<Device>(s.d_qkv.data(), positions, inv_freq(), N, c_.num_heads, c_.num_kv_heads, c_.head_dim,
+    nn::rope_backward<Device>(s.d_qkv.data(), positions, rope_tables(batch), N, c_.num_heads, c_.num_kv_heads, c_.head_dim,
                               float(c_.rope_of(layer_).attention_factor));
     if (c_.qk_norm)
       nn::head_norm_backward<Device>(s.d_qkv.data(), g(w_.q_norm_weight), g(w_.k_norm_weight), a.qk_input.data(),
@@ -344,6 +357,14 @@ private:
   }
 
   std::span<const float> inv_freq() const { return {inv_freq_.data(), std::size_t(inv_freq_.numel())}; }
+  std::span<const float> long_inv_freq() const {
+    return {long_inv_freq_.data(), std::size_t(long_inv_freq_.numel())};
+  }
+  static Tensor<float, Memory> device_table(const std::vector<float>& table) {
+    Tensor<float, Memory> out(Shape{index_t(table.size())});
+    Device::from_host(out.data(), table.data(), table.size() * sizeof(float));
+    return out;
+  }
   static void zero(Tensor<T, Memory>& t) { Memory::zero(t.data(), std::size_t(t.numel()) * sizeof(T)); }
   static void copy(Tensor<T, Memory>& to, const T* from) {
     Device::copy(to.data(), from, std::size_t(to.numel()) * sizeof(T));
@@ -353,7 +374,8 @@ private:
   index_t layer_;
   Parameters params_;
   Weights w_;
-  Tensor<float, Memory> inv_freq_;  // the rotary frequencies, where the device reads them
+  Tensor<float, Memory> inv_freq_;       // the rotary frequencies, where the device reads them
+  Tensor<float, Memory> long_inv_freq_;  // LongRoPE's long ones (empty without)
   LinearAdapter<T, Device>* adapter_ = nullptr;
 };
 

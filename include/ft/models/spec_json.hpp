@@ -24,7 +24,7 @@ NLOHMANN_JSON_SERIALIZE_ENUM(Activation, {{Activation::silu, "silu"},
                                           {Activation::gelu_tanh, "gelu_tanh"}})
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE(Llama3Scaling, factor, low_freq_factor, high_freq_factor,
                                    original_max_position_embeddings)
-NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE(RopeConfig, theta, rotary_dim, llama3, scaling, short_factors, attention_factor,
+NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE(RopeConfig, theta, rotary_dim, llama3, scaling, short_factors, long_factors, attention_factor,
                                    position_limit, linear_factor)
 }  // namespace ft::nn
 

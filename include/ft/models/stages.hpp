@@ -32,7 +32,7 @@ public:
 
   explicit EmbeddingStage(const TransformerConfig& c, bool trainable = true)
       : C_(c.hidden_size), V_(c.vocab_size), P_(c.position_embeddings), padding_idx_(std::int32_t(c.padding_idx)),
-        multiplier_(embedding_scale<T>(c)), rope_position_limit_(c.rope.position_limit), config_(c) {
+        multiplier_(embedding_scale<T>(c)), config_(c) {
     declare(params_, c);
     weight_ = params_.slot("weight");
     positions_ = params_.slot_if(P_ > 0, "positions");
@@ -72,7 +72,6 @@ public:
     for (std::int32_t id : batch.input_ids)
       if (id < 0 || id >= V_)
         throw Error("token id " + std::to_string(id) + " is outside the vocabulary [0, " + std::to_string(V_) + ")");
-    nn::check_rope_positions(rope_position_limit_, batch.positions);
     if (P_ > 0) nn::check_position_rows(P_, batch.positions);
     if (batch.virtual_tokens > 0 && !adapter_)
       throw Error("the batch starts with " + std::to_string(batch.virtual_tokens) +
@@ -132,7 +131,6 @@ private:
   index_t P_;                 // rows of the learned position table (0: none)
   std::int32_t padding_idx_;  // the row that takes no gradient (-1: none)
   acc_t<T> multiplier_;       // embedding_multiplier, as T's accumulation type takes it
-  index_t rope_position_limit_;  // the first position the blocks' rotary embedding does not cover (0: none)
   TransformerConfig config_;
   Parameters params_;
   ParameterSlot weight_, positions_, norm_weight_, norm_bias_;

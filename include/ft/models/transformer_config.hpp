@@ -157,10 +157,10 @@ inline TransformerConfig read_common_shape(const ConfigReader& json) {
   return c;
 }
 
-// LongRoPE as HF's _compute_longrope_parameters reads it, for positions below
-// original_max_position_embeddings: the short factors, and the attention
+// LongRoPE as HF's _compute_longrope_parameters reads it: the short and long
+// factors, the length from which the long ones apply, and the attention
 // factor given or derived from factor (max_position_embeddings over the
-// original when not given). The long factors are checked but not kept.
+// original when not given).
 inline void read_longrope(const ConfigReader& config, const nlohmann::json& params, nn::RopeConfig& rope) {
   const std::size_t count = std::size_t(rope.rotary_dim / 2);
   auto factors = [&](const char* key) {
@@ -176,7 +176,7 @@ inline void read_longrope(const ConfigReader& config, const nlohmann::json& para
     return out;
   };
   rope.short_factors = factors("short_factor");
-  (void)factors("long_factor");
+  rope.long_factors = factors("long_factor");
   index_t original = 0;
   if (params.contains("original_max_position_embeddings") && params["original_max_position_embeddings"].is_number_integer())
     original = params["original_max_position_embeddings"].get<index_t>();

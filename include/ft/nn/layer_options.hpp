@@ -42,13 +42,14 @@ struct RopeConfig {
   index_t rotary_dim = 0;  // R, even, <= head size
   bool llama3 = false;
   Llama3Scaling scaling;
-  // LongRoPE (Phi-3.5, Phi-4-mini) below original_max_position_embeddings:
-  // each frequency divided by its short factor (R / 2 of them; empty: none),
-  // cos and sin times attention_factor. Positions from position_limit on
-  // would take the long factors, which ft does not implement: refused.
+  // LongRoPE (Phi-3.5, Phi-4-mini): each frequency divided by its short
+  // factor (R / 2 of them; empty: none), or by its long factor in a sequence
+  // that reaches position_limit (original_max_position_embeddings); cos and
+  // sin times attention_factor either way.
   std::vector<double> short_factors;
+  std::vector<double> long_factors;
   double attention_factor = 1.0;
-  index_t position_limit = 0;  // 0: any position
+  index_t position_limit = 0;  // the first position that takes the long factors (0: none)
   double linear_factor = 1.0;  // "linear" scaling (position interpolation): every frequency divided by it
   bool operator==(const RopeConfig&) const = default;
 };

@@ -9,16 +9,15 @@
 //
 // The inverse frequencies come from `RopeConfig`: theta, the rotary size,
 // and optional Llama-3 scaling (long wavelengths divided by `factor`, short
-// ones kept, a smooth blend between) or LongRoPE's short factors, computed
-// as HF computes them. LongRoPE also scales the rotation by its attention
-// factor (HF multiplies cos and sin by it).
+// ones kept, a smooth blend between) or LongRoPE's short or long factors,
+// computed as HF computes them. LongRoPE also scales the rotation by its
+// attention factor (HF multiplies cos and sin by it).
 #include <cmath>
 #include <cstdint>
 #include <numbers>
 #include <span>
 #include <vector>
 
-#include "ft/core/error.hpp"
 #include "ft/core/host_device.hpp"
 #include "ft/core/numeric.hpp"
 #include "ft/device/cpu.hpp"
@@ -28,14 +27,15 @@
 namespace ft::nn {
 
 // HF computes these in float32; so does ft, for every element type, so that
-// rotations match HF bit for bit in the frequencies.
-inline std::vector<float> rope_inverse_frequencies(const RopeConfig& rope) {
+// rotations match HF bit for bit in the frequencies. `long_factors` picks
+// LongRoPE's long table (a rope without one has a single table).
+inline std::vector<float> rope_inverse_frequencies(const RopeConfig& rope, bool long_factors = false) {
+  const std::vector<double>& factors = long_factors ? rope.long_factors : rope.short_factors;
   std::vector<float> inv(std::size_t(rope.rotary_dim / 2));
   for (std::size_t i = 0; i < inv.size(); ++i) {
     float exponent = float(std::int64_t(2 * i)) / float(rope.rotary_dim);
-    const float factor = rope.short_factors.empty() ? 1.0f : float(rope.short_factors[i]);
-    inv[i] = rope.short_factors.empty() ? 1.0f / std::pow(float(rope.theta), exponent)
-                                        : 1.0f / (factor * std::pow(float(rope.theta), exponent));
+    inv[i] = factors.empty() ? 1.0f / std::pow(float(rope.theta), exponent)
+                             : 1.0f / (float(factors[i]) * std::pow(float(rope.theta), exponent));
   }
   if (rope.linear_factor != 1.0)  // in float32, as HF divides its float32 frequencies
     for (float& f : inv) f = f / float(rope.linear_factor);
@@ -56,6 +56,24 @@ inline std::vector<float> rope_inverse_frequencies(const RopeConfig& rope) {
   return inv;
 }
 
+// Whether a batch takes LongRoPE's long factors, as HF decides for one
+// forward: its furthest position reaches original_max_position_embeddings.
+inline bool takes_long_factors(const RopeConfig& rope, std::span<const std::int32_t> positions) {
+  if (rope.long_factors.empty()) return false;
+  for (std::int32_t p : positions)
+    if (p >= rope.position_limit) return true;
+  return false;
+}
+
+// The frequencies rows rotate by (the device's memory): one table for every
+// row, or, with `long_rows`, LongRoPE's long table for the rows flagged 1
+// (the inference engine, whose rows belong to sequences of different lengths).
+struct RopeTables {
+  std::span<const float> inv_freq;
+  const float* long_inv_freq = nullptr;
+  const std::uint8_t* long_rows = nullptr;
+};
+
 // Index n half + i: rotate pair i of every query and key head of token n.
 // `sign` is +1 forward, -1 backward (the inverse rotation).
 template <class T>
@@ -64,6 +82,8 @@ struct RopePair {
   T* qkv;
   const std::int32_t* positions;
   const float* inv_freq;
+  const float* long_inv_freq;
+  const std::uint8_t* long_rows;
   index_t heads;  // H + G: the query and key heads, which come first in a row
   index_t row_stride, D, R;
   A sign;
@@ -71,7 +91,8 @@ struct RopePair {
 
   FT_HOST_DEVICE void operator()(index_t k) const {
     const index_t half = R / 2, n = k / half, i = k % half;
-    A angle = A(positions[n]) * A(inv_freq[i]);
+    const float* table = long_rows && long_rows[n] ? long_inv_freq : inv_freq;
+    A angle = A(positions[n]) * A(table[i]);
     A c = std::cos(angle), s = sign * std::sin(angle);
     if (scale != 1.0f) {  // as HF: cos and sin in float32 times the factor
       c = A(float(c) * scale);
@@ -86,33 +107,25 @@ struct RopePair {
   }
 };
 
-// inv_freq (rope_inverse_frequencies) is in the device's memory.
+template <class Device, class T>
+void rope_rotate(T* qkv, const std::int32_t* positions, const RopeTables& tables, index_t N, index_t H, index_t G,
+                 index_t D, float sign, float scale) {
+  const index_t R = index_t(tables.inv_freq.size()) * 2;
+  Device::parallel_for(N * (R / 2), RopePair<T>{qkv, positions, tables.inv_freq.data(), tables.long_inv_freq,
+                                                tables.long_rows, H + G, (H + 2 * G) * D, D, R, sign, scale});
+}
+
 template <class Device = device::Cpu, class T>
-void rope_forward(T* qkv, const std::int32_t* positions, std::span<const float> inv_freq, index_t N,
-                  index_t H, index_t G, index_t D, float scale = 1.0f) {
-  index_t R = index_t(inv_freq.size()) * 2;
-  Device::parallel_for(N * (R / 2),
-                       RopePair<T>{qkv, positions, inv_freq.data(), H + G, (H + 2 * G) * D, D, R, 1, scale});
+void rope_forward(T* qkv, const std::int32_t* positions, const RopeTables& tables, index_t N, index_t H, index_t G,
+                  index_t D, float scale = 1.0f) {
+  rope_rotate<Device>(qkv, positions, tables, N, H, G, D, 1, scale);
 }
 
 // In place on the gradient of the rotated rows.
 template <class Device = device::Cpu, class T>
-void rope_backward(T* dqkv, const std::int32_t* positions, std::span<const float> inv_freq, index_t N,
-                   index_t H, index_t G, index_t D, float scale = 1.0f) {
-  index_t R = index_t(inv_freq.size()) * 2;
-  Device::parallel_for(N * (R / 2),
-                       RopePair<T>{dqkv, positions, inv_freq.data(), H + G, (H + 2 * G) * D, D, R, -1, scale});
-}
-
-// Positions a rope covers: LongRoPE's long factors (from position_limit on) are refused by name.
-inline void check_rope_positions(index_t position_limit, std::span<const std::int32_t> positions) {
-  if (position_limit == 0) return;
-  for (std::int32_t p : positions)
-    if (p >= position_limit)
-      throw Error("position " + std::to_string(p) + " is past original_max_position_embeddings (" +
-                  std::to_string(position_limit) +
-                  "), where LongRoPE takes its long factors, which ft does not implement; use sequences of at most " +
-                  std::to_string(position_limit) + " tokens");
+void rope_backward(T* dqkv, const std::int32_t* positions, const RopeTables& tables, index_t N, index_t H, index_t G,
+                   index_t D, float scale = 1.0f) {
+  rope_rotate<Device>(dqkv, positions, tables, N, H, G, D, -1, scale);
 }
 
 }  // namespace ft::nn
