@@ -5,7 +5,7 @@
 //                  merge a LoRA adapter into the weights (--merge-lora DIR)
 //                  add tokens (--add-tokens FILE, see data/token_additions.hpp),
 //                  set the chat template (--chat-template FILE)
-//   GGUF -> HF     llama.cpp files of the Llama architecture (io/gguf_to_hf.hpp)
+//   GGUF -> HF     llama.cpp files of the architectures io/gguf_to_hf.hpp lists
 //   PEFT -> PEFT   change an adapter's dtype
 //
 // Tensors keep their bytes unless a dtype change asks otherwise, so a round

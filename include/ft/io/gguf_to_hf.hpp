@@ -1,35 +1,60 @@
 #pragma once
-// Converting a Llama-architecture GGUF file (llama.cpp) into an HF model
-// directory that transformers and ft load:
+// Converting a GGUF file (llama.cpp) into an HF model directory that
+// transformers and ft load:
 //
-//   config.json              LlamaForCausalLM, from the llama.* keys
+//   config.json              the HF class of the file's architecture, from its metadata
 //   model.safetensors        float32 (default), bfloat16 or float16, HF tensor names; a model
 //                            larger than max_shard_bytes is sharded as transformers shards
 //                            (model_files.hpp)
 //   tokenizer.json, tokenizer_config.json   from the tokenizer.* keys (gguf_tokenizer.hpp)
 //   generation_config.json   BOS, EOS and padding ids
 //
-// GGUF keys read: general.architecture ("llama"), llama.context_length,
+// Architectures (general.architecture -> HF class), each as llama.cpp's
+// convert_hf_to_gguf.py writes it: llama (LlamaForCausalLM), qwen2, qwen3,
+// gemma, gemma2, gemma3 (Gemma3ForCausalLM, the text model), phi3, granite.
+// Keys read, under the architecture's prefix: context_length,
 // embedding_length, block_count, feed_forward_length, attention.head_count,
 // attention.head_count_kv (default: head_count), attention.key_length and
-// value_length (default: embedding_length / head_count), attention.layer_norm_rms_epsilon,
-// rope.freq_base (default 10000), rope.dimension_count (must equal the head size),
-// rope.scaling.type and rope.scaling.factor ("none" or "linear").
+// value_length (default: embedding_length / head_count),
+// attention.layer_norm_rms_epsilon, rope.freq_base, rope.dimension_count
+// (the rotary size: the whole head but for Phi-3), rope.scaling.type and
+// factor ("none" or "linear"); and where the architecture has them:
+// attn_logit_softcapping, final_logit_softcapping, attention.sliding_window,
+// rope.freq_base_swa (Gemma 2 and 3), rope.scaling.original_context_length
+// and attn_factor with the rope_factors_short/long tensors (Phi-3's
+// LongRoPE), attention.scale, embedding_scale, residual_scale and
+// logit_scale (Granite's multipliers).
+//
+// What llama.cpp does not keep is what its own runtime assumes: Gemma 2 and
+// 3 scale attention by 1/sqrt(head_dim) (by 1/sqrt(embedding/heads) for the
+// 46-layer Gemma 2 27B and the 62-layer Gemma 3 27B), Gemma 2 alternates
+// local and global layers from a local first, Gemma 3 makes every sixth
+// layer global, and Gemma 3's local layers rotate with base 10000 when the
+// file gives none.
 //
 // Tensor names, GGUF -> HF (N is the layer):
 //   token_embd.weight -> model.embed_tokens.weight     output_norm.weight -> model.norm.weight
 //   output.weight -> lm_head.weight (absent: tie_word_embeddings)
-//   blk.N.attn_norm -> model.layers.N.input_layernorm      blk.N.ffn_norm -> ...post_attention_layernorm
-//   blk.N.attn_q/attn_k/attn_v/attn_output -> ...self_attn.q_proj/k_proj/v_proj/o_proj
-//   blk.N.ffn_gate/ffn_up/ffn_down -> ...mlp.gate_proj/up_proj/down_proj
+//   blk.N.attn_norm -> model.layers.N.input_layernorm
+//   blk.N.attn_q/attn_k/attn_v/attn_output -> ...self_attn.q_proj/k_proj/v_proj/o_proj (weights;
+//       Qwen2's q/k/v biases too), blk.N.attn_qkv -> ...self_attn.qkv_proj (Phi-3)
+//   blk.N.attn_q_norm/attn_k_norm -> ...self_attn.q_norm/k_norm (Qwen3, Gemma 3)
+//   blk.N.ffn_norm -> ...post_attention_layernorm, or with a norm after each branch (Gemma 2, 3)
+//       blk.N.post_attention_norm -> ...post_attention_layernorm, blk.N.ffn_norm ->
+//       ...pre_feedforward_layernorm, blk.N.post_ffw_norm -> ...post_feedforward_layernorm
+//   blk.N.ffn_gate/ffn_up/ffn_down -> ...mlp.gate_proj/up_proj/down_proj, or Phi-3's
+//       blk.N.ffn_up -> ...mlp.gate_up_proj
 //
-// The rotary un-permutation. HF's Llama rotates the two halves of each head
-// (dimension i with i + head_dim/2); llama.cpp rotates adjacent pairs (2i with
-// 2i+1). llama.cpp's HF->GGUF converter therefore reorders the rows of attn_q
-// (with the query head count) and attn_k (with the KV head count) within each
-// head: GGUF row h*hd + 2j + i holds HF row h*hd + i*hd/2 + j (i in {0, 1},
-// j < hd/2). unpermute_rotary_rows applies the inverse; attn_v and all else keep
-// their row order.
+// What the converter changed in the data is undone:
+// - The rotary un-permutation (llama, granite, whose ggml rotation pairs
+//   adjacent dimensions). HF rotates the two halves of each head (dimension i
+//   with i + head_dim/2); the converter reorders the rows of attn_q (with the
+//   query head count) and attn_k (with the KV head count) within each head:
+//   GGUF row h*hd + 2j + i holds HF row h*hd + i*hd/2 + j (i in {0, 1},
+//   j < hd/2). unpermute_rotary_rows applies the inverse; the other
+//   architectures rotate halves as HF does and keep HF's order.
+// - Gemma's norm weights, stored as 1 + w: w is the stored value minus 1, in
+//   float32 as transformers' GGUF reader computes it.
 //
 // Why it is built this way: the conversion either produces a whole directory or
 // nothing. It writes into a temporary directory beside out_dir and renames that
@@ -73,13 +98,50 @@ struct GgufToHfOptions {
   ProgressCallback progress;                        // bytes written so far, of all
 };
 
-// The head structure a Llama GGUF describes, with the rest of config.json.
-struct GgufLlamaConfig {
+// What sets one GGUF architecture apart, as llama.cpp's converter writes it.
+struct GgufArchitecture {
+  std::string_view name;  // general.architecture, the metadata keys' prefix
+  std::string_view hf_class, model_type;
+  bool permuted_rotary = false;  // q/k rows interleaved for ggml's adjacent-pair rotation
+  bool norm_shift = false;       // norm weights stored as 1 + w (Gemma)
+  bool qkv_bias = false;         // q/k/v projections with biases (Qwen2)
+  bool qk_norm = false;          // per-head q/k norms (Qwen3, Gemma 3)
+  bool sandwich_norms = false;   // a norm after each branch besides the one before (Gemma 2, 3)
+  bool fused = false;            // one qkv projection, one gate|up projection (Phi-3)
+};
+
+inline constexpr GgufArchitecture gguf_architectures[] = {
+    {.name = "llama", .hf_class = "LlamaForCausalLM", .model_type = "llama", .permuted_rotary = true},
+    {.name = "qwen2", .hf_class = "Qwen2ForCausalLM", .model_type = "qwen2", .qkv_bias = true},
+    {.name = "qwen3", .hf_class = "Qwen3ForCausalLM", .model_type = "qwen3", .qk_norm = true},
+    {.name = "gemma", .hf_class = "GemmaForCausalLM", .model_type = "gemma", .norm_shift = true},
+    {.name = "gemma2", .hf_class = "Gemma2ForCausalLM", .model_type = "gemma2", .norm_shift = true,
+     .sandwich_norms = true},
+    {.name = "gemma3", .hf_class = "Gemma3ForCausalLM", .model_type = "gemma3_text", .norm_shift = true,
+     .qk_norm = true, .sandwich_norms = true},
+    {.name = "phi3", .hf_class = "Phi3ForCausalLM", .model_type = "phi3", .fused = true},
+    {.name = "granite", .hf_class = "GraniteForCausalLM", .model_type = "granite", .permuted_rotary = true},
+};
+
+// The model a GGUF file describes, with the rest of config.json.
+struct GgufModelConfig {
+  const GgufArchitecture* arch = nullptr;
   std::int64_t hidden = 0, layers = 0, heads = 0, kv_heads = 0, head_dim = 0, ffn = 0, vocab = 0;
   std::int64_t context = 0;
+  std::int64_t rotary_dim = 0;  // the rotated dimensions of a head
   double rms_eps = 0, rope_theta = 10000;
   std::optional<double> linear_rope_factor;
   bool tied = false;
+  // Gemma 2 and 3.
+  std::optional<double> attention_softcap, logit_softcap;
+  std::int64_t sliding_window = 0;  // 0: none
+  double local_rope_theta = 10000;
+  // Phi-3's LongRoPE: the factors come from the rope_factors tensors.
+  std::int64_t original_context = 0;
+  std::optional<double> rope_attention_factor;
+  std::vector<double> short_factors, long_factors;
+  // Granite's multipliers.
+  double attention_multiplier = 1, embedding_multiplier = 1, residual_multiplier = 1, logits_scaling = 1;
 };
 
 // Rows [h*hd + 2j + i] (GGUF) -> [h*hd + i*hd/2 + j] (HF) of a rows x cols matrix.
@@ -106,51 +168,104 @@ inline double shortest(float f) {
   return d;
 }
 
-inline GgufLlamaConfig read_llama_config(const GgufFile& file) {
+inline const GgufArchitecture& gguf_architecture(const std::string& arch, const std::string& where) {
+  std::string names;
+  for (const GgufArchitecture& a : gguf_architectures) {
+    if (a.name == arch) return a;
+    names += std::string(names.empty() ? "" : ", ") + std::string(a.name);
+  }
+  throw Error(where + "general.architecture is " + detail::quoted(arch) + "; ft converts GGUF files of: " + names);
+}
+
+// A rope_factors tensor (Phi-3's LongRoPE) as its rotary_dim / 2 numbers.
+inline std::vector<double> rope_factors(const GgufFile& file, const std::string& name, std::int64_t count,
+                                        const std::string& where) {
+  const GgufTensor& t = file.at(name);
+  if (t.numel() != count)
+    throw Error(where + "tensor " + detail::quoted(name) + " has " + std::to_string(t.numel()) +
+                " factors; the rotary size implies " + std::to_string(count));
+  std::vector<float> values(std::size_t(t.numel()));
+  dequantize(file, t, values.data(), t.numel());
+  return {values.begin(), values.end()};
+}
+
+inline GgufModelConfig read_gguf_config(const GgufFile& file) {
   const GgufMetadata& m = file.metadata();
   const std::string where = file.path().string() + ": ";
-  const std::string arch = m.get_string("general.architecture");
-  if (arch != "llama")
-    throw Error(where + "general.architecture is " + detail::quoted(arch) + "; only \"llama\" GGUF files can be converted");
-  auto positive = [&](const std::string& key) {
-    const std::uint64_t v = m.get_u64(key);
+  GgufModelConfig c;
+  c.arch = &gguf_architecture(m.get_string("general.architecture"), where);
+  const std::string prefix = std::string(c.arch->name) + ".";
+  auto key = [&](const char* name) { return prefix + name; };
+  auto has = [&](const char* name) { return m.contains(key(name)); };
+  auto positive = [&](const char* name) {
+    const std::uint64_t v = m.get_u64(key(name));
     if (v == 0 || v > (std::uint64_t(1) << 31))
-      throw Error(where + "metadata key " + detail::quoted(key) + " is " + std::to_string(v) + ", not a plausible size");
+      throw Error(where + "metadata key " + detail::quoted(key(name)) + " is " + std::to_string(v) +
+                  ", not a plausible size");
     return std::int64_t(v);
   };
-  GgufLlamaConfig c;
-  c.hidden = positive("llama.embedding_length");
-  c.layers = positive("llama.block_count");
-  c.heads = positive("llama.attention.head_count");
-  c.kv_heads = m.contains("llama.attention.head_count_kv") ? positive("llama.attention.head_count_kv") : c.heads;
-  c.ffn = positive("llama.feed_forward_length");
-  c.context = positive("llama.context_length");
-  if (m.contains("llama.expert_count") && m.get_u64("llama.expert_count") > 0)
-    throw Error(where + "is a mixture-of-experts Llama (llama.expert_count), which HF's LlamaForCausalLM cannot hold");
+  auto number = [&](const char* name) { return shortest(m.get_f32(key(name))); };
+  c.hidden = positive("embedding_length");
+  c.layers = positive("block_count");
+  c.heads = positive("attention.head_count");
+  c.kv_heads = has("attention.head_count_kv") ? positive("attention.head_count_kv") : c.heads;
+  c.ffn = positive("feed_forward_length");
+  c.context = positive("context_length");
+  if (has("expert_count") && m.get_u64(key("expert_count")) > 0)
+    throw Error(where + "is a mixture-of-experts model (" + key("expert_count") + "), which ft does not convert");
   if (c.heads % c.kv_heads != 0)
     throw Error(where + "head_count " + std::to_string(c.heads) + " is not a multiple of head_count_kv " +
                 std::to_string(c.kv_heads));
-  c.head_dim = m.contains("llama.attention.key_length") ? positive("llama.attention.key_length") : c.hidden / c.heads;
-  if (!m.contains("llama.attention.key_length") && c.hidden % c.heads != 0)
+  c.head_dim = has("attention.key_length") ? positive("attention.key_length") : c.hidden / c.heads;
+  if (!has("attention.key_length") && c.hidden % c.heads != 0)
     throw Error(where + "embedding_length " + std::to_string(c.hidden) + " is not a multiple of head_count " +
                 std::to_string(c.heads));
-  if (m.contains("llama.attention.value_length") && positive("llama.attention.value_length") != c.head_dim)
-    throw Error(where + "attention.value_length differs from key_length, which HF's Llama cannot express");
+  if (has("attention.value_length") && positive("attention.value_length") != c.head_dim)
+    throw Error(where + "attention.value_length differs from key_length, which HF's " +
+                std::string(c.arch->hf_class) + " cannot express");
   if (c.head_dim % 2 != 0) throw Error(where + "head size " + std::to_string(c.head_dim) + " is odd; rotary needs pairs");
-  if (m.contains("llama.rope.dimension_count") && positive("llama.rope.dimension_count") != c.head_dim)
-    throw Error(where + "llama.rope.dimension_count " + std::to_string(m.get_u64("llama.rope.dimension_count")) +
-                " differs from the head size " + std::to_string(c.head_dim) +
-                "; HF's Llama rotates whole heads");
-  c.rms_eps = shortest(m.get_f32("llama.attention.layer_norm_rms_epsilon"));
-  if (m.contains("llama.rope.freq_base")) c.rope_theta = shortest(m.get_f32("llama.rope.freq_base"));
-  if (m.contains("llama.rope.scaling.type")) {
-    const std::string type = m.get_string("llama.rope.scaling.type");
-    if (type == "linear") c.linear_rope_factor = shortest(m.get_f32("llama.rope.scaling.factor"));
+  c.rotary_dim = has("rope.dimension_count") ? positive("rope.dimension_count") : c.head_dim;
+  if (c.arch->name == "phi3" ? c.rotary_dim % 2 != 0 || c.rotary_dim > c.head_dim : c.rotary_dim != c.head_dim)
+    throw Error(where + key("rope.dimension_count") + " " + std::to_string(c.rotary_dim) + " does not fit the head size " +
+                std::to_string(c.head_dim) + "; HF's " + std::string(c.arch->hf_class) +
+                (c.arch->name == "phi3" ? " rotates an even part of a head" : " rotates whole heads"));
+  c.rms_eps = number("attention.layer_norm_rms_epsilon");
+  if (c.arch->name == "gemma3") c.rope_theta = 1e6;  // Gemma3TextConfig's global base
+  if (has("rope.freq_base")) c.rope_theta = number("rope.freq_base");
+  if (has("rope.scaling.type")) {
+    const std::string type = m.get_string(key("rope.scaling.type"));
+    if (type == "linear") c.linear_rope_factor = number("rope.scaling.factor");
     else if (type != "none")
-      throw Error(where + "llama.rope.scaling.type " + detail::quoted(type) + " is not supported (supported: none, linear)");
+      throw Error(where + key("rope.scaling.type") + " " + detail::quoted(type) +
+                  " is not supported (supported: none, linear)");
   }
   if (file.find("rope_freqs.weight"))
     throw Error(where + "has rope_freqs.weight (Llama 3.1 rope scaling), whose HF parameters the file does not keep");
+
+  if (c.arch->name == "gemma2" || c.arch->name == "gemma3") {
+    if (has("attn_logit_softcapping")) c.attention_softcap = number("attn_logit_softcapping");
+    if (has("final_logit_softcapping")) c.logit_softcap = number("final_logit_softcapping");
+    c.sliding_window = has("attention.sliding_window") ? positive("attention.sliding_window") : 4096;
+    if (has("rope.freq_base_swa")) c.local_rope_theta = number("rope.freq_base_swa");
+  }
+  if (c.arch->name == "phi3") {
+    c.sliding_window = has("attention.sliding_window") ? std::int64_t(m.get_u64(key("attention.sliding_window"))) : 0;
+    const bool longrope = file.find("rope_factors_short.weight") || file.find("rope_factors_long.weight");
+    if (longrope) {
+      if (!has("rope.scaling.original_context_length"))
+        throw Error(where + "has LongRoPE factors but no " + key("rope.scaling.original_context_length"));
+      c.original_context = positive("rope.scaling.original_context_length");
+      if (has("rope.scaling.attn_factor")) c.rope_attention_factor = number("rope.scaling.attn_factor");
+      c.short_factors = rope_factors(file, "rope_factors_short.weight", c.rotary_dim / 2, where);
+      c.long_factors = rope_factors(file, "rope_factors_long.weight", c.rotary_dim / 2, where);
+    }
+  }
+  if (c.arch->name == "granite") {
+    if (has("attention.scale")) c.attention_multiplier = number("attention.scale");
+    if (has("embedding_scale")) c.embedding_multiplier = number("embedding_scale");
+    if (has("residual_scale")) c.residual_multiplier = number("residual_scale");
+    if (has("logit_scale")) c.logits_scaling = number("logit_scale");
+  }
   const GgufTensor& embedding = file.at("token_embd.weight");
   if (embedding.ne.size() != 2)
     throw Error(where + "tensor \"token_embd.weight\" has " + std::to_string(embedding.ne.size()) +
@@ -165,58 +280,81 @@ struct TensorPlan {
   std::string hf_name;
   std::vector<std::int64_t> ne;  // expected GGUF dims
   std::int64_t rotary_heads = 0;  // > 0: un-permute the rows with this many heads
+  bool norm_shift = false;        // stored as 1 + w
 };
 
 // Every tensor of the file with its HF name and expected shape; refuses a tensor
 // without an HF counterpart, and a missing or misshapen one.
-inline std::vector<TensorPlan> plan_tensors(const GgufFile& file, const GgufLlamaConfig& c) {
+inline std::vector<TensorPlan> plan_tensors(const GgufFile& file, const GgufModelConfig& c) {
   const std::string where = file.path().string() + ": ";
+  const GgufArchitecture& a = *c.arch;
   const std::int64_t d = c.hidden, q = c.heads * c.head_dim, kv = c.kv_heads * c.head_dim;
   struct Rule {
-    std::string_view gguf, hf;
+    std::string gguf, hf;
     std::vector<std::int64_t> ne;
-    std::int64_t rotary_heads;
+    std::int64_t rotary_heads = 0;
   };
-  const std::vector<Rule> global = {{"token_embd.weight", "model.embed_tokens.weight", {d, c.vocab}, 0},
-                                    {"output_norm.weight", "model.norm.weight", {d}, 0},
-                                    {"output.weight", "lm_head.weight", {d, c.vocab}, 0}};
-  const std::vector<Rule> layer = {
-      {"attn_norm.weight", "input_layernorm.weight", {d}, 0},
-      {"attn_q.weight", "self_attn.q_proj.weight", {d, q}, c.heads},
-      {"attn_k.weight", "self_attn.k_proj.weight", {d, kv}, c.kv_heads},
-      {"attn_v.weight", "self_attn.v_proj.weight", {d, kv}, 0},
-      {"attn_output.weight", "self_attn.o_proj.weight", {q, d}, 0},
-      {"ffn_norm.weight", "post_attention_layernorm.weight", {d}, 0},
-      {"ffn_gate.weight", "mlp.gate_proj.weight", {d, c.ffn}, 0},
-      {"ffn_up.weight", "mlp.up_proj.weight", {d, c.ffn}, 0},
-      {"ffn_down.weight", "mlp.down_proj.weight", {c.ffn, d}, 0},
-  };
+  std::vector<Rule> global = {{"token_embd.weight", "model.embed_tokens.weight", {d, c.vocab}},
+                              {"output_norm.weight", "model.norm.weight", {d}}};
+  if (!c.tied) global.push_back({"output.weight", "lm_head.weight", {d, c.vocab}});
+  std::vector<Rule> layer = {{"attn_norm.weight", "input_layernorm.weight", {d}},
+                             {"attn_output.weight", "self_attn.o_proj.weight", {q, d}},
+                             {"ffn_down.weight", "mlp.down_proj.weight", {c.ffn, d}}};
+  const std::int64_t rotary_q = a.permuted_rotary ? c.heads : 0, rotary_k = a.permuted_rotary ? c.kv_heads : 0;
+  if (a.fused) {
+    layer.push_back({"attn_qkv.weight", "self_attn.qkv_proj.weight", {d, q + 2 * kv}});
+    layer.push_back({"ffn_up.weight", "mlp.gate_up_proj.weight", {d, 2 * c.ffn}});
+  } else {
+    layer.push_back({"attn_q.weight", "self_attn.q_proj.weight", {d, q}, rotary_q});
+    layer.push_back({"attn_k.weight", "self_attn.k_proj.weight", {d, kv}, rotary_k});
+    layer.push_back({"attn_v.weight", "self_attn.v_proj.weight", {d, kv}});
+    layer.push_back({"ffn_gate.weight", "mlp.gate_proj.weight", {d, c.ffn}});
+    layer.push_back({"ffn_up.weight", "mlp.up_proj.weight", {d, c.ffn}});
+  }
+  if (a.qkv_bias) {
+    layer.push_back({"attn_q.bias", "self_attn.q_proj.bias", {q}, rotary_q});
+    layer.push_back({"attn_k.bias", "self_attn.k_proj.bias", {kv}, rotary_k});
+    layer.push_back({"attn_v.bias", "self_attn.v_proj.bias", {kv}});
+  }
+  if (a.qk_norm) {
+    layer.push_back({"attn_q_norm.weight", "self_attn.q_norm.weight", {c.head_dim}});
+    layer.push_back({"attn_k_norm.weight", "self_attn.k_norm.weight", {c.head_dim}});
+  }
+  if (a.sandwich_norms) {
+    layer.push_back({"post_attention_norm.weight", "post_attention_layernorm.weight", {d}});
+    layer.push_back({"ffn_norm.weight", "pre_feedforward_layernorm.weight", {d}});
+    layer.push_back({"post_ffw_norm.weight", "post_feedforward_layernorm.weight", {d}});
+  } else {
+    layer.push_back({"ffn_norm.weight", "post_attention_layernorm.weight", {d}});
+  }
+
   std::map<std::string, TensorPlan, std::less<>> expected;
   auto expect = [&](const Rule& r, const std::string& gguf, const std::string& hf) {
     TensorPlan p;
     p.hf_name = hf;
     p.ne = r.ne;
     p.rotary_heads = r.rotary_heads;
+    p.norm_shift = a.norm_shift && hf.ends_with("norm.weight");
     expected.emplace(gguf, std::move(p));
   };
-  for (const Rule& r : global)
-    if (r.gguf != "output.weight" || !c.tied) expect(r, std::string(r.gguf), std::string(r.hf));
+  for (const Rule& r : global) expect(r, r.gguf, r.hf);
   for (std::int64_t l = 0; l < c.layers; ++l)
     for (const Rule& r : layer)
-      expect(r, "blk." + std::to_string(l) + "." + std::string(r.gguf),
-             "model.layers." + std::to_string(l) + "." + std::string(r.hf));
+      expect(r, "blk." + std::to_string(l) + "." + r.gguf, "model.layers." + std::to_string(l) + "." + r.hf);
 
   std::vector<TensorPlan> plan;
   for (const GgufTensor& t : file.tensors()) {
+    if (!c.short_factors.empty() && (t.name == "rope_factors_short.weight" || t.name == "rope_factors_long.weight"))
+      continue;  // config.json's rope_parameters
     auto it = expected.find(t.name);
     if (it == expected.end())
-      throw Error(where + "tensor " + detail::quoted(t.name) + " has no counterpart in HF's LlamaForCausalLM (block_count " +
-                  std::to_string(c.layers) + ")");
+      throw Error(where + "tensor " + detail::quoted(t.name) + " has no counterpart in HF's " +
+                  std::string(a.hf_class) + " (block_count " + std::to_string(c.layers) + ")");
     TensorPlan p = std::move(it->second);
     expected.erase(it);
     if (t.ne != p.ne)
-      throw Error(where + "tensor " + detail::quoted(t.name) + " has GGUF dims " + detail::shape_string(t.ne) + ", but the config implies " +
-                  detail::shape_string(p.ne));
+      throw Error(where + "tensor " + detail::quoted(t.name) + " has GGUF dims " + detail::shape_string(t.ne) +
+                  ", but the config implies " + detail::shape_string(p.ne));
     if (!can_dequantize(t.type))
       throw Error(where + "tensor " + detail::quoted(t.name) + " has ggml type " + std::string(t.type_name()) +
                   ", which ft cannot dequantize (supported: " + std::string(dequantizable_types) + ")");
@@ -244,37 +382,80 @@ template <class Json> std::string dump_json(const Json& j, const std::filesystem
   }
 }
 
-inline nlohmann::ordered_json hf_llama_config(const GgufLlamaConfig& c, const GgufVocab& v, const std::string& dtype) {
+inline nlohmann::ordered_json hf_model_config(const GgufModelConfig& c, const GgufVocab& v, const std::string& dtype) {
+  const GgufArchitecture& a = *c.arch;
   auto id = [](const std::optional<std::int64_t>& i) { return i ? nlohmann::ordered_json(*i) : nlohmann::ordered_json(nullptr); };
+  auto optional = [](const std::optional<double>& x) { return x ? nlohmann::ordered_json(*x) : nlohmann::ordered_json(nullptr); };
+  const bool gemma2 = a.name == "gemma2", gemma3 = a.name == "gemma3", phi3 = a.name == "phi3";
   nlohmann::ordered_json rope = {{"rope_theta", c.rope_theta}, {"rope_type", "default"}};
   if (c.linear_rope_factor) {
     rope["rope_type"] = "linear";
     rope["factor"] = *c.linear_rope_factor;
   }
-  return {{"architectures", {"LlamaForCausalLM"}},
-          {"model_type", "llama"},
-          {"attention_bias", false},
-          {"attention_dropout", 0.0},
-          {"bos_token_id", id(v.bos)},
-          {"eos_token_id", id(v.eos)},
-          {"pad_token_id", id(v.pad)},
-          {"head_dim", c.head_dim},
-          {"hidden_act", "silu"},
-          {"hidden_size", c.hidden},
-          {"initializer_range", 0.02},
-          {"intermediate_size", c.ffn},
-          {"max_position_embeddings", c.context},
-          {"mlp_bias", false},
-          {"num_attention_heads", c.heads},
-          {"num_hidden_layers", c.layers},
-          {"num_key_value_heads", c.kv_heads},
-          {"pretraining_tp", 1},
-          {"rms_norm_eps", c.rms_eps},
-          {"rope_parameters", rope},
-          {"tie_word_embeddings", c.tied},
-          {"dtype", dtype},
-          {"use_cache", true},
-          {"vocab_size", c.vocab}};
+  if (c.rotary_dim != c.head_dim) rope["partial_rotary_factor"] = double(c.rotary_dim) / double(c.head_dim);
+  if (!c.short_factors.empty()) {
+    rope["rope_type"] = "longrope";
+    rope["short_factor"] = c.short_factors;
+    rope["long_factor"] = c.long_factors;
+    rope["original_max_position_embeddings"] = c.original_context;
+    if (c.rope_attention_factor) rope["attention_factor"] = *c.rope_attention_factor;
+  }
+
+  nlohmann::ordered_json j = {{"architectures", {a.hf_class}},
+                              {"model_type", a.model_type},
+                              {"attention_dropout", 0.0},
+                              {"bos_token_id", id(v.bos)},
+                              {"eos_token_id", id(v.eos)},
+                              {"pad_token_id", id(v.pad)},
+                              {"head_dim", c.head_dim},
+                              {"hidden_act", a.norm_shift ? "gelu_pytorch_tanh" : "silu"},
+                              {"hidden_size", c.hidden},
+                              {"initializer_range", 0.02},
+                              {"intermediate_size", c.ffn},
+                              {"max_position_embeddings", c.context},
+                              {"num_attention_heads", c.heads},
+                              {"num_hidden_layers", c.layers},
+                              {"num_key_value_heads", c.kv_heads},
+                              {"rms_norm_eps", c.rms_eps}};
+  if (a.name == "llama" || a.name == "granite" || a.name == "qwen3") {
+    j["attention_bias"] = false;
+    j["mlp_bias"] = false;
+  }
+  if (a.name == "qwen2" || a.name == "qwen3") j["use_sliding_window"] = false;
+  if (a.norm_shift) j["hidden_activation"] = "gelu_pytorch_tanh";
+  if (gemma2 || gemma3) {
+    // llama.cpp's own scale: 1/sqrt(head_dim), but 1/sqrt(embedding/heads) for the two 27B shapes.
+    const bool wide = (gemma2 && c.layers == 46) || (gemma3 && c.layers == 62);
+    j["query_pre_attn_scalar"] = wide ? c.hidden / c.heads : c.head_dim;
+    j["attn_logit_softcapping"] = optional(c.attention_softcap);
+    j["final_logit_softcapping"] = optional(c.logit_softcap);
+    j["sliding_window"] = c.sliding_window;
+    nlohmann::ordered_json types = nlohmann::ordered_json::array();
+    for (std::int64_t l = 0; l < c.layers; ++l)
+      types.push_back((gemma2 ? l % 2 == 0 : (l + 1) % 6 != 0) ? "sliding_attention" : "full_attention");
+    j["layer_types"] = types;
+  }
+  if (phi3) {
+    j["original_max_position_embeddings"] = c.short_factors.empty() ? c.context : c.original_context;
+    j["sliding_window"] = c.sliding_window > 0 ? nlohmann::ordered_json(c.sliding_window) : nlohmann::ordered_json(nullptr);
+  }
+  if (a.name == "granite") {
+    j["attention_multiplier"] = c.attention_multiplier;
+    j["embedding_multiplier"] = c.embedding_multiplier;
+    j["residual_multiplier"] = c.residual_multiplier;
+    j["logits_scaling"] = c.logits_scaling;
+  }
+  if (gemma3)
+    j["rope_parameters"] = {{"full_attention", rope},
+                            {"sliding_attention", {{"rope_theta", c.local_rope_theta}, {"rope_type", "default"}}}};
+  else
+    j["rope_parameters"] = rope;
+  if (a.name == "llama") j["pretraining_tp"] = 1;
+  j["tie_word_embeddings"] = c.tied;
+  j["dtype"] = dtype;
+  j["use_cache"] = true;
+  j["vocab_size"] = c.vocab;
+  return j;
 }
 
 inline nlohmann::ordered_json hf_generation_config(const GgufVocab& v) {
@@ -304,9 +485,12 @@ inline std::vector<std::byte> hf_tensor_bytes(const GgufFile& file, const Tensor
   std::vector<float> values(std::size_t(t.numel()));
   dequantize(file, t, values.data(), t.numel());
   file.release(t);
+  if (p.norm_shift)  // in float32, as transformers' GGUF reader subtracts it
+    for (float& x : values) x -= 1.0f;
   if (p.rotary_heads > 0) {
     std::vector<float> unpermuted(values.size());
-    unpermute_rotary_rows(values.data(), unpermuted.data(), p.rotary_heads, t.ne[1] / p.rotary_heads, t.ne[0]);
+    const std::int64_t rows = t.ne.size() == 2 ? t.ne[1] : t.ne[0], cols = t.ne.size() == 2 ? t.ne[0] : 1;
+    unpermute_rotary_rows(values.data(), unpermuted.data(), p.rotary_heads, rows / p.rotary_heads, cols);
     values.swap(unpermuted);
   }
   return encode_floats(values, dtype);
@@ -324,7 +508,7 @@ inline void convert_gguf_to_hf(const std::filesystem::path& gguf, const std::fil
     throw Error(out_dir.string() + ": already exists and is not an empty directory; choose a new output directory");
 
   const GgufFile file = GgufFile::open(gguf);
-  const GgufLlamaConfig config = detail::read_llama_config(file);
+  const GgufModelConfig config = detail::read_gguf_config(file);
   const std::vector<detail::TensorPlan> plan = detail::plan_tensors(file, config);
   const GgufVocab vocab = read_gguf_vocab(file);
   if (vocab.size() != config.vocab)
@@ -343,7 +527,7 @@ inline void convert_gguf_to_hf(const std::filesystem::path& gguf, const std::fil
   if (!fs::create_directory(temp.path, ec))
     throw Error(temp.path.string() + ": cannot be created (" + ec.message() + ")");
 
-  detail::write_json(temp.path / "config.json", detail::hf_llama_config(config, vocab, dtype_name).dump(2));
+  detail::write_json(temp.path / "config.json", detail::hf_model_config(config, vocab, dtype_name).dump(2));
   detail::write_json(temp.path / "generation_config.json", detail::hf_generation_config(vocab).dump(2));
   detail::write_json(temp.path / "tokenizer.json", tokenizer);
   detail::write_json(temp.path / "tokenizer_config.json", tokenizer_config);
