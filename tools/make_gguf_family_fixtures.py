@@ -8,15 +8,17 @@ the GGUF stores them in) is written as llama.cpp's convert_hf_to_gguf.py
 writes that architecture: its metadata keys, gguf-py's own tensor names
 (gguf.get_tensor_name_map), and the converter's changes to the data (Gemma's
 norm weights stored as 1 + w; Granite's q/k rows interleaved for ggml's
-rotary pairing; Phi-3's LongRoPE factors as rope_factors_short/long tensors).
+rotary pairing; Phi-3's LongRoPE factors as rope_factors_short/long tensors;
+Bloom's per-head q/k/v rows regrouped as all queries, keys, values).
 A byte-level BPE vocabulary of the model's size goes with it.
 
-  tests/fixtures/gguf/families/<case>.gguf
+  tests/fixtures/gguf/families/<case>.gguf   (qwen2, qwen3, gemma, gemma2, gemma3, phi3, granite,
+                                             starcoder, bloom)
   tests/fixtures/gguf/families/<case>_expected.safetensors
       input_ids [2, 16] and the source model's float32 logits on them.
 
 Where transformers can read the architecture's GGUF itself (qwen2, phi3,
-gemma2, gemma3), the script loads the file with it and checks that its
+gemma2, gemma3, bloom), the script loads the file with it and checks that its
 weights are the source model's, so the encoding here is the one transformers
 inverts, not only ft's reading of llama.cpp.
 
@@ -30,7 +32,8 @@ import sys
 import numpy as np
 import torch
 from safetensors.torch import save_file
-from transformers import (AutoModelForCausalLM, Gemma2Config, Gemma2ForCausalLM, Gemma3ForCausalLM,
+from transformers import (AutoModelForCausalLM, BloomConfig, BloomForCausalLM, GPTBigCodeConfig,
+                          GPTBigCodeForCausalLM, Gemma2Config, Gemma2ForCausalLM, Gemma3ForCausalLM,
                           Gemma3TextConfig, GemmaConfig, GemmaForCausalLM, GraniteConfig, GraniteForCausalLM,
                           Phi3Config, Phi3ForCausalLM, Qwen2Config, Qwen2ForCausalLM, Qwen3Config,
                           Qwen3ForCausalLM)
@@ -94,14 +97,38 @@ def granite():
         rope_parameters={"rope_type": "default", "rope_theta": 10000.0})
 
 
-CASES = {f.__name__: f for f in (qwen2, qwen3, gemma, gemma2, gemma3, phi3, granite)}
+def starcoder():
+    # llama.cpp writes feed_forward_length as 4 x n_embd and one key/value head: what n_inner=None and
+    # multi_query give.
+    return "starcoder", GPTBigCodeForCausalLM, GPTBigCodeConfig(
+        vocab_size=VOCAB, n_embd=64, n_layer=2, n_head=4, n_positions=64, multi_query=True,
+        activation_function="gelu_pytorch_tanh", layer_norm_epsilon=1e-5, attn_pdrop=0.0, embd_pdrop=0.0,
+        resid_pdrop=0.0)
+
+
+def bloom():
+    return "bloom", BloomForCausalLM, BloomConfig(vocab_size=VOCAB, hidden_size=64, n_layer=2, n_head=4,
+                                                   layer_norm_epsilon=1e-5, hidden_dropout=0.0,
+                                                   attention_dropout=0.0)
+
+
+CASES = {f.__name__: f for f in (qwen2, qwen3, gemma, gemma2, gemma3, phi3, granite, starcoder, bloom)}
 # transformers reads these architectures' GGUF files too (not qwen3 here: it ignores attention.key_length,
 # which this case's explicit head_dim needs).
-READ_BY_TRANSFORMERS = {"qwen2", "phi3", "gemma2", "gemma3"}
+READ_BY_TRANSFORMERS = {"qwen2", "phi3", "gemma2", "gemma3", "bloom"}
 
 
 def metadata(w, arch, c):
     """The keys convert_hf_to_gguf.py writes for the architecture."""
+    if arch in ("starcoder", "bloom"):
+        w.add_context_length(c.n_positions if arch == "starcoder" else c.hidden_size)  # Bloom: seq_length or n_embed
+        w.add_embedding_length(c.hidden_size)
+        w.add_feed_forward_length(4 * c.hidden_size)
+        w.add_block_count(c.num_hidden_layers)
+        w.add_head_count(c.num_attention_heads)
+        w.add_head_count_kv(1 if arch == "starcoder" else c.num_attention_heads)
+        w.add_layer_norm_eps(c.layer_norm_epsilon)
+        return
     head_dim = getattr(c, "head_dim", None) or c.hidden_size // c.num_attention_heads
     w.add_context_length(c.max_position_embeddings)
     w.add_embedding_length(c.hidden_size)
@@ -176,7 +203,12 @@ def tensors(w, arch, model):
             x = x + np.float32(1)
         if arch == "granite" and name.endswith(("q_proj.weight", "k_proj.weight")):
             x = permute(x, c.num_attention_heads if "q_proj" in name else c.num_key_value_heads)
+        if arch == "bloom" and "query_key_value" in name:  # each head's q, k, v -> all q, all k, all v
+            heads = c.num_attention_heads
+            x = x.reshape(heads, 3, c.hidden_size // heads, -1).swapaxes(0, 1).reshape(x.shape)
         target = names.get_name(name, try_suffixes=(".weight", ".bias"))
+        if target is None and arch == "bloom":  # the converter strips Bloom's "transformer." prefix
+            target = names.get_name(name.removeprefix("transformer."), try_suffixes=(".weight", ".bias"))
         assert target is not None, f"{arch}: gguf-py has no name for {name}"
         if x.ndim == 1 or name.endswith("norm.weight"):
             w.add_tensor(target, x.astype(np.float32))

@@ -337,7 +337,7 @@ TEST_CASE("gguf: conversion refuses what it cannot convert, and leaves nothing b
   write_bytes(gpt2, gguf_file(1, string_kv("general.architecture", "gpt2"), {}, 0));
   const std::string arch = convert_error(gpt2, dir / "a");
   CHECK(arch.find(gpt2.string()) != std::string::npos);
-  CHECK(arch.find("general.architecture is \"gpt2\"; ft converts GGUF files of: llama, qwen2, qwen3, gemma, gemma2, gemma3, phi3, granite") != std::string::npos);
+  CHECK(arch.find("general.architecture is \"gpt2\"; ft converts GGUF files of: llama, qwen2, qwen3, gemma, gemma2, gemma3, phi3, granite, starcoder, bloom") != std::string::npos);
 
   GgufToHfOptions f8;
   f8.dtype = "float8";

@@ -27,11 +27,12 @@ using namespace ft;
 
 const fs::path families = fs::path(FT_SOURCE_DIR) / "tests/fixtures/gguf/families";
 
-TEST_CASE("gguf: qwen2, qwen3, gemma, gemma2, gemma3, phi3 and granite files convert to the models they came from") {
+TEST_CASE("gguf: qwen2, qwen3, gemma, gemma2, gemma3, phi3, granite, starcoder and bloom files convert to the models "
+          "they came from") {
   const std::pair<const char*, const char*> cases[] = {
       {"qwen2", "Qwen2ForCausalLM"},   {"qwen3", "Qwen3ForCausalLM"},   {"gemma", "GemmaForCausalLM"},
       {"gemma2", "Gemma2ForCausalLM"}, {"gemma3", "Gemma3ForCausalLM"}, {"phi3", "Phi3ForCausalLM"},
-      {"granite", "GraniteForCausalLM"}};
+      {"granite", "GraniteForCausalLM"}, {"starcoder", "GPTBigCodeForCausalLM"}, {"bloom", "BloomForCausalLM"}};
   for (auto [name, hf_class] : cases) {
     CAPTURE(name);
     ft::testing::TempDir dir("ft_gguf_family");
@@ -79,6 +80,13 @@ TEST_CASE("gguf: what llama.cpp keeps of each family becomes HF's config.json") 
   CHECK(granite["embedding_multiplier"] == 3.0);
   CHECK(granite["logits_scaling"] == 4.0);
   CHECK(granite["tie_word_embeddings"] == true);
+  const nlohmann::json starcoder = convert("starcoder");
+  CHECK(starcoder["multi_query"] == true);
+  CHECK(starcoder["n_inner"] == 256);
+  CHECK(starcoder["n_positions"] == 64);
+  const nlohmann::json bloom = convert("bloom");
+  CHECK(bloom["n_head"] == 4);
+  CHECK(bloom["layer_norm_epsilon"] == 1e-5);
 }
 
 }  // namespace test_gguf_families

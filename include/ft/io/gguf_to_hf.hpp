@@ -11,12 +11,14 @@
 //
 // Architectures (general.architecture -> HF class), each as llama.cpp's
 // convert_hf_to_gguf.py writes it: llama (LlamaForCausalLM), qwen2, qwen3,
-// gemma, gemma2, gemma3 (Gemma3ForCausalLM, the text model), phi3, granite.
+// gemma, gemma2, gemma3 (Gemma3ForCausalLM, the text model), phi3, granite,
+// starcoder (GPTBigCodeForCausalLM), bloom.
 // Keys read, under the architecture's prefix: context_length,
 // embedding_length, block_count, feed_forward_length, attention.head_count,
 // attention.head_count_kv (default: head_count), attention.key_length and
 // value_length (default: embedding_length / head_count),
-// attention.layer_norm_rms_epsilon, rope.freq_base, rope.dimension_count
+// attention.layer_norm_rms_epsilon (layer_norm_epsilon for starcoder and
+// bloom), rope.freq_base, rope.dimension_count
 // (the rotary size: the whole head but for Phi-3), rope.scaling.type and
 // factor ("none" or "linear"); and where the architecture has them:
 // attn_logit_softcapping, final_logit_softcapping, attention.sliding_window,
@@ -44,6 +46,12 @@
 //       ...pre_feedforward_layernorm, blk.N.post_ffw_norm -> ...post_feedforward_layernorm
 //   blk.N.ffn_gate/ffn_up/ffn_down -> ...mlp.gate_proj/up_proj/down_proj, or Phi-3's
 //       blk.N.ffn_up -> ...mlp.gate_up_proj
+//   starcoder and bloom, weights and biases, under transformer.: token_embd -> wte
+//       (word_embeddings), position_embd -> wpe, token_embd_norm -> word_embeddings_layernorm,
+//       output_norm -> ln_f, blk.N.attn_norm -> h.N.ln_1 (input_layernorm), attn_qkv ->
+//       attn.c_attn (self_attention.query_key_value), attn_output -> attn.c_proj
+//       (self_attention.dense), ffn_norm -> ln_2 (post_attention_layernorm), ffn_up -> mlp.c_fc
+//       (mlp.dense_h_to_4h), ffn_down -> mlp.c_proj (mlp.dense_4h_to_h)
 //
 // What the converter changed in the data is undone:
 // - The rotary un-permutation (llama, granite, whose ggml rotation pairs
@@ -53,6 +61,8 @@
 //   GGUF row h*hd + 2j + i holds HF row h*hd + i*hd/2 + j (i in {0, 1},
 //   j < hd/2). unpermute_rotary_rows applies the inverse; the other
 //   architectures rotate halves as HF does and keep HF's order.
+// - Bloom's fused q/k/v rows, which the converter regrouped as all queries,
+//   then all keys, then all values: back to each head's q, k, v together.
 // - Gemma's norm weights, stored as 1 + w: w is the stored value minus 1, in
 //   float32 as transformers' GGUF reader computes it.
 //
@@ -98,10 +108,16 @@ struct GgufToHfOptions {
   ProgressCallback progress;                        // bytes written so far, of all
 };
 
+// The HF module layout an architecture's tensors go to: Llama's (model.layers.N.self_attn...,
+// rotary), GPTBigCode's (transformer.h.N.attn.c_attn..., learned positions) or Bloom's
+// (transformer.h.N.self_attention..., ALiBi). The last two use LayerNorm with biases.
+enum class GgufLayout { llama, gpt_bigcode, bloom };
+
 // What sets one GGUF architecture apart, as llama.cpp's converter writes it.
 struct GgufArchitecture {
   std::string_view name;  // general.architecture, the metadata keys' prefix
   std::string_view hf_class, model_type;
+  GgufLayout layout = GgufLayout::llama;
   bool permuted_rotary = false;  // q/k rows interleaved for ggml's adjacent-pair rotation
   bool norm_shift = false;       // norm weights stored as 1 + w (Gemma)
   bool qkv_bias = false;         // q/k/v projections with biases (Qwen2)
@@ -121,6 +137,9 @@ inline constexpr GgufArchitecture gguf_architectures[] = {
      .qk_norm = true, .sandwich_norms = true},
     {.name = "phi3", .hf_class = "Phi3ForCausalLM", .model_type = "phi3", .fused = true},
     {.name = "granite", .hf_class = "GraniteForCausalLM", .model_type = "granite", .permuted_rotary = true},
+    {.name = "starcoder", .hf_class = "GPTBigCodeForCausalLM", .model_type = "gpt_bigcode",
+     .layout = GgufLayout::gpt_bigcode},
+    {.name = "bloom", .hf_class = "BloomForCausalLM", .model_type = "bloom", .layout = GgufLayout::bloom},
 };
 
 // The model a GGUF file describes, with the rest of config.json.
@@ -129,7 +148,7 @@ struct GgufModelConfig {
   std::int64_t hidden = 0, layers = 0, heads = 0, kv_heads = 0, head_dim = 0, ffn = 0, vocab = 0;
   std::int64_t context = 0;
   std::int64_t rotary_dim = 0;  // the rotated dimensions of a head
-  double rms_eps = 0, rope_theta = 10000;
+  double norm_eps = 0, rope_theta = 10000;
   std::optional<double> linear_rope_factor;
   bool tied = false;
   // Gemma 2 and 3.
@@ -154,6 +173,18 @@ void unpermute_rotary_rows(const T* gguf, T* hf, std::int64_t heads, std::int64_
         const T* src = gguf + (h * head_dim + 2 * j + i) * cols;
         std::copy(src, src + cols, hf + (h * head_dim + i * half + j) * cols);
       }
+}
+
+// Rows [p*H*hd + h*hd + i] (GGUF: all queries, then keys, then values) ->
+// [(h*3 + p)*hd + i] (Bloom's query_key_value: each head's q, k, v together)
+// of a rows x cols matrix, p in {0, 1, 2}.
+template <class T>
+void interleave_bloom_qkv(const T* gguf, T* hf, std::int64_t heads, std::int64_t head_dim, std::int64_t cols) {
+  for (std::int64_t part = 0; part < 3; ++part)
+    for (std::int64_t h = 0; h < heads; ++h) {
+      const T* src = gguf + (part * heads + h) * head_dim * cols;
+      std::copy(src, src + head_dim * cols, hf + (h * 3 + part) * head_dim * cols);
+    }
 }
 
 namespace detail {
@@ -223,13 +254,20 @@ inline GgufModelConfig read_gguf_config(const GgufFile& file) {
   if (has("attention.value_length") && positive("attention.value_length") != c.head_dim)
     throw Error(where + "attention.value_length differs from key_length, which HF's " +
                 std::string(c.arch->hf_class) + " cannot express");
-  if (c.head_dim % 2 != 0) throw Error(where + "head size " + std::to_string(c.head_dim) + " is odd; rotary needs pairs");
+  const bool rotary = c.arch->layout == GgufLayout::llama;
+  if (rotary && c.head_dim % 2 != 0)
+    throw Error(where + "head size " + std::to_string(c.head_dim) + " is odd; rotary needs pairs");
   c.rotary_dim = has("rope.dimension_count") ? positive("rope.dimension_count") : c.head_dim;
-  if (c.arch->name == "phi3" ? c.rotary_dim % 2 != 0 || c.rotary_dim > c.head_dim : c.rotary_dim != c.head_dim)
+  if (rotary && (c.arch->name == "phi3" ? c.rotary_dim % 2 != 0 || c.rotary_dim > c.head_dim : c.rotary_dim != c.head_dim))
     throw Error(where + key("rope.dimension_count") + " " + std::to_string(c.rotary_dim) + " does not fit the head size " +
                 std::to_string(c.head_dim) + "; HF's " + std::string(c.arch->hf_class) +
                 (c.arch->name == "phi3" ? " rotates an even part of a head" : " rotates whole heads"));
-  c.rms_eps = number("attention.layer_norm_rms_epsilon");
+  c.norm_eps = number(rotary ? "attention.layer_norm_rms_epsilon" : "attention.layer_norm_epsilon");
+  if (c.arch->layout == GgufLayout::gpt_bigcode && c.kv_heads != 1 && c.kv_heads != c.heads)
+    throw Error(where + "head_count_kv " + std::to_string(c.kv_heads) +
+                " is neither 1 nor head_count; GPTBigCode's attention is multi-query or multi-head");
+  if (c.arch->layout == GgufLayout::bloom && (c.kv_heads != c.heads || c.ffn != 4 * c.hidden))
+    throw Error(where + "Bloom has as many key/value heads as heads and a feed-forward 4 x embedding_length wide");
   if (c.arch->name == "gemma3") c.rope_theta = 1e6;  // Gemma3TextConfig's global base
   if (has("rope.freq_base")) c.rope_theta = number("rope.freq_base");
   if (has("rope.scaling.type")) {
@@ -280,6 +318,7 @@ struct TensorPlan {
   std::string hf_name;
   std::vector<std::int64_t> ne;  // expected GGUF dims
   std::int64_t rotary_heads = 0;  // > 0: un-permute the rows with this many heads
+  std::int64_t bloom_heads = 0;   // > 0: GGUF's [Q; K; V] rows back to Bloom's q, k, v per head
   bool norm_shift = false;        // stored as 1 + w
 };
 
@@ -292,55 +331,93 @@ inline std::vector<TensorPlan> plan_tensors(const GgufFile& file, const GgufMode
   struct Rule {
     std::string gguf, hf;
     std::vector<std::int64_t> ne;
-    std::int64_t rotary_heads = 0;
+    std::int64_t rotary_heads = 0;  // the heads whose rows to restore (Bloom: its per-head q/k/v interleaving)
   };
-  std::vector<Rule> global = {{"token_embd.weight", "model.embed_tokens.weight", {d, c.vocab}},
-                              {"output_norm.weight", "model.norm.weight", {d}}};
+  std::vector<Rule> global, layer;
+  std::string layer_prefix = "model.layers.";
+  if (a.layout == GgufLayout::llama) {
+    global = {{"token_embd.weight", "model.embed_tokens.weight", {d, c.vocab}},
+              {"output_norm.weight", "model.norm.weight", {d}}};
+    layer = {{"attn_norm.weight", "input_layernorm.weight", {d}},
+             {"attn_output.weight", "self_attn.o_proj.weight", {q, d}},
+             {"ffn_down.weight", "mlp.down_proj.weight", {c.ffn, d}}};
+    const std::int64_t rotary_q = a.permuted_rotary ? c.heads : 0, rotary_k = a.permuted_rotary ? c.kv_heads : 0;
+    if (a.fused) {
+      layer.push_back({"attn_qkv.weight", "self_attn.qkv_proj.weight", {d, q + 2 * kv}});
+      layer.push_back({"ffn_up.weight", "mlp.gate_up_proj.weight", {d, 2 * c.ffn}});
+    } else {
+      layer.push_back({"attn_q.weight", "self_attn.q_proj.weight", {d, q}, rotary_q});
+      layer.push_back({"attn_k.weight", "self_attn.k_proj.weight", {d, kv}, rotary_k});
+      layer.push_back({"attn_v.weight", "self_attn.v_proj.weight", {d, kv}});
+      layer.push_back({"ffn_gate.weight", "mlp.gate_proj.weight", {d, c.ffn}});
+      layer.push_back({"ffn_up.weight", "mlp.up_proj.weight", {d, c.ffn}});
+    }
+    if (a.qkv_bias) {
+      layer.push_back({"attn_q.bias", "self_attn.q_proj.bias", {q}, rotary_q});
+      layer.push_back({"attn_k.bias", "self_attn.k_proj.bias", {kv}, rotary_k});
+      layer.push_back({"attn_v.bias", "self_attn.v_proj.bias", {kv}});
+    }
+    if (a.qk_norm) {
+      layer.push_back({"attn_q_norm.weight", "self_attn.q_norm.weight", {c.head_dim}});
+      layer.push_back({"attn_k_norm.weight", "self_attn.k_norm.weight", {c.head_dim}});
+    }
+    if (a.sandwich_norms) {
+      layer.push_back({"post_attention_norm.weight", "post_attention_layernorm.weight", {d}});
+      layer.push_back({"ffn_norm.weight", "pre_feedforward_layernorm.weight", {d}});
+      layer.push_back({"post_ffw_norm.weight", "post_feedforward_layernorm.weight", {d}});
+    } else {
+      layer.push_back({"ffn_norm.weight", "post_attention_layernorm.weight", {d}});
+    }
+  } else {
+    // LayerNorms and projections with biases: each rule below stands for its .weight and .bias.
+    const bool bloom = a.layout == GgufLayout::bloom;
+    layer_prefix = "transformer.h.";
+    std::vector<Rule> global_parts, layer_parts;
+    if (bloom) {
+      global_parts = {{"token_embd_norm", "transformer.word_embeddings_layernorm", {d}}};
+      layer_parts = {{"attn_norm", "input_layernorm", {d}},
+                     {"attn_qkv", "self_attention.query_key_value", {d, 3 * d}, c.heads},
+                     {"attn_output", "self_attention.dense", {d, d}},
+                     {"ffn_norm", "post_attention_layernorm", {d}},
+                     {"ffn_up", "mlp.dense_h_to_4h", {d, c.ffn}},
+                     {"ffn_down", "mlp.dense_4h_to_h", {c.ffn, d}}};
+    } else {
+      layer_parts = {{"attn_norm", "ln_1", {d}},
+                     {"attn_qkv", "attn.c_attn", {d, q + 2 * kv}},
+                     {"attn_output", "attn.c_proj", {d, d}},
+                     {"ffn_norm", "ln_2", {d}},
+                     {"ffn_up", "mlp.c_fc", {d, c.ffn}},
+                     {"ffn_down", "mlp.c_proj", {c.ffn, d}}};
+    }
+    global_parts.push_back({"output_norm", "transformer.ln_f", {d}});
+    global = {{"token_embd.weight", bloom ? "transformer.word_embeddings.weight" : "transformer.wte.weight",
+               {d, c.vocab}}};
+    if (!bloom) global.push_back({"position_embd.weight", "transformer.wpe.weight", {d, c.context}});
+    auto with_bias = [](const std::vector<Rule>& parts, std::vector<Rule>& into) {
+      for (const Rule& r : parts) {
+        into.push_back({r.gguf + ".weight", r.hf + ".weight", r.ne, r.rotary_heads});
+        into.push_back({r.gguf + ".bias", r.hf + ".bias", {r.ne.back()}, r.rotary_heads});
+      }
+    };
+    with_bias(global_parts, global);
+    with_bias(layer_parts, layer);
+  }
   if (!c.tied) global.push_back({"output.weight", "lm_head.weight", {d, c.vocab}});
-  std::vector<Rule> layer = {{"attn_norm.weight", "input_layernorm.weight", {d}},
-                             {"attn_output.weight", "self_attn.o_proj.weight", {q, d}},
-                             {"ffn_down.weight", "mlp.down_proj.weight", {c.ffn, d}}};
-  const std::int64_t rotary_q = a.permuted_rotary ? c.heads : 0, rotary_k = a.permuted_rotary ? c.kv_heads : 0;
-  if (a.fused) {
-    layer.push_back({"attn_qkv.weight", "self_attn.qkv_proj.weight", {d, q + 2 * kv}});
-    layer.push_back({"ffn_up.weight", "mlp.gate_up_proj.weight", {d, 2 * c.ffn}});
-  } else {
-    layer.push_back({"attn_q.weight", "self_attn.q_proj.weight", {d, q}, rotary_q});
-    layer.push_back({"attn_k.weight", "self_attn.k_proj.weight", {d, kv}, rotary_k});
-    layer.push_back({"attn_v.weight", "self_attn.v_proj.weight", {d, kv}});
-    layer.push_back({"ffn_gate.weight", "mlp.gate_proj.weight", {d, c.ffn}});
-    layer.push_back({"ffn_up.weight", "mlp.up_proj.weight", {d, c.ffn}});
-  }
-  if (a.qkv_bias) {
-    layer.push_back({"attn_q.bias", "self_attn.q_proj.bias", {q}, rotary_q});
-    layer.push_back({"attn_k.bias", "self_attn.k_proj.bias", {kv}, rotary_k});
-    layer.push_back({"attn_v.bias", "self_attn.v_proj.bias", {kv}});
-  }
-  if (a.qk_norm) {
-    layer.push_back({"attn_q_norm.weight", "self_attn.q_norm.weight", {c.head_dim}});
-    layer.push_back({"attn_k_norm.weight", "self_attn.k_norm.weight", {c.head_dim}});
-  }
-  if (a.sandwich_norms) {
-    layer.push_back({"post_attention_norm.weight", "post_attention_layernorm.weight", {d}});
-    layer.push_back({"ffn_norm.weight", "pre_feedforward_layernorm.weight", {d}});
-    layer.push_back({"post_ffw_norm.weight", "post_feedforward_layernorm.weight", {d}});
-  } else {
-    layer.push_back({"ffn_norm.weight", "post_attention_layernorm.weight", {d}});
-  }
 
   std::map<std::string, TensorPlan, std::less<>> expected;
   auto expect = [&](const Rule& r, const std::string& gguf, const std::string& hf) {
     TensorPlan p;
     p.hf_name = hf;
     p.ne = r.ne;
-    p.rotary_heads = r.rotary_heads;
+    if (a.layout == GgufLayout::bloom) p.bloom_heads = r.rotary_heads;
+    else p.rotary_heads = r.rotary_heads;
     p.norm_shift = a.norm_shift && hf.ends_with("norm.weight");
     expected.emplace(gguf, std::move(p));
   };
   for (const Rule& r : global) expect(r, r.gguf, r.hf);
   for (std::int64_t l = 0; l < c.layers; ++l)
     for (const Rule& r : layer)
-      expect(r, "blk." + std::to_string(l) + "." + r.gguf, "model.layers." + std::to_string(l) + "." + r.hf);
+      expect(r, "blk." + std::to_string(l) + "." + r.gguf, layer_prefix + std::to_string(l) + "." + r.hf);
 
   std::vector<TensorPlan> plan;
   for (const GgufTensor& t : file.tensors()) {
@@ -382,9 +459,47 @@ template <class Json> std::string dump_json(const Json& j, const std::filesystem
   }
 }
 
+inline nlohmann::ordered_json hf_id(const std::optional<std::int64_t>& i) {
+  return i ? nlohmann::ordered_json(*i) : nlohmann::ordered_json(nullptr);
+}
+
+// GPTBigCode's and Bloom's config.json, in their own keys.
+inline nlohmann::ordered_json hf_layer_norm_config(const GgufModelConfig& c, const GgufVocab& v,
+                                                   const std::string& dtype) {
+  const GgufArchitecture& a = *c.arch;
+  nlohmann::ordered_json j = {{"architectures", {a.hf_class}},
+                              {"model_type", a.model_type},
+                              {"bos_token_id", hf_id(v.bos)},
+                              {"eos_token_id", hf_id(v.eos)},
+                              {"pad_token_id", hf_id(v.pad)},
+                              {"initializer_range", 0.02},
+                              {"layer_norm_epsilon", c.norm_eps}};
+  if (a.layout == GgufLayout::gpt_bigcode) {
+    j["activation_function"] = "gelu_pytorch_tanh";
+    j["multi_query"] = c.kv_heads == 1;
+    j["n_embd"] = c.hidden;
+    j["n_head"] = c.heads;
+    j["n_inner"] = c.ffn;
+    j["n_layer"] = c.layers;
+    j["n_positions"] = c.context;
+    j["scale_attn_weights"] = true;
+  } else {
+    j["apply_residual_connection_post_layernorm"] = false;
+    j["hidden_size"] = c.hidden;
+    j["n_head"] = c.heads;
+    j["n_layer"] = c.layers;
+  }
+  j["tie_word_embeddings"] = c.tied;
+  j["dtype"] = dtype;
+  j["use_cache"] = true;
+  j["vocab_size"] = c.vocab;
+  return j;
+}
+
 inline nlohmann::ordered_json hf_model_config(const GgufModelConfig& c, const GgufVocab& v, const std::string& dtype) {
   const GgufArchitecture& a = *c.arch;
-  auto id = [](const std::optional<std::int64_t>& i) { return i ? nlohmann::ordered_json(*i) : nlohmann::ordered_json(nullptr); };
+  if (a.layout != GgufLayout::llama) return hf_layer_norm_config(c, v, dtype);
+  const auto id = hf_id;
   auto optional = [](const std::optional<double>& x) { return x ? nlohmann::ordered_json(*x) : nlohmann::ordered_json(nullptr); };
   const bool gemma2 = a.name == "gemma2", gemma3 = a.name == "gemma3", phi3 = a.name == "phi3";
   nlohmann::ordered_json rope = {{"rope_theta", c.rope_theta}, {"rope_type", "default"}};
@@ -416,7 +531,7 @@ inline nlohmann::ordered_json hf_model_config(const GgufModelConfig& c, const Gg
                               {"num_attention_heads", c.heads},
                               {"num_hidden_layers", c.layers},
                               {"num_key_value_heads", c.kv_heads},
-                              {"rms_norm_eps", c.rms_eps}};
+                              {"rms_norm_eps", c.norm_eps}};
   if (a.name == "llama" || a.name == "granite" || a.name == "qwen3") {
     j["attention_bias"] = false;
     j["mlp_bias"] = false;
@@ -492,6 +607,12 @@ inline std::vector<std::byte> hf_tensor_bytes(const GgufFile& file, const Tensor
     const std::int64_t rows = t.ne.size() == 2 ? t.ne[1] : t.ne[0], cols = t.ne.size() == 2 ? t.ne[0] : 1;
     unpermute_rotary_rows(values.data(), unpermuted.data(), p.rotary_heads, rows / p.rotary_heads, cols);
     values.swap(unpermuted);
+  }
+  if (p.bloom_heads > 0) {
+    std::vector<float> interleaved(values.size());
+    const std::int64_t rows = t.ne.size() == 2 ? t.ne[1] : t.ne[0], cols = t.ne.size() == 2 ? t.ne[0] : 1;
+    interleave_bloom_qkv(values.data(), interleaved.data(), p.bloom_heads, rows / 3 / p.bloom_heads, cols);
+    values.swap(interleaved);
   }
   return encode_floats(values, dtype);
 }
