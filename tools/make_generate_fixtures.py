@@ -39,7 +39,7 @@ def greedy_generations(model, seed, prompt_lengths, new_tokens):
     gen = torch.Generator().manual_seed(seed)
     tensors = {}
     for i, length in enumerate(prompt_lengths):
-        prompt = torch.randint(3, model.config.vocab_size, (1, length), generator=gen)
+        prompt = torch.randint(3, model.config.get_text_config().vocab_size, (1, length), generator=gen)
         with torch.no_grad():
             out = model.generate(input_ids=prompt, attention_mask=torch.ones_like(prompt), do_sample=False,
                                  max_new_tokens=new_tokens, min_new_tokens=new_tokens, eos_token_id=None,

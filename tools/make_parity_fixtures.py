@@ -40,7 +40,9 @@ from transformers import (
     BloomForCausalLM,
     Gemma2Config,
     Gemma2ForCausalLM,
+    Gemma3Config,
     Gemma3ForCausalLM,
+    Gemma3ForConditionalGeneration,
     Gemma3TextConfig,
     GemmaConfig,
     GemmaForCausalLM,
@@ -60,6 +62,7 @@ from transformers import (
     Qwen2ForCausalLM,
     Qwen3Config,
     Qwen3ForCausalLM,
+    SiglipVisionConfig,
 )
 from transformers.utils import logging as hf_logging
 
@@ -278,6 +281,18 @@ def gemma3():
     )
 
 
+def gemma3_vision():
+    """Gemma 3 as its multimodal checkpoints come (4B and up): Gemma3ForConditionalGeneration with a
+    small SigLIP vision tower beside the text model; ft trains the text model, read from under
+    model.language_model, and the fixture's gradients are the text model's."""
+    _, text = gemma3()
+    vision = SiglipVisionConfig(hidden_size=16, intermediate_size=32, num_hidden_layers=1, num_attention_heads=2,
+                                image_size=28, patch_size=14, attention_dropout=0.0)
+    return Gemma3ForConditionalGeneration, Gemma3Config(text_config=text.to_dict(), vision_config=vision.to_dict(),
+                                                        mm_tokens_per_image=4, image_token_index=99,
+                                                        boi_token_index=97, eoi_token_index=98)
+
+
 CASES = {
     "llama_gqa": llama_gqa,
     "smollm2_tied": smollm2_tied,
@@ -298,6 +313,7 @@ CASES = {
     "gemma_geglu": gemma,
     "gemma2_softcap": gemma2,
     "gemma3_local_global": gemma3,
+    "gemma3_vision_text": gemma3_vision,
 }
 
 
@@ -350,7 +366,8 @@ def forward_backward(model, input_ids, labels):
     model.zero_grad(set_to_none=True)
     out = model(input_ids=input_ids, labels=labels)
     out.loss.backward()
-    grads = {n: p.grad.detach().clone() for n, p in model.named_parameters()}
+    # Parameters the text does not reach (a vision tower) have no gradient.
+    grads = {n: p.grad.detach().clone() for n, p in model.named_parameters() if p.grad is not None}
     return out.logits.detach(), out.loss.detach(), grads
 
 
@@ -462,7 +479,7 @@ def make_case(case, seed):
         if f.name not in KEEP:
             f.unlink()
 
-    vocab = model32.config.vocab_size
+    vocab = model32.config.get_text_config().vocab_size
     input_ids, labels = make_inputs(vocab, gen)
 
     logits32, loss32, grads32 = forward_backward(model32, input_ids, labels)

@@ -16,9 +16,12 @@ ModelText ModelText::load(const std::filesystem::path& dir) {
   ModelText t;
   t.dir = dir;
   if (std::filesystem::exists(dir / "config.json")) {
-    const auto model_config = io::read_json_file<nlohmann::json>(dir / "config.json");
-    if (model_config.contains("vocab_size") && model_config["vocab_size"].is_number_integer())
-      t.embedding_rows = model_config["vocab_size"].get<std::int64_t>();
+    const auto config = io::read_json_file<nlohmann::json>(dir / "config.json");
+    // A multimodal model's text model has its own config (Gemma3ForConditionalGeneration).
+    const nlohmann::json& text = config.contains("text_config") && config["text_config"].is_object()
+                                     ? config["text_config"] : config;
+    if (text.contains("vocab_size") && text["vocab_size"].is_number_integer())
+      t.embedding_rows = text["vocab_size"].get<std::int64_t>();
   }
   const auto config_file = dir / "tokenizer_config.json";
   nlohmann::ordered_json config = nlohmann::ordered_json::object();

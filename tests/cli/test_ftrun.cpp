@@ -179,7 +179,7 @@ TEST_CASE("the model family comes from config.json") {
   CHECK(bad.err == "ftrun: " + fixtures +
                        "/models/unknown-arch/config.json: architecture \"FalconForCausalLM\" is not supported by any "
                        "plugin; supported: BloomForCausalLM, GPTBigCodeForCausalLM, GPTNeoXForCausalLM, Gemma2ForCausalLM, "
-                       "Gemma3ForCausalLM, GemmaForCausalLM, "
+                       "Gemma3ForCausalLM, Gemma3ForConditionalGeneration, GemmaForCausalLM, "
                        "GraniteForCausalLM, LlamaForCausalLM, "
                        "MistralForCausalLM, "
                        "Phi3ForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM\n");

@@ -326,6 +326,35 @@ TEST_CASE("gemma-2-2b and gemma-2-9b: a norm after each branch, soft-caps, local
                        doctest::Contains("field \"attn_logit_softcapping\" must be a positive number or null"), Error);
 }
 
+TEST_CASE("gemma-3-4b: the text model of a Gemma3ForConditionalGeneration checkpoint, Gemma3TextConfig's defaults "
+          "where text_config leaves keys out; transformers' count") {
+  // gemma-3-4b-it's config.json as published (its vision_config shortened).
+  const auto spec = spec_of(R"({"architectures": ["Gemma3ForConditionalGeneration"], "boi_token_index": 255999,
+    "eoi_token_index": 256000, "eos_token_id": [1, 106], "image_token_index": 262144, "initializer_range": 0.02,
+    "mm_tokens_per_image": 256, "model_type": "gemma3", "text_config": {"hidden_size": 2560,
+    "intermediate_size": 10240, "model_type": "gemma3_text", "num_hidden_layers": 34,
+    "rope_scaling": {"factor": 8.0, "rope_type": "linear"}, "sliding_window": 1024}, "torch_dtype": "bfloat16",
+    "vision_config": {"hidden_size": 1152, "model_type": "siglip_vision_model", "num_hidden_layers": 27}})");
+  const auto& c = spec.config;
+  CHECK(c.architecture == "Gemma3ForConditionalGeneration");
+  CHECK(c.vocab_size == 262208);
+  CHECK(c.num_heads == 8);
+  CHECK(c.num_kv_heads == 4);
+  CHECK(c.head_dim == 256);
+  CHECK(c.qk_norm);
+  CHECK(c.tie_embeddings);
+  CHECK(c.sliding_window[4] == 1024);
+  CHECK(c.sliding_window[5] == 0);
+  CHECK(c.rope_of(5).linear_factor == 8.0);
+  CHECK(c.rope_of(4).linear_factor == 1.0);
+  CHECK(models::parameter_count(c) == 3'880'263'168);  // transformers' count of its text model
+  CHECK(spec.weights.front().hf_name == "model.language_model.embed_tokens.weight");
+  CHECK(spec.weights.front().alias == "language_model.model.embed_tokens.weight");
+  CHECK(spec.carried.front() == "vision_tower.");
+  CHECK_THROWS_WITH_AS(spec_of(R"({"architectures": ["Gemma3ForConditionalGeneration"], "text_config": 3})"),
+                       doctest::Contains("Gemma3ForConditionalGeneration needs \"text_config\", an object"), Error);
+}
+
 TEST_CASE("gemma-3-1b: Gemma 2's block with (1 + w) q/k norms, one rotary base per kind of layer; transformers' count") {
   // gemma-3-1b-it's config.json as published (rope_theta and rope_local_base_freq, no layer_types).
   const auto spec = spec_of(R"({"architectures": ["Gemma3ForCausalLM"], "hidden_size": 1152, "head_dim": 256,
@@ -364,7 +393,7 @@ TEST_CASE("the parameter count from the configuration is what the model allocate
   for (const char* name : {"llama_gqa", "smollm2_tied", "qwen2_bias", "neox_parallel", "qwen3_qk_norm",
                            "granite_multipliers", "phi3_fused", "phi3_longrope", "phi3_longrope_long", "gpt_bigcode_mqa",
                            "gpt_bigcode_mha", "bloom_alibi", "bloom_six_heads", "gemma_geglu", "gemma2_softcap",
-                           "gemma3_local_global"}) {
+                           "gemma3_local_global", "gemma3_vision_text"}) {
     CAPTURE(name);
     fs::path dir = fs::path(FT_SOURCE_DIR) / "tests/fixtures/parity" / name;
     models::Transformer<float> model(models::read_model_spec(dir));

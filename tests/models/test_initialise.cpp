@@ -17,16 +17,20 @@ using namespace ft;
 namespace fs = std::filesystem;
 
 TEST_CASE("a fresh model's padding row starts at zero, its other rows drawn, its norms at their unit") {
-  for (const char* config : {R"({"architectures": ["LlamaForCausalLM"], "pad_token_id": 3)",
-                             R"({"architectures": ["GemmaForCausalLM"], "head_dim": 8, "num_key_value_heads": 2)"}) {
+  const std::string shape = R"("hidden_size": 16, "intermediate_size": 32, "num_hidden_layers": 1,
+    "num_attention_heads": 2, "vocab_size": 12)";
+  // The last is a multimodal config: its text model is initialised, with no vision tower to carry over.
+  for (const std::string config :
+       {R"({"architectures": ["LlamaForCausalLM"], "pad_token_id": 3, )" + shape + "}",
+        R"({"architectures": ["GemmaForCausalLM"], "head_dim": 8, "num_key_value_heads": 2, )" + shape + "}",
+        R"({"architectures": ["Gemma3ForConditionalGeneration"], "text_config": {"head_dim": 8,
+          "num_key_value_heads": 1, )" + shape + "}}"}) {
     CAPTURE(config);
     const fs::path source = fs::temp_directory_path() / ("ft-init-source-" + std::to_string(::getpid()));
     const fs::path out = fs::temp_directory_path() / ("ft-init-" + std::to_string(::getpid()));
     fs::create_directories(source);
     fs::create_directories(out);
-    std::ofstream(source / "config.json")
-        << config << R"(, "hidden_size": 16, "intermediate_size": 32, "num_hidden_layers": 1,
-          "num_attention_heads": 2, "vocab_size": 12})";
+    std::ofstream(source / "config.json") << config;
     const models::ModelSpec spec = models::read_model_spec(source);
     const index_t pad = spec.config.padding_idx, C = spec.config.hidden_size;
     REQUIRE(pad >= 0);

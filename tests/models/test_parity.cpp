@@ -31,7 +31,7 @@ const char* const cases[] = {"llama_gqa",       "smollm2_tied",  "llama3_rope_sc
                              "phi3_longrope_long",
                              "gpt_bigcode_mqa",     "gpt_bigcode_mha",     "bloom_alibi",
                              "bloom_six_heads",     "gemma_geglu",      "gemma2_softcap",
-                             "gemma3_local_global"};
+                             "gemma3_local_global", "gemma3_vision_text"};
 
 fs::path fixture(const std::string& name) { return fs::path(FT_SOURCE_DIR) / "tests/fixtures/parity" / name; }
 
@@ -105,10 +105,13 @@ TEST_CASE("bf16 storage with float32 accumulation stays within bf16's tolerances
   // query and key head renormalised from bf16 values in three blocks. By this
   // measure (the largest difference over the largest value) HF's own bf16 runs
   // of them are 0.027 and 0.056 off the float64 logits, and 0.12 off Gemma 3's
-  // worst gradient; ft's are 0.034, 0.033 and 0.15.
+  // worst gradient; ft's are 0.034, 0.033 and 0.15. The same text model
+  // under Gemma3ForConditionalGeneration, with other random weights: HF's
+  // 0.035 and 0.17 (the embedding's gradient), ft's 0.044 and 0.23.
   for (const std::string name : cases) {
-    const bool gemma2_block = name == "gemma2_softcap" || name == "gemma3_local_global";
-    check_case<bf16>(name, {2e-3, gemma2_block ? 4e-2 : 3e-2, name == "gemma3_local_global" ? 0.2 : 6e-2});
+    const bool vision = name == "gemma3_vision_text", gemma3 = vision || name == "gemma3_local_global";
+    const bool gemma2_block = name == "gemma2_softcap" || gemma3;
+    check_case<bf16>(name, {2e-3, vision ? 5e-2 : gemma2_block ? 4e-2 : 3e-2, vision ? 0.25 : gemma3 ? 0.2 : 6e-2});
   }
 }
 
@@ -200,7 +203,7 @@ TEST_CASE("model directories with problems give one-line errors") {
   CHECK_THROWS_WITH_AS(models::read_model_spec(fixtures / "models/unknown-arch"),
                        doctest::Contains("architecture \"FalconForCausalLM\" is not supported; supported: "
                                          "LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, "
-                                         "GraniteForCausalLM, GemmaForCausalLM, Gemma2ForCausalLM, Gemma3ForCausalLM, GPTNeoXForCausalLM, Phi3ForCausalLM, "
+                                         "GraniteForCausalLM, GemmaForCausalLM, Gemma2ForCausalLM, Gemma3ForCausalLM, Gemma3ForConditionalGeneration, GPTNeoXForCausalLM, Phi3ForCausalLM, "
                                          "GPTBigCodeForCausalLM, BloomForCausalLM"),
                        Error);
   CHECK_THROWS_WITH_AS(models::read_model_spec(fixtures / "no-such-dir"), doctest::Contains("not a model directory"),
@@ -232,6 +235,13 @@ TEST_CASE("a saved model holds the tensors it loaded: bit for bit in f32, rounde
     CAPTURE(name);
     auto model = models::load_pretrained<float>(fixture(name));
     const io::ModelWeights source = io::ModelWeights::open(fixture(name));
+    // A tensor read under its binding's other name is written under the binding's own (Gemma 3's
+    // language_model.model.* as model.language_model.*); the ones the spec carries keep theirs.
+    auto saved_name = [&](const std::string& tensor) {
+      for (const models::WeightBinding& w : model->spec().weights)
+        if (w.alias == tensor) return w.hf_name;
+      return tensor;
+    };
     for (const std::string dtype : {"F32", "BF16", "F16"}) {
       CAPTURE(dtype);
       ft::testing::TempDir dir("ft_saved");
@@ -241,7 +251,7 @@ TEST_CASE("a saved model holds the tensors it loaded: bit for bit in f32, rounde
       for (const std::string& tensor : source.names()) {
         CAPTURE(tensor);
         const io::TensorView& want = source.at(tensor);
-        const io::TensorView& got = saved.at(tensor);
+        const io::TensorView& got = saved.at(saved_name(tensor));
         CHECK(got.dtype == dtype);
         CHECK(got.shape == want.shape);
         const std::vector<float> values = read<float>(source.file_of(tensor), tensor);

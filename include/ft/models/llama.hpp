@@ -96,14 +96,16 @@ inline void read_gemma2_block(const ConfigReader& json, TransformerConfig& c, bo
 struct Llama : Policy {
   static constexpr std::string_view name = "llama";
   static constexpr std::string_view type_name = "ft::models::Llama";
-  static constexpr std::array<std::string_view, 8> hf_architectures{
-      "LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForCausalLM", "Qwen3ForCausalLM", "GraniteForCausalLM",
-      "GemmaForCausalLM", "Gemma2ForCausalLM", "Gemma3ForCausalLM"};
+  static constexpr std::array<std::string_view, 9> hf_architectures{
+      "LlamaForCausalLM",  "MistralForCausalLM", "Qwen2ForCausalLM",  "Qwen3ForCausalLM",
+      "GraniteForCausalLM", "GemmaForCausalLM",  "Gemma2ForCausalLM", "Gemma3ForCausalLM",
+      "Gemma3ForConditionalGeneration"};
   static constexpr std::array<std::string_view, 7> linear_modules{
       "q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"};
   static constexpr std::array<std::string_view, 2> default_lora_targets{"q_proj", "v_proj"};
 
   static ModelSpec describe(const ConfigReader& json) {
+    if (json.architecture() == "Gemma3ForConditionalGeneration") return describe_gemma3_text_tower(json);
     TransformerConfig c = read_llama_shape(json, 1e-6);
     bool qwen2 = c.architecture == "Qwen2ForCausalLM";
     bool attention_bias = json.flag("attention_bias", false);
@@ -187,6 +189,36 @@ struct Llama : Policy {
     }
     bind("model.norm.weight", "final_norm.weight");
     if (!c.tie_embeddings) bind("lm_head.weight", "lm_head.weight");
+    return spec;
+  }
+
+  // Gemma 3's multimodal checkpoints (4B and up): the text model, trained
+  // and served as Gemma3ForCausalLM, its config under text_config (which
+  // transformers writes without the keys at Gemma3TextConfig's defaults),
+  // its tensors under language_model.model in files and
+  // model.language_model in memory (PEFT's module names). The vision tower
+  // is not part of the model; a saved model carries it over unchanged
+  // (models/save.hpp).
+  static ModelSpec describe_gemma3_text_tower(const ConfigReader& json) {
+    if (!json.has("text_config") || !json.json()["text_config"].is_object())
+      json.fail("Gemma3ForConditionalGeneration needs \"text_config\", an object");
+    nlohmann::json text = {{"vocab_size", 262208}, {"hidden_size", 2304}, {"intermediate_size", 9216},
+                           {"num_hidden_layers", 26}, {"num_attention_heads", 8}};
+    text.update(json.json()["text_config"]);
+    text["architectures"] = {"Gemma3ForCausalLM"};
+    if (json.has("tie_word_embeddings")) text["tie_word_embeddings"] = json.json()["tie_word_embeddings"];
+    ModelSpec spec = describe(ConfigReader(text, json.file()));
+    spec.config.architecture = json.architecture();
+    for (WeightBinding& w : spec.weights) {
+      const std::string name = w.hf_name;
+      if (name.starts_with("model.")) {
+        w.hf_name = "model.language_model." + name.substr(6);
+        w.alias = "language_model.model." + name.substr(6);
+      } else {
+        w.alias = "language_model." + name;  // lm_head
+      }
+    }
+    spec.carried = {"vision_tower.", "multi_modal_projector.", "model.vision_tower.", "model.multi_modal_projector."};
     return spec;
   }
 };

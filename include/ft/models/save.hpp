@@ -2,14 +2,18 @@
 // A model back to an HF directory: the weight map read backwards (fused ft
 // parameters split into HF's tensors, GPT-NeoX's qkv rows re-interleaved), in
 // a chosen dtype, plus every non-weight file of the directory the model came
-// from (config.json, tokenizer, chat template, generation config), so the
-// result loads in transformers as it is.
+// from (config.json, tokenizer, chat template, generation config) and the
+// source's tensors the spec carries (a vision tower beside a text model), so
+// the result loads in transformers as it is.
+#include <algorithm>
 #include <filesystem>
+#include <memory>
 #include <span>
 #include <string>
 #include <vector>
 
 #include "ft/io/model_files.hpp"
+#include "ft/io/model_weights.hpp"
 #include "ft/models/transformer.hpp"
 
 namespace ft::models {
@@ -34,6 +38,22 @@ void save_pretrained(Transformer<T, Device>& model, const std::filesystem::path&
                            put(bytes);
                          });
                        }});
+  }
+  // A source without weights (`ftrun init` from a config) has nothing to carry.
+  const bool source_has_weights = std::ranges::any_of(fs::directory_iterator(source_dir), [](const fs::directory_entry& e) {
+    return e.is_regular_file() && io::is_weight_file(e.path());
+  });
+  if (!model.spec().carried.empty() && source_has_weights) {
+    auto source = std::make_shared<const io::ModelWeights>(io::ModelWeights::open(source_dir));
+    for (const std::string& name : source->names()) {
+      auto carried = [&](const std::string& prefix) { return name.starts_with(prefix); };
+      if (!std::ranges::any_of(model.spec().carried, carried)) continue;
+      tensors.push_back({name, dtype, source->at(name).shape, {}, io::whole_bytes([source, name, dtype] {
+                           std::vector<float> values(std::size_t(source->at(name).numel()));
+                           io::copy_elements(*source, name, values.data(), std::int64_t(values.size()));
+                           return io::encode_floats(values, dtype);
+                         })});
+    }
   }
   io::write_model_safetensors(dir, tensors, max_shard_bytes);
 }

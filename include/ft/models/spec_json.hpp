@@ -37,7 +37,7 @@ NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE(TransformerConfig, architecture, vocab_size, 
                                    alibi, embedding_norm, padding_idx, rope, layer_rope,
                                    sliding_window, max_position_embeddings)
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE(WeightBinding, hf_name, param, row_offset, order, alias)
-NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE(ModelSpec, config, weights)
+NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE(ModelSpec, config, weights, carried)
 
 inline std::string spec_to_json(const ModelSpec& spec) { return nlohmann::json(spec).dump(); }
 

@@ -101,6 +101,7 @@ public:
   ConfigReader(const nlohmann::json& json, std::filesystem::path file) : json_(json), file_(std::move(file)) {}
 
   const nlohmann::json& json() const { return json_; }
+  const std::filesystem::path& file() const { return file_; }
   bool has(const char* key) const { return json_.contains(key) && !json_[key].is_null(); }
 
   index_t required_int(const char* key) const {

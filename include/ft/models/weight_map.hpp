@@ -31,6 +31,10 @@ struct WeightBinding {
 struct ModelSpec {
   TransformerConfig config;
   std::vector<WeightBinding> weights;
+  // Name prefixes of tensors that belong to the checkpoint but not to the
+  // model (a multimodal model's vision tower beside the text model it
+  // trains): a saved model carries them over unchanged.
+  std::vector<std::string> carried = {};
   bool operator==(const ModelSpec&) const = default;
 };
 
