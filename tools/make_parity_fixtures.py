@@ -180,20 +180,14 @@ def phi3_longrope():
 
 
 def phi3_longrope_long():
-    # LongRoPE past its original length: the 16-token rows reach position 12,
-    # so HF takes the long factors at every position of the batch; its
-    # generation crosses from the short factors to the long ones.
-    return Phi3ForCausalLM, Phi3Config(
-        vocab_size=92, hidden_size=64, intermediate_size=96,
-        num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
-        max_position_embeddings=64, original_max_position_embeddings=12, rms_norm_eps=1e-5,
-        tie_word_embeddings=False,
-        rope_parameters={"rope_type": "longrope", "rope_theta": 10000.0, "partial_rotary_factor": 0.75,
-                         "short_factor": [1.0, 1.25, 1.5, 2.0, 3.0, 4.5],
-                         "long_factor": [1.0, 3.0, 6.0, 12.0, 24.0, 48.0]},
-        pad_token_id=0, bos_token_id=1, eos_token_id=2,
-        attention_dropout=0.0, resid_pdrop=0.0, embd_pdrop=0.0,
-    )
+    # LongRoPE past its original length: phi3_longrope's shape with an original length of 12 and
+    # untied tables, so the 16-token rows reach position 12 and HF takes the long factors at every
+    # position of the batch; its generations cross from the short factors to the long ones.
+    model_cls, config = phi3_longrope()
+    config.max_position_embeddings, config.original_max_position_embeddings = 64, 12
+    config.tie_word_embeddings = False
+    config.rope_parameters["long_factor"] = [1.0, 3.0, 6.0, 12.0, 24.0, 48.0]
+    return model_cls, config
 
 
 def mistral_sliding():
