@@ -174,10 +174,7 @@ void add_tokens(const fs::path& src, const fs::path& out, Staged& staged, const 
       });
       it->shape[0] = size;
     }
-    // A multimodal model's text model has its own config (Gemma3ForConditionalGeneration).
-    nlohmann::json& text = config.contains("text_config") && config["text_config"].is_object()
-                               ? config["text_config"] : config;
-    text["vocab_size"] = size;
+    ft::io::text_model_config(config)["vocab_size"] = size;
   }
   nlohmann::json tokenizer_config = read_or_empty(out / "tokenizer_config.json");
   for (const auto& [role, token] : additions.roles) {

@@ -17,9 +17,7 @@ ModelText ModelText::load(const std::filesystem::path& dir) {
   t.dir = dir;
   if (std::filesystem::exists(dir / "config.json")) {
     const auto config = io::read_json_file<nlohmann::json>(dir / "config.json");
-    // A multimodal model's text model has its own config (Gemma3ForConditionalGeneration).
-    const nlohmann::json& text = config.contains("text_config") && config["text_config"].is_object()
-                                     ? config["text_config"] : config;
+    const nlohmann::json& text = io::text_model_config(config);
     if (text.contains("vocab_size") && text["vocab_size"].is_number_integer())
       t.embedding_rows = text["vocab_size"].get<std::int64_t>();
   }

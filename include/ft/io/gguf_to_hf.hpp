@@ -499,7 +499,6 @@ inline nlohmann::ordered_json hf_layer_norm_config(const GgufModelConfig& c, con
 inline nlohmann::ordered_json hf_model_config(const GgufModelConfig& c, const GgufVocab& v, const std::string& dtype) {
   const GgufArchitecture& a = *c.arch;
   if (a.layout != GgufLayout::llama) return hf_layer_norm_config(c, v, dtype);
-  const auto id = hf_id;
   auto optional = [](const std::optional<double>& x) { return x ? nlohmann::ordered_json(*x) : nlohmann::ordered_json(nullptr); };
   const bool gemma2 = a.name == "gemma2", gemma3 = a.name == "gemma3", phi3 = a.name == "phi3";
   nlohmann::ordered_json rope = {{"rope_theta", c.rope_theta}, {"rope_type", "default"}};
@@ -519,9 +518,9 @@ inline nlohmann::ordered_json hf_model_config(const GgufModelConfig& c, const Gg
   nlohmann::ordered_json j = {{"architectures", {a.hf_class}},
                               {"model_type", a.model_type},
                               {"attention_dropout", 0.0},
-                              {"bos_token_id", id(v.bos)},
-                              {"eos_token_id", id(v.eos)},
-                              {"pad_token_id", id(v.pad)},
+                              {"bos_token_id", hf_id(v.bos)},
+                              {"eos_token_id", hf_id(v.eos)},
+                              {"pad_token_id", hf_id(v.pad)},
                               {"head_dim", c.head_dim},
                               {"hidden_act", a.norm_shift ? "gelu_pytorch_tanh" : "silu"},
                               {"hidden_size", c.hidden},

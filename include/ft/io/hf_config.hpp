@@ -25,6 +25,13 @@ Json read_json_file(const std::filesystem::path& file) {
   }
 }
 
+// The text model's part of a config.json: its text_config where it has one
+// (a multimodal model, Gemma3ForConditionalGeneration), else the whole.
+template <class Json>
+Json& text_model_config(Json& config) {
+  return config.contains("text_config") && config["text_config"].is_object() ? config["text_config"] : config;
+}
+
 // The first entry of config.json's `architectures`, e.g. "LlamaForCausalLM".
 inline std::string hf_architecture(const std::filesystem::path& model_dir) {
   auto file = model_dir / "config.json";

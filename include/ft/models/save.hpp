@@ -40,10 +40,12 @@ void save_pretrained(Transformer<T, Device>& model, const std::filesystem::path&
                        }});
   }
   // A source without weights (`ftrun init` from a config) has nothing to carry.
-  const bool source_has_weights = std::ranges::any_of(fs::directory_iterator(source_dir), [](const fs::directory_entry& e) {
-    return e.is_regular_file() && io::is_weight_file(e.path());
-  });
-  if (!model.spec().carried.empty() && source_has_weights) {
+  auto has_weights = [&] {
+    return std::ranges::any_of(fs::directory_iterator(source_dir), [](const fs::directory_entry& e) {
+      return e.is_regular_file() && io::is_weight_file(e.path());
+    });
+  };
+  if (!model.spec().carried.empty() && has_weights()) {
     auto source = std::make_shared<const io::ModelWeights>(io::ModelWeights::open(source_dir));
     for (const std::string& name : source->names()) {
       auto carried = [&](const std::string& prefix) { return name.starts_with(prefix); };
