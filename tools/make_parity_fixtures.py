@@ -2,7 +2,8 @@
 """Writes the HF Transformers parity fixtures under tests/fixtures/parity/.
 
 ft re-implements the Llama-family (Qwen2, Qwen3 and Granite included), Phi-3,
-GPT-NeoX, GPTBigCode, Bloom and Gemma 1-3 forward and backward passes in C++. These fixtures pin down what HF Transformers computes for a few tiny,
+GPT-NeoX, GPTBigCode, Bloom, Gemma 1-3 and the mixtures of experts (Mixtral,
+Qwen2-MoE, Qwen3-MoE) forward and backward passes in C++. These fixtures pin down what HF Transformers computes for a few tiny,
 randomly initialised models, so the C++ tests can check logits, loss and every
 parameter gradient against them without Python or network access.
 
@@ -52,16 +53,24 @@ from transformers import (
     GPTNeoXForCausalLM,
     GraniteConfig,
     GraniteForCausalLM,
+    GraniteMoeConfig,
+    GraniteMoeForCausalLM,
     LlamaConfig,
     LlamaForCausalLM,
     MistralConfig,
     MistralForCausalLM,
+    MixtralConfig,
+    MixtralForCausalLM,
     Phi3Config,
     Phi3ForCausalLM,
     Qwen2Config,
     Qwen2ForCausalLM,
+    Qwen2MoeConfig,
+    Qwen2MoeForCausalLM,
     Qwen3Config,
     Qwen3ForCausalLM,
+    Qwen3MoeConfig,
+    Qwen3MoeForCausalLM,
     SiglipVisionConfig,
 )
 from transformers.utils import logging as hf_logging
@@ -287,6 +296,56 @@ def gemma3_vision():
                                                         boi_token_index=97, eoi_token_index=98)
 
 
+def mixtral():
+    """Mixtral: every MLP a mixture of 4 experts, top 2 renormalised, with the load-balancing loss added
+    (output_router_logits) at a weight large enough to move every router gradient."""
+    return MixtralForCausalLM, MixtralConfig(
+        vocab_size=100, hidden_size=32, intermediate_size=24, num_hidden_layers=2, num_attention_heads=4,
+        num_key_value_heads=2, max_position_embeddings=64, rms_norm_eps=1e-5, rope_parameters={"rope_theta": 10000.0},
+        num_local_experts=4, num_experts_per_tok=2, output_router_logits=True, router_aux_loss_coef=0.1,
+        tie_word_embeddings=False,
+    )
+
+
+def qwen2_moe():
+    """Qwen2-MoE: 6 experts, top 2 not renormalised, a shared expert behind its sigmoid gate, q/k/v
+    biases, the middle layer dense (mlp_only_layers), the load-balancing loss added."""
+    return Qwen2MoeForCausalLM, Qwen2MoeConfig(
+        vocab_size=100, hidden_size=32, intermediate_size=40, num_hidden_layers=3, num_attention_heads=4,
+        num_key_value_heads=2, max_position_embeddings=64, rms_norm_eps=1e-6, rope_parameters={"rope_theta": 10000.0},
+        num_experts=6, num_experts_per_tok=2, moe_intermediate_size=16, shared_expert_intermediate_size=24,
+        norm_topk_prob=False, decoder_sparse_step=1, mlp_only_layers=[1], output_router_logits=True,
+        router_aux_loss_coef=0.05, qkv_bias=True, use_sliding_window=False, tie_word_embeddings=False,
+    )
+
+
+def qwen3_moe():
+    """Qwen3-MoE: per-head q/k norms, 8 experts, top 3 renormalised (norm_topk_prob), every second
+    layer sparse (decoder_sparse_step 2: the middle one of three), no load-balancing loss (HF's default)."""
+    return Qwen3MoeForCausalLM, Qwen3MoeConfig(
+        vocab_size=100, hidden_size=32, intermediate_size=48, num_hidden_layers=3, num_attention_heads=4,
+        num_key_value_heads=2, head_dim=16, max_position_embeddings=64, rms_norm_eps=1e-6,
+        rope_parameters={"rope_theta": 10000.0}, num_experts=8, num_experts_per_tok=3, moe_intermediate_size=16,
+        norm_topk_prob=True, decoder_sparse_step=2, output_router_logits=False, use_sliding_window=False,
+        tie_word_embeddings=False,
+    )
+
+
+def granite_moe():
+    """GraniteMoE (granite-3.0-1b-a400m's kind): Granite's four multipliers, 4 experts whose top 2 by
+    logit are weighted by a softmax over those two, the experts stacked in one tensor in the file,
+    the load-balancing loss added."""
+    return GraniteMoeForCausalLM, GraniteMoeConfig(
+        vocab_size=100, hidden_size=32, intermediate_size=16, num_hidden_layers=2, num_attention_heads=4,
+        num_key_value_heads=2, max_position_embeddings=64, rms_norm_eps=1e-6, rope_parameters={"rope_theta": 10000.0},
+        num_local_experts=4, num_experts_per_tok=2, output_router_logits=True, router_aux_loss_coef=0.1,
+        embedding_multiplier=3.0, residual_multiplier=0.5, attention_multiplier=0.2, logits_scaling=2.5,
+        tie_word_embeddings=True,
+    )
+
+
+MOE_CASES = ("mixtral_top2", "qwen2_moe_shared", "qwen3_moe_sparse_step", "granite_moe_top2")
+
 CASES = {
     "llama_gqa": llama_gqa,
     "smollm2_tied": smollm2_tied,
@@ -308,12 +367,18 @@ CASES = {
     "gemma2_softcap": gemma2,
     "gemma3_local_global": gemma3,
     "gemma3_vision_text": gemma3_vision,
+    "mixtral_top2": mixtral,
+    "qwen2_moe_shared": qwen2_moe,
+    "qwen3_moe_sparse_step": qwen3_moe,
+    "granite_moe_top2": granite_moe,
 }
 
 
 def build(case):
     model_cls, config = CASES[case]()
     config._attn_implementation = "eager"
+    if case in MOE_CASES:
+        config._experts_implementation = "eager"  # grouped_mm refuses float64
     model = model_cls(config).float()
     assert model.config._attn_implementation == "eager"
     for m in model.modules():
@@ -362,7 +427,9 @@ def forward_backward(model, input_ids, labels):
     out.loss.backward()
     # Parameters the text does not reach (a vision tower) have no gradient.
     grads = {n: p.grad.detach().clone() for n, p in model.named_parameters() if p.grad is not None}
-    return out.logits.detach(), out.loss.detach(), grads
+    # A mixture of experts' load-balancing loss, as much of it as the loss holds (0 when not added).
+    aux = model.config.router_aux_loss_coef * out.aux_loss.item() if getattr(out, "aux_loss", None) is not None else 0.0
+    return out.logits.detach(), out.loss.detach(), grads, aux
 
 
 def rel(a, b):
@@ -449,9 +516,101 @@ def check_longrope(case, model, input_ids, labels, loss):
     assert abs(other_loss - loss) > 1e-3, "the long factors have no effect"
 
 
+ROUTER_STD = 0.5  # WEIGHT_STD's routers give near-uniform probabilities
+ROUTING_GAP = 0.05  # the least gap between a token's k-th and (k+1)-th router logit
+
+
+def routing_gap(model, input_ids):
+    """The smallest gap, over tokens and sparse layers, between the k-th and (k+1)-th router
+    logit (float64): below bf16's rounding, a token's choice of experts is a coin toss. And
+    whether every expert of every sparse layer is chosen by some token (else its weights would
+    have no gradient to compare)."""
+    k = model.config.num_experts_per_tok
+    with torch.no_grad():
+        out = copy.deepcopy(model).double()(input_ids=input_ids, output_router_logits=True)
+    gaps, all_used = [], True
+    for logits in out.router_logits:
+        top = logits.double().topk(k + 1, dim=-1)
+        gaps.append((top.values[:, k - 1] - top.values[:, k]).min().item())
+        all_used &= top.indices[:, :k].unique().numel() == logits.shape[-1]
+    return min(gaps), len(gaps), all_used
+
+
+@torch.no_grad()
+def choose_routers(case, model, input_ids, seed):
+    """Draws the routers' weights (at ROUTER_STD, from a generator of their own) until every token
+    chooses its experts by at least ROUTING_GAP, so that no rounding changes a choice."""
+    routers = [p for name, p in model.named_parameters()
+               if name.endswith((".mlp.gate.weight", ".block_sparse_moe.router.weight"))]
+    assert routers, f"{case}: no router found"
+    for attempt in range(200):
+        gen = torch.Generator().manual_seed(seed * 1000 + attempt)
+        for p in routers:
+            p.copy_(ROUTER_STD * torch.randn(p.shape, generator=gen, dtype=torch.float64))
+        gap, layers, all_used = routing_gap(model, input_ids)
+        if gap > ROUTING_GAP and all_used:
+            print(f"  [{case}] routers drawn {attempt + 1} times: {layers} sparse layers, smallest gap {gap:.3e}")
+            return
+    raise AssertionError(f"{case}: no draw of the routers separates every token's choice")
+
+
+def file_names(case, grads, model):
+    """Gradients under the names transformers writes to disk: a fused expert tensor [E, ...] split into
+    each expert's gate, up and down projections (Mixtral's w1, w3, w2 under block_sparse_moe)."""
+    if case not in MOE_CASES:
+        return grads
+    if case == "granite_moe_top2":  # the file keeps the experts stacked, under the original module names
+        renames = {".experts.gate_up_proj": ".input_linear.weight", ".experts.down_proj": ".output_linear.weight",
+                   ".router.weight": ".router.layer.weight"}
+        out = {}
+        for name, g in grads.items():
+            for old, new in renames.items():
+                if name.endswith(old):
+                    name = name[: -len(old)] + new
+            out[name] = g
+        return out
+    mixtral = case == "mixtral_top2"
+    out = {}
+    for name, g in grads.items():
+        prefix, _, leaf = name.rpartition(".experts.")
+        if leaf in ("gate_up_proj", "down_proj") and prefix:
+            if mixtral:
+                prefix = prefix.replace(".mlp", ".block_sparse_moe")
+            for e in range(g.shape[0]):
+                base = f"{prefix}.experts.{e}."
+                if leaf == "down_proj":
+                    out[base + ("w2" if mixtral else "down_proj") + ".weight"] = g[e]
+                else:
+                    half = g.shape[1] // 2
+                    out[base + ("w1" if mixtral else "gate_proj") + ".weight"] = g[e, :half]
+                    out[base + ("w3" if mixtral else "up_proj") + ".weight"] = g[e, half:]
+            continue
+        if mixtral and name.endswith(".mlp.gate.weight"):
+            name = name.replace(".mlp.gate.weight", ".block_sparse_moe.gate.weight")
+        out[name] = g
+    return out
+
+
+def check_moe(case, model, input_ids, labels, loss):
+    """Every token's k-th and (k+1)-th router probabilities must lie apart, so that rounding cannot
+    change which experts it takes; and the load-balancing loss, where the case adds it, must move
+    the loss."""
+    if case not in MOE_CASES:
+        return
+    gap, _, all_used = routing_gap(model, input_ids)
+    assert gap > ROUTING_GAP and all_used, "a token's routing is too close to a tie, or an expert is idle"
+    if model.config.output_router_logits:
+        config = copy.deepcopy(model.config)
+        config.output_router_logits = False
+        other_loss = loss_with(model, config, input_ids, labels)
+        print(f"  [{case}] loss {loss:.8f}, without the load-balancing loss: {other_loss:.8f}")
+        assert abs(other_loss - loss) > 1e-3, "the load-balancing loss has no effect"
+
+
 def check_reload(case, directory, model32, input_ids, labels, logits32):
     """The written checkpoint must reproduce the model it came from."""
-    reloaded = type(model32).from_pretrained(directory, attn_implementation="eager")
+    extra = {"experts_implementation": "eager"} if case in MOE_CASES else {}
+    reloaded = type(model32).from_pretrained(directory, attn_implementation="eager", **extra)
     reloaded.float().train()
     with torch.no_grad():
         logits = reloaded(input_ids=input_ids, labels=labels).logits
@@ -468,28 +627,30 @@ def make_case(case, seed):
     gen = torch.Generator().manual_seed(seed)
     model32 = build(case)
     randomise(model32, gen)
+    vocab = model32.config.get_text_config().vocab_size
+    input_ids, labels = make_inputs(vocab, gen)
+    if case in MOE_CASES:
+        choose_routers(case, model32, input_ids, seed)
     model32.save_pretrained(directory, safe_serialization=True)
     for f in directory.iterdir():
         if f.name not in KEEP:
             f.unlink()
 
-    vocab = model32.config.get_text_config().vocab_size
-    input_ids, labels = make_inputs(vocab, gen)
-
-    logits32, loss32, grads32 = forward_backward(model32, input_ids, labels)
+    logits32, loss32, grads32, _ = forward_backward(model32, input_ids, labels)
     model64 = copy.deepcopy(model32).double()
-    logits64, loss64, grads64 = forward_backward(model64, input_ids, labels)
+    logits64, loss64, grads64, aux64 = forward_backward(model64, input_ids, labels)
 
     # Independent float64 loss with HF's convention (shift by one, mean over non -100).
     own = torch.nn.functional.cross_entropy(
-        logits64[:, :-1].reshape(-1, vocab), labels[:, 1:].reshape(-1), ignore_index=-100)
-    assert abs(own.item() - loss64.item()) < 1e-6 * abs(own.item()), (own.item(), loss64.item())
+        logits64[:, :-1].reshape(-1, vocab), labels[:, 1:].reshape(-1), ignore_index=-100).item() + aux64
+    assert abs(own - loss64.item()) < 1e-6 * abs(own), (own, loss64.item())
 
     check_rope(case, model64)
     check_sliding(case, model64, input_ids, labels, loss64.item())
     check_gemma2(case, model64, input_ids, labels, loss64.item())
     check_gemma3(case, model64, input_ids, labels, loss64.item())
     check_longrope(case, model64, input_ids, labels, loss64.item())
+    check_moe(case, model64, input_ids, labels, loss64.item())
     check_reload(case, directory, model32, input_ids, labels, logits32)
 
     expected = {
@@ -498,7 +659,7 @@ def make_case(case, seed):
         "logits": logits64.float().contiguous(),
         "loss": loss64.float().reshape(()).contiguous(),
     }
-    for name, g in grads64.items():
+    for name, g in file_names(case, grads64, model64).items():
         expected[f"grad.{name}"] = g.float().contiguous()
     save_file(expected, str(directory / "expected.safetensors"),
               metadata={"generator": "tools/make_parity_fixtures.py (float64 reference)"})
@@ -597,6 +758,7 @@ def main():
         only_g = sorted(set(grads) - set(weights))
         if only_w or only_g:
             print(f"  [{case}] names only in model.safetensors: {only_w}; only in grads: {only_g}")
+        assert case not in MOE_CASES or not (only_w or only_g), "expert gradients not under the files' names"
         assert row["size"] < 2 * 1024 * 1024, f"{case} is {row['size']} bytes"
         rows.append(row)
 

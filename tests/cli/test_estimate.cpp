@@ -207,6 +207,16 @@ TEST_CASE("estimate within 5% of the measured peak: checkpointing, offloading, a
     static const std::string gemma3 = tiny_llama_with(
         "tiny-gemma3", {{"architectures", {"Gemma3ForCausalLM"}}, {"head_dim", 32}, {"sliding_window", 16}});
     check_within_5_percent({p, gemma3, "strategy.adapter=full"});
+    // Mixtral: the router, the experts' sorted rows and their gradients; Qwen2-MoE adds a shared expert.
+    static const std::string mixtral = tiny_llama_with(
+        "tiny-mixtral", {{"architectures", {"MixtralForCausalLM"}}, {"num_local_experts", 4}, {"num_experts_per_tok", 2},
+                         {"output_router_logits", true}});
+    for (const char* adapter : {"full", "lora"})
+      check_within_5_percent({p, mixtral, std::string("strategy.adapter=") + adapter});
+    static const std::string qwen2_moe = tiny_llama_with(
+        "tiny-qwen2-moe", {{"architectures", {"Qwen2MoeForCausalLM"}}, {"num_experts", 4}, {"num_experts_per_tok", 2},
+                           {"moe_intermediate_size", 64}, {"shared_expert_intermediate_size", 96}});
+    check_within_5_percent({p, qwen2_moe, "strategy.adapter=full"});
   }
 }
 

@@ -180,9 +180,10 @@ TEST_CASE("the model family comes from config.json") {
                        "/models/unknown-arch/config.json: architecture \"FalconForCausalLM\" is not supported by any "
                        "plugin; supported: BloomForCausalLM, GPTBigCodeForCausalLM, GPTNeoXForCausalLM, Gemma2ForCausalLM, "
                        "Gemma3ForCausalLM, Gemma3ForConditionalGeneration, GemmaForCausalLM, "
-                       "GraniteForCausalLM, LlamaForCausalLM, "
-                       "MistralForCausalLM, "
-                       "Phi3ForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM\n");
+                       "GraniteForCausalLM, GraniteMoeForCausalLM, LlamaForCausalLM, "
+                       "MistralForCausalLM, MixtralForCausalLM, "
+                       "Phi3ForCausalLM, Qwen2ForCausalLM, Qwen2MoeForCausalLM, Qwen3ForCausalLM, "
+                       "Qwen3MoeForCausalLM\n");
 }
 
 TEST_CASE("recipe errors are one line with file, line, column and key; exit 2") {

@@ -38,7 +38,8 @@ const char* const cases[] = {"llama_gqa",       "smollm2_tied",  "llama3_rope_sc
                              "phi3_longrope_long",
                              "gpt_bigcode_mqa",     "gpt_bigcode_mha",     "bloom_alibi",
                              "bloom_six_heads",     "gemma_geglu",      "gemma2_softcap",
-                             "gemma3_local_global", "gemma3_vision_text"};
+                             "gemma3_local_global", "gemma3_vision_text", "mixtral_top2",
+                             "qwen2_moe_shared", "qwen3_moe_sparse_step", "granite_moe_top2"};
 
 template <class T>
 std::vector<T> read(const ft::io::SafetensorsFile& file, const std::string& name) {

@@ -393,7 +393,8 @@ TEST_CASE("the parameter count from the configuration is what the model allocate
   for (const char* name : {"llama_gqa", "smollm2_tied", "qwen2_bias", "neox_parallel", "qwen3_qk_norm",
                            "granite_multipliers", "phi3_fused", "phi3_longrope", "phi3_longrope_long", "gpt_bigcode_mqa",
                            "gpt_bigcode_mha", "bloom_alibi", "bloom_six_heads", "gemma_geglu", "gemma2_softcap",
-                           "gemma3_local_global", "gemma3_vision_text"}) {
+                           "gemma3_local_global", "gemma3_vision_text", "mixtral_top2", "qwen2_moe_shared",
+                           "qwen3_moe_sparse_step", "granite_moe_top2"}) {
     CAPTURE(name);
     fs::path dir = fs::path(FT_SOURCE_DIR) / "tests/fixtures/parity" / name;
     models::Transformer<float> model(models::read_model_spec(dir));
@@ -408,7 +409,7 @@ TEST_CASE("a block finds its parameters once: optional ones the configuration le
     models::Transformer<float> model(models::read_model_spec(fs::path(FT_SOURCE_DIR) / "tests/fixtures/parity" / name));
     const models::TransformerConfig& c = model.config();
     const auto& params = model.blocks()[0].parameters();
-    const models::Block<float>::Weights w = models::Block<float>::Weights::of(params, c);
+    const models::Block<float>::Weights w = models::Block<float>::Weights::of(params, c, 0);
     CHECK(w.qkv_weight.present());
     CHECK(params.value(w.qkv_weight) == params.value("qkv.weight"));
     CHECK(w.qkv_bias.present() == c.qkv_bias);

@@ -67,13 +67,14 @@ inline constexpr SlotName slot_names[] = {{"qkv.weight", models::LinearSlot::qkv
                                           {"mlp_in.weight", models::LinearSlot::mlp_in},
                                           {"mlp_out.weight", models::LinearSlot::mlp_out}};
 
-inline std::pair<index_t, index_t> slot_widths(const models::TransformerConfig& c, models::LinearSlot slot) {
+inline std::pair<index_t, index_t> slot_widths(const models::TransformerConfig& c, models::LinearSlot slot,
+                                               index_t layer) {
   const index_t C = c.hidden_size, HD = c.num_heads * c.head_dim;
   switch (slot) {
     case models::LinearSlot::qkv: return {C, c.qkv_width()};
     case models::LinearSlot::o: return {HD, C};
-    case models::LinearSlot::mlp_in: return {C, c.mlp_in_width()};
-    case models::LinearSlot::mlp_out: return {c.intermediate_size, C};
+    case models::LinearSlot::mlp_in: return {C, c.mlp_in_width(layer)};
+    case models::LinearSlot::mlp_out: return {c.mlp_width(layer), C};
   }
   return {0, 0};
 }
@@ -106,7 +107,7 @@ inline std::vector<LoraTarget> lora_targets(const models::ModelSpec& spec, const
     t.layer = std::stoll(w.param.substr(layers.size()));
     t.slot = slot->slot;
     t.row_offset = w.row_offset;
-    std::tie(t.in, t.out) = detail::slot_widths(spec.config, t.slot);
+    std::tie(t.in, t.out) = detail::slot_widths(spec.config, t.slot, t.layer);
     t.rows = models::binding_rows(spec, w, t.out);
     t.order = w.order;
     out.push_back(std::move(t));

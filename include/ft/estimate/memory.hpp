@@ -341,7 +341,7 @@ MemoryEstimate estimate_memory_as(const recipe::Recipe& recipe, const models::Mo
   // The model's stages, declared as the engine declares them.
   std::vector<detail::Layout> stages(std::size_t(L + 2));  // embedding, blocks, head
   models::EmbeddingStage<T>::declare(stages.front(), c);
-  for (index_t l = 0; l < L; ++l) models::Block<T>::declare(stages[std::size_t(l + 1)], c);
+  for (index_t l = 0; l < L; ++l) models::Block<T>::declare(stages[std::size_t(l + 1)], c, l);
   models::HeadStage<T>::declare(stages.back(), c);
   // stage(i): the index of stages[i] (-1 the embedding, L the head).
   auto stage = [](std::size_t i) { return index_t(i) - 1; };
@@ -632,8 +632,12 @@ MemoryEstimate estimate_memory_as(const recipe::Recipe& recipe, const models::Mo
   auto block_gemm_of = [&](index_t rows) {
     std::uint64_t most = 0;
     for (auto [in, out] : {std::pair{C, c.qkv_width()}, std::pair{HD, C}, std::pair{C, c.mlp_in_width()},
-                           std::pair{c.intermediate_size, C}})
+                           std::pair{c.widest_mlp(), C}})
       most = std::max(most, detail::widened_gemm_bytes<T>(rows, out, in, on_cpu));
+    // A sparse layer's experts: at most every pick's row in one expert.
+    if (c.moe.sparse_layers() > 0)
+      for (auto [in, out] : {std::pair{C, 2 * c.moe.expert_size}, std::pair{c.moe.expert_size, C}})
+        most = std::max(most, detail::widened_gemm_bytes<T>(rows * c.moe.top_k, out, in, on_cpu));
     return most;
   };
   const std::uint64_t block_gemm = block_gemm_of(N);

@@ -231,7 +231,7 @@ private:
     Engine* engine = nullptr;
     index_t layer = 0;
     void forward(models::LinearSlot slot, T* y, const T* x, index_t) override {
-      const auto [in, out] = adapters::detail::slot_widths(engine->model_.config(), slot);
+      const auto [in, out] = adapters::detail::slot_widths(engine->model_.config(), slot, layer);
       for (const Rows& r : engine->rows_) {
         if (r.adapter < 0) continue;
         if (adapters::LoraBlock<T, Device>* lora = engine->adapter(r.adapter).lora_block(layer))

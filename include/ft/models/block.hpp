@@ -10,6 +10,8 @@
 // and rope (nn/head_norm.hpp). With sandwich_norms (Gemma 2) each branch's
 // output, O(...) and Down(...), passes through a norm of its own before it
 // joins; with a residual_multiplier (Granite) it is then scaled by it.
+// In a sparse layer (Mixtral, Qwen-MoE) the MLP is a mixture of experts
+// (nn/moe.hpp), with Qwen2-MoE's shared expert as the layer's dense MLP.
 //
 // The block reads its input x from the context's residual stream and writes
 // its output y after it; x is the one activation a checkpointed block keeps,
@@ -23,6 +25,7 @@
 // every piece; the layer code is the same for all.
 #include <cstring>
 #include <functional>
+#include <vector>
 #include <string>
 
 #include "ft/models/batch.hpp"
@@ -31,10 +34,12 @@
 #include "ft/models/parameters.hpp"
 #include "ft/models/stage.hpp"
 #include "ft/models/transformer_config.hpp"
+#include "ft/device/upload.hpp"
 #include "ft/nn/attention_rows.hpp"
 #include "ft/nn/head_norm.hpp"
 #include "ft/nn/linear.hpp"
 #include "ft/nn/mlp.hpp"
+#include "ft/nn/moe.hpp"
 #include "ft/nn/norm.hpp"
 #include "ft/nn/residual.hpp"
 #include "ft/nn/rope.hpp"
@@ -53,7 +58,7 @@ public:
   // computing them; its input gradient still flows. The parameters are
   // declared here; the model allocates them (models/transformer.hpp).
   Block(const TransformerConfig& config, index_t layer, bool trainable = true)
-      : c_(config), layer_(layer), w_((declare(params_, c_), Weights::of(params_, c_))) {
+      : c_(config), layer_(layer), w_((declare(params_, c_, layer_), Weights::of(params_, c_, layer_))) {
     params_.set_trainable(trainable);
     inv_freq_ = device_table(nn::rope_inverse_frequencies(c_.rope_of(layer_)));
     if (!c_.rope_of(layer_).long_factors.empty())
@@ -63,8 +68,8 @@ public:
   // A block's parameters, declared into any buffer: the block's own, or one
   // the memory estimate only counts (estimate/memory.hpp).
   template <class Buffer>
-  static void declare(Buffer& params, const TransformerConfig& c) {
-    const index_t C = c.hidden_size, HD = c.num_heads * c.head_dim;
+  static void declare(Buffer& params, const TransformerConfig& c, index_t layer) {
+    const index_t C = c.hidden_size, HD = c.num_heads * c.head_dim, F = c.mlp_width(layer);
     const bool layer_norm = c.norm == nn::NormKind::layer;
     params.declare("attn_norm.weight", {C});
     if (layer_norm) params.declare("attn_norm.bias", {C});
@@ -82,10 +87,19 @@ public:
     }
     params.declare("mlp_norm.weight", {C});
     if (layer_norm) params.declare("mlp_norm.bias", {C});
-    params.declare("mlp_in.weight", {c.mlp_in_width(), C});
-    if (c.mlp_bias) params.declare("mlp_in.bias", {c.mlp_in_width()});
-    params.declare("mlp_out.weight", {C, c.intermediate_size});
-    if (c.mlp_bias) params.declare("mlp_out.bias", {C});
+    if (F > 0) {
+      params.declare("mlp_in.weight", {c.mlp_in_width(layer), C});
+      if (c.mlp_bias) params.declare("mlp_in.bias", {c.mlp_in_width(layer)});
+      params.declare("mlp_out.weight", {C, F});
+      if (c.mlp_bias) params.declare("mlp_out.bias", {C});
+    }
+    if (c.moe.sparse_at(layer)) {
+      const index_t E = c.moe.experts, FE = c.moe.expert_size;
+      params.declare("router.weight", {E, C});
+      params.declare("experts.gate_up.weight", {E * 2 * FE, C});  // expert e's gate rows, then its up rows
+      params.declare("experts.down.weight", {E * C, FE});
+      if (F > 0) params.declare("shared_gate.weight", {1, C});
+    }
     if (c.sandwich_norms) {
       params.declare("mlp_post_norm.weight", {C});
       if (layer_norm) params.declare("mlp_post_norm.bias", {C});
@@ -99,9 +113,11 @@ public:
     ParameterSlot mlp_norm_weight, mlp_norm_bias, mlp_in_weight, mlp_in_bias, mlp_out_weight, mlp_out_bias;
     ParameterSlot q_norm_weight, k_norm_weight;
     ParameterSlot attn_post_norm_weight, attn_post_norm_bias, mlp_post_norm_weight, mlp_post_norm_bias;
+    ParameterSlot router_weight, experts_gate_up, experts_down, shared_gate_weight;
 
-    static Weights of(const Parameters& p, const TransformerConfig& c) {
+    static Weights of(const Parameters& p, const TransformerConfig& c, index_t layer) {
       const bool layer_norm = c.norm == nn::NormKind::layer, sandwich = c.sandwich_norms;
+      const bool dense = c.mlp_width(layer) > 0, sparse = c.moe.sparse_at(layer);
       return {.attn_norm_weight = p.slot("attn_norm.weight"),
               .attn_norm_bias = p.slot_if(layer_norm, "attn_norm.bias"),
               .qkv_weight = p.slot("qkv.weight"),
@@ -110,16 +126,20 @@ public:
               .o_bias = p.slot_if(c.o_bias, "o.bias"),
               .mlp_norm_weight = p.slot("mlp_norm.weight"),
               .mlp_norm_bias = p.slot_if(layer_norm, "mlp_norm.bias"),
-              .mlp_in_weight = p.slot("mlp_in.weight"),
-              .mlp_in_bias = p.slot_if(c.mlp_bias, "mlp_in.bias"),
-              .mlp_out_weight = p.slot("mlp_out.weight"),
-              .mlp_out_bias = p.slot_if(c.mlp_bias, "mlp_out.bias"),
+              .mlp_in_weight = p.slot_if(dense, "mlp_in.weight"),
+              .mlp_in_bias = p.slot_if(dense && c.mlp_bias, "mlp_in.bias"),
+              .mlp_out_weight = p.slot_if(dense, "mlp_out.weight"),
+              .mlp_out_bias = p.slot_if(dense && c.mlp_bias, "mlp_out.bias"),
               .q_norm_weight = p.slot_if(c.qk_norm, "q_norm.weight"),
               .k_norm_weight = p.slot_if(c.qk_norm, "k_norm.weight"),
               .attn_post_norm_weight = p.slot_if(sandwich, "attn_post_norm.weight"),
               .attn_post_norm_bias = p.slot_if(sandwich && layer_norm, "attn_post_norm.bias"),
               .mlp_post_norm_weight = p.slot_if(sandwich, "mlp_post_norm.weight"),
-              .mlp_post_norm_bias = p.slot_if(sandwich && layer_norm, "mlp_post_norm.bias")};
+              .mlp_post_norm_bias = p.slot_if(sandwich && layer_norm, "mlp_post_norm.bias"),
+              .router_weight = p.slot_if(sparse, "router.weight"),
+              .experts_gate_up = p.slot_if(sparse, "experts.gate_up.weight"),
+              .experts_down = p.slot_if(sparse, "experts.down.weight"),
+              .shared_gate_weight = p.slot_if(sparse && dense, "shared_gate.weight")};
     }
   };
 
@@ -192,16 +212,11 @@ public:
     const T* mlp_input = c_.parallel_residual ? x : a.mid.data();
     nn::norm_forward<Device>(c_.norm, a.n2.data(), a.n2_mean.data(), a.n2_rstd.data(), mlp_input,
                              p(w_.mlp_norm_weight), p(w_.mlp_norm_bias), N, C, A(c_.norm_eps));
-    nn::linear_forward<Device>(a.mlp_in.data(), a.n2.data(), p(w_.mlp_in_weight), p(w_.mlp_in_bias), N, C,
-                               c_.mlp_in_width());
-    adapt(LinearSlot::mlp_in, a.mlp_in.data(), a.n2.data(), N);
-    nn::mlp_forward<Device>(a.hidden.data(), a.mlp_in.data(), N, c_.intermediate_size, c_.gated_mlp, c_.activation);
     // Parallel: the MLP branch goes to mid, then y = x + both. Sequential: y = mid + the branch.
     T* mlp_out = c_.parallel_residual ? a.mid.data() : y;
     T* mlp_branch = c_.sandwich_norms ? a.mlp_branch.data() : mlp_out;
-    nn::linear_forward<Device>(mlp_branch, a.hidden.data(), p(w_.mlp_out_weight), p(w_.mlp_out_bias), N,
-                               c_.intermediate_size, C);
-    adapt(LinearSlot::mlp_out, mlp_branch, a.hidden.data(), N);
+    if (c_.moe.sparse_at(layer_)) experts_forward(mlp_branch, a, N);
+    else dense_mlp_forward(mlp_branch, a, N);
     finish_branch(mlp_out, a, /*mlp=*/true, N);
     nn::add_into<Device>(y, a.mid.data(), N * C);
     if (c_.parallel_residual) nn::add_into<Device>(y, x, N * C);
@@ -214,10 +229,13 @@ public:
     const Activations& a = context.activations(layer_);
     const DeferredGradients<T, Memory>& d = context.deferred(layer_);
     auto g = [&](ParameterSlot slot) { return params_.grad(slot); };
-    nn::linear_backward<Device, T>(nullptr, g(w_.mlp_out_weight), g(w_.mlp_out_bias), d.output.data(), a.hidden.data(),
-                                   nullptr, N, c_.intermediate_size, C);
-    nn::linear_backward<Device, T>(nullptr, g(w_.mlp_in_weight), g(w_.mlp_in_bias), d.mlp_in.data(), a.n2.data(),
-                                   nullptr, N, C, c_.mlp_in_width());
+    // A sparse layer's MLP gradients are complete after its backward (not deferred).
+    if (!c_.moe.sparse_at(layer_)) {
+      nn::linear_backward<Device, T>(nullptr, g(w_.mlp_out_weight), g(w_.mlp_out_bias), d.output.data(),
+                                     a.hidden.data(), nullptr, N, c_.intermediate_size, C);
+      nn::linear_backward<Device, T>(nullptr, g(w_.mlp_in_weight), g(w_.mlp_in_bias), d.mlp_in.data(), a.n2.data(),
+                                     nullptr, N, C, c_.mlp_in_width(layer_));
+    }
     nn::linear_backward<Device, T>(nullptr, g(w_.o_weight), g(w_.o_bias), d.attention_output.data(),
                                    a.attention.data(), nullptr, N, HD, C);
     nn::linear_backward<Device, T>(nullptr, g(w_.qkv_weight), g(w_.qkv_bias), d.qkv.data(), a.n1.data(), nullptr, N, C,
@@ -226,13 +244,14 @@ public:
 
 private:
   // Training's forward: causal attention within the batch (documents kept apart).
-  void forward(T* y, const T* x, const Context<T, Device>& context, Activations& a) {
+  void forward(T* y, const T* x, Context<T, Device>& context, Activations& a) {
     const std::int32_t* documents = context.arrays().documents();
     const nn::AttentionShape shape = attention_shape(context.batch());
     forward(y, x, context.batch().rows(), context.arrays().positions(), rope_tables(context.batch()), a,
             [&](Activations& saved) {
       nn::attention_forward_on<Device>(saved.attention.data(), saved.lse.data(), saved.qkv.data(), documents, shape);
     });
+    if (c_.moe.sparse_at(layer_)) context.set_router_counts(layer_, a.routing);
   }
 
   // dres: d y in, d x out; x: the input forward read. With `deferred`, the
@@ -242,7 +261,7 @@ private:
                 DeferredGradients<T, Memory>* deferred) {
     const Batch& batch = context.batch();
     BlockScratch<T, Memory>& s = context.scratch();
-    const index_t N = batch.rows(), C = c_.hidden_size, HD = c_.num_heads * c_.head_dim, F = c_.intermediate_size;
+    const index_t N = batch.rows(), C = c_.hidden_size, HD = c_.num_heads * c_.head_dim;
     s.resize(c_, N);
     if (deferred) deferred->resize(c_, N);
     auto p = [&](ParameterSlot slot) { return params_.value(slot); };
@@ -255,19 +274,10 @@ private:
     const T* mlp_input = c_.parallel_residual ? x : a.mid.data();
 
     // MLP branch: d n2 into d_norm_a.
-    zero(s.d_hidden);
     const T* d_mlp_out = branch_gradient(dres, s, a, /*mlp=*/true, N);
-    if (deferred) copy(deferred->output, d_mlp_out);
-    nn::linear_backward<Device>(s.d_hidden.data(), gw(w_.mlp_out_weight), gw(w_.mlp_out_bias), d_mlp_out,
-                                a.hidden.data(), p(w_.mlp_out_weight), N, F, C);
-    adapt_backward(LinearSlot::mlp_out, s.d_hidden.data(), d_mlp_out, a.hidden.data(), N);
-    zero(s.d_mlp_in);
-    nn::mlp_backward<Device>(s.d_mlp_in.data(), s.d_hidden.data(), a.mlp_in.data(), N, F, c_.gated_mlp, c_.activation);
     zero(s.d_norm_a);
-    if (deferred) copy(deferred->mlp_in, s.d_mlp_in.data());
-    nn::linear_backward<Device>(s.d_norm_a.data(), gw(w_.mlp_in_weight), gw(w_.mlp_in_bias), s.d_mlp_in.data(), a.n2.data(),
-                        p(w_.mlp_in_weight), N, C, c_.mlp_in_width());
-    adapt_backward(LinearSlot::mlp_in, s.d_norm_a.data(), s.d_mlp_in.data(), a.n2.data(), N);
+    if (c_.moe.sparse_at(layer_)) experts_backward(d_mlp_out, context, s, a, N);
+    else dense_mlp_backward(d_mlp_out, s, a, N, deferred);
     // Sequential: the MLP's input is mid, so dres becomes d mid before the attention branch reads it.
     if (!c_.parallel_residual)
       nn::norm_backward<Device>(c_.norm, dres, g(w_.mlp_norm_weight), g(w_.mlp_norm_bias), s.d_norm_a.data(), mlp_input,
@@ -300,6 +310,135 @@ private:
                         p(w_.mlp_norm_weight), a.n2_mean.data(), a.n2_rstd.data(), N, C);
     nn::norm_backward<Device>(c_.norm, dres, g(w_.attn_norm_weight), g(w_.attn_norm_bias), s.d_norm_b.data(), x,
                       p(w_.attn_norm_weight), a.n1_mean.data(), a.n1_rstd.data(), N, C);
+  }
+
+  // The layer's dense MLP over the normalised rows a.n2, its output to `out`.
+  void dense_mlp_forward(T* out, Activations& a, index_t N) {
+    const index_t C = c_.hidden_size, F = c_.mlp_width(layer_);
+    auto p = [&](ParameterSlot slot) { return params_.value(slot); };
+    nn::linear_forward<Device>(a.mlp_in.data(), a.n2.data(), p(w_.mlp_in_weight), p(w_.mlp_in_bias), N, C,
+                               c_.mlp_in_width(layer_));
+    adapt(LinearSlot::mlp_in, a.mlp_in.data(), a.n2.data(), N);
+    nn::mlp_forward<Device>(a.hidden.data(), a.mlp_in.data(), N, F, c_.gated_mlp, c_.activation);
+    nn::linear_forward<Device>(out, a.hidden.data(), p(w_.mlp_out_weight), p(w_.mlp_out_bias), N, F, C);
+    adapt(LinearSlot::mlp_out, out, a.hidden.data(), N);
+  }
+  // Its backward from its output's gradient, adding d n2 into s.d_norm_a;
+  // with `deferred`, its weight gradients are left out and its output
+  // gradients copied there.
+  void dense_mlp_backward(const T* d_out, BlockScratch<T, Memory>& s, const Activations& a, index_t N,
+                          DeferredGradients<T, Memory>* deferred) {
+    const index_t C = c_.hidden_size, F = c_.mlp_width(layer_);
+    auto p = [&](ParameterSlot slot) { return params_.value(slot); };
+    auto gw = [&](ParameterSlot slot) { return deferred ? nullptr : params_.grad(slot); };
+    zero(s.d_hidden);
+    if (deferred) copy(deferred->output, d_out);
+    nn::linear_backward<Device>(s.d_hidden.data(), gw(w_.mlp_out_weight), gw(w_.mlp_out_bias), d_out, a.hidden.data(),
+                                p(w_.mlp_out_weight), N, F, C);
+    adapt_backward(LinearSlot::mlp_out, s.d_hidden.data(), d_out, a.hidden.data(), N);
+    zero(s.d_mlp_in);
+    nn::mlp_backward<Device>(s.d_mlp_in.data(), s.d_hidden.data(), a.mlp_in.data(), N, F, c_.gated_mlp, c_.activation);
+    if (deferred) copy(deferred->mlp_in, s.d_mlp_in.data());
+    nn::linear_backward<Device>(s.d_norm_a.data(), gw(w_.mlp_in_weight), gw(w_.mlp_in_bias), s.d_mlp_in.data(),
+                                a.n2.data(), p(w_.mlp_in_weight), N, C, c_.mlp_in_width(layer_));
+    adapt_backward(LinearSlot::mlp_in, s.d_norm_a.data(), s.d_mlp_in.data(), a.n2.data(), N);
+  }
+
+  // A sparse layer's MLP over a.n2 (nn/moe.hpp), its output to `out`: the
+  // router, the routing on the host, each expert's two products over its
+  // run of sorted rows, and the weighted sum back per token.
+  void experts_forward(T* out, Activations& a, index_t N) {
+    const index_t C = c_.hidden_size, E = c_.moe.experts, k = c_.moe.top_k, F = c_.moe.expert_size, R = N * k;
+    auto p = [&](ParameterSlot slot) { return params_.value(slot); };
+    nn::linear_forward<Device>(a.router_logits.data(), a.n2.data(), p(w_.router_weight),
+                               static_cast<const T*>(nullptr), N, C, E);
+    std::vector<T> logits(static_cast<std::size_t>(N * E));
+    Device::to_host(logits.data(), a.router_logits.data(), logits.size() * sizeof(T));
+    a.routing = nn::route(logits.data(), N, E, k, c_.moe.normalize_top_k);
+    const std::int32_t* token_at = device::upload<Device>(a.token_at, a.routing.token_at);
+    const std::int32_t* row_of = device::upload<Device>(a.row_of, a.routing.row_of);
+    const A* weight = device::upload<Device>(a.route_weight, a.routing.weight);
+
+    Device::parallel_rows(R, C, nn::GatherRows<T>{a.expert_x.data(), a.n2.data(), token_at, C});
+    for (index_t e = 0; e < E; ++e) {
+      const index_t first = a.routing.first[std::size_t(e)], rows = a.routing.rows(e);
+      if (rows == 0) continue;
+      nn::linear_forward<Device>(a.expert_in.data() + first * 2 * F, a.expert_x.data() + first * C,
+                                 p(w_.experts_gate_up) + e * 2 * F * C, static_cast<const T*>(nullptr), rows, C, 2 * F);
+    }
+    nn::mlp_forward<Device>(a.expert_hidden.data(), a.expert_in.data(), R, F, /*gated=*/true, c_.activation);
+    for (index_t e = 0; e < E; ++e) {
+      const index_t first = a.routing.first[std::size_t(e)], rows = a.routing.rows(e);
+      if (rows == 0) continue;
+      nn::linear_forward<Device>(a.expert_out.data() + first * C, a.expert_hidden.data() + first * F,
+                                 p(w_.experts_down) + e * C * F, static_cast<const T*>(nullptr), rows, F, C);
+    }
+    const bool shared = c_.moe.shared_expert_size > 0;
+    if (shared) {
+      dense_mlp_forward(a.shared_out.data(), a, N);
+      nn::linear_forward<Device>(a.shared_gate_logit.data(), a.n2.data(), p(w_.shared_gate_weight),
+                                 static_cast<const T*>(nullptr), N, C, 1);
+      Device::parallel_for(N, nn::SigmoidOf<T>{a.shared_gate.data(), a.shared_gate_logit.data()});
+    }
+    Device::parallel_rows(N, C, nn::CombineExperts<T>{out, a.expert_out.data(), row_of, weight,
+                                                       shared ? a.shared_out.data() : nullptr,
+                                                       shared ? a.shared_gate.data() : nullptr, k, C});
+  }
+
+  // Its backward from its output's gradient, adding d n2 into s.d_norm_a
+  // and every gradient of its weights (none deferred): back through the
+  // weighted sum, each expert's products, the shared expert and its gate,
+  // and the routing with the load-balancing loss's share (on the host).
+  void experts_backward(const T* d_out, const Context<T, Device>& context, BlockScratch<T, Memory>& s,
+                        const Activations& a, index_t N) {
+    const index_t C = c_.hidden_size, E = c_.moe.experts, k = c_.moe.top_k, F = c_.moe.expert_size, R = N * k;
+    auto p = [&](ParameterSlot slot) { return params_.value(slot); };
+    auto g = [&](ParameterSlot slot) { return params_.grad(slot); };
+    const nn::Routing<A>& r = a.routing;
+    Device::parallel_rows(N, C, nn::CombineExpertsBackward<T>{s.d_route_weight.data(), s.d_expert_out.data(), d_out,
+                                                               a.expert_out.data(), a.row_of.data(),
+                                                               a.route_weight.data(), k, C});
+    zero(s.d_expert_hidden);
+    for (index_t e = 0; e < E; ++e) {
+      const index_t first = r.first[std::size_t(e)], rows = r.rows(e);
+      if (rows == 0) continue;
+      nn::linear_backward<Device>(s.d_expert_hidden.data() + first * F,
+                                  g(w_.experts_down) ? g(w_.experts_down) + e * C * F : nullptr, static_cast<T*>(nullptr), s.d_expert_out.data() + first * C,
+                                  a.expert_hidden.data() + first * F, p(w_.experts_down) + e * C * F, rows, F, C);
+    }
+    zero(s.d_expert_in);
+    nn::mlp_backward<Device>(s.d_expert_in.data(), s.d_expert_hidden.data(), a.expert_in.data(), R, F, /*gated=*/true,
+                             c_.activation);
+    zero(s.d_expert_x);
+    for (index_t e = 0; e < E; ++e) {
+      const index_t first = r.first[std::size_t(e)], rows = r.rows(e);
+      if (rows == 0) continue;
+      nn::linear_backward<Device>(s.d_expert_x.data() + first * C,
+                                  g(w_.experts_gate_up) ? g(w_.experts_gate_up) + e * 2 * F * C : nullptr,
+                                  static_cast<T*>(nullptr), s.d_expert_in.data() + first * 2 * F,
+                                  a.expert_x.data() + first * C, p(w_.experts_gate_up) + e * 2 * F * C, rows, C, 2 * F);
+    }
+    Device::parallel_rows(N, C, nn::ScatterAddRows<T>{s.d_norm_a.data(), s.d_expert_x.data(), a.row_of.data(), k, C});
+    if (c_.moe.shared_expert_size > 0) {
+      Device::parallel_rows(N, C, nn::SharedGateBackward<T>{s.d_shared_out.data(), s.d_shared_gate.data(), d_out,
+                                                             a.shared_out.data(), a.shared_gate.data(), C});
+      dense_mlp_backward(s.d_shared_out.data(), s, a, N, nullptr);
+      nn::linear_backward<Device>(s.d_norm_a.data(), g(w_.shared_gate_weight), static_cast<T*>(nullptr),
+                                  s.d_shared_gate.data(), a.n2.data(), p(w_.shared_gate_weight), N, C, 1);
+    }
+    // The routing's gradient on the host; the load-balancing loss weighs as
+    // much in the step as this batch's share of its scored tokens.
+    std::vector<A> d_weight(static_cast<std::size_t>(R));
+    Device::to_host(d_weight.data(), s.d_route_weight.data(), d_weight.size() * sizeof(A));
+    std::vector<A> d_prob_aux;
+    if (c_.moe.aux_loss_coef > 0)
+      d_prob_aux = context.router_aux_gradient(c_.moe.aux_loss_coef * double(context.batch().scored_tokens()) /
+                                               context.options().token_count);
+    std::vector<T> d_logits(static_cast<std::size_t>(N * E));
+    nn::route_backward(r, d_weight.data(), d_prob_aux, d_logits.data());
+    Device::from_host(s.d_router_logits.data(), d_logits.data(), d_logits.size() * sizeof(T));
+    nn::linear_backward<Device>(s.d_norm_a.data(), g(w_.router_weight), static_cast<T*>(nullptr),
+                                s.d_router_logits.data(), a.n2.data(), p(w_.router_weight), N, C, E);
   }
 
   nn::AttentionShape attention_shape(const Batch& batch) const {

@@ -26,6 +26,8 @@
 #include "ft/device/upload.hpp"
 #include "ft/models/batch.hpp"
 #include "ft/models/transformer_config.hpp"
+#include "ft/nn/moe.hpp"
+#include "ft/tensor/array.hpp"
 #include "ft/tensor/memory.hpp"
 #include "ft/tensor/tensor.hpp"
 
@@ -66,6 +68,16 @@ struct BlockActivations {
   // With sandwich_norms: each branch's output before its norm, and the norm's statistics.
   Tensor<T, Space> attention_branch, mlp_branch;
   Tensor<A, Space> attention_branch_mean, attention_branch_rstd, mlp_branch_mean, mlp_branch_rstd;
+  // In a sparse layer (nn/moe.hpp): the router's logits; the N k rows sorted
+  // by expert: their inputs, the experts' gate and up products, hidden
+  // rows and outputs; the shared expert's output and gate.
+  Tensor<T, Space> router_logits, expert_x, expert_in, expert_hidden, expert_out, shared_out, shared_gate_logit;
+  Tensor<A, Space> shared_gate;
+  // The routing, on the host, and the index arrays and weights the device's
+  // kernels read (small: a few numbers per token, left out of the layout).
+  nn::Routing<A> routing;
+  memory::Array<std::int32_t, Space> token_at, row_of;
+  memory::Array<A, Space> route_weight;
 
   // Its buffers and their shapes for `rows` rows of `tokens` tokens, in the
   // order they are made: resize() makes them, the memory estimate counts
@@ -93,11 +105,24 @@ struct BlockActivations {
     visit(&BlockActivations::n2_mean, Shape{N});
     visit(&BlockActivations::n2_rstd, Shape{N});
     visit(&BlockActivations::mlp_in, Shape{N, c.mlp_in_width()});
-    visit(&BlockActivations::hidden, Shape{N, c.intermediate_size});
+    visit(&BlockActivations::hidden, Shape{N, c.widest_mlp()});
     if (c.sandwich_norms) {
       visit(&BlockActivations::mlp_branch, Shape{N, C});
       visit(&BlockActivations::mlp_branch_mean, Shape{N});
       visit(&BlockActivations::mlp_branch_rstd, Shape{N});
+    }
+    if (c.moe.sparse_layers() > 0) {
+      const index_t R = N * c.moe.top_k, F = c.moe.expert_size;
+      visit(&BlockActivations::router_logits, Shape{N, c.moe.experts});
+      visit(&BlockActivations::expert_x, Shape{R, C});
+      visit(&BlockActivations::expert_in, Shape{R, 2 * F});
+      visit(&BlockActivations::expert_hidden, Shape{R, F});
+      visit(&BlockActivations::expert_out, Shape{R, C});
+      if (c.moe.shared_expert_size > 0) {
+        visit(&BlockActivations::shared_out, Shape{N, C});
+        visit(&BlockActivations::shared_gate_logit, Shape{N, 1});
+        visit(&BlockActivations::shared_gate, Shape{N});
+      }
     }
   }
 
@@ -114,6 +139,11 @@ struct BlockScratch {
   Tensor<T, Space> d_norm_a, d_norm_b, d_attention, d_qkv, d_mlp_in, d_hidden;
   Tensor<T, Space> d_branch;  // with a residual_multiplier: a branch's output gradient
   Tensor<T, Space> d_branch_norm;  // with sandwich_norms: the gradient of a branch's output before its norm
+  // In a sparse layer: the sorted rows' gradients, the router logits' and
+  // the shared expert's output and gate logit's.
+  Tensor<T, Space> d_expert_out, d_expert_hidden, d_expert_in, d_expert_x, d_router_logits, d_shared_out,
+      d_shared_gate;
+  Tensor<acc_t<T>, Space> d_route_weight;
 
   template <class Visit>
   static void layout(const TransformerConfig& c, index_t N, Visit&& visit) {
@@ -122,9 +152,22 @@ struct BlockScratch {
     visit(&BlockScratch::d_attention, Shape{N, c.num_heads * c.head_dim});
     visit(&BlockScratch::d_qkv, Shape{N, c.qkv_width()});
     visit(&BlockScratch::d_mlp_in, Shape{N, c.mlp_in_width()});
-    visit(&BlockScratch::d_hidden, Shape{N, c.intermediate_size});
+    visit(&BlockScratch::d_hidden, Shape{N, c.widest_mlp()});
     if (c.residual_multiplier != 1) visit(&BlockScratch::d_branch, Shape{N, c.hidden_size});
     if (c.sandwich_norms) visit(&BlockScratch::d_branch_norm, Shape{N, c.hidden_size});
+    if (c.moe.sparse_layers() > 0) {
+      const index_t R = N * c.moe.top_k, F = c.moe.expert_size;
+      visit(&BlockScratch::d_expert_out, Shape{R, c.hidden_size});
+      visit(&BlockScratch::d_expert_hidden, Shape{R, F});
+      visit(&BlockScratch::d_expert_in, Shape{R, 2 * F});
+      visit(&BlockScratch::d_expert_x, Shape{R, c.hidden_size});
+      visit(&BlockScratch::d_router_logits, Shape{N, c.moe.experts});
+      visit(&BlockScratch::d_route_weight, Shape{R});
+      if (c.moe.shared_expert_size > 0) {
+        visit(&BlockScratch::d_shared_out, Shape{N, c.hidden_size});
+        visit(&BlockScratch::d_shared_gate, Shape{N, 1});
+      }
+    }
   }
   void resize(const TransformerConfig& c, index_t N) {
     if (d_norm_a.size(0) != N) layout(c, N, make_into(*this));
@@ -266,8 +309,32 @@ public:
   const MemoryOptions& memory() const { return memory_; }
   BlockScratch<T, Memory>& scratch() { return shared_->scratch; }
 
-  // The summed loss over the batch's scored targets, once the head has run.
+  // The summed loss over the batch's scored targets, once the head has run
+  // (with the load-balancing loss's share when the model adds it).
   double loss = 0;
+
+  // Each sparse layer's counts for the load-balancing loss (nn/moe.hpp),
+  // left by its forward: every sparse layer's forward runs before any
+  // backward reads them, and a recomputed forward leaves the same.
+  template <class A>
+  void set_router_counts(index_t layer, const nn::Routing<A>& routing) {
+    if (router_counts_.size() != std::size_t(config_->num_layers)) router_counts_.resize(std::size_t(config_->num_layers));
+    router_counts_[std::size_t(layer)] = {routing.picks, routing.prob_sums, routing.N};
+  }
+  // HF's load-balancing loss over the batch's sparse layers, and its
+  // gradient on each probability of expert e (the same for every token).
+  double router_aux_loss() const {
+    const RouterTotals t = router_totals();
+    double aux = 0;
+    for (std::size_t e = 0; e < t.picks.size(); ++e) aux += t.picks[e] / t.rows * (t.prob_sums[e] / t.rows);
+    return double(t.picks.size()) * aux;
+  }
+  std::vector<acc_t<T>> router_aux_gradient(double scale) const {
+    const RouterTotals t = router_totals();
+    std::vector<acc_t<T>> d(t.picks.size());
+    for (std::size_t e = 0; e < d.size(); ++e) d[e] = acc_t<T>(scale * double(d.size()) * t.picks[e] / t.rows / t.rows);
+    return d;
+  }
   // Backward leaves the blocks' weight gradients for Transformer::weights
   // (zero-bubble pipelines run them where the pipeline would wait).
   bool defer_weight_gradients = false;
@@ -323,6 +390,29 @@ public:
   const T* saved_input(index_t l) { return memory_.offload_inputs ? restored_.data() : stream(l); }
 
 private:
+  struct RouterCounts {
+    std::vector<double> picks, prob_sums;
+    index_t rows = 0;
+  };
+  struct RouterTotals {
+    std::vector<double> picks, prob_sums;
+    double rows = 0;
+  };
+  RouterTotals router_totals() const {
+    RouterTotals t;
+    for (const RouterCounts& layer : router_counts_) {
+      if (layer.rows == 0) continue;
+      t.picks.resize(layer.picks.size());
+      t.prob_sums.resize(layer.picks.size());
+      for (std::size_t e = 0; e < layer.picks.size(); ++e) {
+        t.picks[e] += layer.picks[e];
+        t.prob_sums[e] += layer.prob_sums[e];
+      }
+      t.rows += double(layer.rows);
+    }
+    return t;
+  }
+
   T* sized(Tensor<T, Memory>& t) {
     const index_t N = batch_->rows();
     if (t.size(0) != N) t = Tensor<T, Memory>(Shape{N, config_->hidden_size});
@@ -343,6 +433,7 @@ private:
   EmbeddingActivations<T, Memory> embedding_;
   std::vector<DeferredGradients<T, Memory>> deferred_;
   std::vector<memory::HostVector<T>> offloaded_;
+  std::vector<RouterCounts> router_counts_;
 };
 
 }  // namespace ft::models

@@ -5,7 +5,8 @@
 // Gemma 2 (those, with a norm after each branch, soft-capped attention scores
 // and logits, and local layers alternating with global ones), Gemma 3's text
 // model (Gemma 2's block with (1 + w) q/k norms and a rotary base for each
-// kind of layer), TinyLlama, SmolLM2. They share one block shape (RMSNorm,
+// kind of layer), TinyLlama, SmolLM2, and the mixtures of experts Mixtral,
+// Qwen2-MoE and Qwen3-MoE (a sparse MLP in place of the dense one). They share one block shape (RMSNorm,
 // rotary attention with grouped-query heads, a gated MLP) and Llama's module
 // names, and differ only in options that config.json carries.
 #include <cmath>
@@ -93,13 +94,51 @@ inline void read_gemma2_block(const ConfigReader& json, TransformerConfig& c, bo
   read_gemma3_rope(json, c);
 }
 
+// The experts of Mixtral, Qwen2-MoE, Qwen3-MoE and GraniteMoE, with their
+// config classes' defaults where a key is missing. Mixtral's and
+// GraniteMoE's every MLP is sparse, their experts intermediate_size wide;
+// Qwen's layer i is sparse unless listed in mlp_only_layers, when (i + 1) is
+// a multiple of decoder_sparse_step.
+inline void read_moe(const ConfigReader& json, TransformerConfig& c) {
+  MoeConfig& m = c.moe;
+  const bool all_sparse = c.architecture == "MixtralForCausalLM" || c.architecture == "GraniteMoeForCausalLM";
+  const bool qwen2 = c.architecture == "Qwen2MoeForCausalLM";
+  // Either name, as the config classes' attribute maps allow (Qwen3-MoE's files say num_local_experts).
+  m.experts = json.optional_int("num_local_experts", json.optional_int("num_experts", all_sparse ? 8 : qwen2 ? 60 : 128));
+  m.top_k = json.optional_int("num_experts_per_tok", all_sparse ? 2 : qwen2 ? 4 : 8);
+  if (m.top_k > m.experts)
+    json.fail("num_experts_per_tok (" + std::to_string(m.top_k) + ") must not exceed the number of experts (" +
+              std::to_string(m.experts) + ")");
+  m.expert_size = all_sparse ? c.intermediate_size : json.optional_int("moe_intermediate_size", qwen2 ? 1408 : 768);
+  m.normalize_top_k = all_sparse || json.flag("norm_topk_prob", false);
+  m.shared_expert_size = qwen2 ? json.optional_int("shared_expert_intermediate_size", 5632) : 0;
+  if (json.flag("output_router_logits", false)) m.aux_loss_coef = json.number("router_aux_loss_coef", 0.001);
+  if (json.number("router_jitter_noise", 0) != 0)
+    json.fail("router_jitter_noise (multiplicative noise on the router's input in training) is not supported; set it to 0");
+  m.sparse.assign(std::size_t(c.num_layers), 1);
+  if (all_sparse) return;
+  const index_t step = json.optional_int("decoder_sparse_step", 1);
+  for (index_t i = 0; i < c.num_layers; ++i) m.sparse[std::size_t(i)] = (i + 1) % step == 0;
+  if (json.has("mlp_only_layers")) {
+    const nlohmann::json& dense = json.json()["mlp_only_layers"];
+    if (!dense.is_array()) json.fail("\"mlp_only_layers\" must be a list of layer indices");
+    for (const auto& i : dense) {
+      if (!i.is_number_integer() || i.get<index_t>() < 0 || i.get<index_t>() >= c.num_layers)
+        json.fail("\"mlp_only_layers\" must hold layer indices below num_hidden_layers (" +
+                  std::to_string(c.num_layers) + ")");
+      m.sparse[std::size_t(i.get<index_t>())] = 0;
+    }
+  }
+}
+
 struct Llama : Policy {
   static constexpr std::string_view name = "llama";
   static constexpr std::string_view type_name = "ft::models::Llama";
-  static constexpr std::array<std::string_view, 9> hf_architectures{
+  static constexpr std::array<std::string_view, 13> hf_architectures{
       "LlamaForCausalLM",  "MistralForCausalLM", "Qwen2ForCausalLM",  "Qwen3ForCausalLM",
       "GraniteForCausalLM", "GemmaForCausalLM",  "Gemma2ForCausalLM", "Gemma3ForCausalLM",
-      "Gemma3ForConditionalGeneration"};
+      "Gemma3ForConditionalGeneration", "MixtralForCausalLM", "Qwen2MoeForCausalLM", "Qwen3MoeForCausalLM",
+      "GraniteMoeForCausalLM"};
   static constexpr std::array<std::string_view, 7> linear_modules{
       "q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"};
   static constexpr std::array<std::string_view, 2> default_lora_targets{"q_proj", "v_proj"};
@@ -112,8 +151,13 @@ struct Llama : Policy {
     c.qkv_bias = qwen2 || attention_bias;  // Qwen2 always has q/k/v biases, never an o bias
     c.o_bias = attention_bias;
     c.mlp_bias = json.flag("mlp_bias", false);
-    c.qk_norm = c.architecture == "Qwen3ForCausalLM";
-    if (c.architecture == "GraniteForCausalLM") {
+    c.qk_norm = c.architecture == "Qwen3ForCausalLM" || c.architecture == "Qwen3MoeForCausalLM";
+    const bool granite_moe = c.architecture == "GraniteMoeForCausalLM";
+    const bool moe = c.architecture == "MixtralForCausalLM" || c.architecture == "Qwen2MoeForCausalLM" ||
+                     c.architecture == "Qwen3MoeForCausalLM" || granite_moe;
+    if (moe) read_moe(json, c);
+    if (c.architecture == "Qwen2MoeForCausalLM") c.qkv_bias = json.flag("qkv_bias", true);
+    if (c.architecture == "GraniteForCausalLM" || granite_moe) {
       auto positive = [&](const char* key) {
         const double v = json.number(key, 1.0);
         if (!(v > 0)) json.fail(std::string("field \"") + key + "\" must be a positive number");
@@ -180,6 +224,10 @@ struct Llama : Policy {
       } else {
         bind(hf + "post_attention_layernorm.weight", ft + "mlp_norm.weight");
       }
+      if (c.moe.sparse_at(i)) {
+        bind_experts(spec, c, i);
+        continue;
+      }
       for (const char* kind : {"weight", "bias"}) {
         if (std::string_view(kind) == "bias" && !c.mlp_bias) continue;
         bind(hf + "mlp.gate_proj." + kind, ft + "mlp_in." + kind, 0);
@@ -190,6 +238,40 @@ struct Llama : Policy {
     bind("model.norm.weight", "final_norm.weight");
     if (!c.tie_embeddings) bind("lm_head.weight", "lm_head.weight");
     return spec;
+  }
+
+  // A sparse layer's tensors as transformers writes them: the router, each
+  // expert's gate, up and down projections (Mixtral's w1, w3, w2) as rows of
+  // the fused expert weights, and Qwen2-MoE's shared expert and its gate.
+  static void bind_experts(ModelSpec& spec, const TransformerConfig& c, index_t layer) {
+    const bool granite = c.architecture == "GraniteMoeForCausalLM";
+    const bool mixtral = c.architecture == "MixtralForCausalLM" || granite;
+    const std::string hf = "model.layers." + std::to_string(layer) + (mixtral ? ".block_sparse_moe." : ".mlp."),
+                      ft = "layers." + std::to_string(layer) + ".";
+    auto bind = [&](std::string name, std::string param, index_t row = 0) {
+      spec.weights.push_back({hf + name, ft + param, row});
+    };
+    const index_t F = c.moe.expert_size, C = c.hidden_size;
+    if (granite) {  // the experts stacked in one tensor each, [E, 2F, C] and [E, C, F]
+      bind("router.layer.weight", "router.weight");
+      bind("input_linear.weight", "experts.gate_up.weight");
+      spec.weights.back().stacked = c.moe.experts;
+      bind("output_linear.weight", "experts.down.weight");
+      spec.weights.back().stacked = c.moe.experts;
+      return;
+    }
+    bind("gate.weight", "router.weight");
+    for (index_t e = 0; e < c.moe.experts; ++e) {
+      const std::string expert = "experts." + std::to_string(e) + ".";
+      bind(expert + (mixtral ? "w1" : "gate_proj") + ".weight", "experts.gate_up.weight", 2 * F * e);
+      bind(expert + (mixtral ? "w3" : "up_proj") + ".weight", "experts.gate_up.weight", 2 * F * e + F);
+      bind(expert + (mixtral ? "w2" : "down_proj") + ".weight", "experts.down.weight", C * e);
+    }
+    if (c.moe.shared_expert_size == 0) return;
+    bind("shared_expert.gate_proj.weight", "mlp_in.weight", 0);
+    bind("shared_expert.up_proj.weight", "mlp_in.weight", c.moe.shared_expert_size);
+    bind("shared_expert.down_proj.weight", "mlp_out.weight");
+    bind("shared_expert_gate.weight", "shared_gate.weight");
   }
 
   // Gemma 3's multimodal checkpoints (4B and up): the text model, trained

@@ -14,6 +14,7 @@
 #include <functional>
 #include <memory>
 #include <span>
+#include <utility>
 #include <vector>
 
 #include "ft/io/model_weights.hpp"
@@ -117,6 +118,12 @@ public:
     for (index_t s = first; s <= last; ++s) {
       call(hooks.before_forward, s);
       stage(s).forward(context);
+      if (s == L && spec_.config.moe.aux_loss_coef > 0) {
+        // The load-balancing loss weighs in the step as much as the batch's share of its scored tokens.
+        const double aux = context.router_aux_loss() * double(context.batch().scored_tokens());
+        context.loss += spec_.config.moe.aux_loss_coef * aux;
+        if (context.options().backward) router_aux_sum_ += aux;
+      }
       if (s == L && context.options().backward) continue;  // the head's forward began its backward
       call(hooks.after_forward, s);
       if (s >= 0 && s < L) context.offload_input(s);
@@ -144,6 +151,11 @@ public:
       call(hooks.after_backward, s);
     }
   }
+
+  // The load-balancing loss of the micro-batches trained since the last
+  // call, each times its scored tokens (a mixture of experts that adds it;
+  // 0 otherwise): what a step logs as aux_loss.
+  double take_router_aux() { return std::exchange(router_aux_sum_, 0.0); }
 
   void zero_grads() {
     embedding_.parameters().zero_grads();
@@ -270,8 +282,7 @@ public:
   // The HF shape of a weight.
   std::vector<std::int64_t> hf_shape(const WeightBinding& w) {
     auto [buffer, entry] = find_parameter(w.param);
-    const index_t rows = binding_rows(spec_, w, entry->shape[0]);
-    return entry->shape.rank == 2 ? std::vector<std::int64_t>{rows, entry->shape[1]} : std::vector<std::int64_t>{rows};
+    return file_shape(w, binding_rows(spec_, w, entry->shape[0]), entry->shape.rank == 2 ? entry->shape[1] : 0);
   }
 
   // A parameter's gradient in HF's layout, as float (tests and tools).
@@ -301,9 +312,7 @@ private:
     const io::TensorView* t = weights.find(w.hf_name);
     if (!t && !w.alias.empty()) t = weights.find(w.alias);
     if (!t) throw Error(weights.source().string() + ": missing tensor \"" + w.hf_name + "\"");
-    const ParameterEntry* entry = find_parameter(w.param).second;
-    std::vector<std::int64_t> expected{binding_rows(spec_, w, entry->shape[0])};
-    if (entry->shape.rank == 2) expected.push_back(entry->shape[1]);
+    const std::vector<std::int64_t> expected = hf_shape(w);
     if (t->shape != expected)
       throw Error(weights.source().string() + ": tensor \"" + t->name + "\" has shape " + shape_string(t->shape) +
                   ", the configuration implies " + shape_string(expected));
@@ -352,6 +361,7 @@ private:
   MemoryOptions memory_;
   SharedActivations<T, Memory> shared_;
   std::unique_ptr<Context> sequential_;
+  double router_aux_sum_ = 0;
 };
 
 }  // namespace ft::models

@@ -2,7 +2,9 @@
 // The shape of a decoder-only transformer, in one struct that every family
 // fills from its HF config.json. Families differ in options, not in code:
 // the block (models/block.hpp) reads these flags.
+#include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <filesystem>
 #include <string>
 #include <vector>
@@ -15,6 +17,34 @@
 #include "ft/tensor/shape.hpp"
 
 namespace ft::models {
+
+// A mixture-of-experts MLP (Mixtral, Qwen2-MoE, Qwen3-MoE, GraniteMoE): in each sparse
+// layer a router picks top_k of `experts` gated MLPs of width expert_size
+// for every token, and the token's output is their outputs weighted by the
+// router's probabilities. Qwen2-MoE adds a shared expert that every token
+// takes, scaled by a sigmoid gate; it is the layer's dense MLP (mlp_in and
+// mlp_out, of width shared_expert_size).
+struct MoeConfig {
+  index_t experts = 0;      // 0: no layer is sparse
+  index_t top_k = 0;
+  index_t expert_size = 0;  // each expert's intermediate width
+  // The k weights renormalised to sum to 1 (Mixtral; Qwen's norm_topk_prob).
+  // GraniteMoE's softmax over the k largest logits is the same function.
+  bool normalize_top_k = true;
+  index_t shared_expert_size = 0;  // 0: no shared expert
+  // The load-balancing loss's weight (router_aux_loss_coef); 0 unless the
+  // config asks for it (output_router_logits), as HF adds it only then.
+  double aux_loss_coef = 0;
+  std::vector<std::uint8_t> sparse;  // per layer: 1 where the MLP is the experts
+
+  bool operator==(const MoeConfig&) const = default;
+  bool sparse_at(index_t layer) const { return experts > 0 && sparse[std::size_t(layer)] != 0; }
+  index_t sparse_layers() const {
+    index_t n = 0;
+    for (std::uint8_t s : sparse) n += experts > 0 && s != 0;
+    return n;
+  }
+};
 
 struct TransformerConfig {
   std::string architecture;  // HF architectures[0]
@@ -62,6 +92,7 @@ struct TransformerConfig {
   std::vector<nn::RopeConfig> layer_rope;
   std::vector<index_t> sliding_window;  // per layer; 0 = full attention
   index_t max_position_embeddings = 0;
+  MoeConfig moe;
 
   // A field added here is added to models/spec_json.hpp, the form a plugin's family describes a model in.
   bool operator==(const TransformerConfig&) const = default;
@@ -70,7 +101,29 @@ struct TransformerConfig {
   const nn::RopeConfig& rope_of(index_t layer) const {
     return layer_rope.empty() ? rope : layer_rope[std::size_t(layer)];
   }
-  index_t mlp_in_width() const { return gated_mlp ? 2 * intermediate_size : intermediate_size; }
+  // The width of a layer's dense MLP: the layer's MLP, or in a sparse layer
+  // its shared expert (0: none).
+  index_t mlp_width(index_t layer) const {
+    return moe.sparse_at(layer) ? moe.shared_expert_size : intermediate_size;
+  }
+  index_t mlp_in_width(index_t layer) const { return gated_mlp ? 2 * mlp_width(layer) : mlp_width(layer); }
+  // The widest dense MLP of any layer: what buffers shared by all layers hold.
+  index_t widest_mlp() const {
+    index_t most = 0;
+    for (index_t l = 0; l < num_layers; ++l) most = std::max(most, mlp_width(l));
+    return most;
+  }
+  index_t mlp_in_width() const { return gated_mlp ? 2 * widest_mlp() : widest_mlp(); }
+  // Weights a token's forward multiplies by in a layer's MLP: the dense
+  // MLP, and in a sparse layer the router, top_k experts and the shared
+  // expert's gate.
+  index_t mlp_matmul_weights(index_t layer) const {
+    const index_t C = hidden_size;
+    index_t n = (mlp_in_width(layer) + mlp_width(layer)) * C;
+    if (moe.sparse_at(layer))
+      n += moe.experts * C + moe.top_k * 3 * moe.expert_size * C + (moe.shared_expert_size > 0 ? C : 0);
+    return n;
+  }
 };
 
 // The factor on the embedding's output for weights of type T, in T's
@@ -87,12 +140,19 @@ inline index_t parameter_count(const TransformerConfig& c) {
   const index_t C = c.hidden_size, norm = c.norm == nn::NormKind::layer ? 2 * C : C;
   const index_t attention = c.qkv_width() * C + (c.qkv_bias ? c.qkv_width() : 0) +
                             C * c.num_heads * c.head_dim + (c.o_bias ? C : 0);
-  const index_t mlp = c.mlp_in_width() * C + C * c.intermediate_size + (c.mlp_bias ? c.mlp_in_width() + C : 0);
   const index_t head_norms = c.qk_norm ? 2 * c.head_dim : 0;
   const index_t embeddings = c.vocab_size * C * (c.tie_embeddings ? 1 : 2) + c.position_embeddings * C +
                              (c.embedding_norm ? norm : 0);
   const index_t block_norms = (c.sandwich_norms ? 4 : 2) * norm;
-  return embeddings + norm + c.num_layers * (block_norms + head_norms + attention + mlp);
+  index_t blocks = 0;
+  for (index_t l = 0; l < c.num_layers; ++l) {
+    const index_t width = c.mlp_width(l), in = c.mlp_in_width(l);
+    index_t mlp = in * C + C * width + (c.mlp_bias && width > 0 ? in + C : 0);
+    if (c.moe.sparse_at(l))
+      mlp += c.moe.experts * (C + 3 * c.moe.expert_size * C) + (c.moe.shared_expert_size > 0 ? C : 0);
+    blocks += block_norms + head_norms + attention + mlp;
+  }
+  return embeddings + norm + blocks;
 }
 
 // Reads fields of one config.json with errors that name the file and field.
@@ -262,10 +322,11 @@ inline nn::RopeConfig read_rope(const ConfigReader& config, index_t head_dim, do
 inline std::vector<index_t> read_sliding_windows(const ConfigReader& config, index_t layers,
                                                  index_t default_window = 0, index_t global_every = 0) {
   std::vector<index_t> windows(std::size_t(layers), 0);
+  if (!config.flag("use_sliding_window", true)) return windows;  // whatever sliding_window says (Qwen2-MoE writes 0)
   const bool stated = config.json().contains("sliding_window");  // null: none
   const index_t window =
       !stated ? default_window : config.has("sliding_window") ? config.required_int("sliding_window") : 0;
-  if (window == 0 || !config.flag("use_sliding_window", true)) return windows;
+  if (window == 0) return windows;
   if (config.has("layer_types")) {
     const nlohmann::json& types = config.json()["layer_types"];
     if (!types.is_array() || index_t(types.size()) != layers)

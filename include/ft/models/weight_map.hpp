@@ -24,8 +24,20 @@ struct WeightBinding {
   index_t row_offset = 0;   // first row of `param` this tensor fills
   RowOrder order = RowOrder::same;
   std::string alias = {};   // another name the same tensor goes by (empty: none)
+  // The file's tensor stacks this many equal blocks of the rows as its
+  // first dimension, [stacked, rows / stacked, cols] (GraniteMoE's
+  // experts); 0: it is [rows, cols] (or [rows]).
+  index_t stacked = 0;
   bool operator==(const WeightBinding&) const = default;
 };
+
+// The shape of a binding's tensor in the file, for `rows` rows of `cols`
+// columns (cols 0: a vector).
+inline std::vector<std::int64_t> file_shape(const WeightBinding& w, index_t rows, index_t cols) {
+  if (w.stacked > 0) return {w.stacked, rows / w.stacked, cols};
+  if (cols == 0) return {rows};
+  return {rows, cols};
+}
 
 // A family's reading of one config.json: the shape and the weight map.
 struct ModelSpec {

@@ -89,11 +89,13 @@ struct PipePartition {
   }
 };
 
-// Matmul FLOPs per token of one block's forward, and of the head's.
+// Matmul FLOPs per token of one block's forward (the mean block's, where
+// sparse layers differ from dense ones), and of the head's.
 inline double block_cost(const models::TransformerConfig& c, index_t sequence) {
   const double C = double(c.hidden_size), HD = double(c.num_heads * c.head_dim);
-  const double linear = C * double(c.qkv_width()) + HD * C + C * double(c.mlp_in_width()) +
-                        double(c.intermediate_size) * C;
+  double mlp = 0;
+  for (index_t l = 0; l < c.num_layers; ++l) mlp += double(c.mlp_matmul_weights(l));
+  const double linear = C * double(c.qkv_width()) + HD * C + mlp / double(std::max<index_t>(1, c.num_layers));
   return 2 * linear + 2 * double(sequence) * HD;  // causal attention: half of QK^T and AV
 }
 inline double head_cost(const models::TransformerConfig& c) { return 2.0 * double(c.vocab_size * c.hidden_size); }

@@ -226,7 +226,7 @@ private:
 
   // Averages over the steps since the last log, as HF's Trainer logs.
   struct Window {
-    double loss = 0, grad_norm = 0, seconds = 0;
+    double loss = 0, aux_loss = 0, grad_norm = 0, seconds = 0;
     std::int64_t steps = 0, tokens = 0, dataset_tokens = 0, skipped = 0;
     comm::Traffic traffic_before;  // this rank's traffic when the window began
     static constexpr std::size_t per_rank_fields = 8;
@@ -237,6 +237,7 @@ private:
     double bubble = 0;  // summed over the window's steps
     void add(const StepResult& s) {
       loss += s.loss;
+      aux_loss += s.aux_loss;
       grad_norm += s.grad_norm;
       seconds += s.seconds;
       tokens += s.tokens;
@@ -253,6 +254,7 @@ private:
       j["step"] = step;
       j["epoch"] = double(step * run.recipe.train.gradient_accumulation_steps) / run.train_plan->batches_per_epoch();
       j["loss"] = loss / double(steps);
+      if (run.model->config().moe.aux_loss_coef > 0) j["aux_loss"] = aux_loss / double(steps);  // as HF's outputs.aux_loss
       j["learning_rate"] = lr;
       j["grad_norm"] = grad_norm / double(steps);
       j["train_tokens_per_second"] = double(tokens) / seconds;

@@ -21,10 +21,13 @@
 
 namespace ft::train {
 
+// Weights a token is multiplied by (in a sparse layer, the experts it takes).
 inline double matmul_parameters(const models::TransformerConfig& c) {
-  return double(c.num_layers) * double(c.hidden_size) *
-             double(c.qkv_width() + c.num_heads * c.head_dim + c.mlp_in_width() + c.intermediate_size) +
-         double(c.vocab_size) * double(c.hidden_size);
+  double blocks = 0;
+  for (index_t l = 0; l < c.num_layers; ++l)
+    blocks += double(c.hidden_size) * double(c.qkv_width() + c.num_heads * c.head_dim) +
+              double(c.mlp_matmul_weights(l));
+  return blocks + double(c.vocab_size) * double(c.hidden_size);
 }
 
 // FLOPs per token of one forward + backward over rows of T tokens; extra_matmul

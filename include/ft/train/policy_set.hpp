@@ -123,6 +123,10 @@ inline void check_recipe(const PolicySet& s, const recipe::Recipe& r) {
     if (r.pipeline.schedule == "zero_bubble" && r.train.gradient_checkpointing != "none")
       throw Error("pipeline.schedule = \"zero_bubble\" defers weight gradients, which need the activations that "
                   "train.gradient_checkpointing drops; use 1f1b with checkpointing, or set it to \"none\"");
+    if (s.read_model(r.model.path).config.moe.aux_loss_coef > 0)
+      throw Error(r.model.path + "/config.json adds the load-balancing loss (output_router_logits), which "
+                  "counts every sparse layer's routing, but a pipeline puts the layers on different ranks; set "
+                  "output_router_logits to false there, or choose ddp or zero1/2/3");
     pipeline_partition(s, r);
   } else if (r.pipeline.ranks != 0 || r.pipeline.microbatches != 0 || r.pipeline.stages_per_rank != 1) {
     throw Error("the recipe's [pipeline] section sets pipeline ranks, micro-batches or stages, but "

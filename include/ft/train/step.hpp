@@ -30,6 +30,7 @@ namespace ft::train {
 struct StepResult {
   double loss = 0, grad_norm = 0, seconds = 0;
   double bubble = 0;  // the share of the step's schedule this rank waited for pipeline peers
+  double aux_loss = 0;  // a mixture of experts' load-balancing loss, the job's mean over scored tokens
   std::int64_t samples = 0, tokens = 0, dataset_tokens = 0, scored = 0;  // the job's, all ranks
   bool skipped = false;
 };
@@ -95,6 +96,8 @@ StepResult train_step(Run<T, M, D>& run, std::int64_t step, double lr) {
   }
   s.bubble = std::max(0.0, parallel.bubble_fraction());
   s.loss = run.comm->sum(loss_sum, "the step's loss") / divisor;
+  if (run.model->config().moe.aux_loss_coef > 0)
+    s.aux_loss = run.comm->sum(run.model->take_router_aux(), "the step's load-balancing loss") / divisor;
   s.seconds = seconds_since(start);
   return s;
 }
