@@ -634,10 +634,10 @@ MemoryEstimate estimate_memory_as(const recipe::Recipe& recipe, const models::Mo
     for (auto [in, out] : {std::pair{C, c.qkv_width()}, std::pair{HD, C}, std::pair{C, c.mlp_in_width()},
                            std::pair{c.widest_mlp(), C}})
       most = std::max(most, detail::widened_gemm_bytes<T>(rows, out, in, on_cpu));
-    // A sparse layer's experts: at most every pick's row in one expert.
+    // A sparse layer's experts: at most every token in one expert (a token picks an expert once).
     if (c.moe.sparse_layers() > 0)
       for (auto [in, out] : {std::pair{C, 2 * c.moe.expert_size}, std::pair{c.moe.expert_size, C}})
-        most = std::max(most, detail::widened_gemm_bytes<T>(rows * c.moe.top_k, out, in, on_cpu));
+        most = std::max(most, detail::widened_gemm_bytes<T>(rows, out, in, on_cpu));
     return most;
   };
   const std::uint64_t block_gemm = block_gemm_of(N);
