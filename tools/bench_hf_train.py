@@ -46,6 +46,7 @@ def main():
     p.add_argument("--seq", type=int, default=256)
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--attn", default="sdpa", choices=["sdpa", "eager"])
+    p.add_argument("--targets", default="all-linear", help="LoRA's target_modules: all-linear or a comma-separated list")
     a = p.parse_args()
     torch.set_num_threads(a.threads)
 
@@ -53,7 +54,8 @@ def main():
     model = AutoModelForCausalLM.from_pretrained(a.model, dtype=torch.float32, attn_implementation=a.attn)
     if a.adapter == "lora":
         from peft import LoraConfig, get_peft_model
-        model = get_peft_model(model, LoraConfig(r=16, lora_alpha=32, target_modules="all-linear",
+        targets = a.targets if a.targets == "all-linear" else a.targets.split(",")
+        model = get_peft_model(model, LoraConfig(r=16, lora_alpha=32, target_modules=targets,
                                                  task_type="CAUSAL_LM"))
     elif a.adapter == "prompt":
         from peft import PromptTuningConfig, get_peft_model

@@ -155,10 +155,14 @@ TEST_CASE("Mixtral-8x7B, Qwen1.5-MoE-A2.7B and Qwen3-30B-A3B: sparse layers and 
                        doctest::Contains("router_jitter_noise"), Error);
 }
 
-TEST_CASE("LoRA on a mixture of experts: the attention, and Qwen2-MoE's shared expert; never the routed experts") {
+TEST_CASE("LoRA on a mixture of experts: the attention, and Qwen2-MoE's shared expert; all-linear, which in PEFT "
+          "also adapts the routed experts, is refused") {
   const models::ModelSpec mixtral = models::read_model_spec(fixture("mixtral_top2"));
-  const auto attention = adapters::lora_targets(mixtral, {"all-linear"});
+  const auto attention = adapters::lora_targets(mixtral, {"q_proj", "k_proj", "v_proj", "o_proj"});
   CHECK(attention.size() == 4 * 2);  // q, k, v, o in two layers
+  // PEFT's all-linear would also adapt the routers and the routed experts.
+  CHECK_THROWS_WITH_AS(adapters::lora_targets(mixtral, {"all-linear"}),
+                       doctest::Contains("would, as in PEFT, also adapt the routers and routed experts"), Error);
   CHECK_THROWS_WITH_AS(adapters::lora_targets(mixtral, {"q_proj", "gate_proj"}),
                        doctest::Contains("\"gate_proj\" matches no projection of this MixtralForCausalLM model"),
                        Error);

@@ -86,6 +86,12 @@ inline std::pair<index_t, index_t> slot_widths(const models::TransformerConfig& 
 // layer out too). A name that matches nothing is an error.
 inline std::vector<LoraTarget> lora_targets(const models::ModelSpec& spec, const std::vector<std::string>& names) {
   const bool all = names.size() == 1 && names[0] == "all-linear";
+  // PEFT's all-linear also adapts a mixture of experts' routers and routed
+  // experts, which ft's LoRA does not: refused rather than silently smaller.
+  if (all && spec.config.moe.sparse_layers() > 0)
+    throw Error("lora.target_modules = [\"all-linear\"] on " + spec.config.architecture +
+                " would, as in PEFT, also adapt the routers and routed experts, which ft's LoRA does not yet; "
+                "name the projections instead, e.g. [\"q_proj\", \"k_proj\", \"v_proj\", \"o_proj\"]");
   std::vector<LoraTarget> out;
   std::vector<bool> used(names.size(), false);
   for (const models::WeightBinding& w : spec.weights) {
