@@ -165,6 +165,30 @@ TEST_CASE("traffic counts what a ring moves") {
   CHECK(double(after.sent - before.sent) == doctest::Approx(2 * 4000 * (w - 1) / w).epsilon(0.001));
 }
 
+
+TEST_CASE("all-to-all hands each rank its part from every rank, parts of any size, and counts what leaves") {
+  auto& c = world();
+  const int w = c.size(), me = c.rank();
+  // Rank s sends rank d (s + 2 d) % 3 values s * 100 + d * 10 + i: some parts empty, its own part too.
+  auto part = [](int s, int d) { return std::size_t((s + 2 * d) % 3); };
+  std::vector<std::size_t> send, recv;
+  std::vector<float> in;
+  for (int d = 0; d < w; ++d) {
+    send.push_back(part(me, d));
+    recv.push_back(part(d, me));
+    for (std::size_t i = 0; i < send.back(); ++i) in.push_back(float(me * 100 + d * 10) + float(i));
+  }
+  std::vector<float> out(std::accumulate(recv.begin(), recv.end(), std::size_t(0)), -1.0f);
+  const auto before = c.traffic();
+  c.all_to_all(std::span<const float>(in), send, std::span<float>(out), recv, "parts for every rank").wait();
+  const auto after = c.traffic();
+  std::size_t at = 0;
+  for (int s = 0; s < w; ++s)
+    for (std::size_t i = 0; i < part(s, me); ++i) CHECK(out[at++] == float(s * 100 + me * 10) + float(i));
+  const std::size_t own = part(me, me);
+  CHECK(after.sent - before.sent == (in.size() - own) * sizeof(float));
+  CHECK(after.received - before.received == (out.size() - own) * sizeof(float));
+}
 TEST_CASE("split makes groups of ranks whose collectives stay among them") {
   auto& c = world();
   const int r = c.rank();

@@ -17,7 +17,8 @@
 // collectives it issued, as ring algorithms move them (all-reduce of B bytes:
 // 2 (w-1)/w B each way; reduce-scatter and all-gather of B bytes in all:
 // (w-1)/w B), so that what a strategy moves per step can be compared with
-// what it should move. Point-to-point messages count their size.
+// what it should move. Point-to-point messages and an all-to-all's parts
+// count their size (a rank's part for itself moves nothing).
 #include <atomic>
 #include <chrono>
 #include <memory>
@@ -139,6 +140,23 @@ public:
     count_ring(x.size_bytes());
     return broadcast_bytes(x.data(), x.size_bytes(), root, what);
   }
+  // Every rank sends part r of `in` to rank r and receives rank r's part for
+  // it into part r of `out`: the parts lie in rank order, `send[r]` and
+  // `recv[r]` elements long (MPI's all-to-all-v; an expert-parallel layer's
+  // rows going to their experts and back).
+  template <class T>
+  Work all_to_all(std::span<const T> in, std::span<const std::size_t> send, std::span<T> out,
+                  std::span<const std::size_t> recv, const std::string& what) {
+    std::size_t to_send = 0, to_receive = 0;
+    for (std::size_t c : send) to_send += c;
+    for (std::size_t c : recv) to_receive += c;
+    if (int(send.size()) != size() || int(recv.size()) != size() || to_send != in.size() || to_receive != out.size())
+      throw Error("internal: all_to_all parts do not add up to the buffers");
+    const std::size_t own = std::size_t(rank());
+    tally_->sent += (to_send - send[own]) * sizeof(T);
+    tally_->received += (to_receive - recv[own]) * sizeof(T);
+    return all_to_all_bytes(in.data(), send, out.data(), recv, element_of<T>(), what);
+  }
   // Point-to-point: messages between two ranks with the same tag arrive in
   // the order they were sent; tags keep apart streams that interleave (a
   // pipeline's activations and gradients of several chunks).
@@ -186,6 +204,8 @@ protected:
   virtual Work all_gather_bytes(const void* in, void* out, std::span<const std::size_t> counts, Element e,
                                 const std::string& what) = 0;
   virtual Work broadcast_bytes(void* data, std::size_t bytes, int root, const std::string& what) = 0;
+  virtual Work all_to_all_bytes(const void* in, std::span<const std::size_t> send, void* out,
+                                std::span<const std::size_t> recv, Element e, const std::string& what) = 0;
   virtual Work send_bytes(const void* data, std::size_t bytes, int peer, int tag, const std::string& what) = 0;
   virtual Work recv_bytes(void* data, std::size_t bytes, int peer, int tag, const std::string& what) = 0;
 

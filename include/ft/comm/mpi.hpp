@@ -171,6 +171,19 @@ protected:
     });
   }
 
+  Work all_to_all_bytes(const void* in, std::span<const std::size_t> send, void* out,
+                        std::span<const std::size_t> recv, Element e, const std::string& what) override {
+    std::vector<int> s = int_counts(send, what), r = int_counts(recv, what), s_at(s.size(), 0), r_at(r.size(), 0);
+    for (std::size_t p = 1; p < s.size(); ++p) {
+      s_at[p] = s_at[p - 1] + s[p - 1];
+      r_at[p] = r_at[p - 1] + r[p - 1];
+    }
+    return submit("all-to-all", what, false, [=, this](MPI_Comm c, std::vector<MPI_Request>& requests) {
+      return MPI_Ialltoallv(in, s.data(), s_at.data(), type_of(e), out, r.data(), r_at.data(), type_of(e), c,
+                            &requests.emplace_back());
+    });
+  }
+
   Work send_bytes(const void* data, std::size_t bytes, int peer, int tag, const std::string& what) override {
     const int n = int_counts(std::span<const std::size_t>(&bytes, 1), what)[0];
     return submit("send to rank " + std::to_string(peer), what, false,

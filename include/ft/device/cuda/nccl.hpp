@@ -246,6 +246,30 @@ protected:
     return enqueue(what, [&] { FT_NCCL_CHECK(ncclBroadcast(data, data, bytes, ncclUint8, root, comm_, stream_)); });
   }
 
+  // NCCL has no all-to-all of its own: one group of sends and receives.
+  Work all_to_all_bytes(const void* in, std::span<const std::size_t> send, void* out,
+                        std::span<const std::size_t> recv, Element e, const std::string& what) override {
+    if (!detail::on_device(out))
+      return detail::with_element(e, [&](auto zero) {
+        using V = decltype(zero);
+        return host_->all_to_all(std::span<const V>(static_cast<const V*>(in), total(send)), send,
+                                 std::span<V>(static_cast<V*>(out), total(recv)), recv, what);
+      });
+    return enqueue(what, [&] {
+      const std::size_t width = size_of(e);
+      FT_NCCL_CHECK(ncclGroupStart());
+      std::size_t s_at = 0, r_at = 0;
+      for (int p = 0; p < size(); ++p) {
+        const std::size_t s = send[std::size_t(p)], r = recv[std::size_t(p)];
+        if (s > 0) FT_NCCL_CHECK(ncclSend(static_cast<const char*>(in) + s_at * width, s * width, ncclUint8, p, comm_, stream_));
+        if (r > 0) FT_NCCL_CHECK(ncclRecv(static_cast<char*>(out) + r_at * width, r * width, ncclUint8, p, comm_, stream_));
+        s_at += s;
+        r_at += r;
+      }
+      FT_NCCL_CHECK(ncclGroupEnd());
+    });
+  }
+
   Work send_bytes(const void* data, std::size_t bytes, int peer, int tag, const std::string& what) override {
     if (!detail::on_device(data))
       return host_->send(std::span<const unsigned char>(static_cast<const unsigned char*>(data), bytes), peer, what,
