@@ -57,6 +57,28 @@ TEST_CASE("routing: the top k by probability, renormalised or not, and the token
   }
 }
 
+TEST_CASE("expert parallelism's route: runs of sorted rows to each rank, what arrives ordered expert by expert") {
+  // Two ranks, two experts each. This rank's sorted rows: 1 for expert 0, 2
+  // for expert 1, 0 for expert 2, 3 for expert 3. Rank 1 (this one) holds
+  // experts 2 and 3, and is sent, for them, 2 and 1 rows by rank 0 and 0 and
+  // 3 rows by itself.
+  const nn::ExpertRoute r = nn::route_to_ranks({0, 1, 3, 3, 6}, 2, 2, {2, 1, 0, 3});
+  CHECK(r.send == std::vector<std::size_t>{3, 3});
+  CHECK(r.recv == std::vector<std::size_t>{3, 3});
+  CHECK(r.first == std::vector<index_t>{0, 2, 6});  // expert 2: 2 rows, expert 3: 1 + 3
+  // Received: rank 0's e2, e2, e3, then its own e3 x 3; local: e2 e2 | e3 (rank 0), e3 e3 e3.
+  CHECK(r.received_at == std::vector<std::int32_t>{0, 1, 2, 3, 4, 5});
+  // Now this rank has 1, 2, 2 and 1 rows for experts 0-3, and rank 0 sends it 1 and 1.
+  const nn::ExpertRoute mixed = nn::route_to_ranks({0, 1, 3, 5, 6}, 2, 2, {1, 1, 2, 1});
+  CHECK(mixed.send == std::vector<std::size_t>{3, 3});
+  CHECK(mixed.recv == std::vector<std::size_t>{2, 3});
+  CHECK(mixed.first == std::vector<index_t>{0, 3, 5});
+  // Received rows: (r0, e2), (r0, e3), (r1, e2) x 2, (r1, e3); local: e2 from r0, r1, r1, then e3 from r0, r1.
+  CHECK(mixed.received_at == std::vector<std::int32_t>{0, 2, 3, 1, 4});
+  for (std::size_t i = 0; i < mixed.local_at.size(); ++i)
+    CHECK(mixed.received_at[std::size_t(mixed.local_at[i])] == std::int32_t(i));
+}
+
 TEST_CASE("a sparse layer's backward matches finite differences: router, experts, shared expert, load-balancing loss") {
   // Every gradient of a sparse layer, through the whole model in double with
   // the load-balancing loss added: Mixtral's renormalised top 2,

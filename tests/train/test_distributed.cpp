@@ -53,13 +53,14 @@ using ft::testing::read_bytes;  // "" for a file that is not there
 
 // 20 steps of fp32 training of the tiny Llama on the small jargon set, in
 // `name`: `strategy` lines, `rows` rows per rank per micro-batch, `ranks`
-// processes, `train_lines` more for [train].
+// processes, `train_lines` more for [train]; `model` a fixture's name or a path.
 fs::path recipe(const std::string& name, const std::string& strategy, int rows, int ranks = 1,
                 const std::string& train_lines = "", const std::string& model = "tiny_llama") {
   const fs::path dir = scratch / name;
   fs::create_directories(dir);
   std::ofstream(dir / "recipe.toml") << "output_dir = \"" << (dir / "run").string() << "\"\nseed = 3\n"
-                                     << "[model]\npath = \"" << fixtures << "/" << model << "\"\n"
+                                     << "[model]\npath = \"" << (model.starts_with("/") ? model : fixtures + "/" + model)
+                                     << "\"\n"
                                      << "[data]\ntrain = \"" << fixtures << "/jargon_small.jsonl\"\n"
                                      << "validation = \"" << fixtures << "/jargon_small_validation.jsonl\"\n"
                                      << "max_seq_length = 128\npacking = true\n"
@@ -414,6 +415,130 @@ TEST_CASE("a checkpoint written by zero2 on 2 ranks resumes on 4 ranks (zero1), 
     for (const auto& [step, v] : b) CHECK(std::abs(v.first - a.at(step).first) < 1e-5);
     CHECK(weight_difference(final_weights(whole), final_weights(resumed)) < 1e-5);
   }
+}
+
+namespace {
+
+// A tiny Mixtral (2 layers, 4 experts of width 48, top 2) over the tiny
+// Llama's tokenizer, its weights drawn by ftrun init; `aux`: it adds the
+// load-balancing loss. Returns its directory.
+std::string tiny_mixtral(const std::string& name, bool aux) {
+  const fs::path dir = scratch / name;
+  fs::create_directories(dir);
+  for (const char* file : {"tokenizer.json", "tokenizer_config.json"})
+    fs::copy_file(fixtures + "/tiny_llama/" + file, dir / file, fs::copy_options::overwrite_existing);
+  std::ofstream(dir / "config.json") << R"({"architectures": ["MixtralForCausalLM"], "model_type": "mixtral",
+    "bos_token_id": 1, "eos_token_id": 2, "pad_token_id": 0, "hidden_act": "silu", "hidden_size": 32,
+    "head_dim": 8, "intermediate_size": 48, "max_position_embeddings": 512, "num_attention_heads": 4,
+    "num_hidden_layers": 2, "num_key_value_heads": 2, "num_local_experts": 4, "num_experts_per_tok": 2,
+    "router_aux_loss_coef": 0.02, "rms_norm_eps": 1e-05, "rope_theta": 10000.0, "tie_word_embeddings": false,
+    "vocab_size": 512, "output_router_logits": )" << (aux ? "true" : "false") << "}\n";
+  const std::string init = FTRUN_PATH " init " + dir.string() + " >/dev/null";
+  REQUIRE(std::system(init.c_str()) == 0);
+  return dir.string();
+}
+
+// The largest state_bytes any rank reported.
+double largest_state_bytes(const fs::path& recipe_file) {
+  double most = 0;
+  std::ifstream in(recipe_file.parent_path() / "run" / "metrics.jsonl");
+  for (std::string line; std::getline(in, line);)
+    if (const auto j = nlohmann::json::parse(line); j.contains("state_bytes"))
+      most = std::max(most, j["state_bytes"].get<double>());
+  return most;
+}
+
+}  // namespace
+
+TEST_CASE("expert parallelism on 2 and 4 ranks, alone and with zero1/zero2, trains what one process trains") {
+  const std::string model = tiny_mixtral("tiny_mixtral", false);
+  const fs::path single = recipe("moe_single", "adapter = \"full\"\n", 4, 1, "", model);
+  REQUIRE(train(single).code == 0);
+  struct Spread {
+    std::string name, parallelism;
+    int experts_split, rows, ranks;
+  };
+  for (const Spread& s : {Spread{"ep2", "ddp", 2, 2, 2}, Spread{"ep4", "ddp", 4, 1, 4},
+                          Spread{"ep2_zero2", "zero2", 2, 2, 2}, Spread{"ep2_zero2_two_groups", "zero2", 2, 1, 4}}) {
+    CAPTURE(s.name);
+    const fs::path spread = recipe("moe_" + s.name,
+                                   "adapter = \"full\"\nparallelism = \"" + s.parallelism + "\"\nexpert_parallel = " +
+                                       std::to_string(s.experts_split) + "\n",
+                                   s.rows, s.ranks, "", model);
+    if (s.name == "ep2") std::ofstream(spread, std::ios::app) << "[checkpoint]\nsave_steps = 10\n";
+    expect_same_training(single, spread);
+  }
+  CHECK(train(scratch / "moe_ep4" / "recipe.toml", "--dry-run").out.find(
+            "parallelism  ddp: 4 rank(s), gradients all-reduced; experts split over groups of 4 ranks (all-to-all)") !=
+        std::string::npos);
+  // Each rank of 4 holds one expert of 4 per layer: 48,544 of the 76,192 parameters, and their state.
+  CHECK(largest_state_bytes(scratch / "moe_ep4" / "recipe.toml") < 0.66 * largest_state_bytes(single));
+
+  // ddp's checkpoint: the first rank of each expert group writes its run of
+  // experts' state, rank 0 the rest; zero1 on two groups of 2 continues it.
+  const fs::path checkpoint = scratch / "moe_ep2" / "run" / "checkpoint-10";
+  CHECK(fs::exists(checkpoint / "optimizer-0-of-2.safetensors"));
+  CHECK(fs::exists(checkpoint / "optimizer-1-of-2.safetensors"));
+  const fs::path resumed =
+      recipe("moe_ep2_resumed", "adapter = \"full\"\nparallelism = \"zero1\"\nexpert_parallel = 2\n", 1, 4, "", model);
+  std::ofstream(resumed, std::ios::app) << "[checkpoint]\nresume = \"" << checkpoint.string() << "\"\n";
+  const Run r = train(resumed);
+  INFO(r.err);
+  REQUIRE(r.code == 0);
+  CHECK(r.out.find("resuming after step 10") != std::string::npos);
+  const auto a = steps(single), b = steps(resumed);
+  REQUIRE(b.size() == 10);
+  for (const auto& [step, v] : b) CHECK(std::abs(v.first - a.at(step).first) < 1e-5);
+  CHECK(weight_difference(final_weights(single), final_weights(resumed)) < 1e-5);
+}
+
+TEST_CASE("expert parallelism with the load-balancing loss trains what ddp trains and resumes bit for bit") {
+  const std::string model = tiny_mixtral("tiny_mixtral_aux", true);
+  // Each rank's micro-batch has its own load-balancing loss, as under DDP.
+  const fs::path ddp = recipe("moe_aux_ddp", "adapter = \"full\"\nparallelism = \"ddp\"\n", 2, 2, "", model);
+  REQUIRE(train(ddp).code == 0);
+  const std::string strategy = "adapter = \"full\"\nparallelism = \"ddp\"\nexpert_parallel = 2\n";
+  const fs::path spread = recipe("moe_aux_ep2", strategy, 2, 2, "", model);
+  std::ofstream(spread, std::ios::app) << "[checkpoint]\nsave_steps = 10\n";
+  expect_same_training(ddp, spread);
+  const fs::path checkpoint = spread.parent_path() / "run" / "checkpoint-10";
+
+  const fs::path same = recipe("moe_aux_same", strategy, 2, 2, "", model);
+  std::ofstream(same, std::ios::app) << "[checkpoint]\nresume = \"" << checkpoint.string() << "\"\n";
+  const Run r = train(same);
+  INFO(r.err);
+  REQUIRE(r.code == 0);
+  const auto a = steps(spread), b = steps(same);
+  REQUIRE(b.size() == 10);
+  for (const auto& [step, v] : b) CHECK(v == a.at(step));
+  CHECK(weight_difference(final_weights(spread), final_weights(same)) == 0);
+
+  // Each run of experts keeps its state apart: another split cannot read it.
+  const fs::path other = recipe("moe_aux_other", "adapter = \"full\"\nparallelism = \"ddp\"\n", 2, 2, "", model);
+  std::ofstream(other, std::ios::app) << "[checkpoint]\nresume = \"" << checkpoint.string() << "\"\n";
+  const Run refused = train(other);
+  CHECK(refused.code != 0);
+  CHECK(refused.err.find("was written with strategy.expert_parallel = 2, this run sets 1") != std::string::npos);
+}
+
+TEST_CASE("expert parallelism bad input: one line each naming strategy.expert_parallel, exit 2") {
+  const std::string model = tiny_mixtral("tiny_mixtral_bad", false);
+  auto refused = [&](const std::string& name, const std::string& strategy, int ranks, const std::string& model_dir,
+                     const std::string& says) {
+    CAPTURE(name);
+    const Run r = train(recipe(name, "adapter = \"full\"\n" + strategy, 1, ranks, "", model_dir));
+    CHECK(r.code == 2);
+    CHECK(r.err.find(says) != std::string::npos);
+    CHECK(std::count(r.err.begin(), r.err.end(), '\n') == 1);
+  };
+  refused("ep_experts", "parallelism = \"ddp\"\nexpert_parallel = 3\n", 3, model,
+          "strategy.expert_parallel = 3 does not divide the 4 experts of each sparse layer; allowed: a divisor of 4");
+  refused("ep_ranks", "parallelism = \"ddp\"\nexpert_parallel = 4\n", 2, model,
+          "strategy.expert_parallel = 4 does not divide the job's 2 ranks into expert groups");
+  refused("ep_dense", "parallelism = \"ddp\"\nexpert_parallel = 2\n", 2, "tiny_llama",
+          "strategy.expert_parallel = 2 splits a mixture of experts' experts over ranks, but");
+  refused("ep_zero3", "parallelism = \"zero3\"\nexpert_parallel = 2\n", 2, model,
+          "strategy.expert_parallel = 2 needs parallelism ddp, zero1 or zero2");
 }
 
 namespace {

@@ -252,6 +252,23 @@ inline int most_in_flight(const std::vector<parallel::PipeOp>& ops) {
   return most;
 }
 
+// The configuration as rank `rank`'s copy holds it with the experts split
+// over groups of P ranks (DataParallel::shape).
+inline models::TransformerConfig with_expert_run(models::TransformerConfig c, int P, int rank) {
+  if (P > 1 && c.moe.experts > 0) {
+    c.moe.parallel = P;
+    c.moe.rank = rank % P;
+  }
+  return c;
+}
+
+// Elements [begin, end) of a buffer as a buffer of their own.
+inline Layout segment(const Layout& whole, index_t begin, index_t end) {
+  Layout out;
+  for (const models::ParameterEntry& e : parallel::entries_in(whole.entries(), begin, end)) out.declare(e.name, e.shape);
+  return out;
+}
+
 // What the stock parallelism of this name declares (parallel/parallelism.hpp).
 struct Sharding {
   bool multi_rank = false, shards_optimizer_state = false, shards_gradients = false, shards_parameters = false;
@@ -306,8 +323,10 @@ template <element T, class M>
 MemoryEstimate estimate_memory_as(const recipe::Recipe& recipe, const models::ModelSpec& spec, int rank,
                                   const Declarations& declared) {
   using A = acc_t<T>;
-  const models::TransformerConfig& c = spec.config;
   const recipe::Recipe& r = recipe;
+  // With expert parallelism this rank's copy holds its run of the experts (parallel/data_parallel.hpp).
+  const int P = int(r.strategy.expert_parallel);
+  const models::TransformerConfig c = detail::with_expert_run(spec.config, P, rank);
   const bool on_cpu = r.strategy.device == "cpu", on_gpu = r.strategy.device == "cuda";
   const bool has_master = !std::is_same_v<T, M>;
   const std::string& adapter = r.strategy.adapter;
@@ -369,9 +388,22 @@ MemoryEstimate estimate_memory_as(const recipe::Recipe& recipe, const models::Mo
   std::vector<detail::Layout> trainables;
   std::vector<index_t> trainable_stage;
   std::vector<adapters::LoraTarget> lora;
+  // Spread over expert groups, a sparse block's routed experts train apart,
+  // cut over the ranks that hold the same run (its index among them: rank / P).
+  std::vector<bool> trainable_experts;
   if (trains_base) {
-    trainables = stages;
-    for (std::size_t i = 0; i < stages.size(); ++i) trainable_stage.push_back(stage(i));
+    for (std::size_t i = 0; i < stages.size(); ++i) {
+      const index_t offset = stage(i) >= 0 && stage(i) < L && c.moe.parallel > 1
+                                 ? models::Block<T>::experts_offset(stages[i])
+                                 : stages[i].size();
+      trainables.push_back(detail::segment(stages[i], 0, offset));
+      trainable_stage.push_back(stage(i));
+      trainable_experts.push_back(false);
+      if (offset == stages[i].size()) continue;
+      trainables.push_back(detail::segment(stages[i], offset, stages[i].size()));
+      trainable_stage.push_back(stage(i));
+      trainable_experts.push_back(true);
+    }
   } else if (adapter == adapters::LoRA::name) {
     lora = adapters::lora_targets(spec, r.lora.target_modules);
     for (index_t l = 0; l < L; ++l) {
@@ -396,15 +428,19 @@ MemoryEstimate estimate_memory_as(const recipe::Recipe& recipe, const models::Mo
   // those of this rank's stages (mine), or its shard of them.
   std::uint64_t trained = 0, trained_bytes = 0;
   std::vector<detail::Layout> mine;
+  // This rank's range of each trainable buffer: its part of world.
+  std::vector<std::pair<int, int>> cuts;
+  const int dense_world = shards_state ? (pipelined ? place.replicas : ranks) : 1;
+  const int dense_part = shards_state ? (pipelined ? place.replica : rank) : 0;
   for (std::size_t i = 0; i < trainables.size(); ++i) {
     trained += std::uint64_t(trainables[i].size());
     trained_bytes += block(std::uint64_t(trainables[i].size()) * sizeof(T));
-    if (place.holds(trainable_stage[i])) mine.push_back(trainables[i]);
+    if (!place.holds(trainable_stage[i])) continue;
+    mine.push_back(trainables[i]);
+    const bool experts = i < trainable_experts.size() && trainable_experts[i];
+    cuts.push_back(experts ? std::pair{shards_state ? ranks / P : 1, shards_state ? rank / P : 0}
+                           : std::pair{dense_world, dense_part});
   }
-
-  // This rank's range of each trainable buffer.
-  const int world = shards_state ? (pipelined ? place.replicas : ranks) : 1;
-  const int part = shards_state ? (pipelined ? place.replica : rank) : 0;
   // Offloaded on a device, the optimizer steps on the host: its values in M
   // (the master copy, or a copy of the weights when T is M), the step's
   // gradient copied there, the stepped weights on their way back, its state.
@@ -412,7 +448,9 @@ MemoryEstimate estimate_memory_as(const recipe::Recipe& recipe, const models::Mo
   const detail::Blocks state_block = offloaded ? detail::Blocks{} : block;
   std::uint64_t owned = 0, owned_bytes = 0, state = 0, step_gradient_bytes = 0, largest_buffer = 0;
   std::uint64_t optimizer_scratch = 0;  // the largest a step of the device's optimizer makes and frees
-  for (const auto& t : mine) {
+  for (std::size_t i = 0; i < mine.size(); ++i) {
+    const detail::Layout& t = mine[i];
+    const auto [world, part] = cuts[i];
     const parallel::ShardLayout cut(t.entries(), t.size(), world, by_element);
     const index_t begin = cut.begin(part), end = cut.end(part);
     owned += std::uint64_t(end - begin);
@@ -501,9 +539,10 @@ MemoryEstimate estimate_memory_as(const recipe::Recipe& recipe, const models::Mo
   std::uint64_t reduction_after = 0, reduction_most = 0;
   if (shards_grads) {
     std::vector<std::uint64_t> in_flight;  // per buffer, in the order backward completes them
-    for (auto t = mine.rbegin(); t != mine.rend(); ++t) {
-      const parallel::ShardLayout cut(t->entries(), t->size(), world, by_element);
-      in_flight.push_back((has_master ? block(std::uint64_t(t->size()) * sizeof(M)) : 0) +
+    for (std::size_t i = mine.size(); i-- > 0;) {
+      const auto [world, part] = cuts[i];
+      const parallel::ShardLayout cut(mine[i].entries(), mine[i].size(), world, by_element);
+      in_flight.push_back((has_master ? block(std::uint64_t(mine[i].size()) * sizeof(M)) : 0) +
                           block(std::uint64_t(cut.size(part)) * sizeof(M)));
     }
     for (std::size_t i = 0; i < in_flight.size(); ++i) {
@@ -585,6 +624,11 @@ MemoryEstimate estimate_memory_as(const recipe::Recipe& recipe, const models::Mo
   std::uint64_t scratch = 0;
   models::BlockScratch<T>::layout(c, N, detail::CountBytes{&scratch, block});
   e.activations.push_back({"backward scratch", scratch, "one set every block's backward uses"});
+  std::uint64_t exchange = 0;
+  models::ExpertExchange<T, device::Cpu>::layout(c, N, detail::CountBytes{&exchange, block});
+  if (exchange > 0)
+    e.activations.push_back({"expert exchange", exchange,
+                             "rows travelling to and from this rank's experts, every rank's tokens at most"});
   if (pipelined && r.pipeline.schedule == "zero_bubble") {
     std::uint64_t deferred = 0;
     models::DeferredGradients<T>::layout(c, N, detail::CountBytes{&deferred, block});

@@ -30,6 +30,7 @@
 
 #include "ft/models/batch.hpp"
 #include "ft/models/context.hpp"
+#include "ft/models/expert_exchange.hpp"
 #include "ft/models/linear_adapter.hpp"
 #include "ft/models/parameters.hpp"
 #include "ft/models/stage.hpp"
@@ -94,16 +95,29 @@ public:
       if (c.mlp_bias) params.declare("mlp_out.bias", {C});
     }
     if (c.moe.sparse_at(layer)) {
-      const index_t E = c.moe.experts, FE = c.moe.expert_size;
-      params.declare("router.weight", {E, C});
-      params.declare("experts.gate_up.weight", {E * 2 * FE, C});  // expert e's gate rows, then its up rows
-      params.declare("experts.down.weight", {E * C, FE});
+      params.declare("router.weight", {c.moe.experts, C});
       if (F > 0) params.declare("shared_gate.weight", {1, C});
     }
     if (c.sandwich_norms) {
       params.declare("mlp_post_norm.weight", {C});
       if (layer_norm) params.declare("mlp_post_norm.bias", {C});
     }
+    // The routed experts come last, so that an expert-parallel run can
+    // treat them apart from the rest (parallel/data_parallel.hpp): this
+    // copy's run of experts, expert e's gate rows, then its up rows.
+    if (c.moe.sparse_at(layer)) {
+      const index_t E = c.moe.experts, El = c.moe.local_experts(), first = c.moe.first_local_expert();
+      const index_t FE = c.moe.expert_size;
+      params.declare_rows("experts.gate_up.weight", {El * 2 * FE, C}, first * 2 * FE, E * 2 * FE);
+      params.declare_rows("experts.down.weight", {El * C, FE}, first * C, E * C);
+    }
+  }
+
+  // Where this block's buffer begins its routed experts (its size when it has none).
+  template <class Buffer>
+  static index_t experts_offset(const Buffer& params) {
+    const ParameterEntry* e = params.find("experts.gate_up.weight");
+    return e ? e->offset : params.size();
   }
 
   // The block's parameters, found once in its buffer: every call reads them
@@ -145,6 +159,8 @@ public:
 
   // Adds an adapter to this block's linear layers (null removes it). Not owned.
   void set_adapter(LinearAdapter<T, Device>* adapter) { adapter_ = adapter; }
+  // With expert parallelism: how the rows reach the experts. Not owned.
+  void set_expert_exchange(ExpertExchange<T, Device>* exchange) { exchange_ = exchange; }
   index_t layer() const { return layer_; }
 
   Parameters& parameters() override { return params_; }
@@ -345,10 +361,13 @@ private:
   }
 
   // A sparse layer's MLP over a.n2 (nn/moe.hpp), its output to `out`: the
-  // router, the routing on the host, each expert's two products over its
-  // run of sorted rows, and the weighted sum back per token.
+  // router, the routing on the host, each local expert's two products over
+  // its run of rows, and the weighted sum back per token. With expert
+  // parallelism the sorted rows travel to their experts' ranks first and
+  // their outputs come back (models/expert_exchange.hpp).
   void experts_forward(T* out, Activations& a, index_t N) {
     const index_t C = c_.hidden_size, E = c_.moe.experts, k = c_.moe.top_k, F = c_.moe.expert_size, R = N * k;
+    const bool spread = c_.moe.parallel > 1;
     auto p = [&](ParameterSlot slot) { return params_.value(slot); };
     nn::linear_forward<Device>(a.router_logits.data(), a.n2.data(), p(w_.router_weight),
                                static_cast<const T*>(nullptr), N, C, E);
@@ -359,20 +378,30 @@ private:
     const std::int32_t* row_of = device::upload<Device>(a.row_of, a.routing.row_of);
     const A* weight = device::upload<Device>(a.route_weight, a.routing.weight);
 
-    Device::parallel_rows(R, C, nn::GatherRows<T>{a.expert_x.data(), a.n2.data(), token_at, C});
-    for (index_t e = 0; e < E; ++e) {
-      const index_t first = a.routing.first[std::size_t(e)], rows = a.routing.rows(e);
-      if (rows == 0) continue;
-      nn::linear_forward<Device>(a.expert_in.data() + first * 2 * F, a.expert_x.data() + first * C,
-                                 p(w_.experts_gate_up) + e * 2 * F * C, static_cast<const T*>(nullptr), rows, C, 2 * F);
+    // Spread, the sorted rows wait in expert_out (free until their outputs come back).
+    T* sorted = spread ? a.expert_out.data() : a.expert_x.data();
+    Device::parallel_rows(R, C, nn::GatherRows<T>{sorted, a.n2.data(), token_at, C});
+    if (spread) {
+      a.route = exchange().route(a.routing.first, c_.moe, what());
+      fit_local_rows(a);
+      exchange().send(sorted, a.expert_x.data(), a.route, device::upload<Device>(a.received_at, a.route.received_at), C,
+                      what());
     }
-    nn::mlp_forward<Device>(a.expert_hidden.data(), a.expert_in.data(), R, F, /*gated=*/true, c_.activation);
-    for (index_t e = 0; e < E; ++e) {
-      const index_t first = a.routing.first[std::size_t(e)], rows = a.routing.rows(e);
-      if (rows == 0) continue;
-      nn::linear_forward<Device>(a.expert_out.data() + first * C, a.expert_hidden.data() + first * F,
-                                 p(w_.experts_down) + e * C * F, static_cast<const T*>(nullptr), rows, F, C);
-    }
+    const std::vector<index_t>& first = local_first(a);
+    const index_t rows = first.back();
+    for_each_expert(first, [&](index_t e, index_t at, index_t n) {
+      nn::linear_forward<Device>(a.expert_in.data() + at * 2 * F, a.expert_x.data() + at * C,
+                                 p(w_.experts_gate_up) + e * 2 * F * C, static_cast<const T*>(nullptr), n, C, 2 * F);
+    });
+    nn::mlp_forward<Device>(a.expert_hidden.data(), a.expert_in.data(), rows, F, /*gated=*/true, c_.activation);
+    T* local_out = spread ? exchange().local_rows.data() : a.expert_out.data();
+    for_each_expert(first, [&](index_t e, index_t at, index_t n) {
+      nn::linear_forward<Device>(local_out + at * C, a.expert_hidden.data() + at * F, p(w_.experts_down) + e * C * F,
+                                 static_cast<const T*>(nullptr), n, F, C);
+    });
+    if (spread)
+      exchange().bring_back(local_out, a.expert_out.data(), a.route, device::upload<Device>(a.local_at, a.route.local_at),
+                            C, what());
     const bool shared = c_.moe.shared_expert_size > 0;
     if (shared) {
       dense_mlp_forward(a.shared_out.data(), a, N);
@@ -387,37 +416,47 @@ private:
 
   // Its backward from its output's gradient, adding d n2 into s.d_norm_a
   // and every gradient of its weights (none deferred): back through the
-  // weighted sum, each expert's products, the shared expert and its gate,
-  // and the routing with the load-balancing loss's share (on the host).
+  // weighted sum, each local expert's products (the rows' gradients
+  // travelling as the rows did), the shared expert and its gate, and the
+  // routing with the load-balancing loss's share (on the host).
   void experts_backward(const T* d_out, const Context<T, Device>& context, BlockScratch<T, Memory>& s,
                         const Activations& a, index_t N) {
     const index_t C = c_.hidden_size, E = c_.moe.experts, k = c_.moe.top_k, F = c_.moe.expert_size, R = N * k;
+    const bool spread = c_.moe.parallel > 1;
     auto p = [&](ParameterSlot slot) { return params_.value(slot); };
     auto g = [&](ParameterSlot slot) { return params_.grad(slot); };
     const nn::Routing<A>& r = a.routing;
+    const std::vector<index_t>& first = local_first(a);
+    const index_t rows = first.back();
     Device::parallel_rows(N, C, nn::CombineExpertsBackward<T>{s.d_route_weight.data(), s.d_expert_out.data(), d_out,
                                                                a.expert_out.data(), a.row_of.data(),
                                                                a.route_weight.data(), k, C});
-    zero(s.d_expert_hidden);
-    for (index_t e = 0; e < E; ++e) {
-      const index_t first = r.first[std::size_t(e)], rows = r.rows(e);
-      if (rows == 0) continue;
-      nn::linear_backward<Device>(s.d_expert_hidden.data() + first * F,
-                                  g(w_.experts_down) ? g(w_.experts_down) + e * C * F : nullptr, static_cast<T*>(nullptr), s.d_expert_out.data() + first * C,
-                                  a.expert_hidden.data() + first * F, p(w_.experts_down) + e * C * F, rows, F, C);
+    // Spread, the local rows' output gradients and then their input gradients share one buffer.
+    T* d_local_out = spread ? exchange().local_rows.data() : s.d_expert_out.data();
+    T* d_local_x = spread ? exchange().local_rows.data() : s.d_expert_x.data();
+    if (spread) {
+      ExpertExchange<T, Device>::fit(s.d_expert_hidden, rows, F);
+      ExpertExchange<T, Device>::fit(s.d_expert_in, rows, 2 * F);
+      exchange().send(s.d_expert_out.data(), d_local_out, a.route, a.received_at.data(), C, what());
     }
-    zero(s.d_expert_in);
-    nn::mlp_backward<Device>(s.d_expert_in.data(), s.d_expert_hidden.data(), a.expert_in.data(), R, F, /*gated=*/true,
-                             c_.activation);
-    zero(s.d_expert_x);
-    for (index_t e = 0; e < E; ++e) {
-      const index_t first = r.first[std::size_t(e)], rows = r.rows(e);
-      if (rows == 0) continue;
-      nn::linear_backward<Device>(s.d_expert_x.data() + first * C,
-                                  g(w_.experts_gate_up) ? g(w_.experts_gate_up) + e * 2 * F * C : nullptr,
-                                  static_cast<T*>(nullptr), s.d_expert_in.data() + first * 2 * F,
-                                  a.expert_x.data() + first * C, p(w_.experts_gate_up) + e * 2 * F * C, rows, C, 2 * F);
-    }
+    Memory::zero(s.d_expert_hidden.data(), std::size_t(rows * F) * sizeof(T));
+    T* d_down = g(w_.experts_down);
+    for_each_expert(first, [&](index_t e, index_t at, index_t n) {
+      nn::linear_backward<Device>(s.d_expert_hidden.data() + at * F, d_down ? d_down + e * C * F : nullptr,
+                                  static_cast<T*>(nullptr), d_local_out + at * C, a.expert_hidden.data() + at * F,
+                                  p(w_.experts_down) + e * C * F, n, F, C);
+    });
+    Memory::zero(s.d_expert_in.data(), std::size_t(rows * 2 * F) * sizeof(T));
+    nn::mlp_backward<Device>(s.d_expert_in.data(), s.d_expert_hidden.data(), a.expert_in.data(), rows, F,
+                             /*gated=*/true, c_.activation);
+    Memory::zero(d_local_x, std::size_t(rows * C) * sizeof(T));
+    T* d_gate_up = g(w_.experts_gate_up);
+    for_each_expert(first, [&](index_t e, index_t at, index_t n) {
+      nn::linear_backward<Device>(d_local_x + at * C, d_gate_up ? d_gate_up + e * 2 * F * C : nullptr,
+                                  static_cast<T*>(nullptr), s.d_expert_in.data() + at * 2 * F,
+                                  a.expert_x.data() + at * C, p(w_.experts_gate_up) + e * 2 * F * C, n, C, 2 * F);
+    });
+    if (spread) exchange().bring_back(d_local_x, s.d_expert_x.data(), a.route, a.local_at.data(), C, what());
     Device::parallel_rows(N, C, nn::ScatterAddRows<T>{s.d_norm_a.data(), s.d_expert_x.data(), a.row_of.data(), k, C});
     if (c_.moe.shared_expert_size > 0) {
       Device::parallel_rows(N, C, nn::SharedGateBackward<T>{s.d_shared_out.data(), s.d_shared_gate.data(), d_out,
@@ -440,6 +479,32 @@ private:
     nn::linear_backward<Device>(s.d_norm_a.data(), g(w_.router_weight), static_cast<T*>(nullptr),
                                 s.d_router_logits.data(), a.n2.data(), p(w_.router_weight), N, C, E);
   }
+
+  // The local experts' runs of rows: the routing's when this rank holds
+  // every expert, else the route's.
+  const std::vector<index_t>& local_first(const Activations& a) const {
+    return c_.moe.parallel > 1 ? a.route.first : a.routing.first;
+  }
+  // f(local expert, its first row, its row count) for each local expert with rows.
+  template <class F>
+  static void for_each_expert(const std::vector<index_t>& first, F&& f) {
+    for (std::size_t e = 0; e + 1 < first.size(); ++e)
+      if (const index_t n = first[e + 1] - first[e]; n > 0) f(index_t(e), first[e], n);
+  }
+  // The local rows' activations hold what this step's route brings (more
+  // than the layout's bound only when another rank's batch is larger).
+  void fit_local_rows(Activations& a) const {
+    const index_t rows = a.route.rows(), F = c_.moe.expert_size;
+    ExpertExchange<T, Device>::fit(a.expert_x, rows, c_.hidden_size);
+    ExpertExchange<T, Device>::fit(a.expert_in, rows, 2 * F);
+    ExpertExchange<T, Device>::fit(a.expert_hidden, rows, F);
+    ExpertExchange<T, Device>::fit(exchange().local_rows, rows, c_.hidden_size);
+  }
+  ExpertExchange<T, Device>& exchange() const {
+    if (!exchange_) throw Error("internal: a block whose experts are split over ranks has no exchange");
+    return *exchange_;
+  }
+  std::string what() const { return "layers." + std::to_string(layer_) + "'s experts"; }
 
   nn::AttentionShape attention_shape(const Batch& batch) const {
     return {batch.B, batch.T, c_.num_heads, c_.num_kv_heads, c_.head_dim, c_.sliding_window[std::size_t(layer_)],
@@ -516,6 +581,7 @@ private:
   Tensor<float, Memory> inv_freq_;       // the rotary frequencies, where the device reads them
   Tensor<float, Memory> long_inv_freq_;  // LongRoPE's long ones (empty without)
   LinearAdapter<T, Device>* adapter_ = nullptr;
+  ExpertExchange<T, Device>* exchange_ = nullptr;
 };
 
 }  // namespace ft::models

@@ -68,15 +68,19 @@ struct BlockActivations {
   // With sandwich_norms: each branch's output before its norm, and the norm's statistics.
   Tensor<T, Space> attention_branch, mlp_branch;
   Tensor<A, Space> attention_branch_mean, attention_branch_rstd, mlp_branch_mean, mlp_branch_rstd;
-  // In a sparse layer (nn/moe.hpp): the router's logits; the N k rows sorted
-  // by expert: their inputs, the experts' gate and up products, hidden
-  // rows and outputs; the shared expert's output and gate.
+  // In a sparse layer (nn/moe.hpp): the router's logits; the rows this
+  // rank's experts multiply, expert after expert (the N k sorted rows, or
+  // with expert parallelism those the group sends them): their inputs, the
+  // gate and up products, the hidden rows; the N k sorted rows' outputs;
+  // the shared expert's output and gate.
   Tensor<T, Space> router_logits, expert_x, expert_in, expert_hidden, expert_out, shared_out, shared_gate_logit;
   Tensor<A, Space> shared_gate;
-  // The routing, on the host, and the index arrays and weights the device's
-  // kernels read (small: a few numbers per token, left out of the layout).
+  // The routing (and with expert parallelism, the rows' route), on the
+  // host, and the index arrays and weights the device's kernels read
+  // (small: a few numbers per token, left out of the layout).
   nn::Routing<A> routing;
-  memory::Array<std::int32_t, Space> token_at, row_of;
+  nn::ExpertRoute route;
+  memory::Array<std::int32_t, Space> token_at, row_of, received_at, local_at;
   memory::Array<A, Space> route_weight;
 
   // Its buffers and their shapes for `rows` rows of `tokens` tokens, in the
@@ -112,11 +116,11 @@ struct BlockActivations {
       visit(&BlockActivations::mlp_branch_rstd, Shape{N});
     }
     if (c.moe.sparse_layers() > 0) {
-      const index_t R = N * c.moe.top_k, F = c.moe.expert_size;
+      const index_t R = N * c.moe.top_k, Rl = c.moe.local_rows(N), F = c.moe.expert_size;
       visit(&BlockActivations::router_logits, Shape{N, c.moe.experts});
-      visit(&BlockActivations::expert_x, Shape{R, C});
-      visit(&BlockActivations::expert_in, Shape{R, 2 * F});
-      visit(&BlockActivations::expert_hidden, Shape{R, F});
+      visit(&BlockActivations::expert_x, Shape{Rl, C});
+      visit(&BlockActivations::expert_in, Shape{Rl, 2 * F});
+      visit(&BlockActivations::expert_hidden, Shape{Rl, F});
       visit(&BlockActivations::expert_out, Shape{R, C});
       if (c.moe.shared_expert_size > 0) {
         visit(&BlockActivations::shared_out, Shape{N, C});
@@ -139,8 +143,10 @@ struct BlockScratch {
   Tensor<T, Space> d_norm_a, d_norm_b, d_attention, d_qkv, d_mlp_in, d_hidden;
   Tensor<T, Space> d_branch;  // with a residual_multiplier: a branch's output gradient
   Tensor<T, Space> d_branch_norm;  // with sandwich_norms: the gradient of a branch's output before its norm
-  // In a sparse layer: the sorted rows' gradients, the router logits' and
-  // the shared expert's output and gate logit's.
+  // In a sparse layer: the gradients of the sorted rows' outputs and
+  // inputs, of the local experts' hidden rows and gate and up products
+  // (as BlockActivations), the router logits' and the shared expert's
+  // output and gate logit's.
   Tensor<T, Space> d_expert_out, d_expert_hidden, d_expert_in, d_expert_x, d_router_logits, d_shared_out,
       d_shared_gate;
   Tensor<acc_t<T>, Space> d_route_weight;
@@ -156,10 +162,10 @@ struct BlockScratch {
     if (c.residual_multiplier != 1) visit(&BlockScratch::d_branch, Shape{N, c.hidden_size});
     if (c.sandwich_norms) visit(&BlockScratch::d_branch_norm, Shape{N, c.hidden_size});
     if (c.moe.sparse_layers() > 0) {
-      const index_t R = N * c.moe.top_k, F = c.moe.expert_size;
+      const index_t R = N * c.moe.top_k, Rl = c.moe.local_rows(N), F = c.moe.expert_size;
       visit(&BlockScratch::d_expert_out, Shape{R, c.hidden_size});
-      visit(&BlockScratch::d_expert_hidden, Shape{R, F});
-      visit(&BlockScratch::d_expert_in, Shape{R, 2 * F});
+      visit(&BlockScratch::d_expert_hidden, Shape{Rl, F});
+      visit(&BlockScratch::d_expert_in, Shape{Rl, 2 * F});
       visit(&BlockScratch::d_expert_x, Shape{R, c.hidden_size});
       visit(&BlockScratch::d_router_logits, Shape{N, c.moe.experts});
       visit(&BlockScratch::d_route_weight, Shape{R});

@@ -14,11 +14,17 @@
 
 namespace ft::models {
 
-// One named tensor inside a flat buffer.
+// One named tensor inside a flat buffer. A buffer may hold a window of a
+// parameter's rows: rows [first_row, first_row + shape[0]) of all_rows (an
+// expert-parallel rank's experts); all_rows 0: the whole parameter.
 struct ParameterEntry {
   std::string name;
   Shape shape;
   index_t offset = 0;
+  index_t first_row = 0, all_rows = 0;
+
+  bool windowed() const { return all_rows > 0; }
+  index_t rows() const { return windowed() ? all_rows : shape[0]; }  // the whole parameter's
 };
 
 // Where a parameter lies in its buffer, found by name once (a layer keeps
@@ -37,9 +43,11 @@ public:
   using Values = Tensor<T, Space>;
 
   // Declares a parameter; call before allocate(). Names are unique in a buffer.
-  void declare(std::string name, Shape shape) {
+  void declare(std::string name, Shape shape) { declare_rows(std::move(name), shape, 0, 0); }
+  // Declares rows [first_row, first_row + shape[0]) of a parameter of all_rows rows.
+  void declare_rows(std::string name, Shape shape, index_t first_row, index_t all_rows) {
     if (find(name)) throw Error("internal: parameter \"" + name + "\" declared twice in one buffer");
-    entries_.push_back(Entry{std::move(name), shape, size_});
+    entries_.push_back(Entry{std::move(name), shape, size_, first_row, all_rows});
     size_ += shape.numel();
   }
 

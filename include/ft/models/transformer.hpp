@@ -12,11 +12,13 @@
 #include <algorithm>
 #include <filesystem>
 #include <functional>
+#include <map>
 #include <memory>
 #include <span>
 #include <utility>
 #include <vector>
 
+#include "ft/comm/communicator.hpp"
 #include "ft/io/model_weights.hpp"
 #include "ft/models/block.hpp"
 #include "ft/models/stages.hpp"
@@ -73,9 +75,15 @@ public:
     blocks_.reserve(std::size_t(spec_.config.num_layers));
     for (index_t i = 0; i < spec_.config.num_layers; ++i) blocks_.emplace_back(spec_.config, i, trainable);
     if (spec_.config.tie_embeddings) head_.tie_to(embedding_);
+    if (spec_.config.moe.parallel > 1)
+      for (auto& b : blocks_) b.set_expert_exchange(&expert_exchange_);
   }
   Transformer(const Transformer&) = delete;  // stages point into each other
   Transformer& operator=(const Transformer&) = delete;
+
+  // With expert parallelism (config().moe.parallel > 1): the ranks that
+  // hold the other experts, in the order of their runs. Not owned.
+  void set_expert_group(comm::Communicator* group) { expert_exchange_.set_group(group); }
 
   // Applies to contexts made afterwards.
   void set_memory_options(const MemoryOptions& options) {
@@ -203,18 +211,47 @@ public:
       for (const WeightBinding* w : by_stage[std::size_t(s + 1)]) {
         auto [buffer, entry] = find_parameter(w->param);
         const index_t cols = entry->shape.rank == 2 ? entry->shape[1] : 1;
-        T* into = buffer->values().data() + entry->offset + w->row_offset * cols;
+        // Of a windowed parameter, only the binding's rows inside the window load.
+        const index_t rows = binding_rows(spec_, *w, entry->rows());
+        const index_t begin = std::max(w->row_offset, entry->first_row),
+                      end = entry->windowed() ? std::min(w->row_offset + rows, entry->first_row + entry->shape[0])
+                                              : w->row_offset + rows;
+        if (begin >= end) continue;
+        T* into = buffer->values().data() + entry->offset + (begin - entry->first_row) * cols;
+        const bool part = end - begin < rows;
         // The CPU's buffers are host memory: the rows go straight there.
         if constexpr (std::is_same_v<Device, device::Cpu>) {
-          read_binding_into(weights, *w, into);
+          if (part) read_binding_rows(weights, *w, begin - w->row_offset, end - begin, cols, into);
+          else read_binding_into(weights, *w, into);
         } else {
-          const std::vector<T> rows = read_binding(weights, *w);
-          Device::from_host(into, rows.data(), rows.size() * sizeof(T));
+          std::vector<T> host(std::size_t((end - begin) * cols));
+          if (part) read_binding_rows(weights, *w, begin - w->row_offset, end - begin, cols, host.data());
+          else read_binding_into(weights, *w, host.data());
+          Device::from_host(into, host.data(), host.size() * sizeof(T));
         }
       }
       if (loading_.end) loading_.end(s);
     }
   }
+
+  // Expert parallelism: puts together the whole rows of stage s's windowed
+  // parameters from the windows of `group`'s ranks (rank r of the group
+  // holds the r-th window), for read_hf_rows to read until
+  // drop_gathered_rows(). Every rank of the group calls it.
+  void gather_rows(index_t s, comm::Communicator& group) {
+    const std::string prefix = stage(s).prefix();
+    for (const ParameterEntry& e : stage_parameters(s).entries()) {
+      if (!e.windowed()) continue;
+      const index_t cols = e.shape.rank == 2 ? e.shape[1] : 1, part = e.shape.numel();
+      Tensor<T, Memory>& whole = gathered_[prefix + e.name];
+      whole = Tensor<T, Memory>(Shape{e.all_rows * cols}, typename Tensor<T, Memory>::Uninitialized{});
+      const auto counts = std::vector<std::size_t>(std::size_t(group.size()), std::size_t(part));
+      group.all_gather(std::span<const T>(stage_parameters(s).values().data() + e.offset, std::size_t(part)),
+                       std::span<T>(whole.data(), std::size_t(whole.numel())), counts, "the experts of " + prefix + e.name)
+          .wait();
+    }
+  }
+  void drop_gathered_rows() { gathered_.clear(); }
   void set_stage_loading(StageLoading loading) { loading_ = std::move(loading); }
 
   // One ft parameter as the HF files hold it, in ft's layout, on the host:
@@ -244,10 +281,10 @@ public:
       for (index_t s = -1; s <= spec_.config.num_layers; ++s)
         if (&stage_parameters(s) == buffer) stage_reader_(s);
     const index_t cols = entry->shape.rank == 2 ? entry->shape[1] : 1;
-    const index_t rows = binding_rows(spec_, w, entry->shape[0]), heads = spec_.config.num_heads;
+    const index_t rows = binding_rows(spec_, w, entry->rows()), heads = spec_.config.num_heads;
     const index_t run = contiguous_rows(w.order, rows, heads);
     const index_t per_piece = std::max<index_t>(1, index_t(1 << 20) / index_t(sizeof(T) * std::size_t(cols)));
-    const T* base = (gradient ? buffer->grads() : buffer->values()).data() + entry->offset + w.row_offset * cols;
+    const T* base = rows_of(*buffer, *entry, w, rows, gradient);
     std::vector<T> staged;
     for (index_t h = 0; h < rows;) {
       const index_t n = std::min({per_piece, run - h % run, rows - h});
@@ -282,7 +319,7 @@ public:
   // The HF shape of a weight.
   std::vector<std::int64_t> hf_shape(const WeightBinding& w) {
     auto [buffer, entry] = find_parameter(w.param);
-    return file_shape(w, binding_rows(spec_, w, entry->shape[0]), entry->shape.rank == 2 ? entry->shape[1] : 0);
+    return file_shape(w, binding_rows(spec_, w, entry->rows()), entry->shape.rank == 2 ? entry->shape[1] : 0);
   }
 
   // A parameter's gradient in HF's layout, as float (tests and tools).
@@ -298,6 +335,19 @@ public:
 private:
   static void call(const std::function<void(index_t)>& hook, index_t stage) {
     if (hook) hook(stage);
+  }
+
+  // Where the `rows` rows binding w reads begin, in values or gradients: a
+  // windowed parameter's rows are in its window or, put together for
+  // writing, in gathered_.
+  const T* rows_of(Parameters& buffer, const ParameterEntry& entry, const WeightBinding& w, index_t rows,
+                   bool gradient) {
+    const index_t cols = entry.shape.rank == 2 ? entry.shape[1] : 1;
+    if (const auto it = gathered_.find(w.param); it != gathered_.end() && !gradient)
+      return it->second.data() + w.row_offset * cols;
+    if (w.row_offset < entry.first_row || w.row_offset + rows > entry.first_row + entry.shape[0])
+      throw Error("internal: " + w.hf_name + " is held by another rank of the expert-parallel group");
+    return (gradient ? buffer.grads() : buffer.values()).data() + entry.offset + (w.row_offset - entry.first_row) * cols;
   }
 
   index_t stage_holding(const Parameters& buffer) {
@@ -339,6 +389,20 @@ private:
     }
     file.release(t);
   }
+  // Rows [first, first + count) of a binding's rows (of `cols` columns, in
+  // the files' order) into host memory at `out`: a windowed parameter's part.
+  void read_binding_rows(const io::ModelWeights& weights, const WeightBinding& w, index_t first, index_t count,
+                         index_t cols, T* out) {
+    if (w.order != RowOrder::same) throw Error("internal: a windowed parameter's rows are in HF's order");
+    const io::TensorView& t = tensor_of(weights, w);
+    io::TensorView rows = t;
+    const std::size_t width = t.bytes.size() / std::size_t(t.numel());
+    rows.bytes = t.bytes.subspan(std::size_t(first * cols) * width, std::size_t(count * cols) * width);
+    rows.shape = {count * cols};
+    io::copy_elements(weights.file_of(t.name), rows, out, count * cols);
+    weights.file_of(t.name).release(t);
+  }
+
   // The same rows in a host vector of their own.
   std::vector<T> read_binding(const io::ModelWeights& weights, const WeightBinding& w) {
     std::vector<T> rows(std::size_t(tensor_of(weights, w).numel()));
@@ -359,6 +423,8 @@ private:
   std::vector<Block<T, Device>> blocks_;
   HeadStage<T, Device> head_;
   MemoryOptions memory_;
+  std::map<std::string, Tensor<T, Memory>> gathered_;  // whole rows of windowed parameters (gather_rows)
+  ExpertExchange<T, Device> expert_exchange_;
   SharedActivations<T, Memory> shared_;
   std::unique_ptr<Context> sequential_;
   double router_aux_sum_ = 0;

@@ -36,8 +36,21 @@ struct MoeConfig {
   // config asks for it (output_router_logits), as HF adds it only then.
   double aux_loss_coef = 0;
   std::vector<std::uint8_t> sparse;  // per layer: 1 where the MLP is the experts
+  // Expert parallelism (strategy.expert_parallel): the experts of every
+  // sparse layer split into `parallel` equal runs over as many ranks, and
+  // this copy of the model holds run `rank`. A config.json says nothing of
+  // it; a training run's parallelism sets it.
+  index_t parallel = 1, rank = 0;
 
   bool operator==(const MoeConfig&) const = default;
+  index_t local_experts() const { return experts / parallel; }
+  index_t first_local_expert() const { return rank * local_experts(); }
+  // The rows a sparse layer's local experts multiply for N tokens on each
+  // rank, at most: each token takes an expert once, so every rank's N
+  // tokens times the fewer of k and the local experts (dropless).
+  index_t local_rows(index_t N) const {
+    return parallel == 1 ? N * top_k : N * parallel * std::min(top_k, local_experts());
+  }
   bool sparse_at(index_t layer) const { return experts > 0 && sparse[std::size_t(layer)] != 0; }
   index_t sparse_layers() const {
     index_t n = 0;

@@ -96,6 +96,52 @@ Routing<A> route(const T* logits, index_t N, index_t E, index_t k, bool normaliz
   return r;
 }
 
+// Expert parallelism: P ranks each hold El of the E experts, rank p the
+// experts [p El, (p + 1) El). A rank's sorted rows for rank p's experts are
+// one contiguous run, so it sends its runs in rank order and gets their
+// outputs back in the same order. What it receives from rank p for its
+// local expert j, counts[p El + j] rows, arrives rank after rank; its
+// experts multiply them expert after expert (local rows).
+struct ExpertRoute {
+  std::vector<std::size_t> send, recv;    // [P]: rows to and from each rank
+  std::vector<index_t> first;             // [El + 1]: local expert j's rows are first[j] .. first[j + 1]
+  std::vector<std::int32_t> received_at;  // [rows]: the received row that each local row is
+  std::vector<std::int32_t> local_at;     // [rows]: the local row that each received row is
+
+  index_t rows() const { return first.back(); }
+};
+
+// The route of this rank's rows (sorted_first: its Routing's first, over
+// all E experts) given the counts every rank sends its El experts.
+inline ExpertRoute route_to_ranks(const std::vector<index_t>& sorted_first, index_t P, index_t El,
+                                  const std::vector<double>& counts) {
+  ExpertRoute r;
+  r.first.assign(std::size_t(El + 1), 0);
+  for (index_t p = 0; p < P; ++p) {
+    r.send.push_back(std::size_t(sorted_first[std::size_t((p + 1) * El)] - sorted_first[std::size_t(p * El)]));
+    std::size_t from_p = 0;
+    for (index_t j = 0; j < El; ++j) {
+      const index_t n = index_t(counts[std::size_t(p * El + j)]);
+      from_p += std::size_t(n);
+      r.first[std::size_t(j + 1)] += n;
+    }
+    r.recv.push_back(from_p);
+  }
+  std::partial_sum(r.first.begin(), r.first.end(), r.first.begin());
+  r.received_at.resize(std::size_t(r.rows()));
+  r.local_at.resize(std::size_t(r.rows()));
+  std::vector<index_t> next(r.first.begin(), r.first.end() - 1);  // each local expert's next row
+  index_t received = 0;
+  for (index_t p = 0; p < P; ++p)
+    for (index_t j = 0; j < El; ++j)
+      for (index_t i = 0; i < index_t(counts[std::size_t(p * El + j)]); ++i, ++received) {
+        const index_t local = next[std::size_t(j)]++;
+        r.received_at[std::size_t(local)] = std::int32_t(received);
+        r.local_at[std::size_t(received)] = std::int32_t(local);
+      }
+  return r;
+}
+
 // The router logits' gradient [N, E] (host) from the gradient of the
 // picks' weights [N, k] and, when not empty, the load-balancing loss's
 // gradient on every probability of column e (the same for every token):
@@ -126,17 +172,18 @@ void route_backward(const Routing<A>& r, const A* d_weight, const std::vector<A>
   }
 }
 
-// Row r of the sorted rows: its token's input row.
+// Row r of `out`: row index[r] of `in` (a token's input row for each sorted
+// row; a received row for each local row, and back).
 template <class T>
 struct GatherRows {
   T* out;
   const T* in;
-  const std::int32_t* token_at;
+  const std::int32_t* index;
   index_t C;
 
   template <class Team>
   FT_HOST_DEVICE void operator()(index_t r, const Team& team) const {
-    const T* from = in + index_t(token_at[r]) * C;
+    const T* from = in + index_t(index[r]) * C;
     for (index_t c = team.rank; c < C; c += team.size) out[r * C + c] = from[c];
   }
 };

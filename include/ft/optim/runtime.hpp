@@ -47,6 +47,7 @@ struct StateArray {
   // (a checkpoint copies through the host).
   void (*to_host)(void* to, const void* from, std::size_t bytes) = &device::Cpu::to_host;
   void (*from_host)(void* to, const void* from, std::size_t bytes) = &device::Cpu::from_host;
+  bool written = true;  // false: another rank writes the same values to a checkpoint
 };
 
 template <class M>

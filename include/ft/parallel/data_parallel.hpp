@@ -23,6 +23,13 @@
 //           Each rank steps its range in place. Adapter buffers (LoRA,
 //           prompts) are small and stay whole, sharded as in ZeRO-2.
 //
+// With expert parallelism (strategy.expert_parallel = P) each group of P
+// consecutive ranks splits every sparse layer's routed experts, rank q of
+// a group holding run q (models/expert_exchange.hpp moves the rows), and
+// the ranks that hold the same run (one per group) are the experts' data
+// parallelism: a block's experts are a buffer of their own, reduced and
+// sharded over those ranks, while the rest of the block is over all.
+//
 // A reduction in flight overlaps the backward of the next stage; it is
 // settled (waited for, its result used, its memory freed) after that
 // stage's backward, so at most one stage's reductions are in flight.
@@ -70,6 +77,7 @@ public:
       : DataParallel(comm, Sharding{sharding.optimizer_state, sharding.gradients, sharding.parameters,
                                     int(r.launch.shard_group_size)}) {
     offload_ = r.strategy.optimizer_offload && !std::is_same_v<Device, device::Cpu>;
+    expert_parallel_ = int(r.strategy.expert_parallel);
   }
 
   // Data parallelism over the replicas of a part of the model (a pipeline
@@ -81,9 +89,21 @@ public:
 
   comm::Communicator& comm() override { return comm_; }
 
+  void shape(models::ModelSpec& spec) const override {
+    if (expert_parallel_ == 1 || spec.config.moe.experts == 0) return;
+    spec.config.moe.parallel = expert_parallel_;
+    spec.config.moe.rank = comm_.rank() % expert_parallel_;
+  }
+
   void place(Model& model, const OptimizerMaker<M>& optimizer) override {
     model_ = &model;
     optimizer_ = optimizer;
+    if (const int P = model.config().moe.parallel; P > 1) {
+      const int r = comm_.rank();
+      expert_group_ = comm_.split(r / P, "expert group " + std::to_string(r / P));
+      expert_replicas_ = comm_.split(r % P, "holders of experts run " + std::to_string(r % P));
+      model.set_expert_group(expert_group_.get());
+    }
     const int G = sharding_.group_size;
     if (sharding_.optimizer_state && G > 0 && G < comm_.size()) {
       // Hybrid: shard within groups of G consecutive ranks, replicate across them.
@@ -98,19 +118,20 @@ public:
   }
 
   void attach(std::vector<adapters::Trainable<T, Device>> trainables, bool fused) override {
-    const int rank = shards().rank(), world = sharding_.optimizer_state ? shards().size() : 1;
     for (const adapters::Trainable<T, Device>& t : trainables) {
-      const auto& entries = t.params->entries();
-      ShardLayout layout(entries, t.params->size(), world, optimizer_.by_element);
-      const int part = world > 1 ? rank : 0;
-      const index_t begin = layout.begin(part), end = layout.end(part);
-      // ZeRO-3: a stage's values live in its shard, cut as this layout cuts them (place_shards).
-      const bool values_sharded = shards_ && t.params == &model_->stage_parameters(t.stage);
-      const auto& make = offload_ ? optimizer_.make_on_host : optimizer_.make;
-      set_.add(t.name, t.stage, *t.params, begin, end, sharding_.gradients, !fused,
-               make(entries_in(entries, begin, end), end - begin), values_sharded,
-               values_sharded ? shards_->shard(t.stage) : nullptr, offload_);
-      layouts_.push_back(layout);
+      // Spread over the group, a block's routed experts (its buffer's tail) train apart.
+      const bool model_stage = t.params == &model_->stage_parameters(t.stage);
+      const index_t experts = expert_group_ && model_stage && t.stage >= 0 && t.stage < model_->config().num_layers
+                                  ? models::Block<T, Device>::experts_offset(*t.params)
+                                  : t.params->size();
+      add(t, {0, experts}, t.name, {&shards(), &comm_, false}, fused);
+      if (experts < t.params->size()) {
+        const auto& moe = model_->config().moe;
+        const index_t first = moe.first_local_expert();
+        add(t, {experts, -1}, t.name + ".experts." + std::to_string(first) + "-" +
+                                  std::to_string(first + moe.local_experts() - 1),
+            {expert_replicas_.get(), expert_replicas_.get(), true}, fused);
+      }
     }
     if (fused) share_block_gradients();
     // Gradients for what trains here (ZeRO-3 makes a stage's at its backward).
@@ -118,7 +139,13 @@ public:
       if (!b.values_sharded && !b.params->grads().data()) b.params->allocate_grads();
   }
 
-  index_t trainable_parameters() const override { return set_.parameter_count(); }
+  // The model's (each run of experts counted on every rank that holds one).
+  index_t trainable_parameters() const override {
+    index_t n = 0;
+    for (std::size_t i = 0; i < set_.buffers().size(); ++i)
+      n += set_.buffers()[i].size() * (groups_[i].experts ? expert_parallel_ : 1);
+    return n;
+  }
 
   data::Shard data_shard() const override { return {comm_.rank(), comm_.size()}; }
   comm::Communicator& data_group() override { return comm_; }
@@ -182,11 +209,23 @@ public:
   }
 
   double clip(double max_norm) override {
-    std::vector<optim::GradientBuffer<M>> grads;
-    for (Buffer& b : set_.buffers()) grads.push_back({b.owned_grads(), b.owned()});
-    const auto buffers = std::span<const optim::GradientBuffer<M>>(grads);
-    const double norm = std::sqrt(job_squares(optim::sum_of_squares<Device>(buffers)));
+    std::vector<optim::GradientBuffer<M>> grads, expert_grads;
+    for (std::size_t i = 0; i < set_.buffers().size(); ++i) {
+      Buffer& b = set_.buffers()[i];
+      (groups_[i].experts ? expert_grads : grads).push_back({b.owned_grads(), b.owned()});
+    }
+    const auto buffers = std::span<const optim::GradientBuffer<M>>(grads),
+               experts = std::span<const optim::GradientBuffer<M>>(expert_grads);
+    double squares = job_squares(optim::sum_of_squares<Device>(buffers));
+    if (expert_group_ && !expert_grads.empty()) {
+      // Each run of experts once: summed over its holders' shards, then over the runs.
+      double mine = optim::sum_of_squares<Device>(experts);
+      if (sharding_.optimizer_state) mine = expert_replicas_->sum(mine, "the experts' gradient norm");
+      squares += expert_group_->sum(mine, "the gradient norm over the expert group");
+    }
+    const double norm = std::sqrt(squares);
     optim::clip_to_norm<Device, M>(buffers, norm, max_norm);
+    optim::clip_to_norm<Device, M>(experts, norm, max_norm);
     return norm;
   }
 
@@ -202,16 +241,26 @@ public:
   models::StageHooks evaluation_hooks() override { return shards_ ? gather_hooks(false) : models::StageHooks{}; }
 
   void with_whole_model(const std::function<void()>& use) override {
+    if (expert_group_)
+      for (index_t s = 0; s < model_->config().num_layers; ++s) model_->gather_rows(s, *expert_group_);
     if (shards_)
       for (index_t s = -1; s <= shards_->last(); ++s) shards_->gather(s);
     use();
     if (shards_)
       for (index_t s = -1; s <= shards_->last(); ++s) shards_->release(s);
+    model_->drop_gathered_rows();
   }
 
   void values_loaded() override { set_.sync_master_from_storage(); }
 
   void read_model_on_rank0(const std::function<void()>& use) override {
+    if (expert_group_) {
+      // Each sparse stage's experts put together from its group as rank 0 reads it.
+      read_stages_on_rank0(
+          comm_, *model_, use, [this](index_t s) { model_->gather_rows(s, *expert_group_); },
+          [this](index_t) { model_->drop_gathered_rows(); });
+      return;
+    }
     if (!shards_) {
       if (comm_.rank() == 0) use();
       return;
@@ -239,9 +288,13 @@ public:
 
   std::vector<optim::StateArray> state_arrays() override {
     std::vector<optim::StateArray> arrays;
-    for (Buffer& b : set_.buffers()) {
+    for (std::size_t i = 0; i < set_.buffers().size(); ++i) {
+      Buffer& b = set_.buffers()[i];
+      // Unsharded and spread, the first rank of each expert group writes its run of experts, rank 0 the rest.
+      const bool written = !expert_group_ || sharding_.optimizer_state || groups_[i].experts || comm_.rank() == 0;
       for (optim::StateArray a : b.optimizer->state()) {
         a.name = b.name + "/" + a.name;
+        a.written = written;
         if (optimizer_.by_element) std::tie(a.begin, a.total) = std::pair{b.begin, b.size()};
         arrays.push_back(std::move(a));
       }
@@ -249,13 +302,16 @@ public:
         const auto [to_host, from_host] = b.offloaded ? std::pair{&device::Cpu::to_host, &device::Cpu::from_host}
                                                       : std::pair{&Device::to_host, &Device::from_host};
         arrays.push_back({b.name + "/master", io::safetensors_dtype_of<M>(), b.owned_values(),
-                          std::size_t(b.owned()) * sizeof(M), b.begin, b.size(), to_host, from_host});
+                          std::size_t(b.owned()) * sizeof(M), b.begin, b.size(), to_host, from_host, written});
       }
     }
     return arrays;
   }
 
   typename Runtime<T, M, Device>::StateShard state_shard() const override {
+    if (expert_group_ && !sharding_.optimizer_state)
+      return {expert_replicas_->rank() == 0, expert_group_->rank(), expert_group_->size()};
+    if (expert_group_) return {true, comm_.rank(), comm_.size()};
     if (!sharding_.optimizer_state || shards().size() == 1) return {comm_.rank() == 0, 0, 0};
     return {!replicas_ || replicas_->rank() == 0, shards().rank(), shards().size()};
   }
@@ -265,6 +321,33 @@ private:
     comm::Work work;
     std::function<void()> then;  // runs on this thread once the work is complete
   };
+
+  // The ranks a trained buffer's reductions run over: those that share its
+  // sharded state, and all that hold it.
+  struct Groups {
+    comm::Communicator* shards;
+    comm::Communicator* holders;
+    bool experts;  // a block's run of routed experts (expert parallelism)
+  };
+
+  // Adds segment `segment` of t's buffer, cut over `groups.shards` when the optimizer state is sharded.
+  void add(const adapters::Trainable<T, Device>& t, typename Set::Segment segment, std::string name, Groups groups,
+           bool fused) {
+    const int world = sharding_.optimizer_state ? groups.shards->size() : 1;
+    const index_t length = segment.length < 0 ? t.params->size() - segment.offset : segment.length;
+    const auto entries = entries_in(t.params->entries(), segment.offset, segment.offset + length);
+    ShardLayout layout(entries, length, world, optimizer_.by_element);
+    const int part = world > 1 ? groups.shards->rank() : 0;
+    const index_t begin = layout.begin(part), end = layout.end(part);
+    // ZeRO-3: a stage's values live in its shard, cut as this layout cuts them (place_shards).
+    const bool values_sharded = shards_ && t.params == &model_->stage_parameters(t.stage);
+    const auto& make = offload_ ? optimizer_.make_on_host : optimizer_.make;
+    set_.add(std::move(name), t.stage, *t.params, segment, begin, end, sharding_.gradients, !fused,
+             make(entries_in(entries, begin, end), end - begin), values_sharded,
+             values_sharded ? shards_->shard(t.stage) : nullptr, offload_);
+    layouts_.push_back(layout);
+    groups_.push_back(groups);
+  }
 
   // Completes the reductions in flight but the newest `keep`, oldest first.
   void settle(std::size_t keep) {
@@ -344,18 +427,19 @@ private:
   void gradient_complete(std::size_t i, const MicroBatchRole& role) {
     Buffer& b = set_.buffers()[i];
     if (role.fused) return fused_step(i, role);
+    comm::Communicator& holders = *groups_[i].holders;
     if (!b.sharded_grads) {
       Set::accumulate(b);
-      if (role.last && comm_.size() > 1)
-        pending_.push_back({comm_.all_reduce_sum(std::span<M>(b.whole_grads(), std::size_t(b.size())),
-                                                 "gradients of " + b.name),
+      if (role.last && holders.size() > 1)
+        pending_.push_back({holders.all_reduce_sum(std::span<M>(b.whole_grads(), std::size_t(b.size())),
+                                                   "gradients of " + b.name),
                             {}});
       return;
     }
     // Sharded: this rank's range of the sum over ranks joins its step gradient.
     auto whole = take_scratch(0), part = take_scratch(std::size_t(b.owned()));
     const M* source = gradient_in_m(b, *whole);
-    comm::Work work = shards().reduce_scatter_sum(std::span<const M>(source, std::size_t(b.size())),
+    comm::Work work = groups_[i].shards->reduce_scatter_sum(std::span<const M>(source, std::size_t(b.size())),
                                                   std::span<M>(part->data(), held(*part)),
                                                   layouts_[i].counts(), "gradients of " + b.name);
     if (replicas_) {
@@ -370,7 +454,7 @@ private:
     pending_.push_back({work, [this, &b, whole, part]() mutable {
                           Device::parallel_for(b.owned(), AddInto<M, M>{b.grads.data(), part->data()});
                           if (b.values_sharded) b.params->release_grads();  // ZeRO-3: made anew at the next backward
-                          else b.params->zero_grads();
+                          else b.zero_t_grads();
                           give_back(std::move(whole));
                           give_back(std::move(part));
                         }});
@@ -384,14 +468,15 @@ private:
     // (The Trainer refuses a fused optimizer with sharded gradients.)
     auto whole = take_scratch(0);
     M* source = gradient_in_m(b, *whole);
-    if (comm_.size() > 1)
-      comm_.all_reduce_sum(std::span<M>(source, std::size_t(b.size())), "gradients of " + b.name).wait();
+    comm::Communicator& holders = *groups_[i].holders;
+    if (holders.size() > 1)
+      holders.all_reduce_sum(std::span<M>(source, std::size_t(b.size())), "gradients of " + b.name).wait();
     const M* g = source + b.begin;
     fused_squares_ += optim::sum_of_squares<Device>(g, b.owned());
     Set::step(b, g, role.lr, role.optimizer_step);
     gather_values(i);
     end_micro_batch();
-    b.params->zero_grads();
+    b.zero_t_grads();
     give_back(std::move(whole));
   }
 
@@ -405,7 +490,7 @@ private:
 
   // The T gradient of b as M: itself when T is M, else converted into `scratch`.
   M* gradient_in_m(Buffer& b, Scratch& scratch) {
-    T* g = b.params->grads().data();
+    T* g = b.t_grads();
     if constexpr (Set::has_master) {
       resize(scratch, b.size());
       Device::parallel_for(b.size(), Convert<M, T>{scratch.data(), g});
@@ -418,9 +503,10 @@ private:
   // After a sharded optimizer stepped its range, every rank takes the others'.
   void gather_values(std::size_t i) {
     Buffer& b = set_.buffers()[i];
-    if (!sharding_.optimizer_state || shards().size() == 1 || b.values_sharded) return;  // ZeRO-3 gathers before use
-    T* v = b.params->values().data();
-    pending_.push_back({shards().all_gather(std::span<const T>(v + b.begin, std::size_t(b.owned())),
+    comm::Communicator& group = *groups_[i].shards;
+    if (!sharding_.optimizer_state || group.size() == 1 || b.values_sharded) return;  // ZeRO-3 gathers before use
+    T* v = b.values();
+    pending_.push_back({group.all_gather(std::span<const T>(v + b.begin, std::size_t(b.owned())),
                                          std::span<T>(v, std::size_t(b.size())), layouts_[i].counts(),
                                          "values of " + b.name),
                         {}});
@@ -464,11 +550,15 @@ private:
   Model* model_ = nullptr;
   Set set_;
   std::vector<ShardLayout> layouts_;  // one per buffer of set_, in order
+  std::vector<Groups> groups_;        // one per buffer of set_, in order
   std::deque<Pending> pending_;
   std::vector<std::shared_ptr<Scratch>> free_scratch_;
   Tensor<T, Memory> block_gradients_;  // shared by every block when the optimizer is fused into backward
   std::unique_ptr<StageShards<T, Device>> shards_;  // ZeRO-3
   std::unique_ptr<comm::Communicator> shard_group_, replicas_;  // hybrid sharding
+  int expert_parallel_ = 1;
+  // Expert parallelism: the ranks that split the experts, and those that hold the same run of them.
+  std::unique_ptr<comm::Communicator> expert_group_, expert_replicas_;
   double fused_squares_ = 0;
 };
 

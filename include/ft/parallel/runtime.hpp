@@ -82,6 +82,10 @@ public:
   virtual ~Runtime() = default;
 
   virtual comm::Communicator& comm() = 0;
+  // Before the model is built from its reading of config.json: what this
+  // rank's copy holds of the whole (with expert parallelism, its run of
+  // each sparse layer's experts).
+  virtual void shape(models::ModelSpec& spec) const { (void)spec; }
   // Once, on the model built unallocated (models::unallocated), before its
   // weights load: allocates what this rank keeps of each stage and says how
   // a load treats each stage (models::StageLoading), so that loading the

@@ -66,11 +66,18 @@ public:
   static constexpr bool has_master = !std::is_same_v<T, M>;
   using Memory = typename Device::Memory;
 
+  // A run of elements of a parameter buffer: the whole of it, or with
+  // expert parallelism a block's routed experts or the rest of the block.
+  struct Segment {
+    index_t offset = 0, length = -1;  // length -1: to the buffer's end
+  };
+
   struct Buffer {
     std::string name;
     index_t stage;  // the model stage whose backward completes its gradient (see models::StageHooks)
     models::ParameterBuffer<T, Memory>* params;
-    index_t begin = 0, end = 0;  // the range this rank steps
+    index_t offset = 0, length = 0;  // the segment of params it is
+    index_t begin = 0, end = 0;  // the range of the segment this rank steps
     bool sharded_grads = false;  // grads hold [begin, end) only
     // ZeRO-3: this rank's T values of [begin, end) live apart, in values_shard
     // (null when the range is empty: a rank may hold none of a buffer cut at
@@ -85,7 +92,13 @@ public:
     memory::HostVector<M> host_values, host_grads;
     memory::HostVector<T> host_storage;
 
-    index_t size() const { return params->size(); }
+    index_t size() const { return length; }
+    // The segment's values and gradient (a micro-batch's, in T).
+    T* values() { return params->values().data() + offset; }
+    T* t_grads() { return params->grads().data() + offset; }
+    void zero_t_grads() {
+      if (params->grads().data()) Memory::zero(t_grads(), std::size_t(length) * sizeof(T));
+    }
     index_t owned() const { return end - begin; }
     // The values the optimizer updates, from begin.
     M* owned_values() {
@@ -98,7 +111,7 @@ public:
       return (host_values.size() + host_grads.size()) * sizeof(M) + host_storage.size() * sizeof(T);
     }
     // The T values of [begin, end), where this rank keeps them.
-    T* owned_storage() { return values_sharded ? values_shard : params->values().data() + begin; }
+    T* owned_storage() { return values_sharded ? values_shard : values() + begin; }
     // The step's gradient, from begin.
     M* owned_grads() {
       if (sharded_grads) return grads.data();
@@ -107,7 +120,7 @@ public:
     // The step's gradient of the whole buffer (unsharded gradients only).
     M* whole_grads() {
       if constexpr (has_master) return grads.data();
-      else return grads.data() ? grads.data() : params->grads().data();
+      else return grads.data() ? grads.data() : t_grads();
     }
   };
 
@@ -116,12 +129,14 @@ public:
   // backward: each stage is stepped from its fresh gradient). With
   // `values_sharded` the T values of the range are in `values_shard`. With
   // `offloaded` the optimizer (made for the host) steps the range there.
-  void add(std::string name, index_t stage, models::ParameterBuffer<T, Memory>& params, index_t begin, index_t end,
-           bool sharded_grads, bool step_grads, std::unique_ptr<optim::Runtime<M>> optimizer,
-           bool values_sharded = false, T* values_shard = nullptr, bool offloaded = false) {
+  void add(std::string name, index_t stage, models::ParameterBuffer<T, Memory>& params, Segment segment,
+           index_t begin, index_t end, bool sharded_grads, bool step_grads,
+           std::unique_ptr<optim::Runtime<M>> optimizer, bool values_sharded = false, T* values_shard = nullptr,
+           bool offloaded = false) {
     if (!params.trainable()) throw Error("internal: buffer \"" + name + "\" is frozen and cannot train");
-    Buffer b{std::move(name), stage, &params, begin, end, sharded_grads, values_sharded, values_shard,
-             {}, {}, std::move(optimizer), false, {}, {}, {}};
+    const index_t length = segment.length < 0 ? params.size() - segment.offset : segment.length;
+    Buffer b{std::move(name), stage, &params, segment.offset, length, begin, end, sharded_grads, values_sharded,
+             values_shard, {}, {}, std::move(optimizer), false, {}, {}, {}};
     if (offloaded) {
       b.offloaded = true;
       b.host_values.resize(std::size_t(end - begin));
@@ -133,7 +148,7 @@ public:
       Device::parallel_for(end - begin, Convert<M, T>{b.master.data(), b.owned_storage()});
     }
     if (step_grads && (has_master || sharded_grads))
-      b.grads = Tensor<M, Memory>(Shape{sharded_grads ? end - begin : params.size()});
+      b.grads = Tensor<M, Memory>(Shape{sharded_grads ? end - begin : length});
     buffers_.push_back(std::move(b));
   }
 
@@ -147,7 +162,7 @@ public:
 
   void begin_step() {
     for (Buffer& b : buffers_) {
-      b.params->zero_grads();
+      b.zero_t_grads();
       if (b.grads.data()) Memory::zero(b.grads.data(), std::size_t(b.grads.numel()) * sizeof(M));
     }
   }
@@ -156,8 +171,8 @@ public:
   // buffer and clears it (unsharded gradients under a master copy).
   static void accumulate(Buffer& b) {
     if constexpr (has_master) {
-      Device::parallel_for(b.size(), AddInto<M, T>{b.grads.data(), b.params->grads().data()});
-      b.params->zero_grads();
+      Device::parallel_for(b.size(), AddInto<M, T>{b.grads.data(), b.t_grads()});
+      b.zero_t_grads();
     }
   }
 

@@ -50,6 +50,7 @@ struct StrategySection {
   std::string adapter = "lora";
   std::string device = "cpu";
   bool optimizer_offload = false;
+  Int expert_parallel = 1;
 
   template <class V>
   void fields(V& v) {
@@ -65,6 +66,9 @@ struct StrategySection {
     v.field("optimizer_offload", optimizer_offload, Check<bool>{},
             "master weights and optimizer state in host memory, stepped there (DeepSpeed's offload_optimizer); "
             "the CPU backend keeps them there already");
+    v.field("expert_parallel", expert_parallel, at_least<Int>(1),
+            "split each mixture-of-experts layer's experts over groups of this many ranks, tokens travelling to "
+            "their experts by all-to-all (DeepSpeed-MoE's ep_size); the groups replicate them as data parallelism");
   }
 };
 

@@ -116,7 +116,7 @@ inline void write_state(const std::filesystem::path& file, const std::vector<opt
   nlohmann::json ranges = nlohmann::json::object();
   for (const optim::StateArray& a : arrays) {
     const std::size_t width = io::detail::dtype_size(a.dtype);
-    if (a.bytes == 0) continue;  // a rank's empty share of a small buffer
+    if (a.bytes == 0 || !a.written) continue;  // a rank's empty share of a small buffer, or another's to write
     io::TensorToWrite t{a.name, a.dtype, {std::int64_t(a.bytes / width)}, {}, {}};
     if (a.to_host == &device::Cpu::to_host) {
       t.bytes = std::span<const std::byte>(static_cast<const std::byte*>(a.data), a.bytes);

@@ -36,6 +36,7 @@ nlohmann::ordered_json trainer_state(const Run<T, M, D>& run, std::int64_t step)
   j["trainer"] = run.policies.trainer;
   j["resumable_as"] = run.policies.resumable_as;
   j["seed"] = r.seed;
+  j["expert_parallel"] = r.strategy.expert_parallel;
   j["model"] = run.fingerprint;
   j["data"] = {{"train", r.data.train},
                {"rows", run.train_rows},
@@ -86,6 +87,10 @@ std::int64_t resume(Run<T, M, D>& run, const std::filesystem::path& dir) {
   if (state.value("resumable_as", state.value("trainer", "")) != run.policies.resumable_as)
     throw Error(where + "was written by " + state.value("trainer", "?") + ", this recipe builds " + run.policies.trainer +
                 "; only the parallelism and the device may change on resume");
+  if (const std::int64_t then = state.value("expert_parallel", std::int64_t(1)); then != run.recipe.strategy.expert_parallel)
+    throw Error(where + "was written with strategy.expert_parallel = " + std::to_string(then) + ", this run sets " +
+                std::to_string(run.recipe.strategy.expert_parallel) + "; each run of experts keeps its optimizer state "
+                "apart, so resume with the same expert_parallel");
   const nlohmann::json data = state.value("data", nlohmann::json::object());
   const recipe::TrainSection& t = run.recipe.train;
   const std::int64_t then = data.value("per_device_train_batch_size", 0) * data.value("gradient_accumulation_steps", 0) *

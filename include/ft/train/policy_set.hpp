@@ -132,6 +132,27 @@ inline void check_recipe(const PolicySet& s, const recipe::Recipe& r) {
     throw Error("the recipe's [pipeline] section sets pipeline ranks, micro-batches or stages, but "
                 "strategy.parallelism is " + parallelism + "; set it to \"pipeline\"");
   }
+  if (const std::int64_t P = r.strategy.expert_parallel; P > 1) {
+    const std::string key = "strategy.expert_parallel = " + std::to_string(P);
+    const index_t E = s.read_model(r.model.path).config.moe.experts;
+    if (E == 0)
+      throw Error(key + " splits a mixture of experts' experts over ranks, but " + r.model.path +
+                  " has no experts; set it to 1");
+    if (E % P != 0)
+      throw Error(key + " does not divide the " + std::to_string(E) + " experts of each sparse layer; allowed: a "
+                  "divisor of " + std::to_string(E));
+    if (ranks % P != 0)
+      throw Error(key + " does not divide the job's " + std::to_string(ranks) + " ranks into expert groups; allowed: "
+                  "a divisor of " + std::to_string(ranks));
+    if (parallelism != "ddp" && parallelism != "zero1" && parallelism != "zero2")
+      throw Error(key + " needs parallelism ddp, zero1 or zero2 (each expert's state lives on the ranks that hold "
+                  "it), not " + parallelism);
+    if (r.launch.shard_group_size > 0)
+      throw Error(key + " groups the ranks by experts, which launch.shard_group_size would cut again; set it to 0");
+    if (r.train.fuse_optimizer_with_backward)
+      throw Error(key + " reduces the experts' gradients over other ranks than the rest, which "
+                  "train.fuse_optimizer_with_backward does not; set it to false");
+  }
   if (r.train.fuse_optimizer_with_backward && r.train.max_grad_norm > 0)
     throw Error("train.fuse_optimizer_with_backward steps each block before the global gradient norm is known, "
                 "so it cannot clip; set train.max_grad_norm = 0");
@@ -160,6 +181,8 @@ inline std::string describe_plan(const PolicySet& s, const recipe::Recipe& r) {
     os << ", stages cut over pipeline ranks";
   else if (s.multi_rank)
     os << ", gradients all-reduced";
+  if (r.strategy.expert_parallel > 1)
+    os << "; experts split over groups of " << r.strategy.expert_parallel << " ranks (all-to-all)";
   os << "\n";
   if (s.pipelined) os << parallel::describe_pipeline(r, pipeline_partition(s, r), job_ranks(r));
   os << "optimizer    " << s.optimizer << ", lr " << r.train.learning_rate << " (" << r.train.lr_scheduler_type

@@ -113,8 +113,10 @@ void load_data(Run<T, M, D>& run) {
 template <element T, class M, class D>
 void build_model(Run<T, M, D>& run) {
   const recipe::Recipe& r = run.recipe;
-  run.model = std::make_unique<models::Transformer<T, D>>(run.policies.model(r.model.path),
-                                                          run.policies.trains_base_weights, models::unallocated);
+  models::ModelSpec spec = run.policies.model(r.model.path);
+  run.parallel->shape(spec);
+  run.model = std::make_unique<models::Transformer<T, D>>(std::move(spec), run.policies.trains_base_weights,
+                                                          models::unallocated);
   run.parallel->place(*run.model, run.policies.optimizer);
   run.model->load(io::ModelWeights::open(r.model.path));
   run.model->set_memory_options({checkpoint_every(r.train.gradient_checkpointing), r.train.activation_offloading});
