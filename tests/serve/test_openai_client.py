@@ -9,7 +9,9 @@ run's newest checkpoint, -c latest), 32 concurrent streaming clients getting
 what each gets alone, the refusals (malformed JSON, wrong types, unknown
 model, over-long prompt, max_tokens < 1, a full queue, a missing API key), a
 client that disconnects mid-stream freeing its slot, /health and /metrics,
-and SIGTERM finishing the request in flight before a clean exit.
+and SIGTERM finishing the request in flight before a clean exit. Then a tiny
+mixture of experts: LoRA trained with its experts split over 2 ranks
+(strategy.expert_parallel), served with the adapter by name.
 
 Usage: test_openai_client.py FTRUN   (run from the repository root)
 """
@@ -18,6 +20,7 @@ import json
 import math
 import os
 import re
+import shutil
 import signal
 import socket
 import subprocess
@@ -120,7 +123,51 @@ def main():
         check(code == 0, "SIGTERM stops an idle server with exit 0")
         graceful_shutdown()
         limits()
+        mixture_of_experts(tmp)
     print("all checks passed")
+
+
+def mixture_of_experts(tmp):
+    """A Mixtral of ft's tiny Llama's shape (4 experts, top 2, the load-balancing loss), its LoRA adapter
+    trained on 2 ranks that split the experts, served beside the base and answering as ftrun generate."""
+    moe = os.path.join(tmp, "moe")
+    os.makedirs(moe)
+    with open(os.path.join(BASE, "config.json")) as f:
+        config = json.load(f)
+    config.update(architectures=["MixtralForCausalLM"], model_type="mixtral", num_local_experts=4,
+                  num_experts_per_tok=2, output_router_logits=True, router_aux_loss_coef=0.02)
+    with open(os.path.join(moe, "config.json"), "w") as f:
+        json.dump(config, f)
+    for name in ("tokenizer.json", "tokenizer_config.json"):
+        shutil.copy(os.path.join(BASE, name), moe)
+    subprocess.run([FTRUN, "init", moe], check=True, capture_output=True)
+    run = os.path.join(tmp, "moe_run")
+    env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
+    trained = subprocess.run([FTRUN, "train", "recipes/ft_tiny_llama/lora.toml", "--set", f"model.path={moe}",
+                              "--set", f"output_dir={run}", "--set", "train.max_steps=8", "--set", "train.eval_steps=0",
+                              "--set", "checkpoint.save_steps=8", "--set", "train.learning_rate=0.02",
+                              "--set", "strategy.parallelism=ddp", "--set", "strategy.expert_parallel=2",
+                              "--set", "launch.nproc=2"], capture_output=True, text=True, env=env)
+    check(trained.returncode == 0, f"LoRA on a mixture of experts trains on 2 ranks that split its experts: {trained.stderr}")
+    check("aux_loss" in trained.stdout, "the run logs the load-balancing loss")
+    server = Server(moe, "--served-model-name", "moe", "--adapter", f"moe-tuned={run}/adapter")
+    try:
+        client = server.client()
+        prompt = PROMPTS[1]
+        tuned = client.completions.create(model="moe-tuned", prompt=prompt, max_tokens=12, temperature=0, logprobs=0)
+        base = client.completions.create(model="moe", prompt=prompt, max_tokens=12, temperature=0, logprobs=0)
+        local = subprocess.run([FTRUN, "generate", run, "-c", "latest", "--raw", "-p", prompt, "--max-tokens", "12",
+                                "--json"], check=True, capture_output=True, text=True)
+        check(tuned.choices[0].text == json.loads(local.stdout)["text"],
+              "the mixture of experts' adapter answers as ftrun generate -c latest on its run")
+        check(tuned.choices[0].logprobs.token_logprobs != base.choices[0].logprobs.token_logprobs,
+              "the mixture of experts' adapter changes the answer's probabilities")
+        chat = client.chat.completions.create(model="moe-tuned", max_tokens=8, temperature=0,
+                                              messages=[{"role": "user", "content": "What is a hacker?"}])
+        check(chat.choices[0].message.role == "assistant" and chat.usage.completion_tokens > 0,
+              "the mixture of experts answers a chat through its template")
+    finally:
+        server.stop()
 
 
 def exercise(server, client, run):
