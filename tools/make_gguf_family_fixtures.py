@@ -7,18 +7,20 @@ For every case a tiny random HF model (weights rounded to float16, the type
 the GGUF stores them in) is written as llama.cpp's convert_hf_to_gguf.py
 writes that architecture: its metadata keys, gguf-py's own tensor names
 (gguf.get_tensor_name_map), and the converter's changes to the data (Gemma's
-norm weights stored as 1 + w; Granite's q/k rows interleaved for ggml's
-rotary pairing; Phi-3's LongRoPE factors as rope_factors_short/long tensors;
-Bloom's per-head q/k/v rows regrouped as all queries, keys, values).
+norm weights stored as 1 + w; Granite's and Mixtral's q/k rows interleaved
+for ggml's rotary pairing; Phi-3's LongRoPE factors as rope_factors_short/long
+tensors; Bloom's per-head q/k/v rows regrouped as all queries, keys, values;
+a mixture's experts stacked, one tensor per projection, and Qwen2-MoE's
+shared expert's gate as a vector).
 A byte-level BPE vocabulary of the model's size goes with it.
 
   tests/fixtures/gguf/families/<case>.gguf   (qwen2, qwen3, gemma, gemma2, gemma3, phi3, granite,
-                                             starcoder, bloom)
+                                             starcoder, bloom, mixtral, qwen2moe, qwen3moe)
   tests/fixtures/gguf/families/<case>_expected.safetensors
       input_ids [2, 16] and the source model's float32 logits on them.
 
 Where transformers can read the architecture's GGUF itself (qwen2, phi3,
-gemma2, gemma3, bloom), the script loads the file with it and checks that its
+gemma2, gemma3, bloom, qwen2moe, qwen3moe), the script loads the file with it and checks that its
 weights are the source model's, so the encoding here is the one transformers
 inverts, not only ft's reading of llama.cpp.
 
@@ -35,8 +37,9 @@ from safetensors.torch import save_file
 from transformers import (AutoModelForCausalLM, BloomConfig, BloomForCausalLM, GPTBigCodeConfig,
                           GPTBigCodeForCausalLM, Gemma2Config, Gemma2ForCausalLM, Gemma3ForCausalLM,
                           Gemma3TextConfig, GemmaConfig, GemmaForCausalLM, GraniteConfig, GraniteForCausalLM,
-                          Phi3Config, Phi3ForCausalLM, Qwen2Config, Qwen2ForCausalLM, Qwen3Config,
-                          Qwen3ForCausalLM)
+                          MixtralConfig, MixtralForCausalLM, Phi3Config, Phi3ForCausalLM, Qwen2Config,
+                          Qwen2ForCausalLM, Qwen2MoeConfig, Qwen2MoeForCausalLM, Qwen3Config, Qwen3ForCausalLM,
+                          Qwen3MoeConfig, Qwen3MoeForCausalLM)
 from transformers.utils import logging as hf_logging
 
 import gguf
@@ -112,10 +115,32 @@ def bloom():
                                                    attention_dropout=0.0)
 
 
-CASES = {f.__name__: f for f in (qwen2, qwen3, gemma, gemma2, gemma3, phi3, granite, starcoder, bloom)}
+def mixtral():
+    # llama.cpp writes Mixtral as "llama" with experts.
+    return "llama", MixtralForCausalLM, MixtralConfig(**SHAPE, num_local_experts=4, num_experts_per_tok=2,
+                                                      rms_norm_eps=1e-5, tie_word_embeddings=False,
+                                                      rope_parameters={"rope_type": "default", "rope_theta": 1e6})
+
+
+def qwen2moe():
+    return "qwen2moe", Qwen2MoeForCausalLM, Qwen2MoeConfig(
+        **SHAPE, num_experts=4, num_experts_per_tok=2, moe_intermediate_size=48, shared_expert_intermediate_size=80,
+        norm_topk_prob=False, rms_norm_eps=1e-6, tie_word_embeddings=False,
+        rope_parameters={"rope_type": "default", "rope_theta": 1e6})
+
+
+def qwen3moe():
+    # llama.cpp renormalises Qwen3-MoE's top k (norm_topk_prob), as transformers' GGUF reader assumes.
+    return "qwen3moe", Qwen3MoeForCausalLM, Qwen3MoeConfig(
+        **SHAPE, head_dim=24, num_experts=6, num_experts_per_tok=3, moe_intermediate_size=40, norm_topk_prob=True,
+        rms_norm_eps=1e-6, tie_word_embeddings=True, rope_parameters={"rope_type": "default", "rope_theta": 1e6})
+
+
+CASES = {f.__name__: f for f in (qwen2, qwen3, gemma, gemma2, gemma3, phi3, granite, starcoder, bloom, mixtral,
+                                 qwen2moe, qwen3moe)}
 # transformers reads these architectures' GGUF files too (not qwen3 here: it ignores attention.key_length,
 # which this case's explicit head_dim needs).
-READ_BY_TRANSFORMERS = {"qwen2", "phi3", "gemma2", "gemma3", "bloom"}
+READ_BY_TRANSFORMERS = {"qwen2", "phi3", "gemma2", "gemma3", "bloom", "qwen2moe", "qwen3moe"}
 
 
 def metadata(w, arch, c):
@@ -138,9 +163,17 @@ def metadata(w, arch, c):
     w.add_head_count_kv(c.num_key_value_heads)
     w.add_layer_norm_rms_eps(c.rms_norm_eps)
     rope = c.rope_parameters
-    if arch in ("qwen2", "qwen3", "granite", "phi3"):
+    if arch in ("qwen2", "qwen3", "granite", "phi3", "llama", "qwen2moe", "qwen3moe"):
         w.add_rope_freq_base(rope["rope_theta"])
-    if arch in ("qwen3", "gemma", "gemma2", "gemma3"):
+    experts = getattr(c, "num_local_experts", None) or getattr(c, "num_experts", None)
+    if experts:
+        w.add_expert_count(experts)
+        w.add_expert_used_count(c.num_experts_per_tok)
+        if arch != "llama":
+            w.add_expert_feed_forward_length(c.moe_intermediate_size)
+        if arch == "qwen2moe":
+            w.add_expert_shared_feed_forward_length(c.shared_expert_intermediate_size)
+    if arch in ("qwen3", "qwen3moe", "gemma", "gemma2", "gemma3"):
         w.add_key_length(head_dim)
         w.add_value_length(head_dim)
     if arch == "gemma2":
@@ -201,7 +234,10 @@ def tensors(w, arch, model):
         x = t.float().numpy().copy()
         if arch.startswith("gemma") and name.endswith("norm.weight"):
             x = x + np.float32(1)
-        if arch == "granite" and name.endswith(("q_proj.weight", "k_proj.weight")):
+        if ".mlp.experts." in name or name.endswith("shared_expert_gate.weight"):
+            moe_tensor(w, name, x, c)
+            continue
+        if arch in ("granite", "llama") and name.endswith(("q_proj.weight", "k_proj.weight")):
             x = permute(x, c.num_attention_heads if "q_proj" in name else c.num_key_value_heads)
         if arch == "bloom" and "query_key_value" in name:  # each head's q, k, v -> all q, all k, all v
             heads = c.num_attention_heads
@@ -220,6 +256,22 @@ def tensors(w, arch, model):
         w.add_tensor("rope_factors_short.weight", np.array(rope["short_factor"], dtype=np.float32))
 
 
+def moe_tensor(w, name, x, c):
+    """A sparse layer's experts as the converter stacks them (transformers 5 keeps them fused: gate_up_proj
+    [E, 2F, C], down_proj [E, C, F]), and Qwen2-MoE's shared expert gate [1, C] as a vector."""
+    layer = name.split(".")[2]
+    if name.endswith("shared_expert_gate.weight"):
+        w.add_tensor(f"blk.{layer}.ffn_gate_inp_shexp.weight", x.reshape(-1).astype(np.float32))
+    elif name.endswith("gate_up_proj"):
+        f = x.shape[1] // 2
+        w.add_tensor(f"blk.{layer}.ffn_gate_exps.weight", x[:, :f].astype(np.float16))
+        w.add_tensor(f"blk.{layer}.ffn_up_exps.weight", x[:, f:].astype(np.float16))
+    elif name.endswith("down_proj"):
+        w.add_tensor(f"blk.{layer}.ffn_down_exps.weight", x.astype(np.float16))
+    else:
+        raise AssertionError(f"no GGUF name for {name}")
+
+
 def make_case(name, seed):
     arch, cls, config = CASES[name]()
     torch.manual_seed(seed)
@@ -231,6 +283,8 @@ def make_case(name, seed):
                 p.copy_(torch.randn(p.shape, generator=gen) * 0.1 + (0 if arch.startswith("gemma") else 1))
             elif n.endswith(".bias"):
                 p.copy_(torch.randn(p.shape, generator=gen) * 0.1)
+            elif n.endswith("mlp.gate.weight"):  # a router: logits far apart, so no rounding changes a choice
+                p.copy_(torch.randn(p.shape, generator=gen) * 2.0)
             else:
                 p.copy_(torch.randn(p.shape, generator=gen) * 0.08)
             if p.dim() > 1 and not n.endswith("norm.weight"):
@@ -255,7 +309,10 @@ def make_case(name, seed):
               metadata={"generator": "tools/make_gguf_family_fixtures.py"})
 
     if arch in READ_BY_TRANSFORMERS:
-        read = AutoModelForCausalLM.from_pretrained(str(OUT), gguf_file=path.name, dtype=torch.float32)
+        # transformers' reader takes no expert widths from the metadata (it keeps its config's defaults), so a
+        # mixture is read with its own config; the tensors still come from the file.
+        given = {"config": config} if arch.endswith("moe") else {}
+        read = AutoModelForCausalLM.from_pretrained(str(OUT), gguf_file=path.name, dtype=torch.float32, **given)
         source, loaded = model.state_dict(), read.state_dict()
         for n, t in source.items():
             if n.endswith("rotary_emb.inv_freq") or (n == "lm_head.weight" and config.tie_word_embeddings):

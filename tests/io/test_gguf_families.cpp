@@ -27,12 +27,13 @@ using namespace ft;
 
 const fs::path families = fs::path(FT_SOURCE_DIR) / "tests/fixtures/gguf/families";
 
-TEST_CASE("gguf: qwen2, qwen3, gemma, gemma2, gemma3, phi3, granite, starcoder and bloom files convert to the models "
-          "they came from") {
+TEST_CASE("gguf: qwen2, qwen3, gemma, gemma2, gemma3, phi3, granite, starcoder, bloom, llama with experts, qwen2moe "
+          "and qwen3moe files convert to the models they came from") {
   const std::pair<const char*, const char*> cases[] = {
       {"qwen2", "Qwen2ForCausalLM"},   {"qwen3", "Qwen3ForCausalLM"},   {"gemma", "GemmaForCausalLM"},
       {"gemma2", "Gemma2ForCausalLM"}, {"gemma3", "Gemma3ForCausalLM"}, {"phi3", "Phi3ForCausalLM"},
-      {"granite", "GraniteForCausalLM"}, {"starcoder", "GPTBigCodeForCausalLM"}, {"bloom", "BloomForCausalLM"}};
+      {"granite", "GraniteForCausalLM"}, {"starcoder", "GPTBigCodeForCausalLM"}, {"bloom", "BloomForCausalLM"},
+      {"mixtral", "MixtralForCausalLM"}, {"qwen2moe", "Qwen2MoeForCausalLM"}, {"qwen3moe", "Qwen3MoeForCausalLM"}};
   for (auto [name, hf_class] : cases) {
     CAPTURE(name);
     ft::testing::TempDir dir("ft_gguf_family");
@@ -87,6 +88,22 @@ TEST_CASE("gguf: what llama.cpp keeps of each family becomes HF's config.json") 
   const nlohmann::json bloom = convert("bloom");
   CHECK(bloom["n_head"] == 4);
   CHECK(bloom["layer_norm_epsilon"] == 1e-5);
+  // Mixtures: the experts' count, width and routing; llama.cpp renormalises all but Qwen2-MoE's top k.
+  const nlohmann::json mixtral = convert("mixtral");
+  CHECK(mixtral["model_type"] == "mixtral");
+  CHECK(mixtral["num_local_experts"] == 4);
+  CHECK(mixtral["num_experts_per_tok"] == 2);
+  CHECK(mixtral["intermediate_size"] == 96);
+  const nlohmann::json qwen2moe = convert("qwen2moe");
+  CHECK(qwen2moe["num_experts"] == 4);
+  CHECK(qwen2moe["moe_intermediate_size"] == 48);
+  CHECK(qwen2moe["shared_expert_intermediate_size"] == 80);
+  CHECK(qwen2moe["norm_topk_prob"] == false);
+  CHECK(qwen2moe["mlp_only_layers"] == nlohmann::json::array());
+  const nlohmann::json qwen3moe = convert("qwen3moe");
+  CHECK(qwen3moe["num_experts_per_tok"] == 3);
+  CHECK(qwen3moe["norm_topk_prob"] == true);
+  CHECK(qwen3moe["head_dim"] == 24);
 }
 
 }  // namespace test_gguf_families

@@ -10,9 +10,10 @@
 //   generation_config.json   BOS, EOS and padding ids
 //
 // Architectures (general.architecture -> HF class), each as llama.cpp's
-// convert_hf_to_gguf.py writes it: llama (LlamaForCausalLM), qwen2, qwen3,
-// gemma, gemma2, gemma3 (Gemma3ForCausalLM, the text model), phi3, granite,
-// starcoder (GPTBigCodeForCausalLM), bloom.
+// convert_hf_to_gguf.py writes it: llama (LlamaForCausalLM, or with experts
+// MixtralForCausalLM), qwen2, qwen3, gemma, gemma2, gemma3 (Gemma3ForCausalLM,
+// the text model), phi3, granite, starcoder (GPTBigCodeForCausalLM), bloom,
+// qwen2moe (Qwen2MoeForCausalLM), qwen3moe (Qwen3MoeForCausalLM).
 // Keys read, under the architecture's prefix: context_length,
 // embedding_length, block_count, feed_forward_length, attention.head_count,
 // attention.head_count_kv (default: head_count), attention.key_length and
@@ -25,14 +26,18 @@
 // rope.freq_base_swa (Gemma 2 and 3), rope.scaling.original_context_length
 // and attn_factor with the rope_factors_short/long tensors (Phi-3's
 // LongRoPE), attention.scale, embedding_scale, residual_scale and
-// logit_scale (Granite's multipliers).
+// logit_scale (Granite's multipliers); with experts, expert_count,
+// expert_used_count, expert_feed_forward_length (default: feed_forward_length,
+// Mixtral's), expert_shared_feed_forward_length (Qwen2-MoE's shared expert)
+// and expert_weights_norm. A layer is sparse where its ffn_gate_inp tensor is.
 //
 // What llama.cpp does not keep is what its own runtime assumes: Gemma 2 and
 // 3 scale attention by 1/sqrt(head_dim) (by 1/sqrt(embedding/heads) for the
 // 46-layer Gemma 2 27B and the 62-layer Gemma 3 27B), Gemma 2 alternates
 // local and global layers from a local first, Gemma 3 makes every sixth
-// layer global, and Gemma 3's local layers rotate with base 10000 when the
-// file gives none.
+// layer global, Gemma 3's local layers rotate with base 10000 when the
+// file gives none, and without expert_weights_norm the k routing weights are
+// renormalised but for qwen2moe's.
 //
 // Tensor names, GGUF -> HF (N is the layer):
 //   token_embd.weight -> model.embed_tokens.weight     output_norm.weight -> model.norm.weight
@@ -46,6 +51,12 @@
 //       ...pre_feedforward_layernorm, blk.N.post_ffw_norm -> ...post_feedforward_layernorm
 //   blk.N.ffn_gate/ffn_up/ffn_down -> ...mlp.gate_proj/up_proj/down_proj, or Phi-3's
 //       blk.N.ffn_up -> ...mlp.gate_up_proj
+//   a sparse layer's, under ...block_sparse_moe. (Mixtral) or ...mlp. (Qwen): blk.N.ffn_gate_inp ->
+//       gate (the router); blk.N.ffn_gate_exps/ffn_up_exps/ffn_down_exps, each expert's stacked
+//       along the slowest dimension -> experts.E.w1/w3/w2 (Mixtral), experts.E.gate_proj/
+//       up_proj/down_proj (Qwen); Qwen2-MoE's blk.N.ffn_gate_shexp/up_shexp/down_shexp ->
+//       shared_expert.gate_proj/up_proj/down_proj, blk.N.ffn_gate_inp_shexp [C] ->
+//       shared_expert_gate [1, C]
 //   starcoder and bloom, weights and biases, under transformer.: token_embd -> wte
 //       (word_embeddings), position_embd -> wpe, token_embd_norm -> word_embeddings_layernorm,
 //       output_norm -> ln_f, blk.N.attn_norm -> h.N.ln_1 (input_layernorm), attn_qkv ->
@@ -140,6 +151,8 @@ inline constexpr GgufArchitecture gguf_architectures[] = {
     {.name = "starcoder", .hf_class = "GPTBigCodeForCausalLM", .model_type = "gpt_bigcode",
      .layout = GgufLayout::gpt_bigcode},
     {.name = "bloom", .hf_class = "BloomForCausalLM", .model_type = "bloom", .layout = GgufLayout::bloom},
+    {.name = "qwen2moe", .hf_class = "Qwen2MoeForCausalLM", .model_type = "qwen2_moe", .qkv_bias = true},
+    {.name = "qwen3moe", .hf_class = "Qwen3MoeForCausalLM", .model_type = "qwen3_moe", .qk_norm = true},
 };
 
 // The model a GGUF file describes, with the rest of config.json.
@@ -161,6 +174,14 @@ struct GgufModelConfig {
   std::vector<double> short_factors, long_factors;
   // Granite's multipliers.
   double attention_multiplier = 1, embedding_multiplier = 1, residual_multiplier = 1, logits_scaling = 1;
+  // A mixture of experts (experts > 0): each sparse layer's experts, expert_ffn wide, of which
+  // experts_used take a token; Qwen2-MoE's shared expert, shared_ffn wide.
+  std::int64_t experts = 0, experts_used = 0, expert_ffn = 0, shared_ffn = 0;
+  bool normalize_top_k = true;
+  std::vector<bool> sparse;  // per layer
+
+  bool mixtral() const { return experts > 0 && arch->name == "llama"; }
+  std::string_view hf_class() const { return mixtral() ? "MixtralForCausalLM" : arch->hf_class; }
 };
 
 // Rows [h*hd + 2j + i] (GGUF) -> [h*hd + i*hd/2 + j] (HF) of a rows x cols matrix.
@@ -242,8 +263,25 @@ inline GgufModelConfig read_gguf_config(const GgufFile& file) {
   c.kv_heads = has("attention.head_count_kv") ? positive("attention.head_count_kv") : c.heads;
   c.ffn = positive("feed_forward_length");
   c.context = positive("context_length");
-  if (has("expert_count") && m.get_u64(key("expert_count")) > 0)
-    throw Error(where + "is a mixture-of-experts model (" + key("expert_count") + "), which ft does not convert");
+  const bool moe = c.arch->name == "qwen2moe" || c.arch->name == "qwen3moe";
+  if (has("expert_count") && m.get_u64(key("expert_count")) > 0) {
+    if (c.arch->name != "llama" && !moe)
+      throw Error(where + "is a mixture of experts (" + key("expert_count") + "), which ft converts for llama, "
+                  "qwen2moe and qwen3moe");
+    c.experts = positive("expert_count");
+    c.experts_used = positive("expert_used_count");
+    if (c.experts_used > c.experts)
+      throw Error(where + key("expert_used_count") + " " + std::to_string(c.experts_used) + " exceeds " +
+                  key("expert_count") + " " + std::to_string(c.experts));
+    c.expert_ffn = has("expert_feed_forward_length") ? positive("expert_feed_forward_length") : c.ffn;
+    if (has("expert_shared_feed_forward_length")) c.shared_ffn = positive("expert_shared_feed_forward_length");
+    c.normalize_top_k = has("expert_weights_norm") ? m.get_bool(key("expert_weights_norm")) : c.arch->name != "qwen2moe";
+    for (std::int64_t l = 0; l < c.layers; ++l)
+      c.sparse.push_back(file.find("blk." + std::to_string(l) + ".ffn_gate_inp.weight") != nullptr);
+  } else if (moe) {
+    throw Error(where + "metadata key " + detail::quoted(key("expert_count")) + " is missing; " +
+                std::string(c.arch->name) + " is a mixture of experts");
+  }
   if (c.heads % c.kv_heads != 0)
     throw Error(where + "head_count " + std::to_string(c.heads) + " is not a multiple of head_count_kv " +
                 std::to_string(c.kv_heads));
@@ -317,6 +355,8 @@ struct TensorPlan {
   const GgufTensor* source = nullptr;
   std::string hf_name;
   std::vector<std::int64_t> ne;  // expected GGUF dims
+  std::vector<std::int64_t> shape;  // the HF tensor's, when not the source's (an expert's slice, [1, C])
+  std::int64_t expert = -1;         // >= 0: expert e's slice of experts stacked along the slowest dimension
   std::int64_t rotary_heads = 0;  // > 0: un-permute the rows with this many heads
   std::int64_t bloom_heads = 0;   // > 0: GGUF's [Q; K; V] rows back to Bloom's q, k, v per head
   bool norm_shift = false;        // stored as 1 + w
@@ -332,25 +372,42 @@ inline std::vector<TensorPlan> plan_tensors(const GgufFile& file, const GgufMode
     std::string gguf, hf;
     std::vector<std::int64_t> ne;
     std::int64_t rotary_heads = 0;  // the heads whose rows to restore (Bloom: its per-head q/k/v interleaving)
+    std::int64_t experts = 0;       // > 0: stacked experts, one HF tensor each (hf's "{e}" their index)
+    std::vector<std::int64_t> shape = {};  // the HF shape, when not the file's
   };
-  std::vector<Rule> global, layer;
+  std::vector<Rule> global, layer, dense, sparse;
   std::string layer_prefix = "model.layers.";
   if (a.layout == GgufLayout::llama) {
     global = {{"token_embd.weight", "model.embed_tokens.weight", {d, c.vocab}},
               {"output_norm.weight", "model.norm.weight", {d}}};
     layer = {{"attn_norm.weight", "input_layernorm.weight", {d}},
-             {"attn_output.weight", "self_attn.o_proj.weight", {q, d}},
-             {"ffn_down.weight", "mlp.down_proj.weight", {c.ffn, d}}};
+             {"attn_output.weight", "self_attn.o_proj.weight", {q, d}}};
+    dense = {{"ffn_down.weight", "mlp.down_proj.weight", {c.ffn, d}}};
     const std::int64_t rotary_q = a.permuted_rotary ? c.heads : 0, rotary_k = a.permuted_rotary ? c.kv_heads : 0;
     if (a.fused) {
       layer.push_back({"attn_qkv.weight", "self_attn.qkv_proj.weight", {d, q + 2 * kv}});
-      layer.push_back({"ffn_up.weight", "mlp.gate_up_proj.weight", {d, 2 * c.ffn}});
+      dense.push_back({"ffn_up.weight", "mlp.gate_up_proj.weight", {d, 2 * c.ffn}});
     } else {
       layer.push_back({"attn_q.weight", "self_attn.q_proj.weight", {d, q}, rotary_q});
       layer.push_back({"attn_k.weight", "self_attn.k_proj.weight", {d, kv}, rotary_k});
       layer.push_back({"attn_v.weight", "self_attn.v_proj.weight", {d, kv}});
-      layer.push_back({"ffn_gate.weight", "mlp.gate_proj.weight", {d, c.ffn}});
-      layer.push_back({"ffn_up.weight", "mlp.up_proj.weight", {d, c.ffn}});
+      dense.push_back({"ffn_gate.weight", "mlp.gate_proj.weight", {d, c.ffn}});
+      dense.push_back({"ffn_up.weight", "mlp.up_proj.weight", {d, c.ffn}});
+    }
+    if (c.experts > 0) {
+      const std::string moe = c.mixtral() ? "block_sparse_moe." : "mlp.";
+      const std::int64_t E = c.experts, F = c.expert_ffn, S = c.shared_ffn;
+      const bool m = c.mixtral();
+      sparse = {{"ffn_gate_inp.weight", moe + "gate.weight", {d, E}},
+                {"ffn_gate_exps.weight", moe + "experts.{e}." + (m ? "w1" : "gate_proj") + ".weight", {d, F, E}, 0, E},
+                {"ffn_up_exps.weight", moe + "experts.{e}." + (m ? "w3" : "up_proj") + ".weight", {d, F, E}, 0, E},
+                {"ffn_down_exps.weight", moe + "experts.{e}." + (m ? "w2" : "down_proj") + ".weight", {F, d, E}, 0, E}};
+      if (S > 0) {
+        sparse.push_back({"ffn_gate_inp_shexp.weight", "mlp.shared_expert_gate.weight", {d}, 0, 0, {1, d}});
+        sparse.push_back({"ffn_gate_shexp.weight", "mlp.shared_expert.gate_proj.weight", {d, S}});
+        sparse.push_back({"ffn_up_shexp.weight", "mlp.shared_expert.up_proj.weight", {d, S}});
+        sparse.push_back({"ffn_down_shexp.weight", "mlp.shared_expert.down_proj.weight", {S, d}});
+      }
     }
     if (a.qkv_bias) {
       layer.push_back({"attn_q.bias", "self_attn.q_proj.bias", {q}, rotary_q});
@@ -402,6 +459,7 @@ inline std::vector<TensorPlan> plan_tensors(const GgufFile& file, const GgufMode
     with_bias(global_parts, global);
     with_bias(layer_parts, layer);
   }
+  if (c.experts > 0 && a.fused) throw Error(where + "has experts and fused projections, which ft does not convert");
   if (!c.tied) global.push_back({"output.weight", "lm_head.weight", {d, c.vocab}});
 
   std::map<std::string, TensorPlan, std::less<>> expected;
@@ -409,15 +467,20 @@ inline std::vector<TensorPlan> plan_tensors(const GgufFile& file, const GgufMode
     TensorPlan p;
     p.hf_name = hf;
     p.ne = r.ne;
+    p.shape = r.shape;
+    p.expert = r.experts > 0 ? r.experts : -1;  // how many, until the file's tensor is found
     if (a.layout == GgufLayout::bloom) p.bloom_heads = r.rotary_heads;
     else p.rotary_heads = r.rotary_heads;
     p.norm_shift = a.norm_shift && hf.ends_with("norm.weight");
     expected.emplace(gguf, std::move(p));
   };
   for (const Rule& r : global) expect(r, r.gguf, r.hf);
-  for (std::int64_t l = 0; l < c.layers; ++l)
-    for (const Rule& r : layer)
-      expect(r, "blk." + std::to_string(l) + "." + r.gguf, layer_prefix + std::to_string(l) + "." + r.hf);
+  for (std::int64_t l = 0; l < c.layers; ++l) {
+    const bool sparse_layer = c.experts > 0 && c.sparse[std::size_t(l)];
+    for (const std::vector<Rule>* rules : {&layer, sparse_layer ? &sparse : &dense})
+      for (const Rule& r : *rules)
+        expect(r, "blk." + std::to_string(l) + "." + r.gguf, layer_prefix + std::to_string(l) + "." + r.hf);
+  }
 
   std::vector<TensorPlan> plan;
   for (const GgufTensor& t : file.tensors()) {
@@ -426,7 +489,7 @@ inline std::vector<TensorPlan> plan_tensors(const GgufFile& file, const GgufMode
     auto it = expected.find(t.name);
     if (it == expected.end())
       throw Error(where + "tensor " + detail::quoted(t.name) + " has no counterpart in HF's " +
-                  std::string(a.hf_class) + " (block_count " + std::to_string(c.layers) + ")");
+                  std::string(c.hf_class()) + " (block_count " + std::to_string(c.layers) + ")");
     TensorPlan p = std::move(it->second);
     expected.erase(it);
     if (t.ne != p.ne)
@@ -436,7 +499,20 @@ inline std::vector<TensorPlan> plan_tensors(const GgufFile& file, const GgufMode
       throw Error(where + "tensor " + detail::quoted(t.name) + " has ggml type " + std::string(t.type_name()) +
                   ", which ft cannot dequantize (supported: " + std::string(dequantizable_types) + ")");
     p.source = &t;
-    plan.push_back(std::move(p));
+    if (p.expert < 0) {
+      plan.push_back(std::move(p));
+      continue;
+    }
+    // One HF tensor per expert, each a slice of the stack.
+    const std::int64_t experts = p.expert;
+    const std::string name = p.hf_name;
+    p.shape = {p.ne[1], p.ne[0]};
+    for (std::int64_t e = 0; e < experts; ++e) {
+      p.expert = e;
+      p.hf_name = name;
+      p.hf_name.replace(p.hf_name.find("{e}"), 3, std::to_string(e));
+      plan.push_back(p);
+    }
   }
   if (!expected.empty())
     throw Error(where + "tensor " + detail::quoted(expected.begin()->first) + " is missing (" +
@@ -515,8 +591,8 @@ inline nlohmann::ordered_json hf_model_config(const GgufModelConfig& c, const Gg
     if (c.rope_attention_factor) rope["attention_factor"] = *c.rope_attention_factor;
   }
 
-  nlohmann::ordered_json j = {{"architectures", {a.hf_class}},
-                              {"model_type", a.model_type},
+  nlohmann::ordered_json j = {{"architectures", {c.hf_class()}},
+                              {"model_type", c.mixtral() ? "mixtral" : a.model_type},
                               {"attention_dropout", 0.0},
                               {"bos_token_id", hf_id(v.bos)},
                               {"eos_token_id", hf_id(v.eos)},
@@ -525,17 +601,34 @@ inline nlohmann::ordered_json hf_model_config(const GgufModelConfig& c, const Gg
                               {"hidden_act", a.norm_shift ? "gelu_pytorch_tanh" : "silu"},
                               {"hidden_size", c.hidden},
                               {"initializer_range", 0.02},
-                              {"intermediate_size", c.ffn},
+                              {"intermediate_size", c.mixtral() ? c.expert_ffn : c.ffn},
                               {"max_position_embeddings", c.context},
                               {"num_attention_heads", c.heads},
                               {"num_hidden_layers", c.layers},
                               {"num_key_value_heads", c.kv_heads},
                               {"rms_norm_eps", c.norm_eps}};
-  if (a.name == "llama" || a.name == "granite" || a.name == "qwen3") {
+  if (a.name == "llama" || a.name == "granite" || a.name == "qwen3" || a.name == "qwen3moe") {
     j["attention_bias"] = false;
     j["mlp_bias"] = false;
   }
-  if (a.name == "qwen2" || a.name == "qwen3") j["use_sliding_window"] = false;
+  if (a.name == "qwen2" || a.name == "qwen3" || a.name == "qwen2moe" || a.name == "qwen3moe")
+    j["use_sliding_window"] = false;
+  if (c.mixtral()) {
+    j["num_local_experts"] = c.experts;
+    j["num_experts_per_tok"] = c.experts_used;
+    j["sliding_window"] = nullptr;
+  } else if (c.experts > 0) {
+    j["num_experts"] = c.experts;
+    j["num_experts_per_tok"] = c.experts_used;
+    j["moe_intermediate_size"] = c.expert_ffn;
+    j["norm_topk_prob"] = c.normalize_top_k;
+    j["decoder_sparse_step"] = 1;
+    nlohmann::ordered_json dense = nlohmann::ordered_json::array();
+    for (std::int64_t l = 0; l < c.layers; ++l)
+      if (!c.sparse[std::size_t(l)]) dense.push_back(l);
+    j["mlp_only_layers"] = dense;
+    if (a.name == "qwen2moe") j["shared_expert_intermediate_size"] = c.shared_ffn;
+  }
   if (a.norm_shift) j["hidden_activation"] = "gelu_pytorch_tanh";
   if (gemma2 || gemma3) {
     // llama.cpp's own scale: 1/sqrt(head_dim), but 1/sqrt(embedding/heads) for the two 27B shapes.
@@ -593,9 +686,20 @@ struct TempTree {
   }
 };
 
+// The rows of expert e of a tensor whose slowest dimension stacks the experts
+// (ggml's rows are whole blocks, so each expert's rows are a run of bytes).
+inline GgufTensor expert_slice(const GgufTensor& stack, std::int64_t e) {
+  GgufTensor t = stack;
+  t.ne.pop_back();
+  const std::size_t bytes = stack.bytes.size() / std::size_t(stack.ne.back());
+  t.bytes = stack.bytes.subspan(std::size_t(e) * bytes, bytes);
+  t.offset += std::uint64_t(e) * bytes;
+  return t;
+}
+
 // The planned tensor's values, un-permuted where it needs it, as `dtype` bytes.
 inline std::vector<std::byte> hf_tensor_bytes(const GgufFile& file, const TensorPlan& p, const std::string& dtype) {
-  const GgufTensor& t = *p.source;
+  const GgufTensor t = p.expert >= 0 ? expert_slice(*p.source, p.expert) : *p.source;
   std::vector<float> values(std::size_t(t.numel()));
   dequantize(file, t, values.data(), t.numel());
   file.release(t);
@@ -654,7 +758,7 @@ inline void convert_gguf_to_hf(const std::filesystem::path& gguf, const std::fil
 
   std::vector<TensorToWrite> tensors;
   for (const detail::TensorPlan& p : plan)  // dequantised one at a time, as the writer reaches each
-    tensors.push_back({p.hf_name, dtype, p.source->shape(), {},
+    tensors.push_back({p.hf_name, dtype, p.shape.empty() ? p.source->shape() : p.shape, {},
                        whole_bytes([&file, &p, &dtype] { return detail::hf_tensor_bytes(file, p, dtype); })});
   write_model_safetensors(temp.path, tensors, options.max_shard_bytes, {{"format", "pt"}}, options.progress);
 
