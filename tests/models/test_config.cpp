@@ -12,21 +12,14 @@
 #include <ft/models/spec_json.hpp>
 #include <ft/nn/rope.hpp>
 
+#include "support/model_spec.hpp"
+
 namespace test_config {
 
 using namespace ft;
 namespace fs = std::filesystem;
 
-namespace {
-models::ModelSpec spec_of(const std::string& config_json) {
-  fs::path dir = fs::temp_directory_path() / ("ft-config-" + std::to_string(::getpid()));
-  fs::create_directories(dir);
-  std::ofstream(dir / "config.json") << config_json;
-  models::ModelSpec spec = models::read_model_spec(dir);
-  fs::remove_all(dir);
-  return spec;
-}
-}  // namespace
+using ft::testing::spec_of;
 
 TEST_CASE("GPT-NeoX-20B: parallel residual, quarter rotary, 20.55B parameters") {
   auto spec = spec_of(R"({"architectures": ["GPTNeoXForCausalLM"], "hidden_size": 6144, "num_attention_heads": 64,

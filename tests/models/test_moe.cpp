@@ -15,20 +15,16 @@
 #include <ft/models/load.hpp>
 #include <ft/nn/moe.hpp>
 
+#include "support/model_spec.hpp"
+
 namespace test_moe {
 
 using namespace ft;
 namespace fs = std::filesystem;
 
+using ft::testing::spec_of;
+
 namespace {
-models::ModelSpec spec_of(const std::string& config_json) {
-  fs::path dir = fs::temp_directory_path() / ("ft-moe-config-" + std::to_string(::getpid()));
-  fs::create_directories(dir);
-  std::ofstream(dir / "config.json") << config_json;
-  models::ModelSpec spec = models::read_model_spec(dir);
-  fs::remove_all(dir);
-  return spec;
-}
 fs::path fixture(const std::string& name) { return fs::path(FT_SOURCE_DIR) / "tests/fixtures/parity" / name; }
 }  // namespace
 
