@@ -35,7 +35,8 @@ TEST_CASE("routing: the top k by probability, renormalised or not, and the token
                                    -2.0, 1.5, 0.0, 1.0};  // picks 1, 3
   for (bool normalize : {true, false}) {
     CAPTURE(normalize);
-    const nn::Routing<double> r = nn::route(logits.data(), 3, 4, 2, normalize);
+    nn::Routing<double> r = nn::route(logits.data(), 3, 4, 2, normalize);
+    nn::count_routes(r, [](index_t) { return true; });
     CHECK(r.expert == std::vector<std::int32_t>{1, 2, 0, 3, 1, 3});
     for (index_t n = 0; n < 3; ++n) {
       double z = 0;
@@ -50,7 +51,37 @@ TEST_CASE("routing: the top k by probability, renormalised or not, and the token
     CHECK(r.token_at == std::vector<std::int32_t>{1, 0, 2, 0, 1, 2});
     for (index_t i = 0; i < 6; ++i) CHECK(r.token_at[std::size_t(r.row_of[std::size_t(i)])] == i / 2);
     CHECK(r.picks == std::vector<double>{1, 2, 1, 2});
+    // Token 1 as padding: its picks (experts 0 and 3) and probabilities leave the counts.
+    nn::count_routes(r, [](index_t n) { return n != 1; });
+    CHECK(r.picks == std::vector<double>{0, 2, 1, 1});
+    CHECK(r.counted_tokens == 2);
   }
+}
+
+TEST_CASE("the load-balancing loss leaves padding out, as HF's attention_mask does") {
+  // Row 1 of a 2 x 12 batch holds 7 tokens and 5 of padding. Its loss equals
+  // that of the same 19 tokens packed in one row as two documents (whose
+  // tokens see what they saw in the rectangular batch), and differs from
+  // the loss that counts the padding.
+  auto model = models::load_pretrained<double>(fixture("mixtral_top2"));
+  std::mt19937 rng(11);
+  std::uniform_int_distribution<std::int32_t> token(0, std::int32_t(model->config().vocab_size - 1));
+  std::vector<std::int32_t> ids(2 * 12);
+  for (auto& id : ids) id = token(rng);
+  auto aux_of = [&](const models::Batch& batch) {
+    auto context = model->make_context();
+    context->begin(batch, {.backward = false}, nullptr);
+    model->forward(*context, -1, model->config().num_layers);
+    return context->router_aux_loss();
+  };
+  models::Batch padded = models::causal_lm_batch(2, 12, ids);
+  const double counting_padding = aux_of(padded);
+  padded.lengths = {12, 7};
+  std::vector<std::int32_t> packed_ids(ids.begin(), ids.begin() + 19), documents(19, 0);
+  std::fill(documents.begin() + 12, documents.end(), 1);
+  const double packed = aux_of(models::causal_lm_batch(1, 19, packed_ids, {}, documents));
+  CHECK(aux_of(padded) == doctest::Approx(packed).epsilon(1e-12));
+  CHECK(std::abs(counting_padding - packed) > 1e-4);
 }
 
 TEST_CASE("expert parallelism's route: runs of sorted rows to each rank, what arrives ordered expert by expert") {
@@ -90,7 +121,11 @@ TEST_CASE("a sparse layer's backward matches finite differences: router, experts
     std::uniform_int_distribution<std::int32_t> token(0, std::int32_t(model->config().vocab_size - 1));
     std::vector<std::int32_t> ids(2 * 12);
     for (auto& id : ids) id = token(rng);
-    const models::Batch batch = models::causal_lm_batch(2, 12, ids);
+    // Row 1 is padded after 7 tokens: the load-balancing loss's gradient leaves the padding out.
+    std::vector<std::int32_t> labels = ids;
+    std::fill(labels.begin() + 19, labels.end(), -100);
+    models::Batch batch = models::causal_lm_batch(2, 12, ids, labels);
+    batch.lengths = {12, 7};
     const double count = double(batch.scored_tokens());
     auto loss = [&] { return model->forward_backward(batch, {.token_count = count, .backward = false}) / count; };
     model->zero_grads();

@@ -21,7 +21,8 @@
 //                its own (Batch::documents), so positions restart and
 //                attention and targets never cross examples; the tail of a
 //                row is one more document, of padding.
-// Padding is never scored (label -100).
+// Padding is never scored (label -100); each row keeps its length before
+// the padding (Batch::lengths, HF's attention_mask).
 //
 // Data-parallel ranks each build the same plan with their own Shard: rank r
 // of w takes stream positions r, r + w, r + 2w, ..., so micro-batch g of
@@ -212,6 +213,7 @@ public:
     const auto B = std::int64_t(rows.size());
     const auto size = std::size_t(B * T);
     std::vector<std::int32_t> ids(size, pad_id_), labels(size, ignore_label), documents;
+    std::vector<index_t> lengths;
     if (packing_) documents.assign(size, 0);
     for (std::size_t b = 0; b < rows.size(); ++b) {
       std::size_t at = b * std::size_t(T) + std::size_t(virtual_);
@@ -224,12 +226,14 @@ public:
         at += example_ids.size();
         out.dataset_tokens += std::int64_t(example_ids.size());
       }
+      lengths.push_back(index_t(at - b * std::size_t(T)));
       const std::size_t row_end = (b + 1) * std::size_t(T);
       if (packing_)
         std::fill(documents.begin() + std::ptrdiff_t(at), documents.begin() + std::ptrdiff_t(row_end), document);
     }
     out.batch = models::causal_lm_batch(B, T, std::move(ids), labels, std::move(documents));
     out.batch.virtual_tokens = virtual_;
+    out.batch.lengths = std::move(lengths);
     return out;
   }
 

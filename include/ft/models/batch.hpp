@@ -21,8 +21,12 @@ struct Batch {
   std::vector<std::int32_t> positions;  // [B * T]
   std::vector<std::int32_t> documents;  // [B * T] or empty: one document per row
   index_t virtual_tokens = 0;           // leading positions of every row that an InputAdapter fills
+  // [B]: each row's tokens before its padding (HF's attention_mask, which
+  // keeps padding out of a mixture's load-balancing loss); empty: none padded.
+  std::vector<index_t> lengths;
 
   index_t rows() const { return B * T; }
+  bool attends(index_t n) const { return lengths.empty() || n % T < lengths[std::size_t(n / T)]; }
   index_t scored_tokens() const {
     index_t n = 0;
     for (std::int32_t t : targets) n += t != -100;

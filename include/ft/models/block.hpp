@@ -267,7 +267,10 @@ private:
             [&](Activations& saved) {
       nn::attention_forward_on<Device>(saved.attention.data(), saved.lse.data(), saved.qkv.data(), documents, shape);
     });
-    if (c_.moe.sparse_at(layer_)) context.set_router_counts(layer_, a.routing);
+    if (c_.moe.sparse_at(layer_)) {
+      nn::count_routes(a.routing, [&batch = context.batch()](index_t n) { return batch.attends(n); });
+      context.set_router_counts(layer_, a.routing);
+    }
   }
 
   // dres: d y in, d x out; x: the input forward read. With `deferred`, the

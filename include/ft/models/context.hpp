@@ -325,19 +325,21 @@ public:
   template <class A>
   void set_router_counts(index_t layer, const nn::Routing<A>& routing) {
     if (router_counts_.size() != std::size_t(config_->num_layers)) router_counts_.resize(std::size_t(config_->num_layers));
-    router_counts_[std::size_t(layer)] = {routing.picks, routing.prob_sums, routing.N};
+    router_counts_[std::size_t(layer)] = {routing.picks, routing.prob_sums, routing.counted_tokens};
   }
   // HF's load-balancing loss over the batch's sparse layers, and its
   // gradient on each probability of expert e (the same for every token).
   double router_aux_loss() const {
     const RouterTotals t = router_totals();
     double aux = 0;
+    if (t.rows == 0) return 0;  // every token padding
     for (std::size_t e = 0; e < t.picks.size(); ++e) aux += t.picks[e] / t.rows * (t.prob_sums[e] / t.rows);
     return double(t.picks.size()) * aux;
   }
   std::vector<acc_t<T>> router_aux_gradient(double scale) const {
     const RouterTotals t = router_totals();
     std::vector<acc_t<T>> d(t.picks.size());
+    if (t.rows == 0) return d;
     for (std::size_t e = 0; e < d.size(); ++e) d[e] = acc_t<T>(scale * double(d.size()) * t.picks[e] / t.rows / t.rows);
     return d;
   }

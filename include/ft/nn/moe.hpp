@@ -21,6 +21,8 @@
 // to expert e (times k) and P_e the mean of p[:, e]:
 //   aux = E sum_e f_e P_e,  f_e = picks_e / (L N),  P_e = sum p[:, e] / (L N)
 // The picks are not differentiable, so d aux / d p[n, e] = E f_e / (L N).
+// Padding is left out of both (HF's attention_mask): N counts the tokens
+// that are not padding, and only they get the gradient.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -43,7 +45,12 @@ struct Routing {
   std::vector<std::int32_t> token_at;    // [N k]: the token of each sorted row
   std::vector<std::int32_t> row_of;      // [N, k]: the sorted row of each pick
   std::vector<index_t> first;            // [E + 1]: expert e's rows are first[e] .. first[e + 1]
-  std::vector<double> picks, prob_sums;  // [E]: the load-balancing loss's counts for this layer
+  // The load-balancing loss's counts for this layer (count_routes): the
+  // picks and probabilities summed over the tokens that count, which
+  // `counted` flags (empty: all N).
+  std::vector<double> picks, prob_sums;  // [E]
+  std::vector<std::uint8_t> counted;
+  index_t counted_tokens = 0;
 
   index_t rows(index_t e) const { return first[std::size_t(e + 1)] - first[std::size_t(e)]; }
 };
@@ -56,18 +63,13 @@ Routing<A> route(const T* logits, index_t N, index_t E, index_t k, bool normaliz
   r.probs.resize(std::size_t(N * E));
   r.expert.resize(std::size_t(N * k));
   r.weight.resize(std::size_t(N * k));
-  r.picks.assign(std::size_t(E), 0);
-  r.prob_sums.assign(std::size_t(E), 0);
   std::vector<std::int32_t> order(static_cast<std::size_t>(E));
   for (index_t n = 0; n < N; ++n) {
     A* p = r.probs.data() + n * E;
     A most = -INFINITY, sum = 0;
     for (index_t e = 0; e < E; ++e) most = std::max(most, A(logits[n * E + e]));
     for (index_t e = 0; e < E; ++e) sum += p[e] = std::exp(A(logits[n * E + e]) - most);
-    for (index_t e = 0; e < E; ++e) {
-      p[e] /= sum;
-      r.prob_sums[std::size_t(e)] += p[e];
-    }
+    for (index_t e = 0; e < E; ++e) p[e] /= sum;
     // The k most probable, the lower index first among equals (torch.topk's order).
     std::iota(order.begin(), order.end(), 0);
     std::partial_sort(order.begin(), order.begin() + k, order.end(),
@@ -79,7 +81,6 @@ Routing<A> route(const T* logits, index_t N, index_t E, index_t k, bool normaliz
       const std::int32_t e = order[std::size_t(j)];
       r.expert[std::size_t(n * k + j)] = e;
       r.weight[std::size_t(n * k + j)] = normalize ? p[e] / total : p[e];
-      r.picks[std::size_t(e)] += 1;
     }
   }
   r.first.assign(std::size_t(E + 1), 0);
@@ -142,9 +143,27 @@ inline ExpertRoute route_to_ranks(const std::vector<index_t>& sorted_first, inde
   return r;
 }
 
+// Sets the load-balancing loss's counts of a routing over the tokens n
+// for which counts(n) holds (not padding).
+template <class A, class Counts>
+void count_routes(Routing<A>& r, Counts&& counts) {
+  r.picks.assign(std::size_t(r.E), 0);
+  r.prob_sums.assign(std::size_t(r.E), 0);
+  r.counted.assign(std::size_t(r.N), 0);
+  r.counted_tokens = 0;
+  for (index_t n = 0; n < r.N; ++n) {
+    if (!counts(n)) continue;
+    r.counted[std::size_t(n)] = 1;
+    ++r.counted_tokens;
+    for (index_t e = 0; e < r.E; ++e) r.prob_sums[std::size_t(e)] += r.probs[std::size_t(n * r.E + e)];
+    for (index_t j = 0; j < r.k; ++j) r.picks[std::size_t(r.expert[std::size_t(n * r.k + j)])] += 1;
+  }
+}
+
 // The router logits' gradient [N, E] (host) from the gradient of the
 // picks' weights [N, k] and, when not empty, the load-balancing loss's
-// gradient on every probability of column e (the same for every token):
+// gradient on every probability of column e (the same for every token
+// that counted):
 // back through the renormalisation, then the softmax, as HF's
 // autograd runs it.
 template <class T, class A>
@@ -153,7 +172,7 @@ void route_backward(const Routing<A>& r, const A* d_weight, const std::vector<A>
   std::vector<A> dp(static_cast<std::size_t>(E));
   for (index_t n = 0; n < N; ++n) {
     const A* p = r.probs.data() + n * E;
-    if (d_prob_aux.empty()) std::fill(dp.begin(), dp.end(), A(0));
+    if (d_prob_aux.empty() || (!r.counted.empty() && !r.counted[std::size_t(n)])) std::fill(dp.begin(), dp.end(), A(0));
     else std::copy(d_prob_aux.begin(), d_prob_aux.end(), dp.begin());
     const std::int32_t* picks = r.expert.data() + n * k;
     const A* dw = d_weight + n * k;
