@@ -89,6 +89,19 @@ def train_adapter(out):
                     "--set", "train.learning_rate=0.02"], check=True, capture_output=True)
 
 
+def check_adapter(client, run, base, tuned, prompt, max_tokens, what):
+    """The adapter served by name answers what ftrun generate gives on its run's newest checkpoint, and
+    changes the base model's probabilities."""
+    answer = client.completions.create(model=tuned, prompt=prompt, max_tokens=max_tokens, temperature=0, logprobs=0)
+    plain = client.completions.create(model=base, prompt=prompt, max_tokens=max_tokens, temperature=0, logprobs=0)
+    local = subprocess.run([FTRUN, "generate", run, "-c", "latest", "--raw", "-p", prompt, "--max-tokens",
+                            str(max_tokens), "--json"], check=True, capture_output=True, text=True)
+    check(answer.choices[0].text == json.loads(local.stdout)["text"],
+          f"{what} answers as ftrun generate -c latest on its run")
+    check(answer.choices[0].logprobs.token_logprobs != plain.choices[0].logprobs.token_logprobs,
+          f"{what} changes the answer's probabilities")
+
+
 def streamed_chat(client, **kwargs):
     pieces, finish = [], None
     for chunk in client.chat.completions.create(stream=True, **kwargs):
@@ -153,15 +166,7 @@ def mixture_of_experts(tmp):
     server = Server(moe, "--served-model-name", "moe", "--adapter", f"moe-tuned={run}/adapter")
     try:
         client = server.client()
-        prompt = PROMPTS[1]
-        tuned = client.completions.create(model="moe-tuned", prompt=prompt, max_tokens=12, temperature=0, logprobs=0)
-        base = client.completions.create(model="moe", prompt=prompt, max_tokens=12, temperature=0, logprobs=0)
-        local = subprocess.run([FTRUN, "generate", run, "-c", "latest", "--raw", "-p", prompt, "--max-tokens", "12",
-                                "--json"], check=True, capture_output=True, text=True)
-        check(tuned.choices[0].text == json.loads(local.stdout)["text"],
-              "the mixture of experts' adapter answers as ftrun generate -c latest on its run")
-        check(tuned.choices[0].logprobs.token_logprobs != base.choices[0].logprobs.token_logprobs,
-              "the mixture of experts' adapter changes the answer's probabilities")
+        check_adapter(client, run, "moe", "moe-tuned", PROMPTS[1], 12, "the mixture of experts' adapter")
         chat = client.chat.completions.create(model="moe-tuned", max_tokens=8, temperature=0,
                                               messages=[{"role": "user", "content": "What is a hacker?"}])
         check(chat.choices[0].message.role == "assistant" and chat.usage.completion_tokens > 0,
@@ -243,15 +248,7 @@ def exercise(server, client, run):
           all(max(t, key=t.get) == token for t, token in zip(tops, done.choices[0].logprobs.tokens)),
           "completion logprobs = 2: the alternatives of each token, the chosen one the most likely")
 
-    # The adapter by name: what ftrun generate gives on the run's newest checkpoint.
-    tuned = client.completions.create(model="tuned", prompt=prompt, max_tokens=16, temperature=0, logprobs=0)
-    base = client.completions.create(model="base", prompt=prompt, max_tokens=16, temperature=0, logprobs=0)
-    local = subprocess.run([FTRUN, "generate", run, "-c", "latest", "--raw", "-p", prompt, "--max-tokens", "16",
-                            "--json"], check=True, capture_output=True, text=True)
-    check(tuned.choices[0].text == json.loads(local.stdout)["text"],
-          "the adapter by name answers as ftrun generate -c latest on the training run")
-    check(tuned.choices[0].logprobs.token_logprobs != base.choices[0].logprobs.token_logprobs,
-          "the adapter changes the answer's probabilities")
+    check_adapter(client, run, "base", "tuned", prompt, 16, "the adapter by name")
 
     # 32 concurrent streaming clients get what each gets alone.
     jobs = [("base" if i % 2 else "tuned", PROMPTS[i % len(PROMPTS)] + " " * (i // len(PROMPTS))) for i in range(32)]
