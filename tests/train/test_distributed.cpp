@@ -149,6 +149,20 @@ Run expect_same_training(const fs::path& single, const fs::path& dp,
   return r;
 }
 
+// Resumes `resumed` from `checkpoint`, step 10 of `reference`'s 20: its ten
+// steps' losses and its final weights are the reference's within 1e-5.
+void expect_resumed_as(const fs::path& reference, const fs::path& resumed, const fs::path& checkpoint) {
+  std::ofstream(resumed, std::ios::app) << "[checkpoint]\nresume = \"" << checkpoint.string() << "\"\n";
+  const Run run = train(resumed);
+  INFO(run.err);
+  REQUIRE(run.code == 0);
+  CHECK(run.out.find("resuming after step 10") != std::string::npos);
+  const auto a = steps(reference), b = steps(resumed);
+  REQUIRE(b.size() == 10);
+  for (const auto& [step, v] : b) CHECK(std::abs(v.first - a.at(step).first) < 1e-5);
+  CHECK(weight_difference(final_weights(reference), final_weights(resumed)) < 1e-5);
+}
+
 }  // namespace
 
 TEST_CASE("ddp, zero1, zero2 and zero3 on 2 ranks train what one process trains on the same global batch") {
@@ -404,16 +418,7 @@ TEST_CASE("a checkpoint written by zero2 on 2 ranks resumes on 4 ranks (zero1), 
                            Resumed{"reshard_zero3", "adapter = \"full\"\nparallelism = \"zero3\"\n", 2, 2},
                            Resumed{"reshard_one", "adapter = \"full\"\n", 4, 1}}) {
     CAPTURE(r.name);
-    const fs::path resumed = recipe(r.name, r.strategy, r.rows, r.ranks);
-    std::ofstream(resumed, std::ios::app) << "[checkpoint]\nresume = \"" << checkpoint.string() << "\"\n";
-    const Run run = train(resumed);
-    INFO(run.err);
-    REQUIRE(run.code == 0);
-    CHECK(run.out.find("resuming after step 10") != std::string::npos);
-    const auto a = steps(whole), b = steps(resumed);
-    REQUIRE(b.size() == 10);
-    for (const auto& [step, v] : b) CHECK(std::abs(v.first - a.at(step).first) < 1e-5);
-    CHECK(weight_difference(final_weights(whole), final_weights(resumed)) < 1e-5);
+    expect_resumed_as(whole, recipe(r.name, r.strategy, r.rows, r.ranks), checkpoint);
   }
 }
 
@@ -479,17 +484,9 @@ TEST_CASE("expert parallelism on 2 and 4 ranks, alone and with zero1/zero2, trai
   const fs::path checkpoint = scratch / "moe_ep2" / "run" / "checkpoint-10";
   CHECK(fs::exists(checkpoint / "optimizer-0-of-2.safetensors"));
   CHECK(fs::exists(checkpoint / "optimizer-1-of-2.safetensors"));
-  const fs::path resumed =
-      recipe("moe_ep2_resumed", "adapter = \"full\"\nparallelism = \"zero1\"\nexpert_parallel = 2\n", 1, 4, "", model);
-  std::ofstream(resumed, std::ios::app) << "[checkpoint]\nresume = \"" << checkpoint.string() << "\"\n";
-  const Run r = train(resumed);
-  INFO(r.err);
-  REQUIRE(r.code == 0);
-  CHECK(r.out.find("resuming after step 10") != std::string::npos);
-  const auto a = steps(single), b = steps(resumed);
-  REQUIRE(b.size() == 10);
-  for (const auto& [step, v] : b) CHECK(std::abs(v.first - a.at(step).first) < 1e-5);
-  CHECK(weight_difference(final_weights(single), final_weights(resumed)) < 1e-5);
+  expect_resumed_as(
+      single, recipe("moe_ep2_resumed", "adapter = \"full\"\nparallelism = \"zero1\"\nexpert_parallel = 2\n", 1, 4, "", model),
+      checkpoint);
 }
 
 TEST_CASE("expert parallelism with the load-balancing loss trains what ddp trains and resumes bit for bit") {
@@ -920,15 +917,7 @@ TEST_CASE("a pipeline checkpoint holds one optimizer file per pipeline rank and 
                               four_blocks);
   for (const fs::path& p : {four, one}) {
     CAPTURE(p);
-    std::ofstream(p, std::ios::app) << "[checkpoint]\nresume = \"" << checkpoint.string() << "\"\n";
-    const Run resumed = train(p);
-    INFO(resumed.err);
-    REQUIRE(resumed.code == 0);
-    CHECK(resumed.out.find("resuming after step 10") != std::string::npos);
-    const auto a = steps(two), b = steps(p);
-    REQUIRE(b.size() == 10);
-    for (const auto& [step, v] : b) CHECK(std::abs(v.first - a.at(step).first) < 1e-5);
-    CHECK(weight_difference(final_weights(two), final_weights(p)) < 1e-5);
+    expect_resumed_as(two, p, checkpoint);
   }
 }
 
