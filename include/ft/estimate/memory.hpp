@@ -797,6 +797,17 @@ MemoryEstimate estimate_memory_as(const recipe::Recipe& recipe, const models::Mo
                           "the other ranks' stages, to merge the adapter into the whole model"};
     else if (trains_base && place.replica == 0)
       e.save_workspace = {"workspace", largest_elsewhere, "another rank's stage at a time"};
+  } else if (c.moe.parallel > 1 && c.moe.sparse_layers() > 0) {
+    // Split experts: every rank puts a sparse stage's experts together from its group (models/transformer.hpp
+    // gather_rows), one stage at a time, or every stage to merge the adapter.
+    const std::uint64_t experts =
+        block(std::uint64_t(c.moe.experts * 2 * c.moe.expert_size * C) * sizeof(T)) +
+        block(std::uint64_t(c.moe.experts * C * c.moe.expert_size) * sizeof(T));
+    if (merges)
+      e.save_workspace = {"workspace", experts * std::uint64_t(c.moe.sparse_layers()),
+                          "every sparse stage's experts gathered from the expert group, to merge the adapter"};
+    else if (trains_base)
+      e.save_workspace = {"workspace", experts, "one sparse stage's experts gathered from the expert group"};
   }
   if (evaluates && growth > 0) {
     e.save_workspace.bytes += growth;
