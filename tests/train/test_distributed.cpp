@@ -471,7 +471,10 @@ TEST_CASE("expert parallelism on 2 and 4 ranks, alone and with zero1/zero2, trai
                                        std::to_string(s.experts_split) + "\n",
                                    s.rows, s.ranks, "", model);
     if (s.name == "ep2") std::ofstream(spread, std::ios::app) << "[checkpoint]\nsave_steps = 10\n";
-    expect_same_training(single, spread);
+    // Greedy answers before and after training: every rank takes rank 0's token, so all run as many forwards.
+    if (s.name == "ep4") std::ofstream(spread, std::ios::app) << "[preview]\nprompt = \"What is a hack?\"\nmax_new_tokens = 6\n";
+    const Run r = expect_same_training(single, spread);
+    if (s.name == "ep4") CHECK(r.out.find("after training: \"What is a hack?\" -> ") != std::string::npos);
   }
   CHECK(train(scratch / "moe_ep4" / "recipe.toml", "--dry-run").out.find(
             "parallelism  ddp: 4 rank(s), gradients all-reduced; experts split over groups of 4 ranks (all-to-all)") !=

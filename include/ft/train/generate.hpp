@@ -3,9 +3,14 @@
 // Each new token re-runs the whole sequence (no key/value cache): for the
 // few dozen tokens of a preview on a small model this costs seconds, and it
 // reuses the training forward exactly. With prompt tuning the rows start
-// with the prompt's virtual tokens, as in training.
+// with the prompt's virtual tokens, as in training. `agree`, when given,
+// turns this rank's choice of each token into the job's (rank 0's), so
+// that ranks whose logits may differ in the last bit (split experts
+// multiply each rank's rows at another place of one GEMM) run as many
+// steps, and the collectives in each forward stay matched.
 #include <algorithm>
 #include <cstdint>
+#include <functional>
 #include <vector>
 
 #include "ft/models/batch.hpp"
@@ -16,7 +21,8 @@ namespace ft::train {
 template <element T, class Device>
 std::vector<std::int32_t> generate_greedy(models::Transformer<T, Device>& model, std::vector<std::int32_t> tokens,
                                           index_t max_new_tokens, std::int32_t eos_id,
-                                          index_t virtual_tokens = 0, const models::StageHooks& hooks = {}) {
+                                          index_t virtual_tokens = 0, const models::StageHooks& hooks = {},
+                                          const std::function<std::int32_t(std::int32_t)>& agree = {}) {
   const index_t V = model.config().vocab_size;
   const std::size_t prompt = tokens.size();
   using Logits = Tensor<T, typename Device::Memory>;
@@ -31,9 +37,10 @@ std::vector<std::int32_t> generate_greedy(models::Transformer<T, Device>& model,
     logits = Logits(Shape{n * V}, typename Logits::Uninitialized{});
     model.forward_backward(batch, {.backward = false}, logits.data(), hooks);
     Device::to_host(last.data(), logits.data() + (n - 1) * V, last.size() * sizeof(T));
-    const std::int32_t next = std::int32_t(std::ranges::max_element(last, [](T a, T b) {
-                                              return float(a) < float(b);
-                                            }) - last.begin());
+    std::int32_t next = std::int32_t(std::ranges::max_element(last, [](T a, T b) {
+                                        return float(a) < float(b);
+                                      }) - last.begin());
+    if (agree) next = agree(next);
     if (next == eos_id) break;
     tokens.push_back(next);
   }

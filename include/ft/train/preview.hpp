@@ -2,6 +2,8 @@
 // A prompt answered greedily, before and after training, to see what changed.
 // The prompt goes through the model's chat template (or alpaca's layout when
 // the model has none), as training rows do.
+#include <functional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -31,8 +33,14 @@ std::string preview(Run<T, M, D>& run) {
   // A rendered template already has its special tokens.
   const text::Tokenizer& tokenizer = run.text.need_tokenizer("preview.prompt");
   const std::vector<std::int32_t> tokens = tokenizer.encode(prompt, !run.text.chat);
+  auto rank0 = [&comm = *run.comm](std::int32_t token) {
+    comm.broadcast(std::span<std::int32_t>(&token, 1), 0, "the preview's next token").wait();
+    return token;
+  };
   const auto answer = generate_greedy(*run.model, tokens, p.max_new_tokens, run.text.eos_id,
-                                      run.adapter->virtual_tokens(), run.parallel->evaluation_hooks());
+                                      run.adapter->virtual_tokens(), run.parallel->evaluation_hooks(),
+                                      run.comm->size() > 1 ? std::function<std::int32_t(std::int32_t)>(rank0)
+                                                           : std::function<std::int32_t(std::int32_t)>());
   return "\"" + p.prompt + "\" -> \"" + tokenizer.decode(answer) + "\"";
 }
 
