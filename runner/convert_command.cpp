@@ -82,6 +82,9 @@ Staged stage_model(const fs::path& src, const ConvertOptions& options) {
   std::map<std::string, const ft::io::TensorView*> replaced;
   if (adapter) {
     for (const auto& m : adapter->modules()) {
+      if (m.experts > 1)
+        throw ft::Error(options.merge_lora + ": adapts the stacked experts \"" + m.weight + "\", which --merge-lora "
+                        "does not merge; train with lora.save_merged = true to save the merged model");
       if (!weights.find(m.weight))
         throw ft::Error(options.merge_lora + ": adapts \"" + m.weight + "\", which " + src.string() + " does not have");
       lora[m.weight] = &m;

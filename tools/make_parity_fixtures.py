@@ -55,6 +55,8 @@ from transformers import (
     GraniteForCausalLM,
     GraniteMoeConfig,
     GraniteMoeForCausalLM,
+    GraniteMoeSharedConfig,
+    GraniteMoeSharedForCausalLM,
     LlamaConfig,
     LlamaForCausalLM,
     MistralConfig,
@@ -344,7 +346,20 @@ def granite_moe():
     )
 
 
-MOE_CASES = ("mixtral_top2", "qwen2_moe_shared", "qwen3_moe_sparse_step", "granite_moe_top2")
+def granite_moe_shared():
+    """GraniteMoeShared (granite-4.0-tiny's kind without Mamba): GraniteMoE with a shared MLP of
+    its own width beside the experts, added to their output without a gate; 3 experts, MQA."""
+    return GraniteMoeSharedForCausalLM, GraniteMoeSharedConfig(
+        vocab_size=100, hidden_size=32, intermediate_size=16, shared_intermediate_size=24, num_hidden_layers=2,
+        num_attention_heads=4, num_key_value_heads=1, max_position_embeddings=64, rms_norm_eps=1e-6,
+        rope_parameters={"rope_theta": 10000.0}, num_local_experts=3, num_experts_per_tok=2,
+        output_router_logits=True, router_aux_loss_coef=0.05, embedding_multiplier=2.0, residual_multiplier=0.7,
+        attention_multiplier=0.25, logits_scaling=1.5, tie_word_embeddings=False,
+    )
+
+
+MOE_CASES = ("mixtral_top2", "qwen2_moe_shared", "qwen3_moe_sparse_step", "granite_moe_top2", "granite_moe_shared")
+GRANITE_MOE_CASES = ("granite_moe_top2", "granite_moe_shared")
 
 CASES = {
     "llama_gqa": llama_gqa,
@@ -371,6 +386,7 @@ CASES = {
     "qwen2_moe_shared": qwen2_moe,
     "qwen3_moe_sparse_step": qwen3_moe,
     "granite_moe_top2": granite_moe,
+    "granite_moe_shared": granite_moe_shared,
 }
 
 
@@ -559,7 +575,7 @@ def file_names(case, grads, model):
     each expert's gate, up and down projections (Mixtral's w1, w3, w2 under block_sparse_moe)."""
     if case not in MOE_CASES:
         return grads
-    if case == "granite_moe_top2":  # the file keeps the experts stacked, under the original module names
+    if case in GRANITE_MOE_CASES:  # the file keeps the experts stacked, under the original module names
         renames = {".experts.gate_up_proj": ".input_linear.weight", ".experts.down_proj": ".output_linear.weight",
                    ".router.weight": ".router.layer.weight"}
         out = {}

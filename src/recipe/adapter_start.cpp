@@ -95,10 +95,14 @@ void start_lora(Loaded<Recipe>& loaded) {
   if (s.flag("use_dora")) throw s.error("init_from", s.where() + " is a DoRA adapter (use_dora); ft trains LoRA only");
   if (s.flag("fan_in_fan_out"))
     throw s.error("init_from", s.where() + " adapts fan_in_fan_out layers (GPT-2's Conv1D), which no family of ft has");
+  // PEFT's all-linear on a mixture of experts doubles the fused experts'
+  // rank and alpha, which ft's all-linear does too; no other pattern.
+  const bool recipe_all_linear = s.set("target_modules") && lora.target_modules == std::vector<std::string>{"all-linear"};
   for (const char* pattern : {"rank_pattern", "alpha_pattern"})
-    if (s.config.contains(pattern) && s.config[pattern].is_object() && !s.config[pattern].empty())
+    if (s.config.contains(pattern) && s.config[pattern].is_object() && !s.config[pattern].empty() && !recipe_all_linear)
       throw s.error("init_from", s.where() + " gives some modules their own rank or alpha (" + pattern +
-                                     "); ft's LoRA has one rank and one alpha");
+                                     "); ft's LoRA has one rank and one alpha, but for the experts' gate_up_proj "
+                                     "of PEFT's all-linear (set lora.target_modules = [\"all-linear\"] for that)");
 
   const Int r = s.value<Int>("r", "a positive integer");
   s.agree("r", lora.r, r, "r", std::to_string(lora.r), std::to_string(r));
@@ -125,6 +129,20 @@ void start_lora(Loaded<Recipe>& loaded) {
   std::vector<std::string> recipe_targets = lora.target_modules;
   std::ranges::sort(recipe_targets);
   const bool all_linear = recipe_targets == std::vector<std::string>{"all-linear"};
+  const nlohmann::json& parameters =
+      s.config.contains("target_parameters") ? s.config["target_parameters"] : nlohmann::json();
+  if (parameters.is_array() && std::ranges::all_of(parameters, [](const auto& t) { return t.is_string(); }) &&
+      !all_linear) {
+    auto adapter_parameters = parameters.get<std::vector<std::string>>();
+    std::ranges::sort(adapter_parameters);
+    std::vector<std::string> recipe_parameters = lora.target_parameters;
+    std::ranges::sort(recipe_parameters);
+    if (!s.set("target_parameters")) lora.target_parameters = adapter_parameters;
+    else if (recipe_parameters != adapter_parameters)
+      throw s.error("target_parameters", "is " + shown(recipe_parameters) + ", and the adapter it starts from (" +
+                                             s.where() + ") adapts " + shown(adapter_parameters) +
+                                             "; remove lora.target_parameters to take the adapter's");
+  }
   if (lora.target_modules.empty() || !s.set("target_modules")) lora.target_modules = adapter_targets;
   else if (!all_linear && recipe_targets != adapter_targets)  // all-linear: the module count is checked as it loads
     throw s.error("target_modules", "is " + shown(recipe_targets) + ", and the adapter it starts from (" + s.where() +

@@ -180,7 +180,7 @@ TEST_CASE("the model family comes from config.json") {
                        "/models/unknown-arch/config.json: architecture \"FalconForCausalLM\" is not supported by any "
                        "plugin; supported: BloomForCausalLM, GPTBigCodeForCausalLM, GPTNeoXForCausalLM, Gemma2ForCausalLM, "
                        "Gemma3ForCausalLM, Gemma3ForConditionalGeneration, GemmaForCausalLM, "
-                       "GraniteForCausalLM, GraniteMoeForCausalLM, LlamaForCausalLM, "
+                       "GraniteForCausalLM, GraniteMoeForCausalLM, GraniteMoeSharedForCausalLM, LlamaForCausalLM, "
                        "MistralForCausalLM, MixtralForCausalLM, "
                        "Phi3ForCausalLM, Qwen2ForCausalLM, Qwen2MoeForCausalLM, Qwen3ForCausalLM, "
                        "Qwen3MoeForCausalLM\n");
@@ -269,7 +269,8 @@ TEST_CASE("policy checks of the chosen Trainer run in the plugin") {
   Run r = ftrun("train " + recipe("[lora]\ntarget_modules = [\"dense\"]\n") + " --dry-run");
   CHECK(r.code == 2);
   CHECK(r.err == "ftrun: lora.target_modules: \"dense\" matches no module of the llama family; allowed: q_proj, "
-                 "k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj, or \"all-linear\"\n");
+                 "k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj, shared_expert_gate, input_linear, output_linear, or "
+                 "\"all-linear\"\n");
 }
 
 TEST_CASE("command-line misuse is exit 2") {

@@ -42,7 +42,7 @@ const char* const families[] = {"llama_gqa",    "llama3_rope_scaling", "mistral_
                                 "gpt_bigcode_mqa",     "gpt_bigcode_mha",     "bloom_alibi",
                                 "bloom_six_heads",     "gemma_geglu",      "gemma2_softcap",
                              "gemma3_local_global", "gemma3_vision_text", "mixtral_top2",
-                             "qwen2_moe_shared", "qwen3_moe_sparse_step", "granite_moe_top2"};
+                             "qwen2_moe_shared", "qwen3_moe_sparse_step", "granite_moe_top2", "granite_moe_shared"};
 
 double worst_difference(const std::vector<float>& got, const std::vector<float>& want) {
   if (got.size() != want.size()) return INFINITY;

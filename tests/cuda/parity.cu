@@ -39,7 +39,7 @@ const char* const cases[] = {"llama_gqa",       "smollm2_tied",  "llama3_rope_sc
                              "gpt_bigcode_mqa",     "gpt_bigcode_mha",     "bloom_alibi",
                              "bloom_six_heads",     "gemma_geglu",      "gemma2_softcap",
                              "gemma3_local_global", "gemma3_vision_text", "mixtral_top2",
-                             "qwen2_moe_shared", "qwen3_moe_sparse_step", "granite_moe_top2"};
+                             "qwen2_moe_shared", "qwen3_moe_sparse_step", "granite_moe_top2", "granite_moe_shared"};
 
 template <class T>
 std::vector<T> read(const ft::io::SafetensorsFile& file, const std::string& name) {

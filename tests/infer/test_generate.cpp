@@ -66,7 +66,7 @@ void check_greedy_against_hf() {
                                  "phi3_fused", "phi3_longrope", "phi3_longrope_long", "gpt_bigcode_mqa", "gpt_bigcode_mha",
                                  "bloom_alibi", "bloom_six_heads", "gemma_geglu", "gemma2_softcap",
                                  "gemma3_local_global", "gemma3_vision_text", "mixtral_top2", "qwen2_moe_shared",
-                                 "qwen3_moe_sparse_step", "granite_moe_top2"}) {
+                                 "qwen3_moe_sparse_step", "granite_moe_top2", "granite_moe_shared"}) {
     CAPTURE(name);
     const std::vector<Expected> cases = expected(parity + name);
     REQUIRE(cases.size() == 3);

@@ -387,7 +387,7 @@ TEST_CASE("the parameter count from the configuration is what the model allocate
                            "granite_multipliers", "phi3_fused", "phi3_longrope", "phi3_longrope_long", "gpt_bigcode_mqa",
                            "gpt_bigcode_mha", "bloom_alibi", "bloom_six_heads", "gemma_geglu", "gemma2_softcap",
                            "gemma3_local_global", "gemma3_vision_text", "mixtral_top2", "qwen2_moe_shared",
-                           "qwen3_moe_sparse_step", "granite_moe_top2"}) {
+                           "qwen3_moe_sparse_step", "granite_moe_top2", "granite_moe_shared"}) {
     CAPTURE(name);
     fs::path dir = fs::path(FT_SOURCE_DIR) / "tests/fixtures/parity" / name;
     models::Transformer<float> model(models::read_model_spec(dir));

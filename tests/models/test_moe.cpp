@@ -110,10 +110,11 @@ TEST_CASE("a sparse layer's backward matches finite differences: router, experts
   // Every gradient of a sparse layer, through the whole model in double with
   // the load-balancing loss added: Mixtral's renormalised top 2,
   // Qwen2-MoE's top 2 with a shared expert and its gate, and GraniteMoE's
-  // (its softmax over the top 2 logits is Mixtral's renormalisation). The fixtures'
+  // (its softmax over the top 2 logits is Mixtral's renormalisation), with
+  // GraniteMoeShared's ungated shared MLP. The fixtures'
   // routers keep every token's choice clear of ties (by 0.05 in the
   // logits), so a step of 1e-6 changes no choice.
-  for (const char* name : {"mixtral_top2", "qwen2_moe_shared", "granite_moe_top2"}) {
+  for (const char* name : {"mixtral_top2", "qwen2_moe_shared", "granite_moe_top2", "granite_moe_shared"}) {
     CAPTURE(name);
     auto model = models::load_pretrained<double>(fixture(name));
     REQUIRE(model->config().moe.aux_loss_coef > 0);
@@ -134,8 +135,8 @@ TEST_CASE("a sparse layer's backward matches finite differences: router, experts
     std::vector<std::string> params{"layers.0.router.weight", "layers.0.experts.gate_up.weight",
                                     "layers.0.experts.down.weight", "layers.0.attn_norm.weight"};
     if (model->config().moe.shared_expert_size > 0)
-      for (const char* p : {"layers.0.mlp_in.weight", "layers.0.mlp_out.weight", "layers.0.shared_gate.weight"})
-        params.push_back(p);
+      for (const char* p : {"layers.0.mlp_in.weight", "layers.0.mlp_out.weight"}) params.push_back(p);
+    if (model->config().moe.gated_shared_expert()) params.push_back("layers.0.shared_gate.weight");
     for (const std::string& param : params) {
       CAPTURE(param);
       auto [buffer, entry] = model->find_parameter(param);
@@ -208,14 +209,16 @@ TEST_CASE("Mixtral-8x7B, Qwen1.5-MoE-A2.7B and Qwen3-30B-A3B: sparse layers and 
                        doctest::Contains("router_jitter_noise"), Error);
 }
 
-TEST_CASE("LoRA on a mixture of experts: the attention, and Qwen2-MoE's shared expert; all-linear, which in PEFT "
-          "also adapts the routed experts, is refused") {
+TEST_CASE("LoRA on a mixture of experts: the attention, Qwen2-MoE's shared expert, and all-linear's routers and "
+          "experts (tests/adapters/test_lora_experts.cpp checks them against PEFT)") {
   const models::ModelSpec mixtral = models::read_model_spec(fixture("mixtral_top2"));
   const auto attention = adapters::lora_targets(mixtral, {"q_proj", "k_proj", "v_proj", "o_proj"});
   CHECK(attention.size() == 4 * 2);  // q, k, v, o in two layers
-  // PEFT's all-linear would also adapt the routers and the routed experts.
-  CHECK_THROWS_WITH_AS(adapters::lora_targets(mixtral, {"all-linear"}),
-                       doctest::Contains("would, as in PEFT, also adapt the routers and routed experts"), Error);
+  // PEFT's all-linear also adapts the routers and the routed experts, the fused gate_up at twice the rank.
+  const auto all = adapters::lora_targets(mixtral, {"all-linear"});
+  CHECK(all.size() == 7 * 2);
+  for (const adapters::LoraTarget& t : all)
+    CHECK(t.rank_factor == (t.slot == models::LinearSlot::experts_gate_up ? 2 : 1));
   CHECK_THROWS_WITH_AS(adapters::lora_targets(mixtral, {"q_proj", "gate_proj"}),
                        doctest::Contains("\"gate_proj\" matches no projection of this MixtralForCausalLM model"),
                        Error);

@@ -32,7 +32,7 @@ const char* const cases[] = {"llama_gqa",       "smollm2_tied",  "llama3_rope_sc
                              "gpt_bigcode_mqa",     "gpt_bigcode_mha",     "bloom_alibi",
                              "bloom_six_heads",     "gemma_geglu",      "gemma2_softcap",
                              "gemma3_local_global", "gemma3_vision_text", "mixtral_top2",
-                             "qwen2_moe_shared",    "qwen3_moe_sparse_step", "granite_moe_top2"};
+                             "qwen2_moe_shared",    "qwen3_moe_sparse_step", "granite_moe_top2", "granite_moe_shared"};
 
 fs::path fixture(const std::string& name) { return fs::path(FT_SOURCE_DIR) / "tests/fixtures/parity" / name; }
 
@@ -206,6 +206,7 @@ TEST_CASE("model directories with problems give one-line errors") {
                                          "LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, "
                                          "GraniteForCausalLM, GemmaForCausalLM, Gemma2ForCausalLM, Gemma3ForCausalLM, Gemma3ForConditionalGeneration, "
                                          "MixtralForCausalLM, Qwen2MoeForCausalLM, Qwen3MoeForCausalLM, GraniteMoeForCausalLM, "
+                                         "GraniteMoeSharedForCausalLM, "
                                          "GPTNeoXForCausalLM, Phi3ForCausalLM, "
                                          "GPTBigCodeForCausalLM, BloomForCausalLM"),
                        Error);

@@ -101,6 +101,7 @@ struct LoRA : Policy {
     os << "lora: r " << r.lora.r << ", alpha " << r.lora.alpha << (r.lora.use_rslora ? " (rsLoRA: alpha / sqrt(r))" : "")
        << ", dropout " << r.lora.dropout << " on";
     for (const auto& t : r.lora.target_modules) os << ' ' << t;
+    for (const auto& t : r.lora.target_parameters) os << ' ' << t;
     if (!r.lora.init_from.empty()) os << ", from " << r.lora.init_from;
     return os.str();
   }

@@ -17,6 +17,15 @@
 // (core/random.hpp): nothing is stored, and a recomputed forward sees the
 // same mask. Each module draws its own mask, as PEFT's per-module Dropout does.
 //
+// A mixture of experts' stacked expert weights and routers are adapted as
+// PEFT 0.21 adapts an nn.Parameter (`target_parameters`, its ParamWrapper):
+// expert e of a stacked [E, out, in] weight has its own A_e [r, in] and
+// B_e [out, r]; PEFT keeps them as one lora_A [E r, in] (expert-major rows)
+// and one lora_B [out, r E] whose columns are interleaved, column j E + e
+// holding expert e's column j. ft keeps B expert-major too ([E out, r]) so
+// each expert's update is one GEMM over its run of sorted rows, and
+// converts at the file (lora_files.hpp). PEFT refuses dropout there, as ft does.
+//
 // The adapters live on the model's device (device/cpu.hpp): their weights
 // and scratch in its memory, their products and masks run by it.
 #include <algorithm>
@@ -29,6 +38,7 @@
 #include "ft/core/host_device.hpp"
 #include "ft/core/random.hpp"
 #include "ft/device/cpu.hpp"
+#include "ft/io/peft.hpp"
 #include "ft/models/linear_adapter.hpp"
 #include "ft/models/parameters.hpp"
 #include "ft/models/transformer.hpp"
@@ -40,20 +50,34 @@ struct LoraOptions {
   double alpha = 16;
   double dropout = 0.0;
   std::vector<std::string> target_modules;  // PEFT leaf names, or {"all-linear"}
+  // PEFT's target_parameters: a mixture of experts' stacked expert weights
+  // ("gate_up_proj", "down_proj") and routers ("gate.weight"), by the end of their names.
+  std::vector<std::string> target_parameters;
   std::uint64_t seed = 42;
   bool use_rslora = false;  // rank-stabilised LoRA (PEFT's use_rslora)
 
-  double scale() const { return use_rslora ? alpha / std::sqrt(double(r)) : alpha / double(r); }
+  double scale() const { return scale_of(r, alpha); }
+  double scale_of(index_t rank, double a) const { return use_rslora ? a / std::sqrt(double(rank)) : a / double(rank); }
 };
 
-// One adapted HF projection: rows [row_offset, row_offset + rows) of a fused slot.
+// One adapted HF projection: rows [row_offset, row_offset + rows) of a fused
+// slot, or a stacked expert weight, each expert's rows [0, rows).
 struct LoraTarget {
-  std::string module;  // PEFT's module name, e.g. "model.layers.3.self_attn.q_proj"
+  std::string module;     // PEFT's module name, e.g. "model.layers.3.self_attn.q_proj"
+  std::string parameter;  // for a PEFT target parameter, its name ("model.layers.3.mlp.experts.gate_up_proj")
   index_t layer = 0;
   models::LinearSlot slot = models::LinearSlot::qkv;
   index_t row_offset = 0, rows = 0;
   index_t in = 0, out = 0;  // the slot's input width and fused output width
   models::RowOrder order = models::RowOrder::same;
+  index_t experts = 1;      // a stacked weight's experts, each with its own A and B
+  index_t rank_factor = 1;  // its rank and alpha are the options' times this (PEFT's rank_pattern)
+
+  index_t rank(const LoraOptions& o) const { return o.r * rank_factor; }
+  double scale(const LoraOptions& o) const { return o.scale_of(rank(o), o.alpha * double(rank_factor)); }
+  bool stacked() const {
+    return slot == models::LinearSlot::experts_gate_up || slot == models::LinearSlot::experts_down;
+  }
 };
 
 namespace detail {
@@ -65,7 +89,14 @@ struct SlotName {
 inline constexpr SlotName slot_names[] = {{"qkv.weight", models::LinearSlot::qkv},
                                           {"o.weight", models::LinearSlot::o},
                                           {"mlp_in.weight", models::LinearSlot::mlp_in},
-                                          {"mlp_out.weight", models::LinearSlot::mlp_out}};
+                                          {"mlp_out.weight", models::LinearSlot::mlp_out},
+                                          {"shared_gate.weight", models::LinearSlot::shared_gate},
+                                          {"router.weight", models::LinearSlot::router},
+                                          {"experts.gate_up.weight", models::LinearSlot::experts_gate_up},
+                                          {"experts.down.weight", models::LinearSlot::experts_down}};
+// The first five are nn.Linear modules in HF's models (target_modules); the
+// router and the stacked experts are PEFT's target_parameters.
+inline constexpr std::size_t module_slots = 5;
 
 inline std::pair<index_t, index_t> slot_widths(const models::TransformerConfig& c, models::LinearSlot slot,
                                                index_t layer) {
@@ -75,35 +106,73 @@ inline std::pair<index_t, index_t> slot_widths(const models::TransformerConfig& 
     case models::LinearSlot::o: return {HD, C};
     case models::LinearSlot::mlp_in: return {C, c.mlp_in_width(layer)};
     case models::LinearSlot::mlp_out: return {c.mlp_width(layer), C};
+    case models::LinearSlot::router: return {C, c.moe.experts};
+    case models::LinearSlot::shared_gate: return {C, 1};
+    case models::LinearSlot::experts_gate_up: return {C, 2 * c.moe.expert_size};
+    case models::LinearSlot::experts_down: return {c.moe.expert_size, C};
   }
   return {0, 0};
 }
 
+// Whether PEFT's all-linear adapts this architecture's routers and routed
+// experts. Transformers 5 stores them as parameters, no longer nn.Linear;
+// PEFT 0.21 converts the module names of transformers 4 (w1/w3 or
+// gate_proj/up_proj into gate_up_proj, at twice the rank and alpha; w2 or
+// down_proj; gate) for Mixtral and the families it converts as Qwen2-MoE
+// (Qwen3-MoE among them), but not for Qwen2-MoE itself nor GraniteMoE,
+// whose all-linear stays on the nn.Linear modules. ft follows it, so that
+// "all-linear" means what it means in PEFT on the same model.
+inline bool all_linear_adapts_experts(const models::TransformerConfig& c) {
+  return c.architecture == "MixtralForCausalLM" || c.architecture == "Qwen3MoeForCausalLM";
+}
+
+// A sparse layer's module as transformers 5 names it ("model.layers.3.mlp",
+// GraniteMoE's "model.layers.3.block_sparse_moe"), found from its router's
+// binding in the files, and the router's name in it. Mixtral's files keep
+// transformers 4's "block_sparse_moe", which transformers 5 loads as "mlp".
+struct SparseModule {
+  std::string path, router;
+};
+inline SparseModule sparse_module(const std::string& router_hf_name) {
+  for (const std::string_view leaf : {".gate.weight", ".router.layer.weight"})
+    if (router_hf_name.ends_with(leaf)) {
+      std::string path = router_hf_name.substr(0, router_hf_name.size() - leaf.size());
+      const bool gate = leaf == ".gate.weight";
+      constexpr std::string_view mixtral = ".block_sparse_moe";
+      if (gate && path.ends_with(mixtral)) path.replace(path.size() - mixtral.size(), mixtral.size(), ".mlp");
+      return {path, gate ? "gate" : "router"};
+    }
+  throw Error("internal: a router bound as \"" + router_hf_name + "\", which LoRA cannot name");
+}
+
 }  // namespace detail
 
-// The modules a list of PEFT target names adapts, from a family's weight map.
-// "all-linear" is every projection inside the blocks (PEFT leaves the output
-// layer out too). A name that matches nothing is an error.
-inline std::vector<LoraTarget> lora_targets(const models::ModelSpec& spec, const std::vector<std::string>& names) {
+// The modules a list of PEFT target names adapts, from a family's weight
+// map, and the parameters a list of PEFT target_parameters names adapts.
+// "all-linear" is every nn.Linear inside the blocks (PEFT leaves the output
+// layer out too), and where PEFT converts them, the routers and routed
+// experts (detail::all_linear_adapts_experts). A name that matches nothing
+// is an error.
+inline std::vector<LoraTarget> lora_targets(const models::ModelSpec& spec, const std::vector<std::string>& names,
+                                            const std::vector<std::string>& parameters = {}) {
+  const models::TransformerConfig& c = spec.config;
   const bool all = names.size() == 1 && names[0] == "all-linear";
-  // PEFT's all-linear also adapts a mixture of experts' routers and routed
-  // experts, which ft's LoRA does not: refused rather than silently smaller.
-  if (all && spec.config.moe.sparse_layers() > 0)
-    throw Error("lora.target_modules = [\"all-linear\"] on " + spec.config.architecture +
-                " would, as in PEFT, also adapt the routers and routed experts, which ft's LoRA does not yet; "
-                "name the projections instead, e.g. [\"q_proj\", \"k_proj\", \"v_proj\", \"o_proj\"]");
+  const bool all_experts = all && detail::all_linear_adapts_experts(c);
   std::vector<LoraTarget> out;
   std::vector<bool> used(names.size(), false);
   for (const models::WeightBinding& w : spec.weights) {
     constexpr std::string_view weight = ".weight", layers = "layers.";
     if (!w.hf_name.ends_with(weight) || !w.param.starts_with(layers)) continue;
-    const auto* slot = std::ranges::find_if(detail::slot_names, [&](const detail::SlotName& s) {
+    const auto* modules_end = std::begin(detail::slot_names) + detail::module_slots;
+    const auto* slot = std::find_if(std::begin(detail::slot_names), modules_end, [&](const detail::SlotName& s) {
       return w.param.ends_with(std::string(".") + s.suffix);
     });
-    if (slot == std::end(detail::slot_names)) continue;
+    if (slot == modules_end) continue;
     const std::string module = w.hf_name.substr(0, w.hf_name.size() - weight.size());
     const std::string leaf = module.substr(module.rfind('.') + 1);
-    bool wanted = all;
+    // PEFT's conversion moves the MLP names to the experts' parameters, dense layers' included.
+    const bool mlp = slot->slot == models::LinearSlot::mlp_in || slot->slot == models::LinearSlot::mlp_out;
+    bool wanted = all && !(all_experts && mlp);
     for (std::size_t i = 0; i < names.size(); ++i)
       if (names[i] == leaf) wanted = used[i] = true;
     if (!wanted) continue;
@@ -113,7 +182,7 @@ inline std::vector<LoraTarget> lora_targets(const models::ModelSpec& spec, const
     t.layer = std::stoll(w.param.substr(layers.size()));
     t.slot = slot->slot;
     t.row_offset = w.row_offset;
-    std::tie(t.in, t.out) = detail::slot_widths(spec.config, t.slot, t.layer);
+    std::tie(t.in, t.out) = detail::slot_widths(c, t.slot, t.layer);
     t.rows = models::binding_rows(spec, w, t.out);
     t.order = w.order;
     out.push_back(std::move(t));
@@ -121,8 +190,59 @@ inline std::vector<LoraTarget> lora_targets(const models::ModelSpec& spec, const
   if (!all)
     for (std::size_t i = 0; i < names.size(); ++i)
       if (!used[i])
-        throw Error("lora.target_modules: \"" + names[i] + "\" matches no projection of this " +
-                    spec.config.architecture + " model");
+        throw Error("lora.target_modules: \"" + names[i] + "\" matches no projection of this " + c.architecture +
+                    " model");
+
+  const std::vector<std::string> wanted_parameters =
+      all_experts ? std::vector<std::string>{"gate_up_proj", "down_proj", "gate.weight"} : parameters;
+  std::vector<bool> parameter_used(wanted_parameters.size(), false);
+  std::string router_name = "gate.weight";
+  for (index_t layer = 0; layer < c.num_layers; ++layer) {
+    if (!c.moe.sparse_at(layer)) continue;
+    const std::string router_param = "layers." + std::to_string(layer) + ".router.weight";
+    const auto router = std::ranges::find(spec.weights, router_param, &models::WeightBinding::param);
+    if (router == spec.weights.end()) throw Error("internal: sparse layer " + std::to_string(layer) + " has no router");
+    const detail::SparseModule m = detail::sparse_module(router->hf_name);
+    router_name = m.router + ".weight";
+    const std::string experts = m.path + ".experts";
+    struct Candidate {
+      std::string name;
+      models::LinearSlot slot;
+    };
+    const Candidate candidates[] = {{experts + ".gate_up_proj", models::LinearSlot::experts_gate_up},
+                                    {experts + ".down_proj", models::LinearSlot::experts_down},
+                                    {m.path + "." + router_name, models::LinearSlot::router}};
+    bool matched[3] = {false, false, false};
+    for (std::size_t k = 0; k < 3; ++k)
+      for (std::size_t i = 0; i < wanted_parameters.size(); ++i)
+        if (io::names_parameter(candidates[k].name, wanted_parameters[i])) matched[k] = parameter_used[i] = true;
+    for (std::size_t k = 0; k < 3; ++k) {
+      if (!matched[k]) continue;
+      LoraTarget t;
+      t.parameter = candidates[k].name;
+      t.layer = layer;
+      t.slot = candidates[k].slot;
+      std::tie(t.in, t.out) = detail::slot_widths(c, t.slot, layer);
+      t.rows = t.out;
+      t.experts = t.stacked() ? c.moe.experts : 1;
+      t.rank_factor = all_experts && t.slot == models::LinearSlot::experts_gate_up ? 2 : 1;
+      // PEFT wraps one module's parameters one inside the other, in the
+      // order the module declares them: gate_up_proj inside down_proj's wrapper.
+      if (t.slot == models::LinearSlot::router) t.module = m.path + "." + m.router;
+      else t.module = experts + (k == 0 && matched[1] ? ".base_layer" : "");
+      if (t.stacked() && c.moe.parallel > 1)
+        throw Error("lora.target_parameters: LoRA on routed experts split over ranks (strategy.expert_parallel = " +
+                    std::to_string(c.moe.parallel) + ") is not supported yet; adapt the attention and routers "
+                    "only, or set strategy.expert_parallel = 1");
+      out.push_back(std::move(t));
+    }
+  }
+  for (std::size_t i = 0; i < wanted_parameters.size(); ++i)
+    if (!parameter_used[i])
+      throw Error("lora.target_parameters: \"" + wanted_parameters[i] + "\" matches no parameter of this " +
+                  c.architecture + " model; allowed: " +
+                  (c.moe.sparse_layers() > 0 ? "gate_up_proj, down_proj, " + router_name
+                                             : std::string("none (its layers have no experts)")));
   return out;
 }
 
@@ -168,14 +288,14 @@ public:
   using Memory = typename Device::Memory;
 
   LoraBlock(std::vector<LoraTarget> targets, const LoraOptions& options)
-      : targets_(std::move(targets)), r_(options.r), scale_(options.scale()), dropout_(options.dropout) {
-    declare(params_, targets_, r_);
+      : targets_(std::move(targets)), options_(options) {
+    declare(params_, targets_, options_);
     params_.allocate();
     // PEFT's initialisation: A uniform in +-1/sqrt(in), B zero (as allocated).
     for (std::size_t k = 0; k < targets_.size(); ++k) {
       const LoraTarget& t = targets_[k];
       Rng rng(derive_key(derive_key(options.seed, std::uint64_t(t.layer)), k));
-      std::vector<T> a(std::size_t(r_ * t.in));
+      std::vector<T> a(std::size_t(t.experts * t.rank(options_) * t.in));
       const double bound = 1.0 / std::sqrt(double(t.in));
       for (T& v : a) v = T(float((2.0 * rng.uniform() - 1.0) * bound));
       Device::from_host(a_of(k), a.data(), a.size() * sizeof(T));
@@ -184,11 +304,13 @@ public:
 
   // One block's A and B matrices, declared into any buffer (the memory
   // estimate counts them without allocating).
+  // A stacked weight's are every expert's, expert by expert.
   template <class Buffer>
-  static void declare(Buffer& params, const std::vector<LoraTarget>& targets, index_t r) {
+  static void declare(Buffer& params, const std::vector<LoraTarget>& targets, const LoraOptions& options) {
     for (const LoraTarget& t : targets) {
-      params.declare(path_in_block(t) + ".lora_A", {r, t.in});
-      params.declare(path_in_block(t) + ".lora_B", {t.rows, r});
+      const index_t r = t.rank(options);
+      params.declare(path_in_block(t) + ".lora_A", {t.experts * r, t.in});
+      params.declare(path_in_block(t) + ".lora_B", {t.experts * t.rows, r});
     }
   }
 
@@ -205,57 +327,76 @@ public:
     key_ = key;
   }
 
-  void forward(models::LinearSlot slot, T* y, const T* x, index_t N) override {
+  // Module k's rank and scale (a fused expert weight's may be twice the options', as in PEFT).
+  index_t rank_of(std::size_t k) const { return targets_[k].rank(options_); }
+  double scale_of(std::size_t k) const { return targets_[k].scale(options_); }
+
+  void forward(models::LinearSlot slot, index_t expert, T* y, const T* x, index_t N) override {
     for (std::size_t k = 0; k < targets_.size(); ++k) {
       const LoraTarget& t = targets_[k];
       if (t.slot != slot) continue;
+      const index_t r = rank_of(k);
       const T* input = dropped_input(k, x, N);
-      const T* down = project_down(k, input, N);
-      gemm(Op::none, Op::transpose, N, t.rows, r_, A_t(scale_), down, r_, b_of(k), r_, 1, y + t.row_offset, t.out);
+      const T* down = project_down(k, expert, input, N);
+      gemm(Op::none, Op::transpose, N, t.rows, r, A_t(scale_of(k)), down, r, matrix(b_of(k), k, expert), r, 1,
+           y + t.row_offset, t.out);
     }
   }
 
-  void backward(models::LinearSlot slot, T* dx, const T* dy, const T* x, index_t N) override {
+  void backward(models::LinearSlot slot, index_t expert, T* dx, const T* dy, const T* x, index_t N) override {
     for (std::size_t k = 0; k < targets_.size(); ++k) {
       const LoraTarget& t = targets_[k];
       if (t.slot != slot) continue;
+      const index_t r = rank_of(k);
+      const A_t scale = A_t(scale_of(k));
+      const T *a = matrix(a_of(k), k, expert, true), *b = matrix(b_of(k), k, expert);
+      T *da = matrix(da_of(k), k, expert, true), *db = matrix(db_of(k), k, expert);
       const T* dy_rows = dy + t.row_offset;
       const T* input = dropped_input(k, x, N);
-      const T* down = project_down(k, input, N);
+      const T* down = project_down(k, expert, input, N);
       // dB += scale dy^T (A x);  d(A x) = scale dy B
-      gemm(Op::transpose, Op::none, t.rows, r_, N, A_t(scale_), dy_rows, t.out, down, r_, 1, db_of(k), r_);
-      if (d_down_.size(0) != N) d_down_ = Tensor<T, Memory>(Shape{N, r_});
-      gemm(Op::none, Op::none, N, r_, t.rows, A_t(scale_), dy_rows, t.out, b_of(k), r_, 0, d_down_.data(), r_);
+      gemm(Op::transpose, Op::none, t.rows, r, N, scale, dy_rows, t.out, down, r, 1, db, r);
+      if (d_down_.numel() < N * r) d_down_ = Tensor<T, Memory>(Shape{N * r});
+      gemm(Op::none, Op::none, N, r, t.rows, scale, dy_rows, t.out, b, r, 0, d_down_.data(), r);
       // dA += d(A x)^T dropout(x);  dx += dropout'(d(A x) A)
-      gemm(Op::transpose, Op::none, r_, t.in, N, 1, d_down_.data(), r_, input, t.in, 1, da_of(k), t.in);
+      gemm(Op::transpose, Op::none, r, t.in, N, 1, d_down_.data(), r, input, t.in, 1, da, t.in);
       if (!dropping()) {
-        gemm(Op::none, Op::none, N, t.in, r_, 1, d_down_.data(), r_, a_of(k), t.in, 1, dx, t.in);
+        gemm(Op::none, Op::none, N, t.in, r, 1, d_down_.data(), r, a, t.in, 1, dx, t.in);
         continue;
       }
-      gemm(Op::none, Op::none, N, t.in, r_, 1, d_down_.data(), r_, a_of(k), t.in, 0, dropped_.data(), t.in);
+      gemm(Op::none, Op::none, N, t.in, r, 1, d_down_.data(), r, a, t.in, 0, dropped_.data(), t.in);
       Device::parallel_for(N * t.in, DropoutBackward<T>{dx, dropped_.data(), mask(k)});
     }
   }
 
 private:
-  bool dropping() const { return training_ && dropout_ > 0; }
+  bool dropping() const { return training_ && options_.dropout > 0; }
   DropoutMask<A_t> mask(std::size_t k) const {
-    return {derive_key(derive_key(key_, std::uint64_t(targets_[k].layer)), k), float(A_t(1.0 - dropout_)),
-            A_t(1) / A_t(1.0 - dropout_)};
+    const double dropout = options_.dropout;
+    return {derive_key(derive_key(key_, std::uint64_t(targets_[k].layer)), k), float(A_t(1.0 - dropout)),
+            A_t(1) / A_t(1.0 - dropout)};
   }
   static void gemm(Op op_a, Op op_b, index_t M, index_t N, index_t K, A_t alpha, const T* a, index_t lda, const T* b,
                    index_t ldb, A_t beta, T* c, index_t ldc) {
     Device::template gemm<T>(op_a, op_b, M, N, K, alpha, a, lda, b, ldb, beta, c, ldc);
   }
 
+  // Expert e's A [r, in] or B [rows, r] in a module's matrix (the matrix itself when it is not stacked).
+  T* matrix(T* whole, std::size_t k, index_t expert, bool a = false) const {
+    const LoraTarget& t = targets_[k];
+    return t.stacked() ? whole + expert * rank_of(k) * (a ? t.in : t.rows) : whole;
+  }
+
   // A dropout(x) [N, r], into scratch. Backward computes it again rather
   // than keep it from forward: the adapter then holds no state between the
   // two, so micro-batches in flight at once (a pipeline) need nothing of it,
   // and the GEMM costs r / out of the base projection's.
-  const T* project_down(std::size_t k, const T* input, index_t N) {
-    if (down_.size(0) != N) down_ = Tensor<T, Memory>(Shape{N, r_});
-    gemm(Op::none, Op::transpose, N, r_, targets_[k].in, 1, input, targets_[k].in, a_of(k), targets_[k].in, 0,
-         down_.data(), r_);
+  const T* project_down(std::size_t k, index_t expert, const T* input, index_t N) {
+    const LoraTarget& t = targets_[k];
+    const index_t r = rank_of(k);
+    if (down_.numel() < N * r) down_ = Tensor<T, Memory>(Shape{N * r});
+    gemm(Op::none, Op::transpose, N, r, t.in, 1, input, t.in, matrix(a_of(k), k, expert, true), t.in, 0, down_.data(),
+         r);
     return down_.data();
   }
 
@@ -271,15 +412,16 @@ private:
   // A module's path below its layer ("self_attn.q_proj", "mlp.c_proj"):
   // unique in its block, where a leaf may name two projections (GPTBigCode's c_proj).
   static std::string path_in_block(const LoraTarget& t) {
-    const std::string layer = "." + std::to_string(t.layer) + ".";
+    std::string layer = std::to_string(t.layer);  // ".N.", built in place: GCC 12 misreads "." + ... as overlapping
+    layer.insert(layer.begin(), '.');
+    layer.push_back('.');
     const std::size_t at = t.module.find(layer);
     return at == std::string::npos ? t.module : t.module.substr(at + layer.size());
   }
   std::string name_of(std::size_t k, const char* what) const { return path_in_block(targets_[k]) + what; }
 
   std::vector<LoraTarget> targets_;
-  index_t r_;
-  double scale_, dropout_;
+  LoraOptions options_;
   bool training_ = false;
   std::uint64_t key_ = 0;
   models::ParameterBuffer<T, Memory> params_;
@@ -295,8 +437,14 @@ class LoraModel {
 public:
   LoraModel(models::Transformer<T, Device>& model, const LoraOptions& options, bool attach = true)
       : model_(&model), options_(options), attached_(attach) {
-    auto targets = lora_targets(model.spec(), options.target_modules);
+    auto targets = lora_targets(model.spec(), options.target_modules, options.target_parameters);
     if (targets.empty()) throw Error("lora.target_modules: no projection of this model is adapted");
+    if (options.dropout > 0)
+      for (const LoraTarget& t : targets)
+        if (!t.parameter.empty())
+          throw Error("lora.dropout = " + std::to_string(options.dropout) + " with LoRA on \"" + t.parameter +
+                      "\": a router's or experts' input cannot be dropped apart from their own product (PEFT "
+                      "refuses it too); set lora.dropout = 0, or adapt named projections only");
     for (auto& block : model.blocks()) {
       std::vector<LoraTarget> mine;
       for (const LoraTarget& t : targets)
@@ -332,9 +480,13 @@ public:
         const char* suffix = std::ranges::find_if(detail::slot_names, [&](const detail::SlotName& s) {
                                return s.slot == t.slot;
                              })->suffix;
-        T* w = block.parameters().value(suffix) + t.row_offset * t.in;
-        Device::template gemm<T>(Op::none, Op::none, t.rows, t.in, options_.r, acc_t<T>(options_.scale()),
-                                 b->b_of(k), options_.r, b->a_of(k), t.in, 1, w, t.in);
+        const index_t r = b->rank_of(k);
+        const T *lora_a = b->a_of(k), *lora_b = b->b_of(k);
+        T* weight = block.parameters().value(suffix);
+        for (index_t e = 0; e < t.experts; ++e)  // a stacked weight's experts, each [rows, in]
+          Device::template gemm<T>(Op::none, Op::none, t.rows, t.in, r, acc_t<T>(b->scale_of(k)),
+                                   lora_b + e * t.rows * r, r, lora_a + e * r * t.in, t.in, 1,
+                                   weight + (e * t.rows + t.row_offset) * t.in, t.in);
       }
     }
     for (auto& block : model_->blocks()) block.set_adapter(nullptr);

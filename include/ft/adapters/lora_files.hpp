@@ -18,14 +18,28 @@
 namespace ft::adapters {
 
 namespace detail {
-// ft row order <-> HF row order for one module's B [rows, r].
+// ft's B <-> PEFT's lora_B for one module. ft's is [E rows, r], expert by
+// expert in ft's row order; PEFT's is [rows, r E] in HF's row order, column
+// j E + e holding expert e's column j (E = 1 for a layer).
 template <class T>
-void permute_rows(const LoraTarget& t, index_t heads, index_t r, const T* from, T* to, bool to_hf) {
-  for (index_t row = 0; row < t.rows; ++row) {
-    const index_t hf = models::hf_row(t.order, row, t.rows, heads);
-    const index_t src = to_hf ? row : hf, dst = to_hf ? hf : row;
-    std::copy_n(from + src * r, r, to + dst * r);
-  }
+void permute_b(const LoraTarget& t, index_t heads, index_t r, const T* from, T* to, bool to_hf) {
+  const index_t E = t.experts;
+  for (index_t e = 0; e < E; ++e)
+    for (index_t row = 0; row < t.rows; ++row) {
+      const index_t hf = models::hf_row(t.order, row, t.rows, heads);
+      for (index_t j = 0; j < r; ++j) {
+        const index_t ft_at = (e * t.rows + row) * r + j, hf_at = hf * r * E + j * E + e;
+        to[to_hf ? hf_at : ft_at] = from[to_hf ? ft_at : hf_at];
+      }
+    }
+}
+
+// How adapter_config.json names a wrapped parameter in target_parameters:
+// its name past the layer's module ("gate_up_proj", "gate.weight").
+inline std::string parameter_key(const std::string& parameter) {
+  const std::size_t last = parameter.rfind('.');
+  if (!parameter.ends_with(".weight")) return parameter.substr(last + 1);
+  return parameter.substr(parameter.rfind('.', last - 1) + 1);
 }
 }  // namespace detail
 
@@ -37,24 +51,38 @@ void save_peft_adapter(LoraModel<T, Device>& lora, const models::TransformerConf
   const LoraOptions& o = lora.options();
   std::vector<std::vector<std::byte>> bytes;
   std::vector<io::TensorToWrite> tensors;
-  std::vector<std::string> leaves;
+  std::vector<std::string> leaves, parameters;
+  nlohmann::ordered_json rank_pattern = nlohmann::ordered_json::object(),
+                         alpha_pattern = nlohmann::ordered_json::object();
+  auto add = [](std::vector<std::string>& list, const std::string& name) {
+    if (std::ranges::find(list, name) == list.end()) list.push_back(name);
+  };
   for (auto& block : lora.blocks())
     for (std::size_t k = 0; k < block->targets().size(); ++k) {
       const LoraTarget& t = block->targets()[k];
+      const index_t r = block->rank_of(k), rows = t.experts * r;
       const std::string prefix = "base_model.model." + t.module;
-      std::vector<T> a_ft(std::size_t(o.r * t.in)), b_ft(std::size_t(t.rows * o.r));
+      std::vector<T> a_ft(std::size_t(rows * t.in)), b_ft(std::size_t(t.experts * t.rows * r));
       Device::to_host(a_ft.data(), block->a_of(k), a_ft.size() * sizeof(T));
       Device::to_host(b_ft.data(), block->b_of(k), b_ft.size() * sizeof(T));
       std::vector<float> a(a_ft.begin(), a_ft.end());
-      std::vector<T> b_hf(std::size_t(t.rows * o.r));
-      detail::permute_rows(t, config.num_heads, o.r, b_ft.data(), b_hf.data(), true);
+      std::vector<T> b_hf(b_ft.size());
+      detail::permute_b(t, config.num_heads, r, b_ft.data(), b_hf.data(), true);
       std::vector<float> b(b_hf.begin(), b_hf.end());
       bytes.push_back(io::encode_floats(a, dtype));
-      tensors.push_back({prefix + ".lora_A.weight", dtype, {o.r, t.in}, {}, {}});
+      tensors.push_back({prefix + ".lora_A.weight", dtype, {rows, t.in}, {}, {}});
       bytes.push_back(io::encode_floats(b, dtype));
-      tensors.push_back({prefix + ".lora_B.weight", dtype, {t.rows, o.r}, {}, {}});
-      const std::string leaf = t.module.substr(t.module.rfind('.') + 1);
-      if (std::ranges::find(leaves, leaf) == leaves.end()) leaves.push_back(leaf);
+      tensors.push_back({prefix + ".lora_B.weight", dtype, {t.rows, rows}, {}, {}});
+      if (t.parameter.empty()) {
+        add(leaves, t.module.substr(t.module.rfind('.') + 1));
+        continue;
+      }
+      const std::string key = detail::parameter_key(t.parameter);
+      add(parameters, key);
+      if (t.rank_factor != 1) {  // PEFT's pattern for it: a regex over the parameter's name
+        rank_pattern[".*\\." + key] = r;
+        alpha_pattern[".*\\." + key] = o.alpha * double(t.rank_factor);
+      }
     }
   for (std::size_t i = 0; i < tensors.size(); ++i) tensors[i].bytes = bytes[i];
   io::write_safetensors(dir / "adapter_model.safetensors", tensors, {{"format", "pt"}});
@@ -67,13 +95,14 @@ void save_peft_adapter(LoraModel<T, Device>& lora, const models::TransformerConf
   c["lora_alpha"] = o.alpha;
   c["lora_dropout"] = o.dropout;
   c["target_modules"] = leaves;
+  c["target_parameters"] = parameters.empty() ? nlohmann::ordered_json() : nlohmann::ordered_json(parameters);
   c["bias"] = "none";
   c["fan_in_fan_out"] = false;
   c["use_rslora"] = o.use_rslora;
   c["use_dora"] = false;
   c["init_lora_weights"] = true;
-  c["rank_pattern"] = nlohmann::ordered_json::object();
-  c["alpha_pattern"] = nlohmann::ordered_json::object();
+  c["rank_pattern"] = rank_pattern;
+  c["alpha_pattern"] = alpha_pattern;
   io::write_peft_config(dir, std::move(c));
 }
 
@@ -83,26 +112,26 @@ template <element T, class Device>
 void load_peft_adapter(LoraModel<T, Device>& lora, const models::TransformerConfig& config, const std::filesystem::path& dir) {
   const io::PeftAdapter adapter = io::PeftAdapter::open(dir);
   const std::string where = adapter.file().path().string() + ": ";
-  const index_t r = lora.options().r;
-  const double scale = lora.options().scale();
   std::size_t expected = 0;
   for (auto& block : lora.blocks())
     for (std::size_t k = 0; k < block->targets().size(); ++k, ++expected) {
       const LoraTarget& t = block->targets()[k];
+      const index_t r = block->rank_of(k);
+      const double scale = block->scale_of(k);
       const std::string prefix = "base_model.model." + t.module;
       const io::TensorView* a = adapter.file().find(prefix + ".lora_A.weight");
       const io::TensorView* b = adapter.file().find(prefix + ".lora_B.weight");
       if (!a || !b)
         throw Error(where + "has no LoRA weights for module \"" + t.module +
                     "\": an adapter of other target_modules, or for another base model");
-      const std::vector<std::int64_t> a_shape{r, t.in}, b_shape{t.rows, r};
+      const std::vector<std::int64_t> a_shape{t.experts * r, t.in}, b_shape{t.rows, t.experts * r};
       if (a->shape != a_shape || b->shape != b_shape)
         throw Error(where + "module \"" + t.module + "\" has shapes that do not match rank " + std::to_string(r) +
                     " of this model (lora_A " + nlohmann::json(a->shape).dump() + " and lora_B " +
                     nlohmann::json(b->shape).dump() + ", where it takes " + nlohmann::json(a_shape).dump() + " and " +
                     nlohmann::json(b_shape).dump() + "): an adapter for another base model, or of another rank");
       // The same A and B under another lora_alpha (or rsLoRA) would be another model.
-      const auto m = std::ranges::find(adapter.modules(), t.module + ".weight", &io::LoraModule::weight);
+      const auto m = std::ranges::find(adapter.modules(), t.module, &io::LoraModule::module);
       if (m != adapter.modules().end() && std::abs(m->scale - scale) > 1e-12 * scale)
         throw Error((dir / "adapter_config.json").string() + ": module \"" + t.module + "\" has scale " +
                     nlohmann::json(m->scale).dump() + ", this run's LoRA has scale " + nlohmann::json(scale).dump() +
@@ -112,7 +141,7 @@ void load_peft_adapter(LoraModel<T, Device>& lora, const models::TransformerConf
       std::vector<T> a_ft(std::size_t(a->numel())), b_hf(std::size_t(b->numel())), b_ft(b_hf.size());
       io::copy_elements(adapter.file(), *a, a_ft.data(), a->numel());
       io::copy_elements(adapter.file(), *b, b_hf.data(), b->numel());
-      detail::permute_rows(t, config.num_heads, r, b_hf.data(), b_ft.data(), false);
+      detail::permute_b(t, config.num_heads, r, b_hf.data(), b_ft.data(), false);
       Device::from_host(block->a_of(k), a_ft.data(), a_ft.size() * sizeof(T));
       Device::from_host(block->b_of(k), b_ft.data(), b_ft.size() * sizeof(T));
     }

@@ -29,6 +29,7 @@ public:
     options_.use_rslora = r.lora.use_rslora;
     options_.dropout = r.lora.dropout;
     options_.target_modules = r.lora.target_modules;
+    options_.target_parameters = r.lora.target_parameters;
     options_.seed = std::uint64_t(r.seed);
     if (options_.target_modules.empty())
       throw Error("internal: the LoRA policy resolves lora.target_modules before training");

@@ -80,6 +80,12 @@ private:
                   ", which every request shares; merge it into the model (ftrun convert BASE OUT --merge-lora " +
                   dir.string() + ") and serve that");
     if (peft.modules().empty()) throw Error(where + "has no LoRA modules");
+    // A routed expert's rows are sorted by expert, not by sequence, so they cannot take one sequence's adapter.
+    for (const io::LoraModule& m : peft.modules())
+      if (m.wraps_parameter)
+        throw Error(where + "adapts \"" + m.weight + "\" (target_parameters: routers or routed experts), which "
+                    "every sequence's rows share; merge it into the model (ftrun train with lora.save_merged = true) "
+                    "and serve that");
     adapters::LoraOptions options;
     options.r = peft.config()["r"].get<index_t>();
     // PEFT's scale per module (alpha / r, or alpha / sqrt(r) with rsLoRA) as one alpha over r.

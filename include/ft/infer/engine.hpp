@@ -226,19 +226,22 @@ private:
   };
 
   // Stands in a block's adapter slot during a step and hands each sequence's
-  // rows to its own LoRA, if it has one for this layer.
+  // rows to its own LoRA, if it has one for this layer. An expert's rows are
+  // sorted by expert, not by sequence: adapters that adapt routed experts
+  // are refused at load (adapter.hpp), so those slots have nothing to add.
   struct LoraRouter final : models::LinearAdapter<T, Device> {
     Engine* engine = nullptr;
     index_t layer = 0;
-    void forward(models::LinearSlot slot, T* y, const T* x, index_t) override {
+    void forward(models::LinearSlot slot, index_t, T* y, const T* x, index_t) override {
+      if (slot == models::LinearSlot::experts_gate_up || slot == models::LinearSlot::experts_down) return;
       const auto [in, out] = adapters::detail::slot_widths(engine->model_.config(), slot, layer);
       for (const Rows& r : engine->rows_) {
         if (r.adapter < 0) continue;
         if (adapters::LoraBlock<T, Device>* lora = engine->adapter(r.adapter).lora_block(layer))
-          lora->forward(slot, y + r.first * out, x + r.first * in, r.count);
+          lora->forward(slot, 0, y + r.first * out, x + r.first * in, r.count);
       }
     }
-    void backward(models::LinearSlot, T*, const T*, const T*, index_t) override {
+    void backward(models::LinearSlot, index_t, T*, const T*, const T*, index_t) override {
       throw Error("internal: inference has no backward");
     }
   };

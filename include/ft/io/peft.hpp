@@ -12,10 +12,17 @@
 //                              base_model.model.<module>.base_layer.weight or
 //                              <module>.weight (modules saved whole)
 //
+// A module may wrap a parameter rather than be a layer (PEFT's
+// target_parameters, its ParamWrapper): a stacked expert weight [E, out, in]
+// has lora_A [E r, in] and lora_B [out, r E], and two wrapped parameters of
+// one module nest, the first the module declares innermost, named
+// <module>.base_layer (gate_up_proj inside down_proj's wrapper).
+//
 // The adapted weight is W + scale * B A with scale = alpha / r, or
 // alpha / sqrt(r) with rsLoRA (for embeddings: W + scale * (B A)^T).
 // Variants ft does not implement (DoRA, other PEFT types, fan-in-fan-out
 // layers) are refused by name, never merged wrongly.
+#include <algorithm>
 #include <cmath>
 #include <fstream>
 #include <regex>
@@ -41,8 +48,16 @@ inline SafetensorsFile open_adapter_weights(const std::filesystem::path& dir) {
   return SafetensorsFile::open(dir / "adapter_model.safetensors");
 }
 
+// Whether a parameter's name is a target_parameters entry: all of it, or its end after a dot, as PEFT matches.
+inline bool names_parameter(const std::string& name, const std::string& key) {
+  return name == key || (name.size() > key.size() && name.ends_with(key) && name[name.size() - key.size() - 1] == '.');
+}
+
 struct LoraModule {
   std::string weight;  // HF name of the base weight, e.g. "model.layers.0.self_attn.q_proj.weight"
+  std::string module;  // PEFT's module name, e.g. "model.layers.0.mlp.experts.base_layer"
+  bool wraps_parameter = false;  // a target_parameters module: `weight` is the parameter it wraps
+  std::int64_t experts = 1;      // a stacked expert weight's experts, each with its own A and B
   bool embedding = false;
   const TensorView* A = nullptr;
   const TensorView* B = nullptr;
@@ -115,6 +130,26 @@ private:
     return fallback;
   }
 
+  // The parameter a module wraps (PEFT's target_parameters), or "" for a
+  // layer. Stacked expert weights are the experts module's gate_up_proj and
+  // down_proj, in that order; a router is its module's weight.
+  std::string parameter_of(const std::string& module_name) const {
+    const auto list = config_.find("target_parameters");
+    if (list == config_.end() || !list->is_array()) return "";
+    std::string layer = module_name;
+    std::size_t depth = 0;
+    for (const std::string inner = ".base_layer"; layer.ends_with(inner); ++depth) layer.resize(layer.size() - inner.size());
+    std::vector<std::string> candidates{layer + ".weight"};
+    if (layer.ends_with(".experts")) candidates = {layer + ".gate_up_proj", layer + ".down_proj"};
+    std::vector<std::string> wrapped;
+    for (const std::string& c : candidates)
+      if (std::ranges::any_of(*list, [&](const nlohmann::json& key) {
+            return key.is_string() && names_parameter(c, key.get<std::string>());
+          }))
+        wrapped.push_back(c);
+    return depth < wrapped.size() ? wrapped[wrapped.size() - 1 - depth] : "";
+  }
+
   void collect() {
     const std::string where = weights_->path().string() + ": ";
     std::map<std::string, LoraModule> found;
@@ -141,12 +176,19 @@ private:
       if (!m.A || !m.B) throw Error(where + "module \"" + module + "\" has lora_" + (m.A ? "A" : "B") + " without its pair");
       if (m.A->shape.size() != 2 || m.B->shape.size() != 2 || m.A->shape[0] != m.B->shape[1])
         throw Error(where + "module \"" + module + "\": lora_A and lora_B shapes do not chain (A [r, in], B [out, r])");
-      double r = pattern_value("rank_pattern", module, default_r);
-      double alpha = pattern_value("alpha_pattern", module, default_alpha);
-      if (double(m.A->shape[0]) != r)
-        throw Error(where + "module \"" + module + "\" has rank " + std::to_string(m.A->shape[0]) +
+      const std::string parameter = parameter_of(module);
+      const std::string key = parameter.empty() ? module : parameter;
+      double r = pattern_value("rank_pattern", key, default_r);
+      double alpha = pattern_value("alpha_pattern", key, default_alpha);
+      const std::int64_t rows = m.A->shape[0];
+      // A stacked weight's A holds every expert's r rows.
+      if (parameter.empty() ? double(rows) != r : std::fmod(double(rows), r) != 0)
+        throw Error(where + "module \"" + module + "\" has rank " + std::to_string(rows) +
                     ", adapter_config.json says " + std::to_string(int(r)));
-      m.weight = module + ".weight";
+      m.module = module;
+      m.wraps_parameter = !parameter.empty();
+      m.experts = rows / std::int64_t(r);
+      m.weight = parameter.empty() ? module + ".weight" : parameter;
       m.scale = rslora_ ? alpha / std::sqrt(r) : alpha / r;
       modules_.push_back(m);
     }

@@ -96,7 +96,7 @@ public:
     }
     if (c.moe.sparse_at(layer)) {
       params.declare("router.weight", {c.moe.experts, C});
-      if (F > 0) params.declare("shared_gate.weight", {1, C});
+      if (F > 0 && c.moe.shared_expert_gate) params.declare("shared_gate.weight", {1, C});
     }
     if (c.sandwich_norms) {
       params.declare("mlp_post_norm.weight", {C});
@@ -153,7 +153,7 @@ public:
               .router_weight = p.slot_if(sparse, "router.weight"),
               .experts_gate_up = p.slot_if(sparse, "experts.gate_up.weight"),
               .experts_down = p.slot_if(sparse, "experts.down.weight"),
-              .shared_gate_weight = p.slot_if(sparse && dense, "shared_gate.weight")};
+              .shared_gate_weight = p.slot_if(sparse && dense && c.moe.shared_expert_gate, "shared_gate.weight")};
     }
   };
 
@@ -374,6 +374,7 @@ private:
     auto p = [&](ParameterSlot slot) { return params_.value(slot); };
     nn::linear_forward<Device>(a.router_logits.data(), a.n2.data(), p(w_.router_weight),
                                static_cast<const T*>(nullptr), N, C, E);
+    adapt(LinearSlot::router, a.router_logits.data(), a.n2.data(), N);
     std::vector<T> logits(static_cast<std::size_t>(N * E));
     Device::to_host(logits.data(), a.router_logits.data(), logits.size() * sizeof(T));
     a.routing = nn::route(logits.data(), N, E, k, c_.moe.normalize_top_k);
@@ -391,30 +392,34 @@ private:
                       what());
     }
     const std::vector<index_t>& first = local_first(a);
-    const index_t rows = first.back();
+    const index_t rows = first.back(), first_expert = c_.moe.first_local_expert();
     for_each_expert(first, [&](index_t e, index_t at, index_t n) {
       nn::linear_forward<Device>(a.expert_in.data() + at * 2 * F, a.expert_x.data() + at * C,
                                  p(w_.experts_gate_up) + e * 2 * F * C, static_cast<const T*>(nullptr), n, C, 2 * F);
+      adapt(LinearSlot::experts_gate_up, a.expert_in.data() + at * 2 * F, a.expert_x.data() + at * C, n,
+            first_expert + e);
     });
     nn::mlp_forward<Device>(a.expert_hidden.data(), a.expert_in.data(), rows, F, /*gated=*/true, c_.activation);
     T* local_out = spread ? exchange().local_rows.data() : a.expert_out.data();
     for_each_expert(first, [&](index_t e, index_t at, index_t n) {
       nn::linear_forward<Device>(local_out + at * C, a.expert_hidden.data() + at * F, p(w_.experts_down) + e * C * F,
                                  static_cast<const T*>(nullptr), n, F, C);
+      adapt(LinearSlot::experts_down, local_out + at * C, a.expert_hidden.data() + at * F, n, first_expert + e);
     });
     if (spread)
       exchange().bring_back(local_out, a.expert_out.data(), a.route, device::upload<Device>(a.local_at, a.route.local_at),
                             C, what());
-    const bool shared = c_.moe.shared_expert_size > 0;
-    if (shared) {
-      dense_mlp_forward(a.shared_out.data(), a, N);
+    const bool shared = c_.moe.shared_expert_size > 0, gated = c_.moe.gated_shared_expert();
+    if (shared) dense_mlp_forward(a.shared_out.data(), a, N);
+    if (gated) {
       nn::linear_forward<Device>(a.shared_gate_logit.data(), a.n2.data(), p(w_.shared_gate_weight),
                                  static_cast<const T*>(nullptr), N, C, 1);
+      adapt(LinearSlot::shared_gate, a.shared_gate_logit.data(), a.n2.data(), N);
       Device::parallel_for(N, nn::SigmoidOf<T>{a.shared_gate.data(), a.shared_gate_logit.data()});
     }
     Device::parallel_rows(N, C, nn::CombineExperts<T>{out, a.expert_out.data(), row_of, weight,
                                                        shared ? a.shared_out.data() : nullptr,
-                                                       shared ? a.shared_gate.data() : nullptr, k, C});
+                                                       gated ? a.shared_gate.data() : nullptr, k, C});
   }
 
   // Its backward from its output's gradient, adding d n2 into s.d_norm_a
@@ -430,7 +435,7 @@ private:
     auto g = [&](ParameterSlot slot) { return params_.grad(slot); };
     const nn::Routing<A>& r = a.routing;
     const std::vector<index_t>& first = local_first(a);
-    const index_t rows = first.back();
+    const index_t rows = first.back(), first_expert = c_.moe.first_local_expert();
     Device::parallel_rows(N, C, nn::CombineExpertsBackward<T>{s.d_route_weight.data(), s.d_expert_out.data(), d_out,
                                                                a.expert_out.data(), a.row_of.data(),
                                                                a.route_weight.data(), k, C});
@@ -448,6 +453,8 @@ private:
       nn::linear_backward<Device>(s.d_expert_hidden.data() + at * F, d_down ? d_down + e * C * F : nullptr,
                                   static_cast<T*>(nullptr), d_local_out + at * C, a.expert_hidden.data() + at * F,
                                   p(w_.experts_down) + e * C * F, n, F, C);
+      adapt_backward(LinearSlot::experts_down, s.d_expert_hidden.data() + at * F, d_local_out + at * C,
+                     a.expert_hidden.data() + at * F, n, first_expert + e);
     });
     Memory::zero(s.d_expert_in.data(), std::size_t(rows * 2 * F) * sizeof(T));
     nn::mlp_backward<Device>(s.d_expert_in.data(), s.d_expert_hidden.data(), a.expert_in.data(), rows, F,
@@ -458,15 +465,19 @@ private:
       nn::linear_backward<Device>(d_local_x + at * C, d_gate_up ? d_gate_up + e * 2 * F * C : nullptr,
                                   static_cast<T*>(nullptr), s.d_expert_in.data() + at * 2 * F,
                                   a.expert_x.data() + at * C, p(w_.experts_gate_up) + e * 2 * F * C, n, C, 2 * F);
+      adapt_backward(LinearSlot::experts_gate_up, d_local_x + at * C, s.d_expert_in.data() + at * 2 * F,
+                     a.expert_x.data() + at * C, n, first_expert + e);
     });
     if (spread) exchange().bring_back(d_local_x, s.d_expert_x.data(), a.route, a.local_at.data(), C, what());
     Device::parallel_rows(N, C, nn::ScatterAddRows<T>{s.d_norm_a.data(), s.d_expert_x.data(), a.row_of.data(), k, C});
-    if (c_.moe.shared_expert_size > 0) {
+    if (c_.moe.shared_expert_size > 0 && !c_.moe.shared_expert_gate) dense_mlp_backward(d_out, s, a, N, nullptr);
+    if (c_.moe.gated_shared_expert()) {
       Device::parallel_rows(N, C, nn::SharedGateBackward<T>{s.d_shared_out.data(), s.d_shared_gate.data(), d_out,
                                                              a.shared_out.data(), a.shared_gate.data(), C});
       dense_mlp_backward(s.d_shared_out.data(), s, a, N, nullptr);
       nn::linear_backward<Device>(s.d_norm_a.data(), g(w_.shared_gate_weight), static_cast<T*>(nullptr),
                                   s.d_shared_gate.data(), a.n2.data(), p(w_.shared_gate_weight), N, C, 1);
+      adapt_backward(LinearSlot::shared_gate, s.d_norm_a.data(), s.d_shared_gate.data(), a.n2.data(), N);
     }
     // The routing's gradient on the host; the load-balancing loss weighs as
     // much in the step as this batch's share of its scored tokens.
@@ -481,6 +492,7 @@ private:
     Device::from_host(s.d_router_logits.data(), d_logits.data(), d_logits.size() * sizeof(T));
     nn::linear_backward<Device>(s.d_norm_a.data(), g(w_.router_weight), static_cast<T*>(nullptr),
                                 s.d_router_logits.data(), a.n2.data(), p(w_.router_weight), N, C, E);
+    adapt_backward(LinearSlot::router, s.d_norm_a.data(), s.d_router_logits.data(), a.n2.data(), N);
   }
 
   // The local experts' runs of rows: the routing's when this rank holds
@@ -556,11 +568,11 @@ private:
     return s.d_branch_norm.data();
   }
 
-  void adapt(LinearSlot slot, T* y, const T* x, index_t N) {
-    if (adapter_) adapter_->forward(slot, y, x, N);
+  void adapt(LinearSlot slot, T* y, const T* x, index_t N, index_t expert = 0) {
+    if (adapter_) adapter_->forward(slot, expert, y, x, N);
   }
-  void adapt_backward(LinearSlot slot, T* dx, const T* dy, const T* x, index_t N) {
-    if (adapter_) adapter_->backward(slot, dx, dy, x, N);
+  void adapt_backward(LinearSlot slot, T* dx, const T* dy, const T* x, index_t N, index_t expert = 0) {
+    if (adapter_) adapter_->backward(slot, expert, dx, dy, x, N);
   }
 
   std::span<const float> inv_freq() const { return {inv_freq_.data(), std::size_t(inv_freq_.numel())}; }

@@ -122,8 +122,8 @@ struct BlockActivations {
       visit(&BlockActivations::expert_in, Shape{Rl, 2 * F});
       visit(&BlockActivations::expert_hidden, Shape{Rl, F});
       visit(&BlockActivations::expert_out, Shape{R, C});
-      if (c.moe.shared_expert_size > 0) {
-        visit(&BlockActivations::shared_out, Shape{N, C});
+      if (c.moe.shared_expert_size > 0) visit(&BlockActivations::shared_out, Shape{N, C});
+      if (c.moe.gated_shared_expert()) {
         visit(&BlockActivations::shared_gate_logit, Shape{N, 1});
         visit(&BlockActivations::shared_gate, Shape{N});
       }
@@ -169,7 +169,7 @@ struct BlockScratch {
       visit(&BlockScratch::d_expert_x, Shape{R, c.hidden_size});
       visit(&BlockScratch::d_router_logits, Shape{N, c.moe.experts});
       visit(&BlockScratch::d_route_weight, Shape{R});
-      if (c.moe.shared_expert_size > 0) {
+      if (c.moe.gated_shared_expert()) {
         visit(&BlockScratch::d_shared_out, Shape{N, c.hidden_size});
         visit(&BlockScratch::d_shared_gate, Shape{N, 1});
       }

@@ -94,14 +94,18 @@ inline void read_gemma2_block(const ConfigReader& json, TransformerConfig& c, bo
   read_gemma3_rope(json, c);
 }
 
-// The experts of Mixtral, Qwen2-MoE, Qwen3-MoE and GraniteMoE, with their
-// config classes' defaults where a key is missing. Mixtral's and
-// GraniteMoE's every MLP is sparse, their experts intermediate_size wide;
+// The experts of Mixtral, Qwen2-MoE, Qwen3-MoE, GraniteMoE and
+// GraniteMoeShared, with their config classes' defaults where a key is
+// missing. Mixtral's and GraniteMoE's every MLP is sparse, their experts
+// intermediate_size wide, GraniteMoeShared's shared_mlp beside them
+// (shared_intermediate_size, 0 for none) added without a gate;
 // Qwen's layer i is sparse unless listed in mlp_only_layers, when (i + 1) is
 // a multiple of decoder_sparse_step.
 inline void read_moe(const ConfigReader& json, TransformerConfig& c) {
   MoeConfig& m = c.moe;
-  const bool all_sparse = c.architecture == "MixtralForCausalLM" || c.architecture == "GraniteMoeForCausalLM";
+  const bool granite_shared = c.architecture == "GraniteMoeSharedForCausalLM";
+  const bool all_sparse =
+      c.architecture == "MixtralForCausalLM" || c.architecture == "GraniteMoeForCausalLM" || granite_shared;
   const bool qwen2 = c.architecture == "Qwen2MoeForCausalLM";
   // Either name, as the config classes' attribute maps allow (Qwen3-MoE's files say num_local_experts).
   m.experts = json.optional_int("num_local_experts", json.optional_int("num_experts", all_sparse ? 8 : qwen2 ? 60 : 128));
@@ -111,7 +115,10 @@ inline void read_moe(const ConfigReader& json, TransformerConfig& c) {
               std::to_string(m.experts) + ")");
   m.expert_size = all_sparse ? c.intermediate_size : json.optional_int("moe_intermediate_size", qwen2 ? 1408 : 768);
   m.normalize_top_k = all_sparse || json.flag("norm_topk_prob", false);
-  m.shared_expert_size = qwen2 ? json.optional_int("shared_expert_intermediate_size", 5632) : 0;
+  m.shared_expert_size = qwen2            ? json.optional_int("shared_expert_intermediate_size", 5632)
+                         : granite_shared ? json.optional_int("shared_intermediate_size", 0)
+                                          : 0;
+  m.shared_expert_gate = qwen2;
   if (json.flag("output_router_logits", false)) m.aux_loss_coef = json.number("router_aux_loss_coef", 0.001);
   if (json.number("router_jitter_noise", 0) != 0)
     json.fail("router_jitter_noise (multiplicative noise on the router's input in training) is not supported; set it to 0");
@@ -134,13 +141,14 @@ inline void read_moe(const ConfigReader& json, TransformerConfig& c) {
 struct Llama : Policy {
   static constexpr std::string_view name = "llama";
   static constexpr std::string_view type_name = "ft::models::Llama";
-  static constexpr std::array<std::string_view, 13> hf_architectures{
+  static constexpr std::array<std::string_view, 14> hf_architectures{
       "LlamaForCausalLM",  "MistralForCausalLM", "Qwen2ForCausalLM",  "Qwen3ForCausalLM",
       "GraniteForCausalLM", "GemmaForCausalLM",  "Gemma2ForCausalLM", "Gemma3ForCausalLM",
       "Gemma3ForConditionalGeneration", "MixtralForCausalLM", "Qwen2MoeForCausalLM", "Qwen3MoeForCausalLM",
-      "GraniteMoeForCausalLM"};
-  static constexpr std::array<std::string_view, 7> linear_modules{
-      "q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"};
+      "GraniteMoeForCausalLM", "GraniteMoeSharedForCausalLM"};
+  static constexpr std::array<std::string_view, 10> linear_modules{
+      "q_proj",    "k_proj",  "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj", "shared_expert_gate",
+      "input_linear", "output_linear"};
   static constexpr std::array<std::string_view, 2> default_lora_targets{"q_proj", "v_proj"};
 
   static ModelSpec describe(const ConfigReader& json) {
@@ -152,7 +160,8 @@ struct Llama : Policy {
     c.o_bias = attention_bias;
     c.mlp_bias = json.flag("mlp_bias", false);
     c.qk_norm = c.architecture == "Qwen3ForCausalLM" || c.architecture == "Qwen3MoeForCausalLM";
-    const bool granite_moe = c.architecture == "GraniteMoeForCausalLM";
+    const bool granite_moe =
+        c.architecture == "GraniteMoeForCausalLM" || c.architecture == "GraniteMoeSharedForCausalLM";
     const bool moe = c.architecture == "MixtralForCausalLM" || c.architecture == "Qwen2MoeForCausalLM" ||
                      c.architecture == "Qwen3MoeForCausalLM" || granite_moe;
     if (moe) read_moe(json, c);
@@ -242,9 +251,10 @@ struct Llama : Policy {
 
   // A sparse layer's tensors as transformers writes them: the router, each
   // expert's gate, up and down projections (Mixtral's w1, w3, w2) as rows of
-  // the fused expert weights, and Qwen2-MoE's shared expert and its gate.
+  // the fused expert weights, and Qwen2-MoE's shared expert and its gate
+  // (GraniteMoeShared's shared_mlp, beside the experts' module).
   static void bind_experts(ModelSpec& spec, const TransformerConfig& c, index_t layer) {
-    const bool granite = c.architecture == "GraniteMoeForCausalLM";
+    const bool granite = c.architecture == "GraniteMoeForCausalLM" || c.architecture == "GraniteMoeSharedForCausalLM";
     const bool mixtral = c.architecture == "MixtralForCausalLM" || granite;
     const std::string hf = "model.layers." + std::to_string(layer) + (mixtral ? ".block_sparse_moe." : ".mlp."),
                       ft = "layers." + std::to_string(layer) + ".";
@@ -258,6 +268,10 @@ struct Llama : Policy {
       spec.weights.back().stacked = c.moe.experts;
       bind("output_linear.weight", "experts.down.weight");
       spec.weights.back().stacked = c.moe.experts;
+      if (c.moe.shared_expert_size == 0) return;
+      const std::string shared = "model.layers." + std::to_string(layer) + ".shared_mlp.";
+      spec.weights.push_back({shared + "input_linear.weight", ft + "mlp_in.weight", 0});  // gate rows, then up rows
+      spec.weights.push_back({shared + "output_linear.weight", ft + "mlp_out.weight", 0});
       return;
     }
     bind("gate.weight", "router.weight");

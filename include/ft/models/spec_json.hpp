@@ -31,7 +31,7 @@ NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE(RopeConfig, theta, rotary_dim, llama3, scalin
 namespace ft::models {
 NLOHMANN_JSON_SERIALIZE_ENUM(RowOrder, {{RowOrder::same, "same"}, {RowOrder::neox_qkv, "neox_qkv"}})
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE(MoeConfig, experts, top_k, expert_size, normalize_top_k, shared_expert_size,
-                                   aux_loss_coef, sparse)
+                                   shared_expert_gate, aux_loss_coef, sparse)
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE(TransformerConfig, architecture, vocab_size, hidden_size, num_layers, num_heads,
                                    num_kv_heads, head_dim, intermediate_size, norm, norm_eps, activation, gated_mlp,
                                    parallel_residual, qkv_bias, o_bias, mlp_bias, qk_norm, sandwich_norms, embedding_multiplier, embedding_scale_in_lookup,

@@ -32,6 +32,9 @@ struct MoeConfig {
   // GraniteMoE's softmax over the k largest logits is the same function.
   bool normalize_top_k = true;
   index_t shared_expert_size = 0;  // 0: no shared expert
+  // Qwen2-MoE scales its shared expert by a sigmoid gate of its own
+  // (shared_expert_gate); GraniteMoeShared adds its shared_mlp as it is.
+  bool shared_expert_gate = true;
   // The load-balancing loss's weight (router_aux_loss_coef); 0 unless the
   // config asks for it (output_router_logits), as HF adds it only then.
   double aux_loss_coef = 0;
@@ -52,6 +55,7 @@ struct MoeConfig {
     return parallel == 1 ? N * top_k : N * parallel * std::min(top_k, local_experts());
   }
   bool sparse_at(index_t layer) const { return experts > 0 && sparse[std::size_t(layer)] != 0; }
+  bool gated_shared_expert() const { return shared_expert_size > 0 && shared_expert_gate; }
   index_t sparse_layers() const {
     index_t n = 0;
     for (std::uint8_t s : sparse) n += experts > 0 && s != 0;
@@ -134,7 +138,7 @@ struct TransformerConfig {
     const index_t C = hidden_size;
     index_t n = (mlp_in_width(layer) + mlp_width(layer)) * C;
     if (moe.sparse_at(layer))
-      n += moe.experts * C + moe.top_k * 3 * moe.expert_size * C + (moe.shared_expert_size > 0 ? C : 0);
+      n += moe.experts * C + moe.top_k * 3 * moe.expert_size * C + (moe.gated_shared_expert() ? C : 0);
     return n;
   }
 };
@@ -162,7 +166,7 @@ inline index_t parameter_count(const TransformerConfig& c) {
     const index_t width = c.mlp_width(l), in = c.mlp_in_width(l);
     index_t mlp = in * C + C * width + (c.mlp_bias && width > 0 ? in + C : 0);
     if (c.moe.sparse_at(l))
-      mlp += c.moe.experts * (C + 3 * c.moe.expert_size * C) + (c.moe.shared_expert_size > 0 ? C : 0);
+      mlp += c.moe.experts * (C + 3 * c.moe.expert_size * C) + (c.moe.gated_shared_expert() ? C : 0);
     blocks += block_norms + head_norms + attention + mlp;
   }
   return embeddings + norm + blocks;

@@ -208,8 +208,8 @@ struct GatherRows {
 };
 
 // Token n: its picks' outputs weighted and summed in the order of its
-// picks, plus the shared expert's output scaled by its gate (when shared is
-// not null).
+// picks, plus the shared expert's output (when shared is not null) scaled
+// by its gate (when shared_gate is not null).
 template <class T>
 struct CombineExperts {
   using A = acc_t<T>;
@@ -227,7 +227,7 @@ struct CombineExperts {
       A sum = 0;
       for (index_t j = 0; j < k; ++j)
         sum += weight[n * k + j] * A(expert_out[index_t(row_of[n * k + j]) * C + c]);
-      if (shared) sum += shared_gate[n] * A(shared[n * C + c]);
+      if (shared) sum += (shared_gate ? shared_gate[n] : A(1)) * A(shared[n * C + c]);
       out[n * C + c] = T(sum);
     }
   }

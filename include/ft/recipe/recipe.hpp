@@ -77,6 +77,7 @@ struct LoraSection {
   double alpha = 16;
   double dropout = 0.0;
   std::vector<std::string> target_modules;
+  std::vector<std::string> target_parameters;
   bool use_rslora = false;
   bool save_merged = false;
   std::string init_from;
@@ -88,6 +89,9 @@ struct LoraSection {
     v.field("dropout", dropout, between(0.0, 0.99), "dropout on the adapter's input");
     v.field("target_modules", target_modules, Check<std::vector<std::string>>{},
             "projections to adapt, as PEFT names them, or \"all-linear\"; [] for the family's default");
+    v.field("target_parameters", target_parameters, Check<std::vector<std::string>>{},
+            "a mixture of experts' parameters to adapt, as PEFT's target_parameters names them: the stacked "
+            "experts \"gate_up_proj\" and \"down_proj\" (each expert its own A and B), the router \"gate.weight\"");
     v.field("use_rslora", use_rslora, Check<bool>{},
             "rank-stabilised LoRA: scale the update by alpha / sqrt(r), as PEFT's use_rslora");
     v.field("save_merged", save_merged, Check<bool>{},

@@ -1,0 +1,222 @@
+// LoRA on mixtures of experts against PEFT 0.21: the routers and the stacked
+// routed experts as PEFT adapts parameters (target_parameters), and
+// "all-linear" resolved per architecture as PEFT resolves it. Loss, logits
+// and every lora_A / lora_B gradient; ft reads PEFT's adapter files and
+// writes them back tensor for tensor; merging gives the adapted logits.
+//
+// Fixtures come from tools/make_moe_lora_fixtures.py: PEFT's adapters (r 4,
+// alpha 8, every weight random) on tests/fixtures/parity's mixtures, and
+// PEFT's float64 results on the parity fixtures' batch. Tolerances are the
+// parity test's (whole tensors, max |ft - hf| / max |hf|).
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "support/compare.hpp"
+#include "support/files.hpp"
+#include <ft/adapters/lora.hpp>
+#include <ft/adapters/lora_files.hpp>
+#include <ft/io/model_weights.hpp>
+#include <ft/models/load.hpp>
+
+namespace test_lora_experts {
+
+using namespace ft;
+namespace fs = std::filesystem;
+
+namespace {
+
+struct Case {
+  const char* name;
+  const char* base;
+  std::vector<std::string> modules, parameters;
+  bool rslora = false;
+  std::size_t tensors;  // what PEFT's adapter holds, counted by hand from the model's shape
+};
+
+// Mixtral: 2 layers, both sparse (4 experts); Qwen3-MoE: 3 layers, layer 1
+// sparse (8 experts), 0 and 2 dense; Qwen2-MoE: 3 layers, layer 1 dense,
+// 0 and 2 sparse with a shared expert; GraniteMoE: 2 sparse layers;
+// GraniteMoeShared: 2 sparse layers (3 experts) with an ungated shared_mlp.
+const Case cases[] = {
+    // q, k, v, o, router, gate_up, down in 2 layers: 14 modules
+    {"mixtral_all_linear", "mixtral_top2", {"all-linear"}, {}, false, 28},
+    // q, k, v, o in 3 layers, router, gate_up, down in one (the dense layers' MLPs left out, as in PEFT)
+    {"qwen3_moe_all_linear", "qwen3_moe_sparse_step", {"all-linear"}, {}, false, 30},
+    // q, k, v, o in 3 layers; the shared expert's 3 and its gate in 2; the dense MLP's 3 in 1
+    {"qwen2_moe_all_linear", "qwen2_moe_shared", {"all-linear"}, {}, false, 46},
+    // q, k, v, o in 2 layers: GraniteMoE's experts and routers were never nn.Linear
+    {"granite_moe_all_linear", "granite_moe_top2", {"all-linear"}, {}, false, 16},
+    // q, k, v, o and the shared_mlp's input_linear and output_linear in 2 layers
+    {"granite_moe_shared_all_linear", "granite_moe_shared", {"all-linear"}, {}, false, 24},
+    // v in 2 layers, down and router in 2
+    {"mixtral_parameters_rslora", "mixtral_top2", {"v_proj"}, {"down_proj", "gate.weight"}, true, 12},
+};
+
+fs::path parity(const std::string& base) { return fs::path(FT_SOURCE_DIR) / "tests/fixtures/parity" / base; }
+fs::path case_dir(const Case& c) { return fs::path(FT_SOURCE_DIR) / "tests/fixtures/peft/moe" / c.name; }
+
+adapters::LoraOptions options_of(const Case& c) {
+  return {.r = 4, .alpha = 8, .target_modules = c.modules, .target_parameters = c.parameters, .seed = 3,
+          .use_rslora = c.rslora};
+}
+
+using ft::testing::relative_error;
+template <class T>
+std::vector<T> read(const io::SafetensorsFile& file, const std::string& name) {
+  return ft::testing::read_tensor<T>(file, name);
+}
+
+// A frozen mixture with the case's PEFT adapter loaded.
+template <class T>
+struct Adapted {
+  std::unique_ptr<models::Transformer<T>> model;
+  std::unique_ptr<adapters::LoraModel<T>> lora;
+
+  explicit Adapted(const Case& c) {
+    model = std::make_unique<models::Transformer<T>>(models::read_model_spec(parity(c.base)), false);
+    model->load(io::ModelWeights::open(parity(c.base)));
+    lora = std::make_unique<adapters::LoraModel<T>>(*model, options_of(c));
+    adapters::load_peft_adapter(*lora, model->config(), case_dir(c) / "adapter");
+  }
+};
+
+models::Batch parity_batch(const Case& c) {
+  auto expected = io::SafetensorsFile::open(parity(c.base) / "expected.safetensors");
+  const io::TensorView& ids = expected.at("input_ids");
+  auto ids64 = read<std::int64_t>(expected, "input_ids");
+  auto labels64 = read<std::int64_t>(expected, "labels");
+  return models::causal_lm_batch(ids.shape[0], ids.shape[1], std::vector<std::int32_t>(ids64.begin(), ids64.end()),
+                                 std::vector<std::int32_t>(labels64.begin(), labels64.end()));
+}
+
+struct Tolerance {
+  double loss, logits, gradient;
+};
+
+template <class T>
+void check_against_peft(const Case& c, Tolerance tol) {
+  CAPTURE(c.name);
+  auto expected = io::SafetensorsFile::open(case_dir(c) / "expected.safetensors");
+  Adapted<T> a(c);
+  const models::Batch batch = parity_batch(c);
+  const index_t V = a.model->config().vocab_size;
+  std::vector<T> logits(std::size_t(batch.rows() * V));
+  for (auto& b : a.lora->blocks()) b->parameters().zero_grads();
+  const double count = double(batch.scored_tokens());
+  const double loss = a.model->forward_backward(batch, {.token_count = count}, logits.data()) / count;
+  const double want_loss = read<float>(expected, "loss")[0];
+  CHECK(std::abs(loss - want_loss) / want_loss <= tol.loss);
+  CHECK(relative_error(logits, read<float>(expected, "logits")) <= tol.logits);
+
+  std::size_t compared = 0;
+  for (auto& block : a.lora->blocks())
+    for (std::size_t k = 0; k < block->targets().size(); ++k) {
+      const adapters::LoraTarget& t = block->targets()[k];
+      const std::string prefix = "grad.base_model.model." + t.module;
+      CAPTURE(t.module);
+      const index_t r = block->rank_of(k);
+      std::vector<T> da(block->da_of(k), block->da_of(k) + t.experts * r * t.in);
+      CHECK(relative_error(da, read<float>(expected, prefix + ".lora_A.weight")) <= tol.gradient);
+      std::vector<T> db(std::size_t(t.experts * t.rows * r));
+      adapters::detail::permute_b(t, a.model->config().num_heads, r, block->db_of(k), db.data(), true);
+      CHECK(relative_error(db, read<float>(expected, prefix + ".lora_B.weight")) <= tol.gradient);
+      compared += 2;
+    }
+  CHECK(compared == c.tensors);
+  CHECK(compared == expected.tensors().size() - 2);  // every gradient PEFT computed
+}
+
+}  // namespace
+
+TEST_CASE("LoRA on mixtures of experts matches PEFT in float32: routers, stacked experts, all-linear per family") {
+  for (const Case& c : cases) check_against_peft<float>(c, {1e-5, 1e-5, 1e-4});
+}
+
+TEST_CASE("LoRA on mixtures of experts matches PEFT in float64") {
+  for (const Case& c : cases) check_against_peft<double>(c, {1e-6, 1e-6, 1e-5});
+}
+
+TEST_CASE("LoRA on mixtures of experts writes PEFT's adapter back tensor for tensor, with its rank_pattern") {
+  for (const Case& c : cases) {
+    CAPTURE(c.name);
+    Adapted<float> a(c);
+    ft::testing::TempDir dir("lora_experts");
+    adapters::save_peft_adapter(*a.lora, a.model->config(), "base", dir.path, "F32");
+    auto peft = io::SafetensorsFile::open(case_dir(c) / "adapter" / "adapter_model.safetensors");
+    auto ours = io::SafetensorsFile::open(dir.path / "adapter_model.safetensors");
+    REQUIRE(ours.tensors().size() == peft.tensors().size());
+    for (const io::TensorView& t : peft.tensors()) {
+      CAPTURE(t.name);
+      const io::TensorView* mine = ours.find(t.name);
+      REQUIRE(mine != nullptr);
+      CHECK(mine->shape == t.shape);
+      CHECK(read<float>(ours, t.name) == read<float>(peft, t.name));
+    }
+    const nlohmann::json want = io::read_json_file(case_dir(c) / "adapter" / "adapter_config.json");
+    const nlohmann::json got = io::read_json_file(dir.path / "adapter_config.json");
+    auto set_of = [](const nlohmann::json& list) {
+      return list.is_array() ? list.get<std::set<std::string>>() : std::set<std::string>{};
+    };
+    CHECK(set_of(got["target_parameters"]) == set_of(want["target_parameters"]));
+    CHECK(got["rank_pattern"] == want["rank_pattern"]);
+    CHECK(got["alpha_pattern"] == want["alpha_pattern"]);
+    // And ft reads back what it wrote: the same adapter, to the bit.
+    adapters::LoraModel<float> again(*a.model, options_of(c), false);
+    adapters::load_peft_adapter(again, a.model->config(), dir.path);
+    for (std::size_t b = 0; b < again.blocks().size(); ++b) {
+      auto& mine = again.blocks()[b]->parameters().values();
+      auto& theirs = a.lora->blocks()[b]->parameters().values();
+      CHECK(std::equal(mine.data(), mine.data() + mine.numel(), theirs.data()));
+    }
+  }
+}
+
+TEST_CASE("merging LoRA on routers and experts into the model gives the adapted model's logits") {
+  const Case& c = cases[0];
+  Adapted<double> a(c);
+  const models::Batch batch = parity_batch(c);
+  const index_t V = a.model->config().vocab_size;
+  std::vector<double> adapted(std::size_t(batch.rows() * V)), merged(adapted.size());
+  const double count = double(batch.scored_tokens());
+  a.model->forward_backward(batch, {.token_count = count, .backward = false}, adapted.data());
+  a.lora->merge_into_model();
+  a.model->forward_backward(batch, {.token_count = count, .backward = false}, merged.data());
+  CHECK(relative_error(merged, adapted) <= 1e-12);
+}
+
+TEST_CASE("LoRA on mixtures of experts: names that match nothing, dropout, and split experts are refused") {
+  const models::ModelSpec mixtral = models::read_model_spec(parity("mixtral_top2"));
+  CHECK_THROWS_WITH_AS(adapters::lora_targets(mixtral, {"q_proj"}, {"w1"}),
+                       doctest::Contains("lora.target_parameters: \"w1\" matches no parameter of this "
+                                         "MixtralForCausalLM model; allowed: gate_up_proj, down_proj, gate.weight"),
+                       Error);
+  const models::ModelSpec granite = models::read_model_spec(parity("granite_moe_top2"));
+  CHECK_THROWS_WITH_AS(adapters::lora_targets(granite, {"q_proj"}, {"gate.weight"}),
+                       doctest::Contains("allowed: gate_up_proj, down_proj, router.weight"), Error);
+  CHECK(adapters::lora_targets(granite, {"q_proj"}, {"router.weight", "experts.down_proj"}).size() == 2 * 3);
+  const models::ModelSpec dense = models::read_model_spec(parity("llama_gqa"));
+  CHECK_THROWS_WITH_AS(adapters::lora_targets(dense, {"q_proj"}, {"down_proj"}),
+                       doctest::Contains("allowed: none (its layers have no experts)"), Error);
+
+  models::Transformer<float> model(mixtral, false);
+  const Case& named = *std::ranges::find_if(cases, [](const Case& c) { return c.name == std::string("mixtral_parameters_rslora"); });
+  adapters::LoraOptions dropping = options_of(named);
+  dropping.dropout = 0.1;
+  CHECK_THROWS_WITH_AS(adapters::LoraModel<float>(model, dropping),
+                       doctest::Contains("lora.dropout = 0.100000 with LoRA on \"model.layers.0.mlp.experts.down_proj\""),
+                       Error);
+
+  models::ModelSpec split = mixtral;
+  split.config.moe.parallel = 2;
+  CHECK_THROWS_WITH_AS(adapters::lora_targets(split, {"all-linear"}),
+                       doctest::Contains("LoRA on routed experts split over ranks (strategy.expert_parallel = 2)"),
+                       Error);
+  CHECK(adapters::lora_targets(split, {"q_proj"}, {"gate.weight"}).size() == 2 * 2);  // routers stay whole
+}
+
+}  // namespace test_lora_experts
