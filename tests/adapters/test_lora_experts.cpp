@@ -176,6 +176,22 @@ TEST_CASE("LoRA on mixtures of experts writes PEFT's adapter back tensor for ten
   }
 }
 
+TEST_CASE("target_modules as full module names, as PEFT writes GraniteMoE's all-linear, adapt what all-linear does") {
+  const models::ModelSpec granite = models::read_model_spec(parity("granite_moe_top2"));
+  const nlohmann::json config =
+      io::read_json_file(fs::path(FT_SOURCE_DIR) / "tests/fixtures/peft/moe/granite_moe_all_linear/adapter/adapter_config.json");
+  const auto names = config["target_modules"].get<std::vector<std::string>>();
+  REQUIRE(names.size() == 8);
+  CHECK(names[0].starts_with("model.layers."));
+  const auto named = adapters::lora_targets(granite, names), all = adapters::lora_targets(granite, {"all-linear"});
+  REQUIRE(named.size() == all.size());
+  for (std::size_t i = 0; i < all.size(); ++i) CHECK(named[i].module == all[i].module);
+  // An end of a name after a dot names the same modules; a part of a word names none.
+  CHECK(adapters::lora_targets(granite, {"self_attn.q_proj"}).size() == 2);
+  CHECK_THROWS_WITH_AS(adapters::lora_targets(granite, {"proj"}), doctest::Contains("\"proj\" matches no projection"),
+                       Error);
+}
+
 TEST_CASE("merging LoRA on routers and experts into the model gives the adapted model's logits") {
   const Case& c = cases[0];
   Adapted<double> a(c);

@@ -112,7 +112,8 @@ struct LoraCase {
 bool check_lora(const fs::path& train, const LoraCase& c) {
   using Cuda = ft::device::Cuda;
   const fs::path dir = train / c.model, fixture = train / (std::string(c.model) + "_lora");
-  const ft::adapters::LoraOptions options{.r = 4, .alpha = 8, .target_modules = c.targets, .seed = 7};
+  const ft::adapters::LoraOptions options{
+      .r = 4, .alpha = 8, .target_modules = c.targets, .target_parameters = {}, .seed = 7};
   ft::models::Transformer<float> host_model(ft::models::read_model_spec(dir), false);
   ft::adapters::LoraModel<float> host_lora(host_model, options);
   ft::adapters::load_peft_adapter(host_lora, host_model.config(), fixture / "adapter");

@@ -89,7 +89,9 @@ struct LoRA : Policy {
     if (targets.empty()) targets.assign(f.default_lora_targets.begin(), f.default_lora_targets.end());
     if (targets.size() == 1 && targets[0] == "all-linear") return;
     for (const std::string& t : targets) {
-      if (std::ranges::find(f.linear_modules, std::string_view(t)) != f.linear_modules.end()) continue;
+      // A full module name ("model.layers.0.self_attn.q_proj", as PEFT may write it) is checked by its last part.
+      const std::string_view leaf = std::string_view(t).substr(t.rfind('.') + 1);
+      if (std::ranges::find(f.linear_modules, leaf) != f.linear_modules.end()) continue;
       std::string allowed;
       for (std::string_view m : f.linear_modules) allowed += (allowed.empty() ? "" : ", ") + std::string(m);
       throw Error("lora.target_modules: \"" + t + "\" matches no module of the " + std::string(f.family) +

@@ -49,7 +49,9 @@ struct LoraOptions {
   index_t r = 8;
   double alpha = 16;
   double dropout = 0.0;
-  std::vector<std::string> target_modules;  // PEFT leaf names, or {"all-linear"}
+  // PEFT's target_modules: names or ends of names after a dot ("q_proj",
+  // "model.layers.0.self_attn.q_proj"), or {"all-linear"}.
+  std::vector<std::string> target_modules;
   // PEFT's target_parameters: a mixture of experts' stacked expert weights
   // ("gate_up_proj", "down_proj") and routers ("gate.weight"), by the end of their names.
   std::vector<std::string> target_parameters;
@@ -169,12 +171,11 @@ inline std::vector<LoraTarget> lora_targets(const models::ModelSpec& spec, const
     });
     if (slot == modules_end) continue;
     const std::string module = w.hf_name.substr(0, w.hf_name.size() - weight.size());
-    const std::string leaf = module.substr(module.rfind('.') + 1);
     // PEFT's conversion moves the MLP names to the experts' parameters, dense layers' included.
     const bool mlp = slot->slot == models::LinearSlot::mlp_in || slot->slot == models::LinearSlot::mlp_out;
     bool wanted = all && !(all_experts && mlp);
     for (std::size_t i = 0; i < names.size(); ++i)
-      if (names[i] == leaf) wanted = used[i] = true;
+      if (io::peft_names(module, names[i])) wanted = used[i] = true;
     if (!wanted) continue;
 
     LoraTarget t;
@@ -215,7 +216,7 @@ inline std::vector<LoraTarget> lora_targets(const models::ModelSpec& spec, const
     bool matched[3] = {false, false, false};
     for (std::size_t k = 0; k < 3; ++k)
       for (std::size_t i = 0; i < wanted_parameters.size(); ++i)
-        if (io::names_parameter(candidates[k].name, wanted_parameters[i])) matched[k] = parameter_used[i] = true;
+        if (io::peft_names(candidates[k].name, wanted_parameters[i])) matched[k] = parameter_used[i] = true;
     for (std::size_t k = 0; k < 3; ++k) {
       if (!matched[k]) continue;
       LoraTarget t;

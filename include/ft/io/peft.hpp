@@ -48,8 +48,9 @@ inline SafetensorsFile open_adapter_weights(const std::filesystem::path& dir) {
   return SafetensorsFile::open(dir / "adapter_model.safetensors");
 }
 
-// Whether a parameter's name is a target_parameters entry: all of it, or its end after a dot, as PEFT matches.
-inline bool names_parameter(const std::string& name, const std::string& key) {
+// Whether a target_modules or target_parameters entry names a module or
+// parameter: all of its name, or the name's end after a dot, as PEFT matches a list.
+inline bool peft_names(const std::string& name, const std::string& key) {
   return name == key || (name.size() > key.size() && name.ends_with(key) && name[name.size() - key.size() - 1] == '.');
 }
 
@@ -144,7 +145,7 @@ private:
     std::vector<std::string> wrapped;
     for (const std::string& c : candidates)
       if (std::ranges::any_of(*list, [&](const nlohmann::json& key) {
-            return key.is_string() && names_parameter(c, key.get<std::string>());
+            return key.is_string() && peft_names(c, key.get<std::string>());
           }))
         wrapped.push_back(c);
     return depth < wrapped.size() ? wrapped[wrapped.size() - 1 - depth] : "";
