@@ -26,6 +26,7 @@
 #include <ft/models/load.hpp>
 
 #include "support/files.hpp"
+#include "support/peft_reference.hpp"
 #include "support/finite_difference.hpp"
 
 namespace test_lora {
@@ -86,50 +87,15 @@ std::vector<T> read(const io::SafetensorsFile& file, const std::string& name) {
   return ft::testing::read_tensor<T>(file, name);
 }
 
-// B's gradient [rows, r] with its rows put in HF's order by the weight map's own rule.
 template <class T>
-std::vector<double> hf_order_b(const adapters::LoraTarget& t, index_t heads, index_t r, const T* db) {
-  std::vector<double> out(std::size_t(t.rows * r));
-  for (index_t row = 0; row < t.rows; ++row)
-    for (index_t j = 0; j < r; ++j)
-      out[std::size_t(models::hf_row(t.order, row, t.rows, heads) * r + j)] = double(db[row * r + j]);
-  return out;
-}
-
-struct Tolerance {
-  double loss, logits, gradient;
-};
-
-template <class T>
-void check_against_peft(const Case& c, Tolerance tol) {
+void check_against_peft(const Case& c, ft::testing::PeftTolerance tol) {
   const std::string model_name = c.model;
   CAPTURE(model_name);
   auto expected = io::SafetensorsFile::open(train_dir(std::string(c.model) + "_lora") / "expected.safetensors");
   Adapted<T> a(c);
   const models::Batch batch = fixture_batch(c);
-  const index_t V = a.model->config().vocab_size, r = a.lora->options().r;
-  std::vector<T> logits(std::size_t(batch.rows() * V));
-  a.zero_grads();
-  const double count = double(batch.scored_tokens());
-  REQUIRE(count == 17);  // 2 x 11 shifted targets, 3 + 2 masked
-  const double loss = a.model->forward_backward(batch, {.token_count = count}, logits.data()) / count;
-
-  const double want_loss = read<float>(expected, "loss")[0];
-  CHECK(std::abs(loss - want_loss) / want_loss <= tol.loss);
-  CHECK(relative_error(logits, read<float>(expected, "logits")) <= tol.logits);
-
-  std::size_t compared = 0;
-  for (auto& block : a.lora->blocks())
-    for (std::size_t k = 0; k < block->targets().size(); ++k) {
-      const adapters::LoraTarget& t = block->targets()[k];
-      const std::string prefix = "grad.base_model.model." + t.module;
-      CAPTURE(t.module);
-      std::vector<T> da(block->da_of(k), block->da_of(k) + r * t.in);
-      CHECK(relative_error(da, read<float>(expected, prefix + ".lora_A.weight")) <= tol.gradient);
-      CHECK(relative_error(hf_order_b(t, a.model->config().num_heads, r, block->db_of(k)),
-                           read<float>(expected, prefix + ".lora_B.weight")) <= tol.gradient);
-      compared += 2;
-    }
+  REQUIRE(batch.scored_tokens() == 17);  // 2 x 11 shifted targets, 3 + 2 masked
+  const std::size_t compared = ft::testing::check_against_peft_reference(*a.model, *a.lora, batch, expected, tol);
   // Every gradient PEFT computed was compared, and the base model kept none.
   CHECK(compared == expected.tensors().size() - 2);
   CHECK(a.model->blocks()[0].parameters().grad("qkv.weight") == nullptr);

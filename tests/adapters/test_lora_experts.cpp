@@ -18,6 +18,7 @@
 
 #include "support/compare.hpp"
 #include "support/files.hpp"
+#include "support/peft_reference.hpp"
 #include <ft/adapters/lora.hpp>
 #include <ft/adapters/lora_files.hpp>
 #include <ft/io/model_weights.hpp>
@@ -94,39 +95,12 @@ models::Batch parity_batch(const Case& c) {
                                  std::vector<std::int32_t>(labels64.begin(), labels64.end()));
 }
 
-struct Tolerance {
-  double loss, logits, gradient;
-};
-
 template <class T>
-void check_against_peft(const Case& c, Tolerance tol) {
+void check_against_peft(const Case& c, ft::testing::PeftTolerance tol) {
   CAPTURE(c.name);
   auto expected = io::SafetensorsFile::open(case_dir(c) / "expected.safetensors");
   Adapted<T> a(c);
-  const models::Batch batch = parity_batch(c);
-  const index_t V = a.model->config().vocab_size;
-  std::vector<T> logits(std::size_t(batch.rows() * V));
-  for (auto& b : a.lora->blocks()) b->parameters().zero_grads();
-  const double count = double(batch.scored_tokens());
-  const double loss = a.model->forward_backward(batch, {.token_count = count}, logits.data()) / count;
-  const double want_loss = read<float>(expected, "loss")[0];
-  CHECK(std::abs(loss - want_loss) / want_loss <= tol.loss);
-  CHECK(relative_error(logits, read<float>(expected, "logits")) <= tol.logits);
-
-  std::size_t compared = 0;
-  for (auto& block : a.lora->blocks())
-    for (std::size_t k = 0; k < block->targets().size(); ++k) {
-      const adapters::LoraTarget& t = block->targets()[k];
-      const std::string prefix = "grad.base_model.model." + t.module;
-      CAPTURE(t.module);
-      const index_t r = block->rank_of(k);
-      std::vector<T> da(block->da_of(k), block->da_of(k) + t.experts * r * t.in);
-      CHECK(relative_error(da, read<float>(expected, prefix + ".lora_A.weight")) <= tol.gradient);
-      std::vector<T> db(std::size_t(t.experts * t.rows * r));
-      adapters::detail::permute_b(t, a.model->config().num_heads, r, block->db_of(k), db.data(), true);
-      CHECK(relative_error(db, read<float>(expected, prefix + ".lora_B.weight")) <= tol.gradient);
-      compared += 2;
-    }
+  const std::size_t compared = ft::testing::check_against_peft_reference(*a.model, *a.lora, parity_batch(c), expected, tol);
   CHECK(compared == c.tensors);
   CHECK(compared == expected.tensors().size() - 2);  // every gradient PEFT computed
 }
