@@ -7,7 +7,7 @@ For every case a tiny random HF model (weights rounded to float16, the type
 the GGUF stores them in) is written as llama.cpp's convert_hf_to_gguf.py
 writes that architecture: its metadata keys, gguf-py's own tensor names
 (gguf.get_tensor_name_map), and the converter's changes to the data (Gemma's
-norm weights stored as 1 + w; Granite's and Mixtral's q/k rows interleaved
+norm weights stored as 1 + w; Granite's, GraniteMoE's and Mixtral's q/k rows interleaved
 for ggml's rotary pairing; Phi-3's LongRoPE factors as rope_factors_short/long
 tensors; Bloom's per-head q/k/v rows regrouped as all queries, keys, values;
 a mixture's experts stacked, one tensor per projection, and Qwen2-MoE's
@@ -15,7 +15,8 @@ shared expert's gate as a vector).
 A byte-level BPE vocabulary of the model's size goes with it.
 
   tests/fixtures/gguf/families/<case>.gguf   (qwen2, qwen3, gemma, gemma2, gemma3, phi3, granite,
-                                             starcoder, bloom, mixtral, qwen2moe, qwen3moe)
+                                             starcoder, bloom, mixtral, qwen2moe, qwen3moe,
+                                             granitemoe, granitemoeshared)
   tests/fixtures/gguf/families/<case>_expected.safetensors
       input_ids [2, 16] and the source model's float32 logits on them.
 
@@ -37,6 +38,8 @@ from safetensors.torch import save_file
 from transformers import (AutoModelForCausalLM, BloomConfig, BloomForCausalLM, GPTBigCodeConfig,
                           GPTBigCodeForCausalLM, Gemma2Config, Gemma2ForCausalLM, Gemma3ForCausalLM,
                           Gemma3TextConfig, GemmaConfig, GemmaForCausalLM, GraniteConfig, GraniteForCausalLM,
+                          GraniteMoeConfig, GraniteMoeForCausalLM, GraniteMoeSharedConfig,
+                          GraniteMoeSharedForCausalLM,
                           MixtralConfig, MixtralForCausalLM, Phi3Config, Phi3ForCausalLM, Qwen2Config,
                           Qwen2ForCausalLM, Qwen2MoeConfig, Qwen2MoeForCausalLM, Qwen3Config, Qwen3ForCausalLM,
                           Qwen3MoeConfig, Qwen3MoeForCausalLM)
@@ -136,8 +139,24 @@ def qwen3moe():
         rms_norm_eps=1e-6, tie_word_embeddings=True, rope_parameters={"rope_type": "default", "rope_theta": 1e6})
 
 
+def granitemoe():
+    return "granitemoe", GraniteMoeForCausalLM, GraniteMoeConfig(
+        **{**SHAPE, "intermediate_size": 40}, num_local_experts=4, num_experts_per_tok=2, rms_norm_eps=1e-6,
+        tie_word_embeddings=True, embedding_multiplier=2.0, residual_multiplier=0.7, attention_multiplier=0.3,
+        logits_scaling=3.0, rope_parameters={"rope_type": "default", "rope_theta": 10000.0})
+
+
+def granitemoeshared():
+    # llama.cpp writes GraniteMoeShared as "granitemoe" with a shared expert.
+    return "granitemoe", GraniteMoeSharedForCausalLM, GraniteMoeSharedConfig(
+        **{**SHAPE, "intermediate_size": 32}, num_local_experts=3, num_experts_per_tok=2,
+        shared_intermediate_size=56, rms_norm_eps=1e-6, tie_word_embeddings=False, embedding_multiplier=1.5,
+        residual_multiplier=0.5, attention_multiplier=0.25, logits_scaling=2.0,
+        rope_parameters={"rope_type": "default", "rope_theta": 10000.0})
+
+
 CASES = {f.__name__: f for f in (qwen2, qwen3, gemma, gemma2, gemma3, phi3, granite, starcoder, bloom, mixtral,
-                                 qwen2moe, qwen3moe)}
+                                 qwen2moe, qwen3moe, granitemoe, granitemoeshared)}
 # transformers reads these architectures' GGUF files too (not qwen3 here: it ignores attention.key_length,
 # which this case's explicit head_dim needs).
 READ_BY_TRANSFORMERS = {"qwen2", "phi3", "gemma2", "gemma3", "bloom", "qwen2moe", "qwen3moe"}
@@ -163,16 +182,18 @@ def metadata(w, arch, c):
     w.add_head_count_kv(c.num_key_value_heads)
     w.add_layer_norm_rms_eps(c.rms_norm_eps)
     rope = c.rope_parameters
-    if arch in ("qwen2", "qwen3", "granite", "phi3", "llama", "qwen2moe", "qwen3moe"):
+    if arch in ("qwen2", "qwen3", "granite", "phi3", "llama", "qwen2moe", "qwen3moe", "granitemoe"):
         w.add_rope_freq_base(rope["rope_theta"])
     experts = getattr(c, "num_local_experts", None) or getattr(c, "num_experts", None)
     if experts:
         w.add_expert_count(experts)
         w.add_expert_used_count(c.num_experts_per_tok)
-        if arch != "llama":
+        if arch in ("qwen2moe", "qwen3moe"):  # llama and granitemoe: the experts are feed_forward_length wide
             w.add_expert_feed_forward_length(c.moe_intermediate_size)
         if arch == "qwen2moe":
             w.add_expert_shared_feed_forward_length(c.shared_expert_intermediate_size)
+        if getattr(c, "shared_intermediate_size", 0):
+            w.add_expert_shared_feed_forward_length(c.shared_intermediate_size)
     if arch in ("qwen3", "qwen3moe", "gemma", "gemma2", "gemma3"):
         w.add_key_length(head_dim)
         w.add_value_length(head_dim)
@@ -193,7 +214,7 @@ def metadata(w, arch, c):
         w.add_sliding_window(c.sliding_window or 0)
         scale = c.max_position_embeddings / c.original_max_position_embeddings
         w.add_rope_scaling_attn_factors(float(np.sqrt(1 + np.log(scale) / np.log(c.original_max_position_embeddings))))
-    if arch == "granite":
+    if arch in ("granite", "granitemoe"):
         w.add_vocab_size(c.vocab_size)
         w.add_rope_dimension_count(head_dim)
         w.add_attention_scale(c.attention_multiplier)
@@ -225,7 +246,8 @@ def permute(x, heads):
 
 def tensors(w, arch, model):
     c = model.config
-    names = gguf.get_tensor_name_map(gguf.MODEL_ARCH[arch.upper()], c.num_hidden_layers)
+    model_arch = next(a for a, n in gguf.MODEL_ARCH_NAMES.items() if n == arch)
+    names = gguf.get_tensor_name_map(model_arch, c.num_hidden_layers)
     for name, t in model.state_dict().items():
         if name == "lm_head.weight" and c.tie_word_embeddings:
             continue
@@ -234,10 +256,11 @@ def tensors(w, arch, model):
         x = t.float().numpy().copy()
         if arch.startswith("gemma") and name.endswith("norm.weight"):
             x = x + np.float32(1)
-        if ".mlp.experts." in name or name.endswith("shared_expert_gate.weight"):
+        if (".experts." in name or name.endswith(("shared_expert_gate.weight", "router.weight"))
+                or "shared_mlp.input_linear" in name):
             moe_tensor(w, name, x, c)
             continue
-        if arch in ("granite", "llama") and name.endswith(("q_proj.weight", "k_proj.weight")):
+        if arch in ("granite", "granitemoe", "llama") and name.endswith(("q_proj.weight", "k_proj.weight")):
             x = permute(x, c.num_attention_heads if "q_proj" in name else c.num_key_value_heads)
         if arch == "bloom" and "query_key_value" in name:  # each head's q, k, v -> all q, all k, all v
             heads = c.num_attention_heads
@@ -258,9 +281,16 @@ def tensors(w, arch, model):
 
 def moe_tensor(w, name, x, c):
     """A sparse layer's experts as the converter stacks them (transformers 5 keeps them fused: gate_up_proj
-    [E, 2F, C], down_proj [E, C, F]), and Qwen2-MoE's shared expert gate [1, C] as a vector."""
+    [E, 2F, C], down_proj [E, C, F]), Qwen2-MoE's shared expert gate [1, C] as a vector, GraniteMoE's router,
+    and GraniteMoeShared's fused shared gate|up split in two."""
     layer = name.split(".")[2]
-    if name.endswith("shared_expert_gate.weight"):
+    if name.endswith("router.weight"):
+        w.add_tensor(f"blk.{layer}.ffn_gate_inp.weight", x.astype(np.float16))
+    elif "shared_mlp.input_linear" in name:
+        s = x.shape[0] // 2
+        w.add_tensor(f"blk.{layer}.ffn_gate_shexp.weight", x[:s].astype(np.float16))
+        w.add_tensor(f"blk.{layer}.ffn_up_shexp.weight", x[s:].astype(np.float16))
+    elif name.endswith("shared_expert_gate.weight"):
         w.add_tensor(f"blk.{layer}.ffn_gate_inp_shexp.weight", x.reshape(-1).astype(np.float32))
     elif name.endswith("gate_up_proj"):
         f = x.shape[1] // 2
@@ -283,7 +313,8 @@ def make_case(name, seed):
                 p.copy_(torch.randn(p.shape, generator=gen) * 0.1 + (0 if arch.startswith("gemma") else 1))
             elif n.endswith(".bias"):
                 p.copy_(torch.randn(p.shape, generator=gen) * 0.1)
-            elif n.endswith("mlp.gate.weight"):  # a router: logits far apart, so no rounding changes a choice
+            elif n.endswith(("mlp.gate.weight", "router.weight")):
+                # a router: logits far apart, so no rounding changes a choice
                 p.copy_(torch.randn(p.shape, generator=gen) * 2.0)
             else:
                 p.copy_(torch.randn(p.shape, generator=gen) * 0.08)

@@ -27,13 +27,14 @@ using namespace ft;
 
 const fs::path families = fs::path(FT_SOURCE_DIR) / "tests/fixtures/gguf/families";
 
-TEST_CASE("gguf: qwen2, qwen3, gemma, gemma2, gemma3, phi3, granite, starcoder, bloom, llama with experts, qwen2moe "
-          "and qwen3moe files convert to the models they came from") {
+TEST_CASE("gguf: qwen2, qwen3, gemma, gemma2, gemma3, phi3, granite, starcoder, bloom, llama with experts, qwen2moe, "
+          "qwen3moe and granitemoe (with and without a shared expert) files convert to the models they came from") {
   const std::pair<const char*, const char*> cases[] = {
       {"qwen2", "Qwen2ForCausalLM"},   {"qwen3", "Qwen3ForCausalLM"},   {"gemma", "GemmaForCausalLM"},
       {"gemma2", "Gemma2ForCausalLM"}, {"gemma3", "Gemma3ForCausalLM"}, {"phi3", "Phi3ForCausalLM"},
       {"granite", "GraniteForCausalLM"}, {"starcoder", "GPTBigCodeForCausalLM"}, {"bloom", "BloomForCausalLM"},
-      {"mixtral", "MixtralForCausalLM"}, {"qwen2moe", "Qwen2MoeForCausalLM"}, {"qwen3moe", "Qwen3MoeForCausalLM"}};
+      {"mixtral", "MixtralForCausalLM"}, {"qwen2moe", "Qwen2MoeForCausalLM"}, {"qwen3moe", "Qwen3MoeForCausalLM"},
+      {"granitemoe", "GraniteMoeForCausalLM"}, {"granitemoeshared", "GraniteMoeSharedForCausalLM"}};
   for (auto [name, hf_class] : cases) {
     CAPTURE(name);
     ft::testing::TempDir dir("ft_gguf_family");
@@ -104,6 +105,18 @@ TEST_CASE("gguf: what llama.cpp keeps of each family becomes HF's config.json") 
   CHECK(qwen3moe["num_experts_per_tok"] == 3);
   CHECK(qwen3moe["norm_topk_prob"] == true);
   CHECK(qwen3moe["head_dim"] == 24);
+  const nlohmann::json granitemoe = convert("granitemoe");
+  CHECK(granitemoe["model_type"] == "granitemoe");
+  CHECK(granitemoe["num_local_experts"] == 4);
+  CHECK(granitemoe["intermediate_size"] == 40);
+  CHECK(granitemoe["attention_multiplier"] == 0.3);
+  CHECK(granitemoe["residual_multiplier"] == 0.7);
+  CHECK_FALSE(granitemoe.contains("shared_intermediate_size"));
+  const nlohmann::json granitemoeshared = convert("granitemoeshared");
+  CHECK(granitemoeshared["model_type"] == "granitemoeshared");
+  CHECK(granitemoeshared["num_local_experts"] == 3);
+  CHECK(granitemoeshared["shared_intermediate_size"] == 56);
+  CHECK(granitemoeshared["logits_scaling"] == 2.0);
 }
 
 }  // namespace test_gguf_families

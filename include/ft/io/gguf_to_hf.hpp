@@ -13,7 +13,8 @@
 // convert_hf_to_gguf.py writes it: llama (LlamaForCausalLM, or with experts
 // MixtralForCausalLM), qwen2, qwen3, gemma, gemma2, gemma3 (Gemma3ForCausalLM,
 // the text model), phi3, granite, starcoder (GPTBigCodeForCausalLM), bloom,
-// qwen2moe (Qwen2MoeForCausalLM), qwen3moe (Qwen3MoeForCausalLM).
+// qwen2moe (Qwen2MoeForCausalLM), qwen3moe (Qwen3MoeForCausalLM), granitemoe
+// (GraniteMoeForCausalLM, or with a shared expert GraniteMoeSharedForCausalLM).
 // Keys read, under the architecture's prefix: context_length,
 // embedding_length, block_count, feed_forward_length, attention.head_count,
 // attention.head_count_kv (default: head_count), attention.key_length and
@@ -26,9 +27,10 @@
 // rope.freq_base_swa (Gemma 2 and 3), rope.scaling.original_context_length
 // and attn_factor with the rope_factors_short/long tensors (Phi-3's
 // LongRoPE), attention.scale, embedding_scale, residual_scale and
-// logit_scale (Granite's multipliers); with experts, expert_count,
+// logit_scale (Granite's and GraniteMoE's multipliers); with experts, expert_count,
 // expert_used_count, expert_feed_forward_length (default: feed_forward_length,
-// Mixtral's), expert_shared_feed_forward_length (Qwen2-MoE's shared expert)
+// Mixtral's and GraniteMoE's), expert_shared_feed_forward_length (Qwen2-MoE's
+// and GraniteMoeShared's shared expert)
 // and expert_weights_norm. A layer is sparse where its ffn_gate_inp tensor is.
 //
 // What llama.cpp does not keep is what its own runtime assumes: Gemma 2 and
@@ -37,7 +39,8 @@
 // local and global layers from a local first, Gemma 3 makes every sixth
 // layer global, Gemma 3's local layers rotate with base 10000 when the
 // file gives none, and without expert_weights_norm the k routing weights are
-// renormalised but for qwen2moe's.
+// renormalised but for qwen2moe's. GraniteMoE always renormalises them, and
+// every one of its layers is sparse.
 //
 // Tensor names, GGUF -> HF (N is the layer):
 //   token_embd.weight -> model.embed_tokens.weight     output_norm.weight -> model.norm.weight
@@ -57,6 +60,11 @@
 //       up_proj/down_proj (Qwen); Qwen2-MoE's blk.N.ffn_gate_shexp/up_shexp/down_shexp ->
 //       shared_expert.gate_proj/up_proj/down_proj, blk.N.ffn_gate_inp_shexp [C] ->
 //       shared_expert_gate [1, C]
+//   granitemoe, under ...block_sparse_moe.: blk.N.ffn_gate_inp -> router.layer; ffn_gate_exps and
+//       ffn_up_exps joined, expert by expert, -> input_linear [E, 2F, C] (each expert's gate rows,
+//       then its up rows); ffn_down_exps -> output_linear [E, C, F]; GraniteMoeShared's
+//       blk.N.ffn_gate_shexp and ffn_up_shexp joined -> shared_mlp.input_linear [2S, C],
+//       blk.N.ffn_down_shexp -> shared_mlp.output_linear
 //   starcoder and bloom, weights and biases, under transformer.: token_embd -> wte
 //       (word_embeddings), position_embd -> wpe, token_embd_norm -> word_embeddings_layernorm,
 //       output_norm -> ln_f, blk.N.attn_norm -> h.N.ln_1 (input_layernorm), attn_qkv ->
@@ -65,7 +73,7 @@
 //       (mlp.dense_h_to_4h), ffn_down -> mlp.c_proj (mlp.dense_4h_to_h)
 //
 // What the converter changed in the data is undone:
-// - The rotary un-permutation (llama, granite, whose ggml rotation pairs
+// - The rotary un-permutation (llama, granite, granitemoe, whose ggml rotation pairs
 //   adjacent dimensions). HF rotates the two halves of each head (dimension i
 //   with i + head_dim/2); the converter reorders the rows of attn_q (with the
 //   query head count) and attn_k (with the KV head count) within each head:
@@ -76,6 +84,8 @@
 //   then all keys, then all values: back to each head's q, k, v together.
 // - Gemma's norm weights, stored as 1 + w: w is the stored value minus 1, in
 //   float32 as transformers' GGUF reader computes it.
+// - GraniteMoE's fused gate|up projections, which the converter split in two
+//   tensors: joined again.
 //
 // Why it is built this way: the conversion either produces a whole directory or
 // nothing. It writes into a temporary directory beside out_dir and renames that
@@ -153,6 +163,7 @@ inline constexpr GgufArchitecture gguf_architectures[] = {
     {.name = "bloom", .hf_class = "BloomForCausalLM", .model_type = "bloom", .layout = GgufLayout::bloom},
     {.name = "qwen2moe", .hf_class = "Qwen2MoeForCausalLM", .model_type = "qwen2_moe", .qkv_bias = true},
     {.name = "qwen3moe", .hf_class = "Qwen3MoeForCausalLM", .model_type = "qwen3_moe", .qk_norm = true},
+    {.name = "granitemoe", .hf_class = "GraniteMoeForCausalLM", .model_type = "granitemoe", .permuted_rotary = true},
 };
 
 // The model a GGUF file describes, with the rest of config.json.
@@ -181,7 +192,14 @@ struct GgufModelConfig {
   std::vector<bool> sparse;  // per layer
 
   bool mixtral() const { return experts > 0 && arch->name == "llama"; }
-  std::string_view hf_class() const { return mixtral() ? "MixtralForCausalLM" : arch->hf_class; }
+  bool granite_shared() const { return arch->name == "granitemoe" && shared_ffn > 0; }
+  bool granite() const { return arch->name == "granite" || arch->name == "granitemoe"; }
+  std::string_view hf_class() const {
+    return mixtral() ? "MixtralForCausalLM" : granite_shared() ? "GraniteMoeSharedForCausalLM" : arch->hf_class;
+  }
+  std::string_view model_type() const {
+    return mixtral() ? "mixtral" : granite_shared() ? "granitemoeshared" : arch->model_type;
+  }
 };
 
 // Rows [h*hd + 2j + i] (GGUF) -> [h*hd + i*hd/2 + j] (HF) of a rows x cols matrix.
@@ -263,11 +281,11 @@ inline GgufModelConfig read_gguf_config(const GgufFile& file) {
   c.kv_heads = has("attention.head_count_kv") ? positive("attention.head_count_kv") : c.heads;
   c.ffn = positive("feed_forward_length");
   c.context = positive("context_length");
-  const bool moe = c.arch->name == "qwen2moe" || c.arch->name == "qwen3moe";
+  const bool moe = c.arch->name == "qwen2moe" || c.arch->name == "qwen3moe" || c.arch->name == "granitemoe";
   if (has("expert_count") && m.get_u64(key("expert_count")) > 0) {
     if (c.arch->name != "llama" && !moe)
       throw Error(where + "is a mixture of experts (" + key("expert_count") + "), which ft converts for llama, "
-                  "qwen2moe and qwen3moe");
+                  "qwen2moe, qwen3moe and granitemoe");
     c.experts = positive("expert_count");
     c.experts_used = positive("expert_used_count");
     if (c.experts_used > c.experts)
@@ -278,6 +296,15 @@ inline GgufModelConfig read_gguf_config(const GgufFile& file) {
     c.normalize_top_k = has("expert_weights_norm") ? m.get_bool(key("expert_weights_norm")) : c.arch->name != "qwen2moe";
     for (std::int64_t l = 0; l < c.layers; ++l)
       c.sparse.push_back(file.find("blk." + std::to_string(l) + ".ffn_gate_inp.weight") != nullptr);
+    if (c.arch->name == "granitemoe") {
+      // HF's GraniteMoE has no dense layers and always renormalises the top k.
+      if (!c.normalize_top_k)
+        throw Error(where + key("expert_weights_norm") + " is false; HF's GraniteMoE always renormalises the top k");
+      const auto dense = std::ranges::find(c.sparse, false);
+      if (dense != c.sparse.end())
+        throw Error(where + "layer " + std::to_string(dense - c.sparse.begin()) +
+                    " has no ffn_gate_inp (a dense layer); every layer of HF's GraniteMoE has experts");
+    }
   } else if (moe) {
     throw Error(where + "metadata key " + detail::quoted(key("expert_count")) + " is missing; " +
                 std::string(c.arch->name) + " is a mixture of experts");
@@ -336,7 +363,7 @@ inline GgufModelConfig read_gguf_config(const GgufFile& file) {
       c.long_factors = rope_factors(file, "rope_factors_long.weight", c.rotary_dim / 2, where);
     }
   }
-  if (c.arch->name == "granite") {
+  if (c.granite()) {
     if (has("attention.scale")) c.attention_multiplier = number("attention.scale");
     if (has("embedding_scale")) c.embedding_multiplier = number("embedding_scale");
     if (has("residual_scale")) c.residual_multiplier = number("residual_scale");
@@ -353,6 +380,10 @@ inline GgufModelConfig read_gguf_config(const GgufFile& file) {
 
 struct TensorPlan {
   const GgufTensor* source = nullptr;
+  // Joined with source: for each run of the slowest dimension (an expert, or the whole of a
+  // matrix), source's rows and then second's (GraniteMoE's gate and up, fused again).
+  const GgufTensor* second = nullptr;
+  int part = -1;  // while planning: which of the two parts this GGUF tensor is
   std::string hf_name;
   std::vector<std::int64_t> ne;  // expected GGUF dims
   std::vector<std::int64_t> shape;  // the HF tensor's, when not the source's (an expert's slice, [1, C])
@@ -374,6 +405,7 @@ inline std::vector<TensorPlan> plan_tensors(const GgufFile& file, const GgufMode
     std::int64_t rotary_heads = 0;  // the heads whose rows to restore (Bloom: its per-head q/k/v interleaving)
     std::int64_t experts = 0;       // > 0: stacked experts, one HF tensor each (hf's "{e}" their index)
     std::vector<std::int64_t> shape = {};  // the HF shape, when not the file's
+    int part = -1;                  // >= 0: this part of an HF tensor joined from two (GraniteMoE's gate|up)
   };
   std::vector<Rule> global, layer, dense, sparse;
   std::string layer_prefix = "model.layers.";
@@ -394,7 +426,19 @@ inline std::vector<TensorPlan> plan_tensors(const GgufFile& file, const GgufMode
       dense.push_back({"ffn_gate.weight", "mlp.gate_proj.weight", {d, c.ffn}});
       dense.push_back({"ffn_up.weight", "mlp.up_proj.weight", {d, c.ffn}});
     }
-    if (c.experts > 0) {
+    if (c.experts > 0 && a.name == "granitemoe") {
+      const std::int64_t E = c.experts, F = c.expert_ffn, S = c.shared_ffn;
+      const std::string moe = "block_sparse_moe.";
+      sparse = {{"ffn_gate_inp.weight", moe + "router.layer.weight", {d, E}},
+                {"ffn_gate_exps.weight", moe + "input_linear.weight", {d, F, E}, 0, 0, {}, 0},
+                {"ffn_up_exps.weight", moe + "input_linear.weight", {d, F, E}, 0, 0, {}, 1},
+                {"ffn_down_exps.weight", moe + "output_linear.weight", {F, d, E}}};
+      if (S > 0) {
+        sparse.push_back({"ffn_gate_shexp.weight", "shared_mlp.input_linear.weight", {d, S}, 0, 0, {}, 0});
+        sparse.push_back({"ffn_up_shexp.weight", "shared_mlp.input_linear.weight", {d, S}, 0, 0, {}, 1});
+        sparse.push_back({"ffn_down_shexp.weight", "shared_mlp.output_linear.weight", {S, d}});
+      }
+    } else if (c.experts > 0) {
       const std::string moe = c.mixtral() ? "block_sparse_moe." : "mlp.";
       const std::int64_t E = c.experts, F = c.expert_ffn, S = c.shared_ffn;
       const bool m = c.mixtral();
@@ -468,6 +512,7 @@ inline std::vector<TensorPlan> plan_tensors(const GgufFile& file, const GgufMode
     p.hf_name = hf;
     p.ne = r.ne;
     p.shape = r.shape;
+    p.part = r.part;
     p.expert = r.experts > 0 ? r.experts : -1;  // how many, until the file's tensor is found
     if (a.layout == GgufLayout::bloom) p.bloom_heads = r.rotary_heads;
     else p.rotary_heads = r.rotary_heads;
@@ -499,6 +544,18 @@ inline std::vector<TensorPlan> plan_tensors(const GgufFile& file, const GgufMode
       throw Error(where + "tensor " + detail::quoted(t.name) + " has ggml type " + std::string(t.type_name()) +
                   ", which ft cannot dequantize (supported: " + std::string(dequantizable_types) + ")");
     p.source = &t;
+    if (p.part >= 0) {
+      const auto joined = std::ranges::find(plan, p.hf_name, &TensorPlan::hf_name);
+      if (joined == plan.end()) {  // the first part found; the HF tensor is twice its rows
+        p.shape = t.shape();
+        p.shape[t.ne.size() == 3 ? 1 : 0] *= 2;
+        if (p.part == 1) std::swap(p.source, p.second);
+        plan.push_back(std::move(p));
+      } else {
+        (p.part == 0 ? joined->source : joined->second) = &t;
+      }
+      continue;
+    }
     if (p.expert < 0) {
       plan.push_back(std::move(p));
       continue;
@@ -592,7 +649,7 @@ inline nlohmann::ordered_json hf_model_config(const GgufModelConfig& c, const Gg
   }
 
   nlohmann::ordered_json j = {{"architectures", {c.hf_class()}},
-                              {"model_type", c.mixtral() ? "mixtral" : a.model_type},
+                              {"model_type", c.model_type()},
                               {"attention_dropout", 0.0},
                               {"bos_token_id", hf_id(v.bos)},
                               {"eos_token_id", hf_id(v.eos)},
@@ -611,12 +668,14 @@ inline nlohmann::ordered_json hf_model_config(const GgufModelConfig& c, const Gg
     j["attention_bias"] = false;
     j["mlp_bias"] = false;
   }
+  if (a.name == "granitemoe") j["attention_bias"] = false;
   if (a.name == "qwen2" || a.name == "qwen3" || a.name == "qwen2moe" || a.name == "qwen3moe")
     j["use_sliding_window"] = false;
-  if (c.mixtral()) {
+  if (c.mixtral() || a.name == "granitemoe") {
     j["num_local_experts"] = c.experts;
     j["num_experts_per_tok"] = c.experts_used;
-    j["sliding_window"] = nullptr;
+    if (c.mixtral()) j["sliding_window"] = nullptr;
+    if (c.granite_shared()) j["shared_intermediate_size"] = c.shared_ffn;
   } else if (c.experts > 0) {
     j["num_experts"] = c.experts;
     j["num_experts_per_tok"] = c.experts_used;
@@ -646,7 +705,7 @@ inline nlohmann::ordered_json hf_model_config(const GgufModelConfig& c, const Gg
     j["original_max_position_embeddings"] = c.short_factors.empty() ? c.context : c.original_context;
     j["sliding_window"] = c.sliding_window > 0 ? nlohmann::ordered_json(c.sliding_window) : nlohmann::ordered_json(nullptr);
   }
-  if (a.name == "granite") {
+  if (c.granite()) {
     j["attention_multiplier"] = c.attention_multiplier;
     j["embedding_multiplier"] = c.embedding_multiplier;
     j["residual_multiplier"] = c.residual_multiplier;
@@ -697,12 +756,32 @@ inline GgufTensor expert_slice(const GgufTensor& stack, std::int64_t e) {
   return t;
 }
 
-// The planned tensor's values, un-permuted where it needs it, as `dtype` bytes.
-inline std::vector<std::byte> hf_tensor_bytes(const GgufFile& file, const TensorPlan& p, const std::string& dtype) {
-  const GgufTensor t = p.expert >= 0 ? expert_slice(*p.source, p.expert) : *p.source;
+inline std::vector<float> dequantized(const GgufFile& file, const GgufTensor& t) {
   std::vector<float> values(std::size_t(t.numel()));
   dequantize(file, t, values.data(), t.numel());
   file.release(t);
+  return values;
+}
+
+// Two tensors of one shape joined run by run along their slowest dimension
+// (experts) or, for a matrix, one after the other.
+inline std::vector<float> joined(const GgufFile& file, const TensorPlan& p) {
+  const std::vector<float> first = dequantized(file, *p.source), second = dequantized(file, *p.second);
+  const std::size_t runs = p.source->ne.size() == 3 ? std::size_t(p.source->ne.back()) : 1;
+  const std::size_t run = first.size() / runs;
+  std::vector<float> values;
+  values.reserve(2 * first.size());
+  for (std::size_t e = 0; e < runs; ++e)
+    for (const std::vector<float>* part : {&first, &second})
+      values.insert(values.end(), part->begin() + std::ptrdiff_t(e * run), part->begin() + std::ptrdiff_t((e + 1) * run));
+  return values;
+}
+
+// The planned tensor's values, un-permuted where it needs it, as `dtype` bytes.
+inline std::vector<std::byte> hf_tensor_bytes(const GgufFile& file, const TensorPlan& p, const std::string& dtype) {
+  if (p.second) return encode_floats(joined(file, p), dtype);
+  const GgufTensor t = p.expert >= 0 ? expert_slice(*p.source, p.expert) : *p.source;
+  std::vector<float> values = dequantized(file, t);
   if (p.norm_shift)  // in float32, as transformers' GGUF reader subtracts it
     for (float& x : values) x -= 1.0f;
   if (p.rotary_heads > 0) {
