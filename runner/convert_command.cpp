@@ -14,6 +14,7 @@
 // failed or killed conversion leaves no half-written DST.
 #include <unistd.h>
 
+#include <algorithm>
 #include <cctype>
 #include <filesystem>
 #include <functional>
@@ -21,6 +22,7 @@
 #include <map>
 #include <memory>
 
+#include <ft/adapters/merged_model.hpp>
 #include <ft/core/bytes.hpp>
 #include <ft/text/chat_template.hpp>
 #include <ft/text/sentencepiece.hpp>
@@ -67,6 +69,7 @@ std::uint64_t parse_size(const std::string& text) {
 struct Staged {
   std::shared_ptr<const ft::io::ModelWeights> weights;
   std::shared_ptr<const ft::io::PeftAdapter> adapter;
+  std::shared_ptr<const void> merged_model;  // a merge through ft's model: what its tensors read
   std::vector<ft::io::TensorToWrite> tensors;
 };
 
@@ -78,13 +81,26 @@ Staged stage_model(const fs::path& src, const ConvertOptions& options) {
     staged.adapter = std::make_shared<const ft::io::PeftAdapter>(ft::io::PeftAdapter::open(options.merge_lora));
   const ft::io::PeftAdapter* adapter = staged.adapter.get();
 
+  // Routers and stacked experts (PEFT's target_parameters) are named as
+  // transformers 5 fuses them, not as the files hold them: merged through
+  // the family's model of the files.
+  if (adapter && std::ranges::any_of(adapter->modules(), &ft::io::LoraModule::wraps_parameter)) {
+    auto dtype_of = [&weights, &options](const std::string& name) {
+      if (!options.dtype.empty()) return ft::io::safetensors_dtype(options.dtype, "--dtype");
+      const ft::io::TensorView* t = weights.find(name);
+      return t && (t->dtype == "BF16" || t->dtype == "F16") ? t->dtype : std::string("F32");
+    };
+    ft::adapters::MergedModel merged = ft::adapters::merge_lora_into_model(
+        read_model(src, options.plugins).spec, src, options.merge_lora, dtype_of);
+    staged.merged_model = std::move(merged.model);
+    staged.tensors = std::move(merged.tensors);
+    return staged;
+  }
+
   std::map<std::string, const ft::io::LoraModule*> lora;
   std::map<std::string, const ft::io::TensorView*> replaced;
   if (adapter) {
     for (const auto& m : adapter->modules()) {
-      if (m.experts > 1)
-        throw ft::Error(options.merge_lora + ": adapts the stacked experts \"" + m.weight + "\", which --merge-lora "
-                        "does not merge; train with lora.save_merged = true to save the merged model");
       if (!weights.find(m.weight))
         throw ft::Error(options.merge_lora + ": adapts \"" + m.weight + "\", which " + src.string() + " does not have");
       lora[m.weight] = &m;

@@ -88,6 +88,26 @@ Start open(Loaded<Recipe>& loaded, const std::string& section, std::string& init
   return s;
 }
 
+template <class V>
+std::string shown(const NamedValues<V>& patterns) {
+  nlohmann::ordered_json j = nlohmann::ordered_json::object();
+  for (const auto& [name, value] : patterns) j[name] = value;
+  return j.dump();
+}
+
+template <class V>
+void take_patterns(const Start& s, const char* name, NamedValues<V>& recipe) {
+  NamedValues<V> adapter;
+  if (s.config.contains(name) && s.config[name].is_object())
+    for (const auto& [pattern, value] : s.config[name].items())  // in key order, as the recipe's table
+      if (std::is_integral_v<V> ? value.is_number_integer() : value.is_number())
+        adapter.emplace_back(pattern, value.template get<V>());
+  if (!s.set(name)) recipe = adapter;
+  else if (recipe != adapter)
+    throw s.error(name, "is " + shown(recipe) + ", and the adapter it starts from (" + s.where() + ") has " + name +
+                            " = " + shown(adapter) + "; remove " + s.key(name) + " to take the adapter's");
+}
+
 void start_lora(Loaded<Recipe>& loaded) {
   LoraSection& lora = loaded.recipe.lora;
   const Start s = open(loaded, "lora", lora.init_from, adapters::LoRA::name, "LORA");
@@ -95,14 +115,9 @@ void start_lora(Loaded<Recipe>& loaded) {
   if (s.flag("use_dora")) throw s.error("init_from", s.where() + " is a DoRA adapter (use_dora); ft trains LoRA only");
   if (s.flag("fan_in_fan_out"))
     throw s.error("init_from", s.where() + " adapts fan_in_fan_out layers (GPT-2's Conv1D), which no family of ft has");
-  // PEFT's all-linear on a mixture of experts doubles the fused experts'
-  // rank and alpha, which ft's all-linear does too; no other pattern.
-  const bool recipe_all_linear = s.set("target_modules") && lora.target_modules == std::vector<std::string>{"all-linear"};
-  for (const char* pattern : {"rank_pattern", "alpha_pattern"})
-    if (s.config.contains(pattern) && s.config[pattern].is_object() && !s.config[pattern].empty() && !recipe_all_linear)
-      throw s.error("init_from", s.where() + " gives some modules their own rank or alpha (" + pattern +
-                                     "); ft's LoRA has one rank and one alpha, but for the experts' gate_up_proj "
-                                     "of PEFT's all-linear (set lora.target_modules = [\"all-linear\"] for that)");
+  // Modules with their own rank or alpha: the adapter's patterns, unless the recipe sets its own.
+  take_patterns(s, "rank_pattern", lora.rank_pattern);
+  take_patterns(s, "alpha_pattern", lora.alpha_pattern);
 
   const Int r = s.value<Int>("r", "a positive integer");
   s.agree("r", lora.r, r, "r", std::to_string(lora.r), std::to_string(r));

@@ -292,6 +292,61 @@ TEST_CASE("lora_targets: all-linear covers every projection; unknown names are e
                        doctest::Contains("\"c_attn\""), Error);
 }
 
+TEST_CASE("rank_pattern and alpha_pattern give modules their own rank and alpha, and PEFT's files carry them") {
+  const fs::path dir = train_dir("tiny_llama");
+  models::Transformer<float> model(models::read_model_spec(dir), false);
+  adapters::LoraOptions o = options_of(llama);
+  o.rank_pattern = {{"layers\\.1\\.mlp\\.down_proj", 6}, {"q_proj", 2}};
+  o.alpha_pattern = {{"v_proj", 3.0}};
+  adapters::LoraModel<float> lora(model, o);
+  std::size_t checked = 0;
+  for (auto& block : lora.blocks())
+    for (std::size_t k = 0; k < block->targets().size(); ++k, ++checked) {
+      const adapters::LoraTarget& t = block->targets()[k];
+      CAPTURE(t.module);
+      const std::string leaf = t.module.substr(t.module.rfind('.') + 1);
+      const index_t rank = leaf == "q_proj" ? 2 : t.module == "model.layers.1.mlp.down_proj" ? 6 : 4;
+      const double alpha = leaf == "v_proj" ? 3.0 : 8.0;
+      CHECK(block->rank_of(k) == rank);
+      CHECK(block->scale_of(k) == alpha / double(rank));
+    }
+  CHECK(checked == 14);
+
+  ft::testing::TempDir out("ft_lora_patterns");
+  adapters::save_peft_adapter(lora, model.config(), dir.string(), out.path, "F32");
+  const nlohmann::json config = io::read_json_file(out / "adapter_config.json");
+  CHECK(config["rank_pattern"] == nlohmann::json{{"layers\\.1\\.mlp\\.down_proj", 6}, {"q_proj", 2}});
+  CHECK(config["alpha_pattern"] == nlohmann::json{{"v_proj", 3.0}});
+  // Read back as PEFT reads it: each module's rank from its pattern, and the same options.
+  const io::PeftAdapter peft = io::PeftAdapter::open(out.path);
+  for (const io::LoraModule& m : peft.modules())
+    if (m.module == "model.layers.0.self_attn.v_proj") CHECK(m.scale == 3.0 / 4.0);
+  const adapters::LoraOptions read = adapters::lora_options_of(peft);
+  CHECK(read.rank_pattern == o.rank_pattern);
+  CHECK(read.alpha_pattern == o.alpha_pattern);
+  models::Transformer<float> again_model(models::read_model_spec(dir), false);
+  adapters::LoraModel<float> again(again_model, read);
+  adapters::load_peft_adapter(again, again_model.config(), out.path);
+  for (std::size_t b = 0; b < lora.blocks().size(); ++b)
+    for (std::size_t k = 0; k < lora.blocks()[b]->targets().size(); ++k) {
+      const index_t n = lora.blocks()[b]->rank_of(k) * lora.blocks()[b]->targets()[k].in;
+      CHECK(std::equal(lora.blocks()[b]->a_of(k), lora.blocks()[b]->a_of(k) + n, again.blocks()[b]->a_of(k)));
+    }
+
+  // Two keys that name one module with different values: PEFT would take the first it was given, a table has no order.
+  adapters::LoraOptions ambiguous = options_of(llama);
+  ambiguous.rank_pattern = {{"q_proj", 2}, {"self_attn\\.q_proj", 3}};
+  CHECK_THROWS_WITH_AS(adapters::LoraModel<float>(model, ambiguous),
+                       doctest::Contains("lora.rank_pattern: \"q_proj\" and \"self_attn\\.q_proj\" both name "
+                                         "\"model.layers.0.self_attn.q_proj\" with different values"),
+                       Error);
+  ambiguous.rank_pattern = {{"q_proj", 2}, {"self_attn\\.q_proj", 2}};
+  CHECK_NOTHROW(adapters::LoraModel<float>(model, ambiguous));
+  ambiguous.rank_pattern = {{"q_proj(", 2}};
+  CHECK_THROWS_WITH_AS(adapters::LoraModel<float>(model, ambiguous),
+                       doctest::Contains("lora.rank_pattern: \"q_proj(\" is not a regular expression"), Error);
+}
+
 TEST_CASE("load_peft_adapter refuses an adapter that does not fit this LoRA") {
   const fs::path dir = train_dir("tiny_llama");
   models::Transformer<float> model(models::read_model_spec(dir), false);

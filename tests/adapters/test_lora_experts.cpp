@@ -21,7 +21,10 @@
 #include "support/peft_reference.hpp"
 #include <ft/adapters/lora.hpp>
 #include <ft/adapters/lora_files.hpp>
+#include <ft/adapters/merged_model.hpp>
+#include <ft/infer/engine.hpp>
 #include <ft/io/model_weights.hpp>
+#include <ft/io/safetensors.hpp>
 #include <ft/models/load.hpp>
 
 namespace test_lora_experts {
@@ -177,6 +180,80 @@ TEST_CASE("merging LoRA on routers and experts into the model gives the adapted 
   a.lora->merge_into_model();
   a.model->forward_backward(batch, {.token_count = count, .backward = false}, merged.data());
   CHECK(relative_error(merged, adapted) <= 1e-12);
+}
+
+namespace {
+
+// The next-token logits after each prompt, all prompts in one engine step;
+// `adapter` names the engine's adapter for the prompts where `adapted` is set.
+std::vector<float> step_logits(infer::Engine<float>& engine, const std::vector<std::vector<std::int32_t>>& prompts,
+                               const std::vector<bool>& adapted, int adapter) {
+  const models::TransformerConfig& c = engine.model().config();
+  std::vector<infer::KvCache<float>> caches;
+  for (std::size_t i = 0; i < prompts.size(); ++i) caches.emplace_back(c, 64);
+  std::vector<infer::SequenceStep<float>> steps;
+  for (std::size_t i = 0; i < prompts.size(); ++i) steps.push_back({&caches[i], prompts[i], adapted[i] ? adapter : -1});
+  std::vector<float> logits(prompts.size() * std::size_t(c.vocab_size));
+  engine.step(steps, logits.data());
+  return logits;
+}
+
+}  // namespace
+
+TEST_CASE("LoRA on routers and experts is served unmerged per sequence as the merged model computes it") {
+  for (const char* name : {"mixtral_all_linear", "qwen3_moe_all_linear", "mixtral_parameters_rslora"}) {
+    CAPTURE(name);
+    const Case& c = *std::ranges::find_if(cases, [&](const Case& k) { return k.name == std::string(name); });
+    const models::Batch batch = parity_batch(c);
+    // Three prompts of the parity batch's tokens, the first and last adapted: in a
+    // routed expert's run of rows, adapted and plain sequences' rows alternate.
+    std::vector<std::vector<std::int32_t>> prompts;
+    for (index_t r = 0; r < 3; ++r)
+      prompts.emplace_back(batch.input_ids.begin() + (r % batch.B) * batch.T + r,
+                           batch.input_ids.begin() + (r % batch.B + 1) * batch.T);
+    const std::vector<bool> adapted{true, false, true};
+
+    auto base = models::load_pretrained<float>(parity(c.base), false);
+    infer::Engine<float> served(*base);
+    const int adapter = served.load_adapter(case_dir(c) / "adapter");
+    const std::vector<float> got = step_logits(served, prompts, adapted, adapter);
+
+    Adapted<float> merged(c);
+    merged.lora->merge_into_model();
+    infer::Engine<float> reference(*merged.model);
+    const std::vector<float> with = step_logits(reference, prompts, adapted, -1);
+    infer::Engine<float> plain(*base);
+    const std::vector<float> without = step_logits(plain, prompts, adapted, -1);
+    const std::size_t V = std::size_t(base->config().vocab_size);
+    for (std::size_t i = 0; i < prompts.size(); ++i) {
+      CAPTURE(i);
+      auto row = [&](const std::vector<float>& l) { return std::vector<float>(l.begin() + i * V, l.begin() + (i + 1) * V); };
+      CHECK(relative_error(row(got), row(adapted[i] ? with : without)) < 1e-5);
+      if (adapted[i]) CHECK(relative_error(row(with), row(without)) > 1e-3);  // the adapter changes these
+    }
+  }
+}
+
+TEST_CASE("ftrun convert's merge of LoRA on routers and experts writes the merged model under the files' names") {
+  const Case& c = cases[0];  // Mixtral: the files hold each expert's w1, w3 and w2
+  const fs::path dir = parity(c.base);
+  auto merged = adapters::merge_lora_into_model(models::read_model_spec(dir), dir, case_dir(c) / "adapter",
+                                                [](const std::string&) { return std::string("F32"); });
+  ft::testing::TempDir out("ft_merged_experts");
+  io::write_model_safetensors(out.path, merged.tensors, std::uint64_t(1) << 30);
+  std::filesystem::copy_file(dir / "config.json", out / "config.json");
+  const auto names = io::ModelWeights::open(out.path).names(), source = io::ModelWeights::open(dir).names();
+  CHECK(std::set<std::string>(names.begin(), names.end()) == std::set<std::string>(source.begin(), source.end()));
+
+  Adapted<double> adapted(c);
+  const models::Batch batch = parity_batch(c);
+  const index_t V = adapted.model->config().vocab_size;
+  std::vector<double> expected(std::size_t(batch.rows() * V)), logits(expected.size());
+  const double count = double(batch.scored_tokens());
+  adapted.model->forward_backward(batch, {.token_count = count, .backward = false}, expected.data());
+  auto written = models::load_pretrained<double>(out.path, false);
+  written->forward_backward(batch, {.token_count = count, .backward = false}, logits.data());
+  CHECK(relative_error(logits, expected) < 1e-6);  // the merge ran in float32
 }
 
 TEST_CASE("LoRA on mixtures of experts: names that match nothing, dropout, and split experts are refused") {

@@ -218,7 +218,7 @@ TEST_CASE("LoRA on a mixture of experts: the attention, Qwen2-MoE's shared exper
   const auto all = adapters::lora_targets(mixtral, {"all-linear"});
   CHECK(all.size() == 7 * 2);
   for (const adapters::LoraTarget& t : all)
-    CHECK(t.rank_factor == (t.slot == models::LinearSlot::experts_gate_up ? 2 : 1));
+    CHECK(t.rank == (t.slot == models::LinearSlot::experts_gate_up ? 2 : 1) * adapters::LoraOptions{}.r);
   CHECK_THROWS_WITH_AS(adapters::lora_targets(mixtral, {"q_proj", "gate_proj"}),
                        doctest::Contains("\"gate_proj\" matches no projection of this MixtralForCausalLM model"),
                        Error);

@@ -13,10 +13,12 @@ namespace {
 struct Inner {
   std::int64_t count = 3;
   std::vector<std::string> names{"a"};
+  NamedValues<std::int64_t> ranks;
   template <class V>
   void fields(V& v) {
     v.field("count", count, at_least<std::int64_t>(1), "how many");
     v.field("names", names, Check<std::vector<std::string>>{}, "which");
+    v.field("ranks", ranks, patterns_of(at_least<std::int64_t>(1)), "by pattern");
   }
 };
 
@@ -70,6 +72,10 @@ TEST_CASE("values of every supported type are read") {
   CHECK(o.inner.count == 9);
   CHECK(o.inner.names == std::vector<std::string>{"x"});
   CHECK(parse("[inner]\nnames = ['p', 'q']").inner.names == std::vector<std::string>{"p", "q"});
+  // A table, in its keys' order.
+  CHECK(parse("[inner]\nranks = { 'q_proj' = 4, '.*\\.down' = 2 }").inner.ranks ==
+        NamedValues<std::int64_t>{{".*\\.down", 2}, {"q_proj", 4}});
+  CHECK(parse("[inner.ranks]\nv_proj = 8").inner.ranks == NamedValues<std::int64_t>{{"v_proj", 8}});
 }
 
 TEST_CASE("errors name file, line, column, key and what is allowed") {
@@ -81,13 +87,20 @@ TEST_CASE("errors name file, line, column, key and what is allowed") {
   CHECK(error_of("[inner]\ncount = 0") == "r.toml:2:9: inner.count: 0 is too small; allowed: an integer >= 1");
   CHECK(error_of("[inner]\nnames = [1]") == "r.toml:2:10: inner.names: expected a list of strings, got an integer");
   CHECK(error_of("inner = 3") == "r.toml:1:9: inner: expected a table [inner], got an integer");
+  CHECK(error_of("[inner]\nranks = 3") ==
+        "r.toml:2:9: inner.ranks: expected a table of names to values, e.g. { \"q_proj\" = 16 }, got an integer");
+  CHECK(error_of("[inner]\nranks = { q = 'x' }") == "r.toml:2:15: inner.ranks.q: expected an integer, got a string");
+  CHECK(error_of("[inner]\nranks = { 'q(' = 1 }") ==
+        "r.toml:2:9: inner.ranks: \"q(\" is not a regular expression; allowed: a table of regular expressions over "
+        "module names to an integer >= 1");
+  CHECK(error_of("[inner]\nranks = { q = 0 }").find("inner.ranks: \"q\": 0 is too small") != std::string::npos);
 }
 
 TEST_CASE("unknown keys are refused with the allowed keys and the nearest spelling") {
   CHECK(error_of("mdoe = 'fast'") ==
         "r.toml:1:1: mdoe: unknown key (did you mean mode?); allowed in the top level: flag, inner, mode, rate, small");
   CHECK(error_of("[inner]\ncuont = 1") ==
-        "r.toml:2:1: inner.cuont: unknown key (did you mean inner.count?); allowed in [inner]: count, names");
+        "r.toml:2:1: inner.cuont: unknown key (did you mean inner.count?); allowed in [inner]: count, names, ranks");
   CHECK(error_of("[elsewhere]\nx = 1") ==
         "r.toml:1:2: elsewhere: unknown key; allowed in the top level: flag, inner, mode, rate, small");
 }
@@ -103,6 +116,7 @@ TEST_CASE("--set overrides any key and is named in errors") {
   CHECK(o.inner.count == 12);
   CHECK(o.rate == 0.25);
   CHECK(o.inner.names == std::vector<std::string>{"u", "v"});
+  CHECK(parse("", {"inner.ranks={q_proj=3}"}).inner.ranks == NamedValues<std::int64_t>{{"q_proj", 3}});
   // Text that is not a TOML value is a string; a number typed for a string key is its text.
   CHECK(parse("", {"inner.names=q_proj"}).inner.names == std::vector<std::string>{"q_proj"});
   CHECK(error_of("", {"inner.count=zero"}) ==
@@ -114,7 +128,8 @@ TEST_CASE("--set overrides any key and is named in errors") {
 }
 
 TEST_CASE("emit writes documented TOML that reads back to the same values") {
-  Outer o = parse("mode = 'slow'\nrate = 0.1\n[inner]\nnames = ['with \"quote\"', 'back\\\\slash']");
+  Outer o = parse("mode = 'slow'\nrate = 0.1\n[inner]\nnames = ['with \"quote\"', 'back\\\\slash']\n"
+                  "ranks = { 'a\\.b' = 2, 'c' = 5 }");
   std::string text = emit(o);
   CHECK(text.find("mode = \"slow\"  # speed; one of fast, slow") != std::string::npos);
   CHECK(text.find("[inner]") != std::string::npos);
@@ -122,6 +137,9 @@ TEST_CASE("emit writes documented TOML that reads back to the same values") {
   CHECK(back.mode == o.mode);
   CHECK(back.rate == o.rate);
   CHECK(back.inner.names == o.inner.names);
+  CHECK(back.inner.ranks == o.inner.ranks);
+  CHECK(text.find("ranks = { \"a\\\\.b\" = 2, \"c\" = 5 }") != std::string::npos);
+  CHECK(emit(Outer{}).find("ranks = {}") != std::string::npos);
 }
 
 }  // namespace test_binding

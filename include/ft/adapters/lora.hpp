@@ -31,7 +31,9 @@
 #include <algorithm>
 #include <cmath>
 #include <memory>
+#include <regex>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "ft/core/error.hpp"
@@ -57,6 +59,10 @@ struct LoraOptions {
   std::vector<std::string> target_parameters;
   std::uint64_t seed = 42;
   bool use_rslora = false;  // rank-stabilised LoRA (PEFT's use_rslora)
+  // PEFT's rank_pattern and alpha_pattern: a module's or parameter's own rank
+  // or alpha, from the first key that names it (io::peft_pattern_names).
+  std::vector<std::pair<std::string, index_t>> rank_pattern;
+  std::vector<std::pair<std::string, double>> alpha_pattern;
 
   double scale() const { return scale_of(r, alpha); }
   double scale_of(index_t rank, double a) const { return use_rslora ? a / std::sqrt(double(rank)) : a / double(rank); }
@@ -72,11 +78,13 @@ struct LoraTarget {
   index_t row_offset = 0, rows = 0;
   index_t in = 0, out = 0;  // the slot's input width and fused output width
   models::RowOrder order = models::RowOrder::same;
-  index_t experts = 1;      // a stacked weight's experts, each with its own A and B
-  index_t rank_factor = 1;  // its rank and alpha are the options' times this (PEFT's rank_pattern)
+  index_t experts = 1;  // a stacked weight's experts, each with its own A and B
+  index_t rank = 8;     // the options' r and alpha, or this module's from rank_pattern / alpha_pattern
+  double alpha = 16;
 
-  index_t rank(const LoraOptions& o) const { return o.r * rank_factor; }
-  double scale(const LoraOptions& o) const { return o.scale_of(rank(o), o.alpha * double(rank_factor)); }
+  // The name rank_pattern and alpha_pattern keys match: the parameter's, or the module's.
+  const std::string& pattern_name() const { return parameter.empty() ? module : parameter; }
+  double scale(const LoraOptions& o) const { return o.scale_of(rank, alpha); }
   bool stacked() const {
     return slot == models::LinearSlot::experts_gate_up || slot == models::LinearSlot::experts_down;
   }
@@ -147,6 +155,36 @@ inline SparseModule sparse_module(const std::string& router_hf_name) {
   throw Error("internal: a router bound as \"" + router_hf_name + "\", which LoRA cannot name");
 }
 
+// The one of PEFT's rank_pattern or alpha_pattern (`key`) entries that
+// names `name`, or null. PEFT takes the first key in the order it was given;
+// a TOML table or a JSON object keeps no order, so two keys that name one
+// module with different values are refused rather than picked between.
+template <class V>
+const std::pair<std::string, V>* pattern_of(const std::vector<std::pair<std::string, V>>& patterns,
+                                            const std::string& name, const char* key) {
+  const std::pair<std::string, V>* found = nullptr;
+  for (const auto& entry : patterns) {
+    bool names = false;
+    try {
+      names = io::peft_pattern_names(name, entry.first);
+    } catch (const std::regex_error&) {
+      throw Error(std::string("lora.") + key + ": \"" + entry.first + "\" is not a regular expression");
+    }
+    if (!names) continue;
+    if (found && found->second != entry.second)
+      throw Error(std::string("lora.") + key + ": \"" + found->first + "\" and \"" + entry.first + "\" both name \"" +
+                  name + "\" with different values; make one of them name it alone");
+    if (!found) found = &entry;
+  }
+  return found;
+}
+template <class V>
+V pattern_value(const std::vector<std::pair<std::string, V>>& patterns, const std::string& name, V fallback,
+                const char* key) {
+  const auto* entry = pattern_of(patterns, name, key);
+  return entry ? entry->second : fallback;
+}
+
 }  // namespace detail
 
 // The modules a list of PEFT target names adapts, from a family's weight
@@ -154,9 +192,13 @@ inline SparseModule sparse_module(const std::string& router_hf_name) {
 // "all-linear" is every nn.Linear inside the blocks (PEFT leaves the output
 // layer out too), and where PEFT converts them, the routers and routed
 // experts (detail::all_linear_adapts_experts). A name that matches nothing
-// is an error.
-inline std::vector<LoraTarget> lora_targets(const models::ModelSpec& spec, const std::vector<std::string>& names,
-                                            const std::vector<std::string>& parameters = {}) {
+// is an error. Each target takes its rank and alpha from the options:
+// r and alpha, twice both for the fused gate_up experts that PEFT's
+// all-linear adapts (it writes that rank_pattern itself), or the first
+// rank_pattern / alpha_pattern key that names it.
+inline std::vector<LoraTarget> lora_targets(const models::ModelSpec& spec, const LoraOptions& options) {
+  const std::vector<std::string>& names = options.target_modules;
+  const std::vector<std::string>& parameters = options.target_parameters;
   const models::TransformerConfig& c = spec.config;
   const bool all = names.size() == 1 && names[0] == "all-linear";
   const bool all_experts = all && detail::all_linear_adapts_experts(c);
@@ -226,7 +268,6 @@ inline std::vector<LoraTarget> lora_targets(const models::ModelSpec& spec, const
       std::tie(t.in, t.out) = detail::slot_widths(c, t.slot, layer);
       t.rows = t.out;
       t.experts = t.stacked() ? c.moe.experts : 1;
-      t.rank_factor = all_experts && t.slot == models::LinearSlot::experts_gate_up ? 2 : 1;
       // PEFT wraps one module's parameters one inside the other, in the
       // order the module declares them: gate_up_proj inside down_proj's wrapper.
       if (t.slot == models::LinearSlot::router) t.module = m.path + "." + m.router;
@@ -244,7 +285,22 @@ inline std::vector<LoraTarget> lora_targets(const models::ModelSpec& spec, const
                   c.architecture + " model; allowed: " +
                   (c.moe.sparse_layers() > 0 ? "gate_up_proj, down_proj, " + router_name
                                              : std::string("none (its layers have no experts)")));
+  for (LoraTarget& t : out) {
+    const index_t factor = all_experts && t.slot == models::LinearSlot::experts_gate_up ? 2 : 1;
+    t.rank = detail::pattern_value(options.rank_pattern, t.pattern_name(), factor * options.r, "rank_pattern");
+    t.alpha = detail::pattern_value(options.alpha_pattern, t.pattern_name(), double(factor) * options.alpha,
+                                    "alpha_pattern");
+  }
   return out;
+}
+
+// The targets of these names and parameters at the default rank and alpha.
+inline std::vector<LoraTarget> lora_targets(const models::ModelSpec& spec, const std::vector<std::string>& names,
+                                            const std::vector<std::string>& parameters = {}) {
+  LoraOptions options;
+  options.target_modules = names;
+  options.target_parameters = parameters;
+  return lora_targets(spec, options);
 }
 
 // A module's dropout mask: element i is kept when its hash draws below
@@ -290,13 +346,13 @@ public:
 
   LoraBlock(std::vector<LoraTarget> targets, const LoraOptions& options)
       : targets_(std::move(targets)), options_(options) {
-    declare(params_, targets_, options_);
+    declare(params_, targets_);
     params_.allocate();
     // PEFT's initialisation: A uniform in +-1/sqrt(in), B zero (as allocated).
     for (std::size_t k = 0; k < targets_.size(); ++k) {
       const LoraTarget& t = targets_[k];
       Rng rng(derive_key(derive_key(options.seed, std::uint64_t(t.layer)), k));
-      std::vector<T> a(std::size_t(t.experts * t.rank(options_) * t.in));
+      std::vector<T> a(std::size_t(t.experts * t.rank * t.in));
       const double bound = 1.0 / std::sqrt(double(t.in));
       for (T& v : a) v = T(float((2.0 * rng.uniform() - 1.0) * bound));
       Device::from_host(a_of(k), a.data(), a.size() * sizeof(T));
@@ -307,9 +363,9 @@ public:
   // estimate counts them without allocating).
   // A stacked weight's are every expert's, expert by expert.
   template <class Buffer>
-  static void declare(Buffer& params, const std::vector<LoraTarget>& targets, const LoraOptions& options) {
+  static void declare(Buffer& params, const std::vector<LoraTarget>& targets) {
     for (const LoraTarget& t : targets) {
-      const index_t r = t.rank(options);
+      const index_t r = t.rank;
       params.declare(path_in_block(t) + ".lora_A", {t.experts * r, t.in});
       params.declare(path_in_block(t) + ".lora_B", {t.experts * t.rows, r});
     }
@@ -329,7 +385,7 @@ public:
   }
 
   // Module k's rank and scale (a fused expert weight's may be twice the options', as in PEFT).
-  index_t rank_of(std::size_t k) const { return targets_[k].rank(options_); }
+  index_t rank_of(std::size_t k) const { return targets_[k].rank; }
   double scale_of(std::size_t k) const { return targets_[k].scale(options_); }
 
   void forward(models::LinearSlot slot, index_t expert, T* y, const T* x, index_t N) override {
@@ -438,7 +494,7 @@ class LoraModel {
 public:
   LoraModel(models::Transformer<T, Device>& model, const LoraOptions& options, bool attach = true)
       : model_(&model), options_(options), attached_(attach) {
-    auto targets = lora_targets(model.spec(), options.target_modules, options.target_parameters);
+    auto targets = lora_targets(model.spec(), options);
     if (targets.empty()) throw Error("lora.target_modules: no projection of this model is adapted");
     if (options.dropout > 0)
       for (const LoraTarget& t : targets)

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -52,8 +53,11 @@ void save_peft_adapter(LoraModel<T, Device>& lora, const models::TransformerConf
   std::vector<std::vector<std::byte>> bytes;
   std::vector<io::TensorToWrite> tensors;
   std::vector<std::string> leaves, parameters;
+  // The options' patterns as given, then those PEFT's all-linear adds for fused experts.
   nlohmann::ordered_json rank_pattern = nlohmann::ordered_json::object(),
                          alpha_pattern = nlohmann::ordered_json::object();
+  for (const auto& [pattern, r] : o.rank_pattern) rank_pattern[pattern] = r;
+  for (const auto& [pattern, alpha] : o.alpha_pattern) alpha_pattern[pattern] = alpha;
   auto add = [](std::vector<std::string>& list, const std::string& name) {
     if (std::ranges::find(list, name) == list.end()) list.push_back(name);
   };
@@ -79,10 +83,11 @@ void save_peft_adapter(LoraModel<T, Device>& lora, const models::TransformerConf
       }
       const std::string key = detail::parameter_key(t.parameter);
       add(parameters, key);
-      if (t.rank_factor != 1) {  // PEFT's pattern for it: a regex over the parameter's name
-        rank_pattern[".*\\." + key] = r;
-        alpha_pattern[".*\\." + key] = o.alpha * double(t.rank_factor);
-      }
+      // PEFT's pattern for it: a regex over the parameter's name.
+      if (t.rank != o.r && !detail::pattern_of(o.rank_pattern, t.parameter, "rank_pattern"))
+        rank_pattern[".*\\." + key] = t.rank;
+      if (t.alpha != o.alpha && !detail::pattern_of(o.alpha_pattern, t.parameter, "alpha_pattern"))
+        alpha_pattern[".*\\." + key] = t.alpha;
     }
   for (std::size_t i = 0; i < tensors.size(); ++i) tensors[i].bytes = bytes[i];
   io::write_safetensors(dir / "adapter_model.safetensors", tensors, {{"format", "pt"}});
@@ -104,6 +109,36 @@ void save_peft_adapter(LoraModel<T, Device>& lora, const models::TransformerConf
   c["rank_pattern"] = rank_pattern;
   c["alpha_pattern"] = alpha_pattern;
   io::write_peft_config(dir, std::move(c));
+}
+
+// The options a PEFT adapter was trained with, so that a LoraModel built
+// from them has its modules, each at the rank and alpha it has there
+// (rank_pattern and alpha_pattern resolve as in PEFT).
+inline LoraOptions lora_options_of(const io::PeftAdapter& peft) {
+  const nlohmann::json& c = peft.config();
+  LoraOptions options;
+  options.r = c["r"].get<index_t>();
+  options.alpha = c["lora_alpha"].get<double>();
+  options.use_rslora = peft.rslora();
+  const nlohmann::json none = nlohmann::json::object();
+  const nlohmann::json& ranks = c.contains("rank_pattern") && c["rank_pattern"].is_object() ? c["rank_pattern"] : none;
+  const nlohmann::json& alphas = c.contains("alpha_pattern") && c["alpha_pattern"].is_object() ? c["alpha_pattern"] : none;
+  for (const auto& [pattern, value] : ranks.items())
+    if (value.is_number_integer()) options.rank_pattern.emplace_back(pattern, value.get<index_t>());
+  for (const auto& [pattern, value] : alphas.items())
+    if (value.is_number()) options.alpha_pattern.emplace_back(pattern, value.get<double>());
+  std::set<std::string> leaves, parameters;
+  for (const io::LoraModule& m : peft.modules()) {
+    if (m.wraps_parameter) {
+      parameters.insert(m.weight);
+      continue;
+    }
+    const std::string module = m.weight.substr(0, m.weight.rfind('.'));
+    leaves.insert(module.substr(module.rfind('.') + 1));
+  }
+  options.target_modules.assign(leaves.begin(), leaves.end());
+  options.target_parameters.assign(parameters.begin(), parameters.end());
+  return options;
 }
 
 // Loads A and B of every module from a PEFT adapter directory into `lora`;

@@ -30,6 +30,8 @@ public:
     options_.dropout = r.lora.dropout;
     options_.target_modules = r.lora.target_modules;
     options_.target_parameters = r.lora.target_parameters;
+    options_.rank_pattern = r.lora.rank_pattern;
+    options_.alpha_pattern = r.lora.alpha_pattern;
     options_.seed = std::uint64_t(r.seed);
     if (options_.target_modules.empty())
       throw Error("internal: the LoRA policy resolves lora.target_modules before training");

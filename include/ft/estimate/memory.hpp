@@ -405,15 +405,21 @@ MemoryEstimate estimate_memory_as(const recipe::Recipe& recipe, const models::Mo
       trainable_experts.push_back(true);
     }
   } else if (adapter == adapters::LoRA::name) {
-    lora = adapters::lora_targets(spec, r.lora.target_modules, r.lora.target_parameters);
-    const adapters::LoraOptions options{.r = r.lora.r, .alpha = r.lora.alpha, .use_rslora = r.lora.use_rslora};
+    const adapters::LoraOptions options{.r = r.lora.r,
+                                        .alpha = r.lora.alpha,
+                                        .target_modules = r.lora.target_modules,
+                                        .target_parameters = r.lora.target_parameters,
+                                        .use_rslora = r.lora.use_rslora,
+                                        .rank_pattern = r.lora.rank_pattern,
+                                        .alpha_pattern = r.lora.alpha_pattern};
+    lora = adapters::lora_targets(spec, options);
     for (index_t l = 0; l < L; ++l) {
       std::vector<adapters::LoraTarget> mine;
       for (const auto& t : lora)
         if (t.layer == l) mine.push_back(t);
       if (mine.empty()) continue;
       detail::Layout b;
-      adapters::LoraBlock<T>::declare(b, mine, options);
+      adapters::LoraBlock<T>::declare(b, mine);
       trainables.push_back(std::move(b));
       trainable_stage.push_back(l);
     }

@@ -5,7 +5,9 @@
 // vLLM serves several LoRAs). Two kinds:
 //
 //   LoRA           scale * B A x is added to the adapted projections of that
-//                  sequence's rows only (the engine routes rows, engine.hpp)
+//                  sequence's rows only (the engine routes rows, engine.hpp),
+//                  routers and routed experts included: an expert's run of
+//                  rows holds each sequence's rows together
 //   prompt tuning  the adapter's virtual tokens stand before the sequence's
 //                  prompt, at positions 0..N-1, as PEFT generates
 //
@@ -80,29 +82,7 @@ private:
                   ", which every request shares; merge it into the model (ftrun convert BASE OUT --merge-lora " +
                   dir.string() + ") and serve that");
     if (peft.modules().empty()) throw Error(where + "has no LoRA modules");
-    // A routed expert's rows are sorted by expert, not by sequence, so they cannot take one sequence's adapter.
-    for (const io::LoraModule& m : peft.modules())
-      if (m.wraps_parameter)
-        throw Error(where + "adapts \"" + m.weight + "\" (target_parameters: routers or routed experts), which "
-                    "every sequence's rows share; merge it into the model (ftrun train with lora.save_merged = true) "
-                    "and serve that");
-    adapters::LoraOptions options;
-    options.r = peft.config()["r"].get<index_t>();
-    // PEFT's scale per module (alpha / r, or alpha / sqrt(r) with rsLoRA) as one alpha over r.
-    const double scale = peft.modules().front().scale;
-    for (const io::LoraModule& m : peft.modules())
-      if (std::abs(m.scale - scale) > 1e-12 * std::abs(scale))
-        throw Error((dir / "adapter_config.json").string() +
-                    ": modules with different ranks or alphas (rank_pattern, alpha_pattern) cannot be served "
-                    "unmerged; merge it into the model with ftrun convert --merge-lora");
-    options.alpha = scale * double(options.r);
-    std::set<std::string> leaves;
-    for (const io::LoraModule& m : peft.modules()) {
-      const std::string module = m.weight.substr(0, m.weight.rfind('.'));
-      leaves.insert(module.substr(module.rfind('.') + 1));
-    }
-    options.target_modules.assign(leaves.begin(), leaves.end());
-    lora_ = std::make_unique<adapters::LoraModel<T, Device>>(model, options, false);
+    lora_ = std::make_unique<adapters::LoraModel<T, Device>>(model, adapters::lora_options_of(peft), false);
     adapters::load_peft_adapter(*lora_, model.config(), dir);
     by_layer_.assign(std::size_t(model.config().num_layers), nullptr);
     for (auto& block : lora_->blocks()) by_layer_[std::size_t(block->targets()[0].layer)] = block.get();

@@ -17,6 +17,7 @@
 // acts on that sequence's rows only, its virtual tokens join the first step.
 //
 // Not thread-safe: one step at a time (a server batches requests into steps).
+#include <algorithm>
 #include <filesystem>
 #include <memory>
 #include <span>
@@ -226,19 +227,32 @@ private:
   };
 
   // Stands in a block's adapter slot during a step and hands each sequence's
-  // rows to its own LoRA, if it has one for this layer. An expert's rows are
-  // sorted by expert, not by sequence: adapters that adapt routed experts
-  // are refused at load (adapter.hpp), so those slots have nothing to add.
+  // rows to its own LoRA, if it has one for this layer. A routed expert's
+  // rows are its run of the sorted rows (nn/moe.hpp), which keeps the
+  // tokens' order, so each sequence's rows in it are consecutive too.
   struct LoraRouter final : models::LinearAdapter<T, Device> {
     Engine* engine = nullptr;
     index_t layer = 0;
-    void forward(models::LinearSlot slot, index_t, T* y, const T* x, index_t) override {
-      if (slot == models::LinearSlot::experts_gate_up || slot == models::LinearSlot::experts_down) return;
+    void forward(models::LinearSlot slot, index_t expert, T* y, const T* x, index_t N) override {
       const auto [in, out] = adapters::detail::slot_widths(engine->model_.config(), slot, layer);
-      for (const Rows& r : engine->rows_) {
-        if (r.adapter < 0) continue;
+      auto apply = [&](const Rows& r, index_t first, index_t n) {
+        if (r.adapter < 0) return;
         if (adapters::LoraBlock<T, Device>* lora = engine->adapter(r.adapter).lora_block(layer))
-          lora->forward(slot, 0, y + r.first * out, x + r.first * in, r.count);
+          lora->forward(slot, expert, y + first * out, x + first * in, n);
+      };
+      if (slot != models::LinearSlot::experts_gate_up && slot != models::LinearSlot::experts_down) {
+        for (const Rows& r : engine->rows_) apply(r, r.first, r.count);
+        return;
+      }
+      const auto& routing = engine->activations_.routing;
+      const std::int32_t* token_at = routing.token_at.data() + routing.first[std::size_t(expert)];
+      for (index_t i = 0; i < N;) {
+        const Rows& r = *std::ranges::prev(std::ranges::upper_bound(engine->rows_, index_t(token_at[i]), {},
+                                                                    &Rows::first));
+        index_t j = i + 1;
+        while (j < N && token_at[j] < r.first + r.count) ++j;
+        apply(r, i, j - i);
+        i = j;
       }
     }
     void backward(models::LinearSlot, index_t, T*, const T*, const T*, index_t) override {

@@ -54,6 +54,13 @@ inline bool peft_names(const std::string& name, const std::string& key) {
   return name == key || (name.size() > key.size() && name.ends_with(key) && name[name.size() - key.size() - 1] == '.');
 }
 
+// Whether a rank_pattern / alpha_pattern key names a module or parameter: PEFT
+// matches the key as a regular expression on the whole name, or on its end
+// after a dot. A key that is not a regular expression throws std::regex_error.
+inline bool peft_pattern_names(const std::string& name, const std::string& pattern) {
+  return std::regex_match(name, std::regex("(.*\\.)?(" + pattern + ")"));
+}
+
 struct LoraModule {
   std::string weight;  // HF name of the base weight, e.g. "model.layers.0.self_attn.q_proj.weight"
   std::string module;  // PEFT's module name, e.g. "model.layers.0.mlp.experts.base_layer"
@@ -96,6 +103,7 @@ public:
   }
 
   const nlohmann::json& config() const { return config_; }
+  bool rslora() const { return rslora_; }
   const SafetensorsFile& file() const { return *weights_; }
   const std::vector<LoraModule>& modules() const { return modules_; }
   // Whole weights the adapter carries (modules_to_save, saved embedding layers), by HF name.
@@ -122,7 +130,7 @@ private:
     for (const auto& [pattern, value] : config_[key].items()) {
       if (!value.is_number()) continue;
       try {
-        if (std::regex_match(module, std::regex("(.*\\.)?(" + pattern + ")"))) return value.get<double>();
+        if (peft_pattern_names(module, pattern)) return value.get<double>();
       } catch (const std::regex_error&) {
         throw Error((dir_ / "adapter_config.json").string() + ": " + key + " key \"" + pattern +
                     "\" is not a valid regular expression");

@@ -18,20 +18,18 @@
 
 namespace ft::models {
 
-// Writes the model's weights (dtype "F32", "BF16" or "F16") and copies the
-// other files of `source_dir` into `dir`, which must exist.
-template <element T, class Device>
-void save_pretrained(Transformer<T, Device>& model, const std::filesystem::path& source_dir, const std::filesystem::path& dir,
-                     const std::string& dtype, std::uint64_t max_shard_bytes = 5'000'000'000ull) {
+// The model's weights as HF's tensors, each encoded in dtype_of(its name)
+// ("F32", "BF16" or "F16") a run of rows at a time as the writer reaches it
+// (no copy of a tensor, nor of the model), then the tensors of `source_dir`
+// the spec carries. The model must outlive the tensors.
+template <element T, class Device, class DtypeOf>
+std::vector<io::TensorToWrite> hf_tensors(Transformer<T, Device>& model, const std::filesystem::path& source_dir,
+                                          const DtypeOf& dtype_of) {
   namespace fs = std::filesystem;
-  for (const auto& entry : fs::directory_iterator(source_dir))
-    if (entry.is_regular_file() && !io::is_weight_file(entry.path()))
-      fs::copy_file(entry.path(), dir / entry.path().filename(), fs::copy_options::overwrite_existing);
   std::vector<io::TensorToWrite> tensors;
   for (const WeightBinding& w : model.spec().weights) {
-    // A run of rows at a time, encoded as the writer reaches it: no copy of a tensor, nor of the model.
-    std::vector<std::int64_t> hf_shape = model.hf_shape(w);
-    tensors.push_back({w.hf_name, dtype, std::move(hf_shape), {}, [&model, &w, &dtype](const io::ByteSink& put) {
+    std::string dtype = dtype_of(w.hf_name);
+    tensors.push_back({w.hf_name, dtype, model.hf_shape(w), {}, [&model, &w, dtype](const io::ByteSink& put) {
                          std::vector<std::byte> bytes;
                          model.read_hf_rows(w, false, [&](std::span<const T> rows) {
                            io::encode_elements(rows, dtype, bytes);
@@ -50,6 +48,7 @@ void save_pretrained(Transformer<T, Device>& model, const std::filesystem::path&
     for (const std::string& name : source->names()) {
       auto carried = [&](const std::string& prefix) { return name.starts_with(prefix); };
       if (!std::ranges::any_of(model.spec().carried, carried)) continue;
+      std::string dtype = dtype_of(name);
       tensors.push_back({name, dtype, source->at(name).shape, {}, io::whole_bytes([source, name, dtype] {
                            std::vector<float> values(std::size_t(source->at(name).numel()));
                            io::copy_elements(*source, name, values.data(), std::int64_t(values.size()));
@@ -57,7 +56,20 @@ void save_pretrained(Transformer<T, Device>& model, const std::filesystem::path&
                          })});
     }
   }
-  io::write_model_safetensors(dir, tensors, max_shard_bytes);
+  return tensors;
+}
+
+// Writes the model's weights (dtype "F32", "BF16" or "F16") and copies the
+// other files of `source_dir` into `dir`, which must exist.
+template <element T, class Device>
+void save_pretrained(Transformer<T, Device>& model, const std::filesystem::path& source_dir, const std::filesystem::path& dir,
+                     const std::string& dtype, std::uint64_t max_shard_bytes = 5'000'000'000ull) {
+  namespace fs = std::filesystem;
+  for (const auto& entry : fs::directory_iterator(source_dir))
+    if (entry.is_regular_file() && !io::is_weight_file(entry.path()))
+      fs::copy_file(entry.path(), dir / entry.path().filename(), fs::copy_options::overwrite_existing);
+  io::write_model_safetensors(dir, hf_tensors(model, source_dir, [&](const std::string&) { return dtype; }),
+                              max_shard_bytes);
 }
 
 }  // namespace ft::models

@@ -19,7 +19,8 @@
 // a recipe (the engine, CUDA sources, which nvcc cannot compile with
 // toml++) does not pull it in. Sections nest with
 // `v.section("name", member)`. Supported value types: bool, integers, floating
-// point, std::string, std::vector<std::string> (a bare string is a list of one).
+// point, std::string, std::vector<std::string> (a bare string is a list of one),
+// NamedValues of integers or numbers (a table, written inline).
 #include <algorithm>
 #include <charconv>
 #include <cstdio>
@@ -37,6 +38,11 @@
 #include "ft/recipe/check.hpp"
 
 namespace ft::recipe {
+
+template <class T>
+struct is_named_values : std::false_type {};
+template <class V>
+struct is_named_values<NamedValues<V>> : std::true_type {};
 
 // A recipe key that is required has no usable default.
 enum class Required : bool { no = false, yes = true };
@@ -89,6 +95,11 @@ private:
       std::string out = "[";
       for (std::size_t i = 0; i < value.size(); ++i) out += (i ? ", " : "") + quote(value[i]);
       return out + "]";
+    } else if constexpr (is_named_values<T>::value) {
+      std::string out = "{";
+      for (std::size_t i = 0; i < value.size(); ++i)
+        out += (i ? ", " : " ") + quote(value[i].first) + " = " + format(value[i].second);
+      return out + (value.empty() ? "}" : " }");
     } else if constexpr (std::is_same_v<T, std::string>) {
       return quote(value);
     } else if constexpr (std::is_same_v<T, bool>) {

@@ -20,6 +20,11 @@
 
 namespace ft::recipe {
 
+// A table of names to values (PEFT's rank_pattern, alpha_pattern), in the
+// names' order: a TOML table has no other.
+template <class V>
+using NamedValues = std::vector<std::pair<std::string, V>>;
+
 template <class T>
 struct Check {
   // Returns the reason a value is refused, or nothing when it passes.
@@ -47,6 +52,24 @@ std::string kind_of() {
     return "an integer";
 }
 }  // namespace detail
+
+// A NamedValues whose names are regular expressions (PEFT's patterns) and
+// whose values each pass `value`.
+template <class V>
+Check<NamedValues<V>> patterns_of(Check<V> value) {
+  return {[value](const NamedValues<V>& items) -> std::optional<std::string> {
+            for (const auto& [name, v] : items) {
+              try {
+                std::regex check(name);
+              } catch (const std::regex_error&) {
+                return "\"" + name + "\" is not a regular expression";
+              }
+              if (auto why = value.refuse(v)) return "\"" + name + "\": " + *why;
+            }
+            return {};
+          },
+          "a table of regular expressions over module names to " + value.allowed};
+}
 
 template <class T>
 Check<T> at_least(T lo) {

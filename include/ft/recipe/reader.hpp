@@ -160,6 +160,16 @@ private:
         return void(out = std::move(items));
       }
       wrong_type(node, dotted, "a string or a list of strings");
+    } else if constexpr (is_named_values<T>::value) {
+      const toml::table* table = node.as_table();
+      if (!table) wrong_type(node, dotted, "a table of names to values, e.g. { \"q_proj\" = 16 }");
+      T items;
+      for (auto&& [name, value] : *table) {
+        typename T::value_type::second_type v{};
+        read(value, dotted + "." + std::string(name.str()), v);
+        items.emplace_back(std::string(name.str()), v);
+      }
+      return void(out = std::move(items));
     } else {
       static_assert(sizeof(T) == 0, "ft::recipe::Reader: no binding for this field type");
     }

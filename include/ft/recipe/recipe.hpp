@@ -78,6 +78,8 @@ struct LoraSection {
   double dropout = 0.0;
   std::vector<std::string> target_modules;
   std::vector<std::string> target_parameters;
+  NamedValues<Int> rank_pattern;
+  NamedValues<double> alpha_pattern;
   bool use_rslora = false;
   bool save_merged = false;
   std::string init_from;
@@ -92,13 +94,20 @@ struct LoraSection {
     v.field("target_parameters", target_parameters, Check<std::vector<std::string>>{},
             "a mixture of experts' parameters to adapt, as PEFT's target_parameters names them: the stacked "
             "experts \"gate_up_proj\" and \"down_proj\" (each expert its own A and B), the router \"gate.weight\"");
+    v.field("rank_pattern", rank_pattern, patterns_of(at_least<Int>(1)),
+            "modules with their own rank, as PEFT's rank_pattern: each key a regular expression matching a "
+            "module's or parameter's whole name or its end after a dot, e.g. { \"q_proj\" = 16 }; a module two "
+            "keys name with different values is an error");
+    v.field("alpha_pattern", alpha_pattern, patterns_of(greater_than(0.0)),
+            "modules with their own alpha, as PEFT's alpha_pattern (keys as rank_pattern's)");
     v.field("use_rslora", use_rslora, Check<bool>{},
             "rank-stabilised LoRA: scale the update by alpha / sqrt(r), as PEFT's use_rslora");
     v.field("save_merged", save_merged, Check<bool>{},
             "also save the base model with the adapter merged in (HF layout) in <output_dir>/merged");
     v.field("init_from", init_from, Check<std::string>{},
             "a PEFT LoRA adapter to start from instead of a fresh one (its directory, a run's checkpoint or "
-            "finished output_dir); r, alpha, use_rslora, dropout and target_modules left unset take its values; "
+            "finished output_dir); r, alpha, use_rslora, dropout, target_modules and the patterns left unset take "
+            "its values; "
             "\"\" for none");
   }
 };
