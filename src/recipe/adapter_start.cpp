@@ -89,23 +89,14 @@ Start open(Loaded<Recipe>& loaded, const std::string& section, std::string& init
 }
 
 template <class V>
-std::string shown(const NamedValues<V>& patterns) {
-  nlohmann::ordered_json j = nlohmann::ordered_json::object();
-  for (const auto& [name, value] : patterns) j[name] = value;
-  return j.dump();
-}
-
-template <class V>
 void take_patterns(const Start& s, const char* name, NamedValues<V>& recipe) {
   NamedValues<V> adapter;
   if (s.config.contains(name) && s.config[name].is_object())
     for (const auto& [pattern, value] : s.config[name].items())  // in key order, as the recipe's table
       if (std::is_integral_v<V> ? value.is_number_integer() : value.is_number())
         adapter.emplace_back(pattern, value.template get<V>());
+  // A recipe's own patterns stay: the adapter then loads only if every module's rank and scale agree.
   if (!s.set(name)) recipe = adapter;
-  else if (recipe != adapter)
-    throw s.error(name, "is " + shown(recipe) + ", and the adapter it starts from (" + s.where() + ") has " + name +
-                            " = " + shown(adapter) + "; remove " + s.key(name) + " to take the adapter's");
 }
 
 void start_lora(Loaded<Recipe>& loaded) {

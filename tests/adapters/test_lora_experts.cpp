@@ -256,6 +256,65 @@ TEST_CASE("ftrun convert's merge of LoRA on routers and experts writes the merge
   CHECK(relative_error(logits, expected) < 1e-6);  // the merge ran in float32
 }
 
+TEST_CASE("transformers 4's expert and router names in target_modules become the parameters PEFT converts them to") {
+  // What PEFT 0.21 does on transformers 5 (peft/utils/transformers_weight_conversion.py): Mixtral's w1/w3/w2/gate and
+  // Qwen3-MoE's gate_proj/up_proj/down_proj/gate move to target_parameters, w1 with w3 fused at twice the rank.
+  auto summary = [](const std::vector<adapters::LoraTarget>& targets) {
+    std::set<std::string> s;
+    for (const adapters::LoraTarget& t : targets)
+      s.insert((t.parameter.empty() ? t.module : t.parameter) + " r" + std::to_string(t.rank));
+    return s;
+  };
+  const models::ModelSpec mixtral = models::read_model_spec(parity("mixtral_top2"));
+  adapters::LoraOptions old_names{.r = 4, .target_modules = {"q_proj", "v_proj", "w1", "w3", "w2", "gate"}};
+  adapters::LoraOptions new_names{.r = 4, .target_modules = {"q_proj", "v_proj"},
+                                  .target_parameters = {"gate_up_proj", "down_proj", "gate.weight"}};
+  const auto converted = adapters::lora_targets(mixtral, old_names);
+  auto expected = summary(adapters::lora_targets(mixtral, new_names));
+  CHECK(expected.erase("model.layers.0.mlp.experts.gate_up_proj r4") == 1);
+  expected.insert("model.layers.0.mlp.experts.gate_up_proj r8");
+  CHECK(expected.erase("model.layers.1.mlp.experts.gate_up_proj r4") == 1);
+  expected.insert("model.layers.1.mlp.experts.gate_up_proj r8");
+  CHECK(summary(converted) == expected);
+  // Without the pair's fusion the rank stays; a full module name converts by its end.
+  const adapters::LoraOptions full_name{.r = 4, .target_modules = {"q_proj", "block_sparse_moe.experts.w2"}};
+  const adapters::LoraOptions parameter{.r = 4, .target_modules = {"q_proj"}, .target_parameters = {"down_proj"}};
+  CHECK(summary(adapters::lora_targets(mixtral, full_name)) == summary(adapters::lora_targets(mixtral, parameter)));
+  CHECK_THROWS_WITH_AS(adapters::lora_targets(mixtral, {"q_proj", "w1", "w2"}),
+                       doctest::Contains("lora.target_modules: \"w1\" without \"w3\": transformers 5 fuses both"),
+                       Error);
+  // Qwen3-MoE: gate_proj/up_proj/down_proj name the experts, so the dense layers' MLPs are not adapted, as in PEFT.
+  const models::ModelSpec qwen3 = models::read_model_spec(parity("qwen3_moe_sparse_step"));
+  const auto qwen = adapters::lora_targets(qwen3, {"gate_proj", "up_proj", "down_proj"});
+  REQUIRE(qwen.size() == 2);  // layer 1's experts; layers 0 and 2 are dense
+  for (const adapters::LoraTarget& t : qwen) CHECK(t.stacked());
+  // GraniteMoE's and Qwen2-MoE's names are not converted by PEFT, nor by ft: gate_proj stays a module there.
+  const models::ModelSpec qwen2 = models::read_model_spec(parity("qwen2_moe_shared"));
+  for (const adapters::LoraTarget& t : adapters::lora_targets(qwen2, {"gate_proj"})) CHECK(t.parameter.empty());
+}
+
+TEST_CASE("a rank_pattern for one layer's experts beside all-linear's doubled rank reads back as it was written") {
+  const fs::path dir = parity("mixtral_top2");
+  models::Transformer<float> model(models::read_model_spec(dir), false);
+  adapters::LoraOptions o{.r = 4, .alpha = 8, .target_modules = {"all-linear"}};
+  o.rank_pattern = {{"layers\\.0\\.mlp\\.experts\\.gate_up_proj", 2}};
+  adapters::LoraModel<float> lora(model, o);
+  ft::testing::TempDir out("ft_expert_patterns");
+  adapters::save_peft_adapter(lora, model.config(), dir.string(), out.path, "F32");
+  // Layer 1's gate_up_proj keeps all-linear's doubled rank under its own key, so no module has two keys.
+  const nlohmann::json config = io::read_json_file(out / "adapter_config.json");
+  CHECK(config["rank_pattern"] == nlohmann::json{{"layers\\.0\\.mlp\\.experts\\.gate_up_proj", 2},
+                                                 {"model\\.layers\\.1\\.mlp\\.experts\\.gate_up_proj", 8}});
+  const io::PeftAdapter peft = io::PeftAdapter::open(out.path);
+  models::Transformer<float> again_model(models::read_model_spec(dir), false);
+  adapters::LoraModel<float> again(again_model, adapters::lora_options_of(peft));
+  adapters::load_peft_adapter(again, again_model.config(), out.path);
+  for (auto& block : again.blocks())
+    for (std::size_t k = 0; k < block->targets().size(); ++k)
+      if (block->targets()[k].slot == models::LinearSlot::experts_gate_up)
+        CHECK(block->rank_of(k) == (block->targets()[k].layer == 0 ? 2 : 8));
+}
+
 TEST_CASE("LoRA on mixtures of experts: names that match nothing, dropout, and split experts are refused") {
   const models::ModelSpec mixtral = models::read_model_spec(parity("mixtral_top2"));
   CHECK_THROWS_WITH_AS(adapters::lora_targets(mixtral, {"q_proj"}, {"w1"}),

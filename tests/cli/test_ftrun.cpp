@@ -269,7 +269,7 @@ TEST_CASE("policy checks of the chosen Trainer run in the plugin") {
   Run r = ftrun("train " + recipe("[lora]\ntarget_modules = [\"dense\"]\n") + " --dry-run");
   CHECK(r.code == 2);
   CHECK(r.err == "ftrun: lora.target_modules: \"dense\" matches no module of the llama family; allowed: q_proj, "
-                 "k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj, shared_expert_gate, input_linear, output_linear, or "
+                 "k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj, shared_expert_gate, input_linear, output_linear, w1, w2, w3, gate, or "
                  "\"all-linear\"\n");
 }
 

@@ -94,6 +94,8 @@ TEST_CASE("errors name file, line, column, key and what is allowed") {
         "r.toml:2:9: inner.ranks: \"q(\" is not a regular expression; allowed: a table of regular expressions over "
         "module names to an integer >= 1");
   CHECK(error_of("[inner]\nranks = { q = 0 }").find("inner.ranks: \"q\": 0 is too small") != std::string::npos);
+  CHECK(error_of("[inner]\nranks = { self_attn.q_proj = 4 }").find(
+            "inner.ranks.self_attn: is a table; a name with dots is one key only when quoted") != std::string::npos);
 }
 
 TEST_CASE("unknown keys are refused with the allowed keys and the nearest spelling") {

@@ -89,7 +89,7 @@ TEST_CASE("an optimizer fused into backward refuses gradient accumulation and sh
 TEST_CASE("a LoRA target that matches no module of the family is refused") {
   CHECK(refusal<LlamaLoRA>("[lora]\ntarget_modules = ['q_proj', 'query_key_value']") ==
         "lora.target_modules: \"query_key_value\" matches no module of the llama family; allowed: q_proj, k_proj, "
-        "v_proj, o_proj, gate_proj, up_proj, down_proj, shared_expert_gate, input_linear, output_linear, or "
+        "v_proj, o_proj, gate_proj, up_proj, down_proj, shared_expert_gate, input_linear, output_linear, w1, w2, w3, gate, or "
         "\"all-linear\"");
   CHECK(refusal<LlamaLoRA>("[lora]\ntarget_modules = 'all-linear'") == "accepted");
 }

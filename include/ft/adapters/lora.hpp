@@ -136,6 +136,43 @@ inline bool all_linear_adapts_experts(const models::TransformerConfig& c) {
   return c.architecture == "MixtralForCausalLM" || c.architecture == "Qwen3MoeForCausalLM";
 }
 
+// PEFT's conversion of transformers 4's names in a target_modules list, on
+// those architectures: an entry that is (or ends in ".") a router's or an
+// expert projection's old name becomes the parameter transformers 5 holds it
+// in, and the gate and up projections, fused into gate_up_proj, only
+// together; gate_up_proj then takes twice the rank and alpha. Returns
+// whether that pair was converted; the other names stay modules.
+struct ExpertName {
+  const char* old_name;
+  const char* parameter;
+};
+inline bool convert_expert_names(const models::TransformerConfig& c, std::vector<std::string>& names,
+                                 std::vector<std::string>& parameters) {
+  if (!all_linear_adapts_experts(c)) return false;
+  const bool mixtral = c.architecture == "MixtralForCausalLM";
+  const ExpertName renamed[] = {{"gate", "gate.weight"},
+                                {mixtral ? "w1" : "gate_proj", "gate_up_proj"},
+                                {mixtral ? "w3" : "up_proj", "gate_up_proj"},
+                                {mixtral ? "w2" : "down_proj", "down_proj"}};
+  std::vector<std::string> modules;
+  bool fused[2] = {false, false};
+  for (const std::string& name : names) {
+    const auto* r = std::ranges::find_if(renamed, [&](const ExpertName& e) { return io::peft_names(name, e.old_name); });
+    if (r == std::end(renamed)) {
+      modules.push_back(name);
+      continue;
+    }
+    if (r == renamed + 1 || r == renamed + 2) fused[r - renamed - 1] = true;
+    if (std::ranges::find(parameters, r->parameter) == parameters.end()) parameters.push_back(r->parameter);
+  }
+  if (fused[0] != fused[1])
+    throw Error(std::string("lora.target_modules: \"") + renamed[fused[0] ? 1 : 2].old_name + "\" without \"" +
+                renamed[fused[0] ? 2 : 1].old_name + "\": transformers 5 fuses both into the experts' gate_up_proj "
+                "(PEFT refuses this too); name both, or set lora.target_parameters = [\"gate_up_proj\"]");
+  names = std::move(modules);
+  return fused[0];
+}
+
 // A sparse layer's module as transformers 5 names it ("model.layers.3.mlp",
 // GraniteMoE's "model.layers.3.block_sparse_moe"), found from its router's
 // binding in the files, and the router's name in it. Mixtral's files keep
@@ -191,17 +228,20 @@ V pattern_value(const std::vector<std::pair<std::string, V>>& patterns, const st
 // map, and the parameters a list of PEFT target_parameters names adapts.
 // "all-linear" is every nn.Linear inside the blocks (PEFT leaves the output
 // layer out too), and where PEFT converts them, the routers and routed
-// experts (detail::all_linear_adapts_experts). A name that matches nothing
-// is an error. Each target takes its rank and alpha from the options:
-// r and alpha, twice both for the fused gate_up experts that PEFT's
-// all-linear adapts (it writes that rank_pattern itself), or the first
+// experts (detail::all_linear_adapts_experts); there, transformers 4's
+// names of routers and experts in a list become the parameters PEFT makes
+// them (detail::convert_expert_names). A name that matches nothing is an
+// error. Each target takes its rank and alpha from the options: r and
+// alpha, twice both for the fused gate_up experts that PEFT's all-linear or
+// its conversion adapts (it writes that rank_pattern itself), or the
 // rank_pattern / alpha_pattern key that names it.
 inline std::vector<LoraTarget> lora_targets(const models::ModelSpec& spec, const LoraOptions& options) {
-  const std::vector<std::string>& names = options.target_modules;
-  const std::vector<std::string>& parameters = options.target_parameters;
+  std::vector<std::string> names = options.target_modules;
+  std::vector<std::string> parameters = options.target_parameters;
   const models::TransformerConfig& c = spec.config;
   const bool all = names.size() == 1 && names[0] == "all-linear";
   const bool all_experts = all && detail::all_linear_adapts_experts(c);
+  const bool fused_by_name = !all && detail::convert_expert_names(c, names, parameters);
   std::vector<LoraTarget> out;
   std::vector<bool> used(names.size(), false);
   for (const models::WeightBinding& w : spec.weights) {
@@ -286,7 +326,7 @@ inline std::vector<LoraTarget> lora_targets(const models::ModelSpec& spec, const
                   (c.moe.sparse_layers() > 0 ? "gate_up_proj, down_proj, " + router_name
                                              : std::string("none (its layers have no experts)")));
   for (LoraTarget& t : out) {
-    const index_t factor = all_experts && t.slot == models::LinearSlot::experts_gate_up ? 2 : 1;
+    const index_t factor = (all_experts || fused_by_name) && t.slot == models::LinearSlot::experts_gate_up ? 2 : 1;
     t.rank = detail::pattern_value(options.rank_pattern, t.pattern_name(), factor * options.r, "rank_pattern");
     t.alpha = detail::pattern_value(options.alpha_pattern, t.pattern_name(), double(factor) * options.alpha,
                                     "alpha_pattern");
@@ -348,6 +388,8 @@ public:
       : targets_(std::move(targets)), options_(options) {
     declare(params_, targets_);
     params_.allocate();
+    for (std::size_t k = 0; k < targets_.size(); ++k)  // found by name once; the hot path reads the slots
+      slots_.push_back({params_.slot(name_of(k, ".lora_A")), params_.slot(name_of(k, ".lora_B"))});
     // PEFT's initialisation: A uniform in +-1/sqrt(in), B zero (as allocated).
     for (std::size_t k = 0; k < targets_.size(); ++k) {
       const LoraTarget& t = targets_[k];
@@ -373,10 +415,10 @@ public:
 
   models::ParameterBuffer<T, Memory>& parameters() { return params_; }
   const std::vector<LoraTarget>& targets() const { return targets_; }
-  T* a_of(std::size_t k) const { return params_.value(name_of(k, ".lora_A")); }
-  T* b_of(std::size_t k) const { return params_.value(name_of(k, ".lora_B")); }
-  T* da_of(std::size_t k) const { return params_.grad(name_of(k, ".lora_A")); }
-  T* db_of(std::size_t k) const { return params_.grad(name_of(k, ".lora_B")); }
+  T* a_of(std::size_t k) const { return params_.value(slots_[k].a); }
+  T* b_of(std::size_t k) const { return params_.value(slots_[k].b); }
+  T* da_of(std::size_t k) const { return params_.grad(slots_[k].a); }
+  T* db_of(std::size_t k) const { return params_.grad(slots_[k].b); }
 
   // Dropout is applied only while training; `key` identifies the micro-batch.
   void set_dropout(bool training, std::uint64_t key) {
@@ -477,7 +519,11 @@ private:
   }
   std::string name_of(std::size_t k, const char* what) const { return path_in_block(targets_[k]) + what; }
 
+  struct Slots {
+    models::ParameterSlot a, b;
+  };
   std::vector<LoraTarget> targets_;
+  std::vector<Slots> slots_;  // module k's A and B in params_
   LoraOptions options_;
   bool training_ = false;
   std::uint64_t key_ = 0;

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
+#include <regex>
 #include <set>
 #include <string>
 #include <vector>
@@ -83,11 +84,21 @@ void save_peft_adapter(LoraModel<T, Device>& lora, const models::TransformerConf
       }
       const std::string key = detail::parameter_key(t.parameter);
       add(parameters, key);
-      // PEFT's pattern for it: a regex over the parameter's name.
+      // PEFT's pattern for it, a regex over the parameter's name: the whole
+      // kind's (as PEFT writes it), or this parameter's alone where the
+      // options name others of its kind (so no module is named twice).
+      auto kind_named = [&](const auto& patterns, const char* what) {
+        return std::ranges::any_of(lora.blocks(), [&](const auto& b) {
+          return std::ranges::any_of(b->targets(), [&](const LoraTarget& other) {
+            return other.parameter.ends_with("." + key) && detail::pattern_of(patterns, other.parameter, what);
+          });
+        });
+      };
+      const std::string own = std::regex_replace(t.parameter, std::regex("\\."), "\\.");
       if (t.rank != o.r && !detail::pattern_of(o.rank_pattern, t.parameter, "rank_pattern"))
-        rank_pattern[".*\\." + key] = t.rank;
+        rank_pattern[kind_named(o.rank_pattern, "rank_pattern") ? own : ".*\\." + key] = t.rank;
       if (t.alpha != o.alpha && !detail::pattern_of(o.alpha_pattern, t.parameter, "alpha_pattern"))
-        alpha_pattern[".*\\." + key] = t.alpha;
+        alpha_pattern[kind_named(o.alpha_pattern, "alpha_pattern") ? own : ".*\\." + key] = t.alpha;
     }
   for (std::size_t i = 0; i < tensors.size(); ++i) tensors[i].bytes = bytes[i];
   io::write_safetensors(dir / "adapter_model.safetensors", tensors, {{"format", "pt"}});
@@ -127,16 +138,12 @@ inline LoraOptions lora_options_of(const io::PeftAdapter& peft) {
     if (value.is_number_integer()) options.rank_pattern.emplace_back(pattern, value.get<index_t>());
   for (const auto& [pattern, value] : alphas.items())
     if (value.is_number()) options.alpha_pattern.emplace_back(pattern, value.get<double>());
-  std::set<std::string> leaves, parameters;
-  for (const io::LoraModule& m : peft.modules()) {
-    if (m.wraps_parameter) {
-      parameters.insert(m.weight);
-      continue;
-    }
-    const std::string module = m.weight.substr(0, m.weight.rfind('.'));
-    leaves.insert(module.substr(module.rfind('.') + 1));
-  }
-  options.target_modules.assign(leaves.begin(), leaves.end());
+  // Each module by its whole name: an adapter of some layers, or of one of two
+  // modules with the same last name, adapts exactly those.
+  std::set<std::string> modules, parameters;
+  for (const io::LoraModule& m : peft.modules())
+    (m.wraps_parameter ? parameters : modules).insert(m.wraps_parameter ? m.weight : m.weight.substr(0, m.weight.rfind('.')));
+  options.target_modules.assign(modules.begin(), modules.end());
   options.target_parameters.assign(parameters.begin(), parameters.end());
   return options;
 }

@@ -658,7 +658,7 @@ inline nlohmann::ordered_json hf_model_config(const GgufModelConfig& c, const Gg
                               {"hidden_act", a.norm_shift ? "gelu_pytorch_tanh" : "silu"},
                               {"hidden_size", c.hidden},
                               {"initializer_range", 0.02},
-                              {"intermediate_size", c.mixtral() ? c.expert_ffn : c.ffn},
+                              {"intermediate_size", c.mixtral() || a.name == "granitemoe" ? c.expert_ffn : c.ffn},
                               {"max_position_embeddings", c.context},
                               {"num_attention_heads", c.heads},
                               {"num_hidden_layers", c.layers},

@@ -146,9 +146,11 @@ struct Llama : Policy {
       "GraniteForCausalLM", "GemmaForCausalLM",  "Gemma2ForCausalLM", "Gemma3ForCausalLM",
       "Gemma3ForConditionalGeneration", "MixtralForCausalLM", "Qwen2MoeForCausalLM", "Qwen3MoeForCausalLM",
       "GraniteMoeForCausalLM", "GraniteMoeSharedForCausalLM"};
-  static constexpr std::array<std::string_view, 10> linear_modules{
+  // w1/w2/w3/gate: Mixtral's experts and router under transformers 4, which
+  // LoRA converts to the parameters PEFT converts them to (adapters/lora.hpp).
+  static constexpr std::array<std::string_view, 14> linear_modules{
       "q_proj",    "k_proj",  "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj", "shared_expert_gate",
-      "input_linear", "output_linear"};
+      "input_linear", "output_linear", "w1", "w2", "w3", "gate"};
   static constexpr std::array<std::string_view, 2> default_lora_targets{"q_proj", "v_proj"};
 
   static ModelSpec describe(const ConfigReader& json) {

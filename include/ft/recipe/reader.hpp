@@ -165,6 +165,9 @@ private:
       if (!table) wrong_type(node, dotted, "a table of names to values, e.g. { \"q_proj\" = 16 }");
       T items;
       for (auto&& [name, value] : *table) {
+        if (value.is_table())
+          fail(value.source(), dotted + "." + std::string(name.str()),
+               "is a table; a name with dots is one key only when quoted, e.g. { \"self_attn.q_proj\" = 16 }");
         typename T::value_type::second_type v{};
         read(value, dotted + "." + std::string(name.str()), v);
         items.emplace_back(std::string(name.str()), v);
