@@ -61,8 +61,8 @@ struct LoraOptions {
   bool use_rslora = false;  // rank-stabilised LoRA (PEFT's use_rslora)
   // PEFT's rank_pattern and alpha_pattern: a module's or parameter's own rank
   // or alpha, from the first key that names it (io::peft_pattern_names).
-  std::vector<std::pair<std::string, index_t>> rank_pattern;
-  std::vector<std::pair<std::string, double>> alpha_pattern;
+  std::vector<std::pair<std::string, index_t>> rank_pattern = {};
+  std::vector<std::pair<std::string, double>> alpha_pattern = {};
 
   double scale() const { return scale_of(r, alpha); }
   double scale_of(index_t rank, double a) const { return use_rslora ? a / std::sqrt(double(rank)) : a / double(rank); }
