@@ -154,6 +154,7 @@ public:
     const index_t qkv_width = c.qkv_width(), HD = c.num_heads * c.head_dim;
     for (index_t l = 0; l < c.num_layers; ++l) {
       models::Block<T, Device>& block = model_.blocks()[std::size_t(l)];
+      model_.dequantize_stage(l);  // a 4-bit layer's values, for this step
       const CachedAttentionShape shape{c.num_heads, c.num_kv_heads, c.head_dim, c.sliding_window[std::size_t(l)],
                                        c.attention_multiplier, c.alibi, c.attention_softcap};
       router_.layer = l;
@@ -181,6 +182,7 @@ public:
         }
       });
       block.set_adapter(nullptr);
+      model_.drop_dequantized(l);
       std::swap(x_, y_);
     }
     for (std::size_t i = 0; i < sequences.size(); ++i) {

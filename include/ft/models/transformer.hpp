@@ -14,13 +14,16 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <span>
 #include <utility>
 #include <vector>
 
 #include "ft/comm/communicator.hpp"
+#include "ft/io/bnb_4bit.hpp"
 #include "ft/io/model_weights.hpp"
 #include "ft/models/block.hpp"
+#include "ft/models/quantized_weights.hpp"
 #include "ft/models/stages.hpp"
 #include "ft/models/weight_map.hpp"
 
@@ -125,6 +128,7 @@ public:
     const index_t L = spec_.config.num_layers;
     for (index_t s = first; s <= last; ++s) {
       call(hooks.before_forward, s);
+      dequantize_stage(s);
       stage(s).forward(context);
       if (s == L && spec_.config.moe.aux_loss_coef > 0) {
         // The load-balancing loss weighs in the step as much as the batch's share of its scored tokens.
@@ -134,6 +138,7 @@ public:
       }
       if (s == L && context.options().backward) continue;  // the head's forward began its backward
       call(hooks.after_forward, s);
+      drop_dequantized(s);
       if (s >= 0 && s < L) context.offload_input(s);
     }
   }
@@ -147,8 +152,11 @@ public:
     for (index_t s = last; s >= first; --s) {
       if (s < L) call(hooks.before_backward, s);
       if (s >= 0 && s < L) context.restore_input(s);
+      dequantize_stage(s);
       stage(s).backward(context);
-      if (!context.defer_weight_gradients) call(hooks.after_backward, s);
+      if (context.defer_weight_gradients) continue;
+      call(hooks.after_backward, s);
+      drop_dequantized(s);
     }
   }
 
@@ -157,7 +165,24 @@ public:
     for (index_t s = last; s >= first; --s) {
       stage(s).weight_gradients(context);
       call(hooks.after_backward, s);
+      drop_dequantized(s);
     }
+  }
+
+  // Quantizes the blocks' linear weights to 4 bits as they load (QLoRA's
+  // base; models/quantized_weights.hpp). Weights the files hold in
+  // bitsandbytes' 4-bit layout stay packed whether or not this is set.
+  void quantize_on_load(const quant::FourBitOptions& options) { quantize_ = options; }
+  bool quantized() const { return quantized_.any(); }
+  // What the 4-bit weights and the quantized stages' other tensors hold.
+  std::size_t quantized_bytes() const { return quantized_.bytes(); }
+  // A stage with 4-bit weights has values only between these (no-ops for
+  // any other stage): the engines call them around each use of a stage.
+  void dequantize_stage(index_t s) {
+    if (quantized_.holds(s) && !stage_parameters(s).values().data()) quantized_.fill(stage_parameters(s), s);
+  }
+  void drop_dequantized(index_t s) {
+    if (quantized_.holds(s)) stage_parameters(s).release_values();
   }
 
   // The load-balancing loss of the micro-batches trained since the last
@@ -200,7 +225,7 @@ public:
     const index_t L = spec_.config.num_layers;
     std::vector<std::vector<const WeightBinding*>> by_stage(std::size_t(L + 2));
     for (const WeightBinding& w : spec_.weights) {
-      (void)tensor_of(weights, w);
+      if (!io::bnb_4bit_type(weights, w.hf_name)) (void)tensor_of(weights, w);
       by_stage[std::size_t(stage_holding(*find_parameter(w.param).first) + 1)].push_back(&w);
     }
     for (index_t s = -1; s <= L; ++s) {
@@ -209,6 +234,7 @@ public:
       if (p.size() > 0 && !p.values().data())
         throw Error("internal: stage " + std::to_string(s) + " has no room for its values to load into");
       for (const WeightBinding* w : by_stage[std::size_t(s + 1)]) {
+        if (io::bnb_4bit_type(weights, w->hf_name)) continue;  // pack_stage reads it
         auto [buffer, entry] = find_parameter(w->param);
         const index_t cols = entry->shape.rank == 2 ? entry->shape[1] : 1;
         // Of a windowed parameter, only the binding's rows inside the window load.
@@ -231,6 +257,7 @@ public:
         }
       }
       if (loading_.end) loading_.end(s);
+      pack_stage(weights, s, by_stage[std::size_t(s + 1)]);
     }
   }
 
@@ -280,6 +307,10 @@ public:
     if (stage_reader_ && !gradient)
       for (index_t s = -1; s <= spec_.config.num_layers; ++s)
         if (&stage_parameters(s) == buffer) stage_reader_(s);
+    // A 4-bit stage's values, for this read only.
+    const index_t held = stage_holding(*buffer);
+    const bool unpacked = !gradient && quantized_.holds(held) && !buffer->values().data();
+    if (unpacked) dequantize_stage(held);
     const index_t cols = entry->shape.rank == 2 ? entry->shape[1] : 1;
     const index_t rows = binding_rows(spec_, w, entry->rows()), heads = spec_.config.num_heads;
     const index_t run = contiguous_rows(w.order, rows, heads);
@@ -298,6 +329,7 @@ public:
       }
       h += n;
     }
+    if (unpacked) drop_dequantized(held);
   }
 
   // The same as float in one vector; `shape` receives its HF shape. The
@@ -410,6 +442,64 @@ private:
     return rows;
   }
 
+  // After stage s loaded: keeps its 4-bit weights packed (read from the
+  // files, or quantized now when quantize_on_load asked) and its other
+  // tensors' rows, and drops its values.
+  void pack_stage(const io::ModelWeights& weights, index_t s, const std::vector<const WeightBinding*>& bindings) {
+    const bool quantizes = quantize_ && s >= 0 && s < spec_.config.num_layers;
+    auto eligible = [&](const WeightBinding& w) {
+      return quantizes && w.stacked == 0 && hf_shape(w).size() == 2 && w.hf_name.ends_with(".weight");
+    };
+    const bool any = std::ranges::any_of(bindings, [&](const WeightBinding* w) {
+      return eligible(*w) || io::bnb_4bit_type(weights, w->hf_name).has_value();
+    });
+    if (!any) return;
+    Parameters& p = stage_parameters(s);
+    if (p.trainable())
+      throw Error("a 4-bit base cannot be fine-tuned in full: it trains under an adapter (LoRA, prompt tuning)");
+    for (const WeightBinding* w : bindings) {
+      auto [buffer, entry] = find_parameter(w->param);
+      if (entry->windowed()) throw Error("a 4-bit base with expert parallelism is not supported");
+      typename QuantizedWeights<T, Device>::Part part;
+      part.cols = entry->shape.rank == 2 ? entry->shape[1] : 1;
+      part.rows = binding_rows(spec_, *w, entry->rows());
+      part.offset = entry->offset + w->row_offset * part.cols;
+      part.order = w->order;
+      part.heads = spec_.config.num_heads;
+      const std::size_t count = std::size_t(part.rows * part.cols);
+      if (io::bnb_4bit_type(weights, w->hf_name)) {
+        auto packed = std::make_shared<quant::FourBitWeight>(io::read_bnb_4bit(weights, w->hf_name));
+        if (packed->shape != hf_shape(*w))
+          throw Error(weights.source().string() + ": 4-bit weight \"" + w->hf_name + "\" has shape " +
+                      shape_string(packed->shape) + ", the configuration implies " + shape_string(hf_shape(*w)));
+        part.packed = std::move(packed);
+      } else if (eligible(*w)) {
+        std::vector<T> ft_rows(count);
+        Device::to_host(ft_rows.data(), p.values().data() + part.offset, count * sizeof(T));
+        std::vector<float> hf_rows(count);
+        for (index_t h = 0; h < part.rows; ++h)
+          std::transform(ft_rows.begin() + ft_row(part.order, h, part.rows, part.heads) * part.cols,
+                         ft_rows.begin() + (ft_row(part.order, h, part.rows, part.heads) + 1) * part.cols,
+                         hf_rows.begin() + h * part.cols, [](T v) { return float(v); });
+        part.packed = std::make_shared<quant::FourBitWeight>(
+            quant::quantize_weight(hf_rows, hf_shape(*w), std::string(torch_dtype_name<T>()), *quantize_));
+      } else {
+        part.kept = Tensor<T, Memory>(Shape{index_t(count)}, typename Tensor<T, Memory>::Uninitialized{});
+        Device::copy(part.kept.data(), p.values().data() + part.offset, count * sizeof(T));
+      }
+      quantized_.add(s, std::move(part));
+    }
+    p.release_values();
+  }
+
+  template <class E>
+  static constexpr std::string_view torch_dtype_name() {
+    if constexpr (std::is_same_v<E, bf16>) return "bfloat16";
+    else if constexpr (std::is_same_v<E, f16>) return "float16";
+    else if constexpr (std::is_same_v<E, double>) return "float64";
+    else return "float32";
+  }
+
   static std::string shape_string(const std::vector<std::int64_t>& shape) {
     std::string s = "[";
     for (std::size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
@@ -425,6 +515,8 @@ private:
   MemoryOptions memory_;
   std::map<std::string, Tensor<T, Memory>> gathered_;  // whole rows of windowed parameters (gather_rows)
   ExpertExchange<T, Device> expert_exchange_;
+  std::optional<quant::FourBitOptions> quantize_;
+  QuantizedWeights<T, Device> quantized_;
   SharedActivations<T, Memory> shared_;
   std::unique_ptr<Context> sequential_;
   double router_aux_sum_ = 0;
