@@ -84,7 +84,7 @@ fs::path raw_file(const TempDir& dir, const std::string& header, std::size_t dat
 TEST_CASE("safetensors round trip: dtypes, a scalar, an empty tensor and metadata") {
   TempDir dir;
   std::vector<float> f32 = {1.5f, -2.0f, 3.25f, 0.0f, 1e-3f, 7.0f};
-  std::vector<bf16> b16 = {bf16(1.0f), bf16(-0.5f), bf16(3.0f)};  // 6 bytes: the next tensor needs padding
+  std::vector<bf16> b16 = {bf16(1.0f), bf16(-0.5f), bf16(3.0f)};  // 6 bytes: an F32 after it would be unaligned
   std::vector<f16> h16 = {f16(0.25f), f16(-8.0f), f16(65504.0f)};
   std::vector<double> f64 = {3.141592653589793};
   std::vector<std::int64_t> i64 = {1, -2, 1LL << 40, 4, 5};
@@ -111,16 +111,19 @@ TEST_CASE("safetensors round trip: dtypes, a scalar, an empty tensor and metadat
   std::uint64_t header_size = 0;
   std::memcpy(&header_size, read_bytes(p).data(), 8);
   CHECK(header_size % 8 == 0);
+  // Written largest element first (8-byte, then 4, then 2), each group in the given order.
+  std::vector<std::string> in_file;
+  for (const TensorView& t : file.tensors()) in_file.push_back(t.name);
+  CHECK(in_file == std::vector<std::string>{"d.scalar", "f.i64", "a.f32", "e.empty", "b.bf16", "c.f16"});
   const std::byte* data_start = file.tensors()[0].bytes.data();
   for (std::size_t i = 0; i < tensors.size(); ++i) {
-    const TensorView& t = file.tensors()[i];  // written in this order, so in offset order too
+    const TensorView& t = file.at(tensors[i].name);
     CAPTURE(t.name);
-    CHECK(t.name == tensors[i].name);
     CHECK(t.dtype == tensors[i].dtype);
     CHECK(t.shape == tensors[i].shape);
     REQUIRE(t.bytes.size() == tensors[i].bytes.size());
     CHECK(std::equal(t.bytes.begin(), t.bytes.end(), tensors[i].bytes.begin()));
-    CHECK((t.bytes.data() - data_start) % 8 == 0);
+    CHECK(std::size_t(t.bytes.data() - data_start) % ft::io::detail::dtype_size(t.dtype) == 0);
     CHECK(file.find(t.name) == &t);
     CHECK(&file.at(t.name) == &t);
   }
@@ -148,6 +151,40 @@ TEST_CASE("safetensors round trip: dtypes, a scalar, an empty tensor and metadat
   SafetensorsFile nothing = SafetensorsFile::open(p);
   CHECK(nothing.tensors().empty());
   CHECK(nothing.metadata().at("k") == "v");
+}
+
+TEST_CASE("safetensors written tensors tile the data without a gap, each aligned to its element, whatever their sizes") {
+  TempDir dir;
+  const fs::path p = dir.path / "mixed.safetensors";
+  const std::vector<std::uint8_t> odd = {1, 2, 3};
+  const std::vector<float> four = {1, 2, 3, 4};
+  const std::vector<std::uint16_t> halves = {7, 8, 9};
+  auto bytes = [](const auto& v) { return std::as_bytes(std::span(v)); };
+  write_safetensors(p, {{"a.codes", "U8", {3}, bytes(odd)},
+                        {"b.half", "BF16", {3}, bytes(halves)},
+                        {"c.values", "F32", {4}, bytes(four)},
+                        {"d.codes", "U8", {3}, bytes(odd)}});
+  const std::string whole = read_bytes(p);
+  std::uint64_t header_size = 0;
+  std::memcpy(&header_size, whole.data(), 8);
+  const auto header = nlohmann::json::parse(whole.substr(8, header_size));
+  std::vector<std::pair<std::uint64_t, std::uint64_t>> ranges;
+  for (const auto& [name, t] : header.items()) {
+    if (name == "__metadata__") continue;
+    const std::uint64_t begin = t["data_offsets"][0], end = t["data_offsets"][1];
+    CHECK_MESSAGE(begin % ft::io::detail::dtype_size(t["dtype"].get<std::string>()) == 0, name);
+    ranges.emplace_back(begin, end);
+  }
+  std::sort(ranges.begin(), ranges.end());
+  std::uint64_t at = 0;
+  for (const auto& [begin, end] : ranges) {
+    CHECK(begin == at);  // safetensors' own readers refuse a hole
+    at = end;
+  }
+  CHECK(at == whole.size() - 8 - header_size);
+  const SafetensorsFile file = SafetensorsFile::open(p);
+  CHECK(std::memcmp(file.at("d.codes").bytes.data(), odd.data(), 3) == 0);
+  CHECK(std::memcmp(file.at("c.values").bytes.data(), four.data(), 16) == 0);
 }
 
 TEST_CASE("safetensors views outlive their file object and an overwrite of the path") {

@@ -418,6 +418,15 @@ inline void write_safetensors(const std::filesystem::path& file, const std::vect
                               const std::function<void(std::uint64_t)>& wrote = {}) {
   const std::string where = file.string() + ": ";
   auto align = [](std::uint64_t n) { return (n + 7) / 8 * 8; };
+  // The format allows no gap between tensors' bytes. Written in order of
+  // element size, largest first (as safetensors' own writer sorts them),
+  // each tensor starts aligned to its element without padding; otherwise
+  // the given order is kept (stage after stage, for a model read from ranks).
+  std::vector<std::size_t> order(tensors.size());
+  for (std::size_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) {
+    return detail::dtype_size(tensors[a].dtype) > detail::dtype_size(tensors[b].dtype);
+  });
 
   // ordered_json keeps "__metadata__" first and the tensors in data order, for a reader's eye.
   nlohmann::ordered_json header = nlohmann::ordered_json::object();
@@ -428,7 +437,8 @@ inline void write_safetensors(const std::filesystem::path& file, const std::vect
   }
   std::uint64_t offset = 0;
   std::set<std::string_view> seen;
-  for (const TensorToWrite& t : tensors) {
+  for (const std::size_t i : order) {
+    const TensorToWrite& t = tensors[i];
     const std::string who = "cannot write tensor " + detail::quoted(t.name) + ": ";
     if (t.name == "__metadata__") throw Error(where + who + "the name is reserved for metadata");
     if (!seen.insert(t.name).second) throw Error(where + who + "the name is given twice");
@@ -444,7 +454,6 @@ inline void write_safetensors(const std::filesystem::path& file, const std::vect
     if (!t.produce && expected != t.bytes.size())
       throw Error(where + who + "it has " + std::to_string(t.bytes.size()) + " bytes, but shape " +
                   detail::shape_string(t.shape) + " of " + t.dtype + " needs " + std::to_string(expected));
-    offset = align(offset);
     nlohmann::ordered_json entry = nlohmann::ordered_json::object();
     entry["dtype"] = t.dtype;
     entry["shape"] = t.shape;
@@ -489,11 +498,8 @@ inline void write_safetensors(const std::filesystem::path& file, const std::vect
   const std::uint64_t header_size = text.size();
   put(&header_size, 8);
   put(text.data(), text.size());
-  static constexpr char zeros[8] = {};
-  std::uint64_t written = 0;
-  for (const TensorToWrite& t : tensors) {
-    put(zeros, align(written) - written);
-    written = align(written);
+  for (const std::size_t i : order) {
+    const TensorToWrite& t = tensors[i];
     const std::uint64_t expected = detail::tensor_bytes(t);
     std::uint64_t given = 0;
     auto wrong_size = [&](std::uint64_t bytes) {
@@ -513,7 +519,6 @@ inline void write_safetensors(const std::filesystem::path& file, const std::vect
       put(t.bytes.data(), t.bytes.size());
     }
     if (given != expected) throw wrong_size(given);
-    written += given;
     if (wrote) wrote(given);
   }
   // Without fsync the rename could reach the disk before the data, and a crash
