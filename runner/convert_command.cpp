@@ -2,7 +2,11 @@
 // directories out.
 //
 //   HF -> HF       change dtype (--dtype), re-shard (--max-shard-size),
-//                  merge a LoRA adapter into the weights (--merge-lora DIR)
+//                  merge a LoRA adapter into the weights (--merge-lora DIR),
+//                  quantize the layers' linear weights to bitsandbytes' 4 bits
+//                  (--quantize nf4|fp4, --double-quant, --quant-block-size),
+//                  or a 4-bit model back to whole weights (--dequantize; a
+//                  merge into a 4-bit model dequantizes it first)
 //                  add tokens (--add-tokens FILE, see data/token_additions.hpp),
 //                  set the chat template (--chat-template FILE)
 //   GGUF -> HF     llama.cpp files of the architectures io/gguf_to_hf.hpp lists
@@ -20,6 +24,8 @@
 #include <functional>
 #include <iostream>
 #include <map>
+#include <optional>
+#include <set>
 #include <memory>
 
 #include <ft/adapters/merged_model.hpp>
@@ -27,6 +33,7 @@
 #include <ft/text/chat_template.hpp>
 #include <ft/text/sentencepiece.hpp>
 #include <ft/data/token_additions.hpp>
+#include <ft/io/bnb_4bit.hpp>
 #include <ft/io/gguf_to_hf.hpp>
 #include <ft/io/hf_config.hpp>
 #include <ft/io/model_files.hpp>
@@ -49,6 +56,10 @@ struct ConvertOptions {
   std::string merge_lora;               // PEFT adapter directory to merge into the weights
   std::string add_tokens;               // TOML file of tokens to add (data/token_additions.hpp)
   std::string chat_template;            // Jinja file replacing the model's chat template
+  std::string quantize;                 // nf4 or fp4: the layers' linear weights in 4 bits
+  bool double_quant = false;            // bitsandbytes' double quantization of the absmax
+  std::int64_t quant_block_size = 64;   // weights sharing one absmax
+  bool dequantize = false;              // a 4-bit model's weights back to whole precision
   bool force = false;                   // replace an existing destination
   std::vector<std::string> plugins;     // --plugin FILE: for a model a plugin's family reads
 };
@@ -71,6 +82,8 @@ struct Staged {
   std::shared_ptr<const ft::io::PeftAdapter> adapter;
   std::shared_ptr<const void> merged_model;  // a merge through ft's model: what its tensors read
   std::vector<ft::io::TensorToWrite> tensors;
+  std::optional<ft::quant::FourBitOptions> four_bit;  // --quantize: what config.json records
+  bool dequantized = false;                          // a 4-bit model's weights written whole
 };
 
 Staged stage_model(const fs::path& src, const ConvertOptions& options) {
@@ -84,7 +97,16 @@ Staged stage_model(const fs::path& src, const ConvertOptions& options) {
   // Routers and stacked experts (PEFT's target_parameters) are named as
   // transformers 5 fuses them, not as the files hold them: merged through
   // the family's model of the files.
+  const bool four_bit = ft::io::bnb_4bit_config(ft::io::read_json_file(src / "config.json"), (src / "config.json").string())
+                            .has_value();
+  if (four_bit && !options.quantize.empty())
+    throw ft::Error(src.string() + ": is 4-bit already; --quantize takes a whole-precision model (--dequantize first)");
+  if (!four_bit && options.dequantize) throw ft::Error(src.string() + ": is not a 4-bit model; --dequantize has nothing to do");
+  const bool dequantize = four_bit && (options.dequantize || adapter);
   if (adapter && std::ranges::any_of(adapter->modules(), &ft::io::LoraModule::wraps_parameter)) {
+    if (four_bit || !options.quantize.empty())
+      throw ft::Error(options.merge_lora + ": merges into experts' parameters through the model, which takes "
+                                           "whole-precision weights in and out; drop --quantize, or --dequantize first");
     auto dtype_of = [&weights, &options](const std::string& name) {
       if (!options.dtype.empty()) return ft::io::safetensors_dtype(options.dtype, "--dtype");
       const ft::io::TensorView* t = weights.find(name);
@@ -112,8 +134,51 @@ Staged stage_model(const fs::path& src, const ConvertOptions& options) {
     }
   }
 
+  if (dequantize && adapter)
+    std::cout << "dequantizing the 4-bit weights of " << src.string() << " to merge " << options.merge_lora
+              << " into them (the output is whole-precision)\n";
+  // The linear weights --quantize keeps in 4 bits, by the family's weight map.
+  std::set<std::string> to_quantize;
+  const ft::quant::FourBitOptions four_bit_options{options.quantize == "fp4" ? ft::quant::FourBit::fp4 : ft::quant::FourBit::nf4,
+                                                   options.quant_block_size, options.double_quant};
+  if (!options.quantize.empty()) {
+    if (!ft::quant::valid_4bit_blocksize(options.quant_block_size))
+      throw ft::Error("--quant-block-size " + std::to_string(options.quant_block_size) +
+                      " is not one bitsandbytes allows (32, 64, 128, 256, 512, 1024, 2048, 4096)");
+    for (const ft::models::WeightBinding& w : read_model(src, options.plugins).spec.weights)
+      for (const std::string& n : {w.hf_name, w.alias})
+        if (const ft::io::TensorView* t = n.empty() ? nullptr : weights.find(n);
+            t && ft::models::quantized_in_4bit_base(w, t->shape.size()))
+          to_quantize.insert(n);
+  }
+
   for (const std::string& name : weights.names()) {
     const ft::io::TensorView& t = weights.at(name);
+    // A 4-bit weight's state travels with it, or folds into it when dequantized.
+    if (four_bit && ft::io::is_bnb_4bit_state(weights, name)) {
+      if (!dequantize) staged.tensors.push_back({name, t.dtype, t.shape, t.bytes, {}});
+      continue;
+    }
+    if (four_bit && ft::io::bnb_4bit_type(weights, name)) {
+      auto w = std::make_shared<const ft::quant::FourBitWeight>(ft::io::read_bnb_4bit(weights, name));
+      if (!dequantize) {
+        staged.tensors.push_back({name, t.dtype, t.shape, t.bytes, {}});
+        continue;
+      }
+      const std::string dtype = !options.dtype.empty() ? ft::io::safetensors_dtype(options.dtype, "--dtype")
+                                : w->dtype == "bfloat16" ? "BF16"
+                                : w->dtype == "float16"  ? "F16"
+                                                         : "F32";
+      const auto m = lora.find(name);
+      const ft::io::LoraModule* module = m == lora.end() ? nullptr : m->second;
+      staged.tensors.push_back({name, dtype, w->shape, {}, ft::io::whole_bytes([w, adapter, module, dtype] {
+                                  std::vector<float> values(std::size_t(w->numel()));
+                                  w->dequantize(values);
+                                  if (module) ft::io::merge_lora_module(*adapter, *module, values.data(), w->shape[0], w->shape[1]);
+                                  return ft::io::encode_floats(values, dtype);
+                                })});
+      continue;
+    }
     std::string dtype = options.dtype.empty() ? t.dtype : ft::io::safetensors_dtype(options.dtype, "--dtype");
     // A weight the adapter saves whole (modules_to_save, a resized embedding)
     // replaces the base's; LoRA then adds to whichever weight is there.
@@ -144,8 +209,20 @@ Staged stage_model(const fs::path& src, const ConvertOptions& options) {
         return bytes;
       });
     }
+    if (to_quantize.contains(name)) {
+      // Quantized now: the quant state's JSON, written in the file's header,
+      // holds the double quantization's offset, known only once the weight is.
+      const std::vector<float> values = ft::io::decode_floats(ft::io::collect_bytes(produce), dtype);
+      const std::string torch_dtype = dtype == "BF16" ? "bfloat16" : dtype == "F16" ? "float16" : "float32";
+      auto w = std::make_shared<const ft::quant::FourBitWeight>(
+          ft::quant::quantize_weight(values, t.shape, torch_dtype, four_bit_options));
+      for (ft::io::TensorToWrite& part : ft::io::bnb_4bit_tensors(name, w)) staged.tensors.push_back(std::move(part));
+      continue;
+    }
     staged.tensors.push_back({name, dtype, t.shape, {}, std::move(produce)});
   }
+  if (!options.quantize.empty()) staged.four_bit = four_bit_options;
+  staged.dequantized = dequantize;
   return staged;
 }
 
@@ -231,6 +308,16 @@ void convert_model(const fs::path& src, const fs::path& out, const ConvertOption
     const std::string stored = ft::io::safetensors_dtype(options.dtype, "--dtype");
     const std::string name = stored == "F32" ? "float32" : stored == "BF16" ? "bfloat16" : "float16";
     config[config.contains("torch_dtype") ? "torch_dtype" : "dtype"] = name;
+    std::ofstream(out / "config.json") << config.dump(2) << "\n";
+  }
+  if (staged.four_bit || staged.dequantized) {  // transformers reads the weights by what config.json says of them
+    nlohmann::json config = ft::io::read_json_file(out / "config.json");
+    if (staged.four_bit) {
+      const std::string compute = config.value("torch_dtype", config.value("dtype", std::string("float32")));
+      config["quantization_config"] = ft::io::bnb_quantization_config(*staged.four_bit, compute);
+    } else {
+      config.erase("quantization_config");
+    }
     std::ofstream(out / "config.json") << config.dump(2) << "\n";
   }
   if (!options.add_tokens.empty()) add_tokens(src, out, staged, options);
@@ -320,6 +407,13 @@ Command add_convert_command(CLI::App& app) {
   command->add_option("--add-tokens", o->add_tokens,
                       "TOML file of tokens to add: special = [...], regular = [...], eos_token = ..., pad_token = ...");
   command->add_option("-t,--chat-template", o->chat_template, "Jinja file to use as the chat template");
+  command->add_option("--quantize", o->quantize,
+                      "Store the layers' linear weights in 4 bits as bitsandbytes does (load_in_4bit): nf4 or fp4")
+      ->check(CLI::IsMember({"nf4", "fp4"}));
+  command->add_flag("--double-quant", o->double_quant, "With --quantize: quantize the absmax too (bnb_4bit_use_double_quant)");
+  command->add_option("--quant-block-size", o->quant_block_size, "With --quantize: weights sharing one absmax")
+      ->capture_default_str();
+  command->add_flag("--dequantize", o->dequantize, "Write a 4-bit model's weights whole again (their own dtype, or --dtype)");
   command->add_flag("--force", o->force, "Replace the destination if it exists");
   add_family_plugins(command, o->plugins);
   return {command, [o] { return run_convert(*o); }};

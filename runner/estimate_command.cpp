@@ -67,6 +67,7 @@ nlohmann::ordered_json to_json(const ft::estimate::MemoryEstimate& e,
           {"process_bytes", e.process_bytes},
           {"file_tensor_bytes", e.file_tensor_bytes},
           {"comm_scratch", {{"bytes", e.comm_scratch.bytes}, {"detail", e.comm_scratch.detail}}},
+          {"heap_weights", {{"bytes", e.heap_weights.bytes}, {"detail", e.heap_weights.detail}}},
           {"step_peak_bytes", largest_rank(by_rank, &MemoryEstimate::step_peak)},
           {"eval_peak_bytes", largest_rank(by_rank, &MemoryEstimate::eval_peak)},
           {"save_peak_bytes", largest_rank(by_rank, &MemoryEstimate::save_peak)},
@@ -171,7 +172,7 @@ int run_estimate(const EstimateOptions& options) {
     print_terms("resident beside the allocator's",
                 {{"this process", e.process_bytes, "code, libraries and plugins, measured before the run allocates"},
                  {"a tensor being loaded", e.file_tensor_bytes, "the model file's largest, while it is converted"},
-                 e.comm_scratch});
+                 e.comm_scratch, e.heap_weights});
     std::printf("  resident peak  %s (max RSS)\n", ft::format_bytes(e.host_peak()).c_str());
     if (by_rank.size() > 1) {
       std::printf("\n  every rank (the one reported above has the largest peak):\n");

@@ -5,16 +5,19 @@ Transformers (+ PEFT) on the same model and batch shape, on this CPU.
     tools/.venv/bin/python tools/bench_hf_train.py [--adapter full|lora|prompt] [--steps 3]
         [--model models/smollm2-135m-instruct/hf] [--batch 4] [--seq 256] [--threads 2]
         [--attn sdpa|eager]   (eager for models without an SDPA path, such as Bloom)
+        [--load-in-4bit nf4|fp4 [--double-quant]]   (QLoRA: the base through bitsandbytes)
 
 One step is forward, backward and an AdamW step on a batch of real token ids
 (Jargon File rows through the chat template, concatenated and cut into rows
 of --seq tokens, so every position is a real token, as packing makes them).
 LoRA: r 16, alpha 32, all linear layers; prompt tuning: 20 virtual tokens.
-The first step is not measured. Prints one line: seconds/step and tokens/s.
+The first step is not measured. Prints one line: seconds/step, tokens/s and
+the process's peak resident memory (max RSS).
 """
 import argparse
 import json
 import pathlib
+import resource
 import time
 
 import torch
@@ -47,11 +50,20 @@ def main():
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--attn", default="sdpa", choices=["sdpa", "eager"])
     p.add_argument("--targets", default="all-linear", help="LoRA's target_modules: all-linear or a comma-separated list")
+    p.add_argument("--load-in-4bit", default="", choices=["", "nf4", "fp4"], help="the base in 4 bits (bitsandbytes)")
+    p.add_argument("--double-quant", action="store_true", help="with --load-in-4bit: bnb_4bit_use_double_quant")
     a = p.parse_args()
     torch.set_num_threads(a.threads)
 
     tokenizer = AutoTokenizer.from_pretrained(a.model)
-    model = AutoModelForCausalLM.from_pretrained(a.model, dtype=torch.float32, attn_implementation=a.attn)
+    extra = {}
+    if a.load_in_4bit:
+        from transformers import BitsAndBytesConfig
+        extra = {"device_map": "cpu",
+                 "quantization_config": BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type=a.load_in_4bit,
+                                                           bnb_4bit_use_double_quant=a.double_quant,
+                                                           bnb_4bit_compute_dtype=torch.float32)}
+    model = AutoModelForCausalLM.from_pretrained(a.model, dtype=torch.float32, attn_implementation=a.attn, **extra)
     if a.adapter == "lora":
         from peft import LoraConfig, get_peft_model
         targets = a.targets if a.targets == "all-linear" else a.targets.split(",")
@@ -73,8 +85,10 @@ def main():
         optimizer.zero_grad(set_to_none=True)
         times.append(time.perf_counter() - start)
     seconds = sum(times[1:]) / len(times[1:])
-    print(f"torch {torch.__version__} ({a.threads} threads), {a.adapter}, fp32, {a.batch} x {a.seq}: "
-          f"{seconds:.2f} s/step, {a.batch * a.seq / seconds:.0f} tokens/s")
+    base = f"{a.load_in_4bit} base" + (" (double quant)" if a.double_quant else "") if a.load_in_4bit else "fp32"
+    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    print(f"torch {torch.__version__} ({a.threads} threads), {a.adapter}, {base}, {a.batch} x {a.seq}: "
+          f"{seconds:.2f} s/step, {a.batch * a.seq / seconds:.0f} tokens/s, max RSS {rss / 2**20:.0f} MiB")
 
 
 if __name__ == "__main__":

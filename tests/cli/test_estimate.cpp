@@ -182,6 +182,15 @@ TEST_CASE("estimate within 5% of the measured peak: fp16-mixed, every optimizer 
   check_precision("fp16-mixed");
 }
 
+TEST_CASE("estimate within 5% of the measured peak: LoRA over a 4-bit base (QLoRA)") {
+  // The blocks' values exist only while each runs; the packed weights are on the heap, beside the allocator.
+  for (const char* precision : {"fp32", "bf16-true"})
+    for (const char* quantize : {"model.quantize=nf4", "model.quantize=fp4"})
+      check_within_5_percent({std::string("strategy.precision=") + precision, "strategy.adapter=lora", quantize,
+                              "model.bnb_4bit_use_double_quant=true", "lora.target_modules=[\"all-linear\"]"});
+  check_within_5_percent({"strategy.adapter=lora", "model.quantize=nf4", "train.gradient_checkpointing=every_block"});
+}
+
 TEST_CASE("estimate within 5% of the measured peak: checkpointing, offloading, a fused optimizer, dropout") {
   for (const char* precision : {"fp32", "bf16-mixed"}) {
     const std::string p = std::string("strategy.precision=") + precision;

@@ -139,8 +139,9 @@ double final_eval_loss(const fs::path& recipe_file) {
 // Trains `dp` and checks it against the finished run `single`: every step's
 // loss and gradient norm, the final weights (`weights` in output_dir) and validation loss.
 Run expect_same_training(const fs::path& single, const fs::path& dp,
-                         const std::string& weights = "model/model.safetensors", double tolerance = 1e-5) {
-  const Run r = train(dp);
+                         const std::string& weights = "model/model.safetensors", double tolerance = 1e-5,
+                         const std::string& sets = "") {
+  const Run r = train(dp, sets);
   INFO(r.err);
   REQUIRE(r.code == 0);
   CHECK(metric_difference(single, dp) < tolerance);
@@ -187,6 +188,24 @@ TEST_CASE("ddp, zero1, zero2 and zero3 on 2 ranks train what one process trains 
     }
     CHECK(rank_records == 20);
   }
+}
+
+TEST_CASE("LoRA over a 4-bit base: ddp and zero2 on 2 ranks, and a 2-rank pipeline, train what one process trains") {
+  const std::string four_bit = "--set model.quantize=nf4 --set model.bnb_4bit_use_double_quant=true";
+  const std::string adapter = "adapter/adapter_model.safetensors", lora = "adapter = \"lora\"\n";
+  const fs::path single = recipe("qlora_single", lora, 4);
+  REQUIRE(train(single, four_bit).code == 0);
+  for (const std::string parallelism : {"ddp", "zero2"}) {
+    CAPTURE(parallelism);
+    const fs::path dp = recipe("qlora_" + parallelism, lora + "parallelism = \"" + parallelism + "\"\n", 2, 2);
+    expect_same_training(single, dp, adapter, 1e-5, four_bit);
+  }
+  const std::string accumulate = "gradient_accumulation_steps = 4\n";
+  const fs::path one = recipe("qlora_pipe_single", lora, 2, 1, accumulate, "tiny_neox");
+  REQUIRE(train(one, four_bit).code == 0);
+  const fs::path pp = recipe("qlora_pipe", lora + "parallelism = \"pipeline\"\n", 2, 2, accumulate, "tiny_neox");
+  std::ofstream(pp, std::ios::app) << "[pipeline]\nschedule = \"1f1b\"\n";
+  expect_same_training(one, pp, adapter, 1e-5, four_bit);
 }
 
 TEST_CASE("4 ranks: zero2 and zero3 with Adafactor (shards cut at tensor boundaries) on LoRA match one process") {

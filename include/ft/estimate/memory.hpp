@@ -30,6 +30,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <optional>
 #include <string>
@@ -61,6 +62,7 @@
 #include "ft/tensor/caching_allocator.hpp"
 #include "ft/train/flops.hpp"
 #include "ft/optim/runtime.hpp"
+#include "ft/train/four_bit_base.hpp"
 #include "ft/train/setup.hpp"
 
 namespace ft::estimate {
@@ -205,6 +207,44 @@ inline std::uint64_t largest_file_tensor(const std::string& dir, const models::M
   } catch (const Error&) {
   }
   return largest;
+}
+
+// A 4-bit base's blocks (models/quantized_weights.hpp): the packed weights
+// (on the host heap), the blocks' other tensors kept whole, and the largest
+// block's values, which exist while that block runs.
+struct FourBitBlocks {
+  std::uint64_t packed = 0, kept = 0, largest_block = 0, blocks_whole = 0;
+};
+
+template <class T, class Round>
+FourBitBlocks four_bit_blocks(const models::ModelSpec& spec, const std::vector<Layout>& stages,
+                              const quant::FourBitOptions& o, const std::function<bool(index_t)>& keeps, Round block) {
+  FourBitBlocks out;
+  const index_t L = spec.config.num_layers;
+  for (index_t l = 0; l < L; ++l) {
+    if (!keeps(l)) continue;
+    const std::uint64_t values = block(std::uint64_t(stages[std::size_t(l + 1)].size()) * sizeof(T));
+    out.largest_block = std::max(out.largest_block, values);
+    out.blocks_whole += values;
+  }
+  for (const models::WeightBinding& w : spec.weights) {
+    if (!w.param.starts_with("layers.")) continue;
+    const std::size_t dot = w.param.find('.', 7);
+    const index_t l = index_t(std::stoll(w.param.substr(7, dot - 7)));
+    if (!keeps(l)) continue;
+    const models::ParameterEntry* entry = stages[std::size_t(l + 1)].find(w.param.substr(dot + 1));
+    if (!entry) continue;
+    const index_t cols = entry->shape.rank == 2 ? entry->shape[1] : 1;
+    const index_t rows = models::binding_rows(spec, w, entry->rows());
+    const std::uint64_t n = std::uint64_t(rows * cols);
+    if (!models::quantized_in_4bit_base(w, models::file_shape(w, rows, entry->shape.rank == 2 ? cols : 0).size())) {
+      out.kept += block(n * sizeof(T));
+      continue;
+    }
+    const std::uint64_t blocks = (n + std::uint64_t(o.blocksize) - 1) / std::uint64_t(o.blocksize);
+    out.packed += (n + 1) / 2 + (o.double_quant ? blocks + 4 * ((blocks + 255) / 256) + 4 : 4 * blocks);
+  }
+  return out;
 }
 
 // Where a rank stands: the chunks of stages it runs, the replicas it shares
@@ -474,6 +514,13 @@ MemoryEstimate estimate_memory_as(const recipe::Recipe& recipe, const models::Mo
                                                           on_gpu, block));
   }
 
+  // A 4-bit base keeps its blocks packed, and a block's values only while it runs.
+  const train::FourBitBase four_bit = train::four_bit_base(r);
+  detail::FourBitBlocks packed;
+  if (four_bit.any() && !trains_base)
+    packed = detail::four_bit_blocks<T>(spec, stages, four_bit.quantize ? *four_bit.quantize : *four_bit.stored,
+                                        keeps, block);
+
   // Held from setup to the end.
   // ZeRO-3 keeps this rank's range of every stage (cut as the optimizer
   // needs when the stage trains, by element when it is frozen) and gathers
@@ -506,6 +553,12 @@ MemoryEstimate estimate_memory_as(const recipe::Recipe& recipe, const models::Mo
     for (index_t l = L - 1; l >= 0; --l)
       backward_gathered = std::max(backward_gathered, V(l) + V(l - 1) + G(l) + G(l + 1) + table_gradient);
     backward_gathered = std::max(backward_gathered, V(-1) + G(-1) + G(0));
+  } else if (four_bit.any() && !trains_base) {
+    e.held.push_back({"weights", kept_bytes - packed.blocks_whole + packed.kept,
+                      "the embedding and head in " + detail::dtype_name<T>() + ", and the blocks' norms and biases"});
+    e.heap_weights = {"4-bit weights", packed.packed,
+                      "the blocks' linear weights packed (" + four_bit.describe() + "), on the host heap"};
+    forward_gathered = backward_gathered = packed.largest_block;
   } else if (place.across_ranks()) {
     e.held.push_back({"weights (this rank's stages)", kept_bytes,
                       std::to_string(kept) + " of " + std::to_string(parameters) + " parameters in " +
@@ -744,7 +797,10 @@ MemoryEstimate estimate_memory_as(const recipe::Recipe& recipe, const models::Mo
     const std::uint64_t measurement = 3 * block(n * n * (on_cpu ? sizeof(float) : sizeof(T))) + blas;
     const std::uint64_t laid_out = e.held_bytes() - reduction_after;
     const std::uint64_t streaming = shards_params ? shards_bytes + rope + largest_stage + blas : 0;
-    e.loading_weights = shards_params ? streaming : kept_bytes + rope + blas;
+    e.loading_weights = shards_params ? streaming
+                        : packed.largest_block > 0
+                            ? kept_bytes - packed.blocks_whole + packed.kept + packed.largest_block + rope + blas
+                            : kept_bytes + rope + blas;
     if (measurement >= std::max(laid_out, streaming))
       e.setup_workspace = {"GEMM peak measurement", measurement,
                            "three " + std::to_string(n) + " x " + std::to_string(n) +

@@ -49,6 +49,7 @@ struct MemoryEstimate {
   // MPI's collectives allocate their own scratch while gradients reduce.
   std::uint64_t process_bytes = 0;
   Term comm_scratch;
+  Term heap_weights;  // a 4-bit base's packed weights, on the host heap from setup to the end
   std::uint64_t reducing_workspace = 0;  // the step's workspace while gradients reduce
   // The most rows of C a product of the run has (a micro-batch's tokens
   // forward, a trained weight's rows backward): how much of BLAS's own
@@ -76,9 +77,9 @@ struct MemoryEstimate {
   // allocator's peak, loading's file pages, or the reductions' scratch; on
   // a GPU the host terms; both over the measured process.
   std::uint64_t host_peak() const {
-    if (device != "cpu") return process_bytes + sum(host);
+    if (device != "cpu") return process_bytes + heap_weights.bytes + sum(host);
     const std::uint64_t loading = loading_weights + file_tensor_bytes;
-    return process_bytes + std::max({peak(), loading, reducing_peak()});
+    return process_bytes + heap_weights.bytes + std::max({peak(), loading, reducing_peak()});
   }
   std::string peak_phase() const {
     if (peak() == step_peak()) return "step";

@@ -41,7 +41,8 @@ private:
 // forward: no gradient buffers beside the weights.
 template <element T, class Device>
 std::unique_ptr<Served> open_served(models::ModelSpec spec, const std::filesystem::path& dir) {
-  auto model = std::make_unique<models::Transformer<T, Device>>(std::move(spec), /*trainable=*/false);
+  // Each stage's values made as it loads: a 4-bit base holds one layer whole at a time.
+  auto model = std::make_unique<models::Transformer<T, Device>>(std::move(spec), /*trainable=*/false, models::unallocated);
   model->load(io::ModelWeights::open(dir));
   return std::make_unique<ServedModel<T, Device>>(std::move(model));
 }

@@ -90,6 +90,16 @@ inline std::optional<quant::FourBit> bnb_4bit_type(const ModelWeights& weights, 
   return std::nullopt;
 }
 
+// Whether tensor `name` is part of a 4-bit weight's state (its absmax,
+// quant maps or quant state), which travels with the weight.
+inline bool is_bnb_4bit_state(const ModelWeights& weights, const std::string& name) {
+  for (const char* suffix : {".absmax", ".quant_map", ".nested_absmax", ".nested_quant_map"})
+    if (name.ends_with(suffix) && bnb_4bit_type(weights, name.substr(0, name.size() - std::strlen(suffix))))
+      return true;
+  const std::size_t at = name.find(detail::bnb_state_key);
+  return at != std::string::npos && bnb_4bit_type(weights, name.substr(0, at)).has_value();
+}
+
 // Weight `name` as these files hold it in bitsandbytes' 4-bit layout.
 inline quant::FourBitWeight read_bnb_4bit(const ModelWeights& weights, const std::string& name) {
   const std::optional<quant::FourBit> type = bnb_4bit_type(weights, name);
@@ -200,6 +210,32 @@ inline std::vector<TensorToWrite> bnb_4bit_tensors(const std::string& name,
   out.push_back({name + detail::bnb_state_key + std::string(quant::name_of(w->type)), "U8",
                  {std::int64_t(state.size())}, {}, owned(std::move(state))});
   return out;
+}
+
+// What config.json's quantization_config says of the weights: nothing (no
+// such key: whole weights), or bitsandbytes' 4-bit options. Any other
+// quantization is refused by name: reading its tensors as whole weights
+// would give a model that computes something else.
+inline std::optional<quant::FourBitOptions> bnb_4bit_config(const nlohmann::json& config, const std::string& where) {
+  if (!config.is_object() || !config.contains("quantization_config")) return std::nullopt;
+  const nlohmann::json& q = config["quantization_config"];
+  const std::string method = q.is_object() ? q.value("quant_method", std::string()) : std::string();
+  if (method != "bitsandbytes")
+    throw Error(where + ": quantization_config.quant_method " + detail::quoted(method) +
+                " is not supported; ft reads bitsandbytes' 4-bit models (load_in_4bit) and whole-precision ones");
+  auto flag = [&](const char* key) { return q.contains(key) && q[key].is_boolean() && q[key].get<bool>(); };
+  if (flag("load_in_8bit") || flag("_load_in_8bit"))
+    throw Error(where + ": holds bitsandbytes' 8-bit weights (load_in_8bit), which ft does not read; "
+                        "use the whole-precision model or a 4-bit one");
+  if (!flag("load_in_4bit") && !flag("_load_in_4bit"))
+    throw Error(where + ": quantization_config names bitsandbytes but neither load_in_4bit nor load_in_8bit");
+  quant::FourBitOptions options;
+  const std::string type = q.value("bnb_4bit_quant_type", std::string("fp4"));
+  if (type != "nf4" && type != "fp4")
+    throw Error(where + ": quantization_config.bnb_4bit_quant_type " + detail::quoted(type) + " is not nf4 or fp4");
+  options.type = type == "nf4" ? quant::FourBit::nf4 : quant::FourBit::fp4;
+  options.double_quant = flag("bnb_4bit_use_double_quant");
+  return options;
 }
 
 // config.json's quantization_config for weights written by bnb_4bit_tensors,

@@ -53,7 +53,8 @@ struct Unallocated {};
 inline constexpr Unallocated unallocated{};
 
 // How load() treats each stage on this rank: `begin(s)` says whether stage s
-// loads here at all and makes room for its values; `end(s)` runs once its
+// loads here at all (load makes room for its values if it has none, one
+// stage at a time); `end(s)` runs once its
 // tensors are in (ZeRO-3 keeps this rank's shard and drops the rest). Unset:
 // every stage loads into the values it has.
 struct StageLoading {
@@ -231,8 +232,7 @@ public:
     for (index_t s = -1; s <= L; ++s) {
       if (loading_.begin && !loading_.begin(s)) continue;
       Parameters& p = stage_parameters(s);
-      if (p.size() > 0 && !p.values().data())
-        throw Error("internal: stage " + std::to_string(s) + " has no room for its values to load into");
+      if (p.size() > 0 && !p.values().data()) p.allocate_zeroed_values();
       for (const WeightBinding* w : by_stage[std::size_t(s + 1)]) {
         if (io::bnb_4bit_type(weights, w->hf_name)) continue;  // pack_stage reads it
         auto [buffer, entry] = find_parameter(w->param);
@@ -447,9 +447,7 @@ private:
   // tensors' rows, and drops its values.
   void pack_stage(const io::ModelWeights& weights, index_t s, const std::vector<const WeightBinding*>& bindings) {
     const bool quantizes = quantize_ && s >= 0 && s < spec_.config.num_layers;
-    auto eligible = [&](const WeightBinding& w) {
-      return quantizes && w.stacked == 0 && hf_shape(w).size() == 2 && w.hf_name.ends_with(".weight");
-    };
+    auto eligible = [&](const WeightBinding& w) { return quantizes && quantized_in_4bit_base(w, hf_shape(w).size()); };
     const bool any = std::ranges::any_of(bindings, [&](const WeightBinding* w) {
       return eligible(*w) || io::bnb_4bit_type(weights, w->hf_name).has_value();
     });

@@ -31,6 +31,14 @@ struct WeightBinding {
   bool operator==(const WeightBinding&) const = default;
 };
 
+// Whether a 4-bit base keeps this tensor in 4 bits (`hf_rank`: its number of
+// dimensions in the file): a layer's linear weight, as transformers
+// quantizes every nn.Linear but the head; not norms, biases, embeddings or
+// stacked experts' tensors.
+inline bool quantized_in_4bit_base(const WeightBinding& w, std::size_t hf_rank) {
+  return w.param.starts_with("layers.") && w.stacked == 0 && hf_rank == 2 && w.hf_name.ends_with(".weight");
+}
+
 // The shape of a binding's tensor in the file, for `rows` rows of `cols`
 // columns (cols 0: a vector).
 inline std::vector<std::int64_t> file_shape(const WeightBinding& w, index_t rows, index_t cols) {

@@ -111,9 +111,9 @@ public:
       replicas_ = comm_.split(comm_.rank() % G, "replicas of shard " + std::to_string(comm_.rank() % G));
     }
     if (sharding_.parameters) return place_shards();
+    // Each kept stage's values are made as it loads (Transformer::load), so
+    // a 4-bit base never holds more than one block of whole values.
     auto keeps = [this](index_t s) { return !holds_ || holds_(s); };
-    for (index_t s = -1; s <= model.config().num_layers; ++s)
-      if (keeps(s)) model.stage_parameters(s).allocate_zeroed_values();
     model.set_stage_loading({.begin = keeps, .end = {}});
   }
 

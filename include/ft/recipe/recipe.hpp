@@ -26,6 +26,15 @@ struct ModelSection {
   std::string path;
   std::string family = "auto";
   std::string dtype = "auto";
+  // A 4-bit frozen base (QLoRA): ft's short names, and transformers'
+  // BitsAndBytesConfig names for the same choices.
+  std::string quantize = "none";
+  bool load_in_4bit = false;
+  std::string bnb_4bit_quant_type = "nf4";
+  bool bnb_4bit_use_double_quant = false;
+  std::string bnb_4bit_compute_dtype = "auto";
+  std::string bnb_4bit_quant_storage = "uint8";
+  Int quant_block_size = 64;
 
   template <class V>
   void fields(V& v) {
@@ -38,6 +47,26 @@ struct ModelSection {
                 ", or a plugin's; \"auto\" takes it from config.json's architectures");
     v.field("dtype", dtype, one_of({"auto", "fp32", "bf16", "fp16"}),
             "storage dtype of frozen weights; \"auto\" follows the precision");
+    v.field("quantize", quantize, one_of({"none", "nf4", "fp4", "bnb.nf4", "bnb.fp4"}),
+            "keep the base's linear weights in 4 bits as bitsandbytes quantizes them (QLoRA): NormalFloat4 or "
+            "FP4; the embeddings, norms and head stay whole. A model whose files are already 4-bit needs nothing");
+    v.field("load_in_4bit", load_in_4bit, Check<bool>{},
+            "transformers' name: quantize to bnb_4bit_quant_type (the same as quantize = that type)");
+    v.field("bnb_4bit_quant_type", bnb_4bit_quant_type, one_of({"nf4", "fp4"}), "the 4-bit type load_in_4bit takes");
+    v.field("bnb_4bit_use_double_quant", bnb_4bit_use_double_quant, Check<bool>{},
+            "quantize the absmax of each block again (8 bits in blocks of 256): about 0.4 bit a weight less");
+    v.field("bnb_4bit_compute_dtype", bnb_4bit_compute_dtype, one_of({"auto", "float32", "bfloat16", "float16"}),
+            "the dtype products run in: the precision's (\"auto\"); another value must name it");
+    v.field("bnb_4bit_quant_storage", bnb_4bit_quant_storage, one_of({"uint8"}),
+            "the dtype packed codes are written in (files in other storage dtypes are read too)");
+    v.field("quant_block_size", quant_block_size,
+            Check<Int>{[](const Int& b) -> std::optional<std::string> {
+                         for (Int allowed : {32, 64, 128, 256, 512, 1024, 2048, 4096})
+                           if (b == allowed) return {};
+                         return std::to_string(b) + " is not a block size bitsandbytes allows";
+                       },
+                       "one of 32, 64, 128, 256, 512, 1024, 2048, 4096"},
+            "weights sharing one absmax (bitsandbytes' blocksize)");
   }
 };
 

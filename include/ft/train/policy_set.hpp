@@ -20,6 +20,7 @@
 #include "ft/parallel/parallelism.hpp"
 #include "ft/parallel/pipeline_timeline.hpp"
 #include "ft/recipe/recipe.hpp"
+#include "ft/train/four_bit_base.hpp"
 
 namespace ft::train {
 
@@ -38,7 +39,8 @@ struct PolicySet {
   double (*optimizer_state_bytes)(const recipe::TrainSection&);  // per parameter under an f32 master
   bool optimizer_elementwise_state;
 
-  std::string_view adapter_type;
+  std::string_view adapter, adapter_type;
+  bool trains_base_weights;
   std::string (*describe_adapter)(const recipe::Recipe&);
 
   std::string_view device, device_type;
@@ -156,6 +158,26 @@ inline void check_recipe(const PolicySet& s, const recipe::Recipe& r) {
   if (r.train.fuse_optimizer_with_backward && r.train.max_grad_norm > 0)
     throw Error("train.fuse_optimizer_with_backward steps each block before the global gradient norm is known, "
                 "so it cannot clip; set train.max_grad_norm = 0");
+  if (const FourBitBase base = four_bit_base(r); base.any()) {
+    const std::string what = "a 4-bit base (" + base.describe() + ")";
+    if (s.trains_base_weights)
+      throw Error(what + " is frozen, but strategy.adapter = \"" + std::string(s.adapter) +
+                  "\" trains the base weights; train an adapter over it (lora, prompt_tuning), as QLoRA does");
+    if (s.shards_parameters)
+      throw Error(what + " is not sharded by parallelism " + parallelism +
+                  " yet; use ddp, zero1 or zero2 (each rank keeps the packed base, about an eighth of the weights)");
+    if (r.strategy.expert_parallel > 1)
+      throw Error(what + " does not split its experts over ranks yet; set strategy.expert_parallel = 1");
+    if (r.lora.save_merged)
+      throw Error("lora.save_merged would merge the adapter into " + what +
+                  "; save the adapter and merge it into the whole-precision model (ftrun convert --merge-lora)");
+    const std::string compute = r.model.bnb_4bit_compute_dtype;
+    const std::string storage = s.storage == DType::f32 ? "float32" : s.storage == DType::bf16 ? "bfloat16" : "float16";
+    if (compute != "auto" && compute != storage)
+      throw Error("model.bnb_4bit_compute_dtype = \"" + compute + "\", but strategy.precision = \"" +
+                  std::string(s.precision) + "\" runs products in " + storage + "; set it to \"auto\" or \"" +
+                  storage + "\"");
+  }
 }
 
 // What a Trainer of these policies will hold, per parameter, and how it
@@ -164,7 +186,9 @@ inline std::string describe_plan(const PolicySet& s, const recipe::Recipe& r) {
   std::ostringstream os;
   os << "trainer      " << trainer_type_name(s, s.parallelism_type, !s.on_host) << "\n";
   if (!s.on_host) os << "device       " << s.device << ": weights, activations, gradients and optimizer state in its memory\n";
-  os << "model        " << s.model << " from " << r.model.path << "\n";
+  os << "model        " << s.model << " from " << r.model.path;
+  if (const FourBitBase base = four_bit_base(r); base.any()) os << ", linear weights in 4 bits (" << base.describe() << ")";
+  os << "\n";
   os << "precision    " << s.precision << ": weights " << name_of(s.storage) << ", matmul inputs "
      << name_of(s.storage) << " (f32 accumulate), gradients " << name_of(s.storage) << " per micro-batch";
   if (s.master != s.storage) os << " and " << name_of(s.master) << " per step, master " << name_of(s.master);

@@ -22,6 +22,7 @@
 #include "ft/io/model_weights.hpp"
 #include "ft/recipe/recipe.hpp"
 #include "ft/train/flops.hpp"
+#include "ft/train/four_bit_base.hpp"
 #include "ft/train/run.hpp"
 
 namespace ft::train {
@@ -118,6 +119,7 @@ void build_model(Run<T, M, D>& run) {
   run.model = std::make_unique<models::Transformer<T, D>>(std::move(spec), run.policies.trains_base_weights,
                                                           models::unallocated);
   run.parallel->place(*run.model, run.policies.optimizer);
+  if (const auto quantize = four_bit_base(r).quantize) run.model->quantize_on_load(*quantize);
   run.model->load(io::ModelWeights::open(r.model.path));
   run.model->set_memory_options({checkpoint_every(r.train.gradient_checkpointing), r.train.activation_offloading});
   auto trainables = run.adapter->attach(*run.model, run.text);

@@ -1,0 +1,235 @@
+// QLoRA from the outside: ftrun convert writes 4-bit models as transformers
+// + bitsandbytes save them and turns them back into whole ones; ftrun train
+// trains LoRA over a 4-bit base, quantized as it loads or read 4-bit, with
+// the same result; what cannot work is refused in one line.
+#include <doctest/doctest.h>
+
+#include <sys/wait.h>
+
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "support/compare.hpp"
+#include "support/files.hpp"
+#include "support/tensors.hpp"
+#include <ft/io/bnb_4bit.hpp>
+#include <ft/io/model_weights.hpp>
+#include <ft/io/safetensors.hpp>
+#include <ft/models/load.hpp>
+
+namespace test_qlora_runs {
+
+namespace fs = std::filesystem;
+using namespace ft;
+
+const fs::path fixtures = fs::path(FT_SOURCE_DIR) / "tests/fixtures";
+
+bool one_line(const std::string& s) { return !s.empty() && s.find('\n') == s.size() - 1; }
+
+struct Run {
+  int code;
+  std::string out, err;
+};
+
+Run ftrun(const fs::path& dir, const std::string& args) {
+  fs::create_directories(dir);
+  const std::string cmd = "OMP_NUM_THREADS=1 " FTRUN_PATH " " + args + " >" + (dir / "stdout").string() + " 2>" +
+                          (dir / "stderr").string();
+  const int status = std::system(cmd.c_str());
+  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, ft::testing::read_bytes(dir / "stdout"),
+          ft::testing::read_bytes(dir / "stderr")};
+}
+
+std::vector<double> losses(const fs::path& run) {
+  std::vector<double> out;
+  std::ifstream in(run / "metrics.jsonl");
+  for (std::string line; std::getline(in, line);)
+    if (auto j = nlohmann::json::parse(line); j["split"] == "train") out.push_back(j["loss"].get<double>());
+  return out;
+}
+
+fs::path qlora_recipe(const fs::path& dir, const fs::path& model, const std::string& model_extra,
+                      const std::string& strategy = "adapter = \"lora\"") {
+  const fs::path path = dir / "recipe.toml";
+  fs::create_directories(dir);
+  std::ofstream(path) << "output_dir = \"" << (dir / "run").string() << "\"\nseed = 7\n[model]\npath = \""
+                      << model.string() << "\"\n" << model_extra << "\n[data]\ntrain = \""
+                      << (fixtures / "train/jargon_small.jsonl").string()
+                      << "\"\nmax_seq_length = 128\npacking = true\n[strategy]\n" << strategy
+                      << "\n[lora]\nr = 8\nalpha = 16\ntarget_modules = [\"all-linear\"]\n"
+                      << "[train]\nper_device_train_batch_size = 2\nlearning_rate = 3e-3\nlr_scheduler_type = "
+                         "\"constant\"\nmax_steps = 24\nlogging_steps = 1\n";
+  return path;
+}
+
+TEST_CASE("qlora runs: ftrun convert --quantize writes what transformers + bitsandbytes save, byte for byte") {
+  ft::testing::TempDir tmp("ft_qlora_convert");
+  struct Case {
+    const char* fixture;
+    std::string flags;
+  };
+  for (const Case& c : {Case{"llama_nf4_double", "--quantize nf4 --double-quant"}, Case{"llama_fp4", "--quantize fp4"}}) {
+    CAPTURE(c.fixture);
+    const fs::path out = tmp.path / c.fixture;
+    const Run r = ftrun(tmp.path, "convert " + (fixtures / "parity/llama_gqa").string() + " " + out.string() + " " + c.flags);
+    INFO(r.err);
+    REQUIRE(r.code == 0);
+    const fs::path want_dir = fixtures / "quant" / c.fixture / "model";
+    auto got = io::SafetensorsFile::open(out / "model.safetensors");
+    auto want = io::SafetensorsFile::open(want_dir / "model.safetensors");
+    REQUIRE(got.tensors().size() == want.tensors().size());
+    for (const io::TensorView& t : want.tensors()) {
+      CAPTURE(t.name);
+      const io::TensorView* g = got.find(t.name);
+      REQUIRE(g != nullptr);
+      CHECK(g->dtype == t.dtype);
+      CHECK(g->shape == t.shape);
+      CHECK((g->bytes.size() == t.bytes.size() && std::memcmp(g->bytes.data(), t.bytes.data(), t.bytes.size()) == 0));
+    }
+    const auto config = io::read_json_file(out / "config.json");
+    const auto want_config = io::read_json_file(want_dir / "config.json");
+    CHECK(config["quantization_config"] == want_config["quantization_config"]);
+    // A 4-bit model is refused a second quantization, and whole-precision one --dequantize.
+    const Run again = ftrun(tmp.path, "convert " + out.string() + " " + (tmp.path / "again").string() + " --quantize nf4");
+    CHECK(again.code == 2);
+    CHECK(again.err.find("is 4-bit already; --quantize takes a whole-precision model (--dequantize first)") != std::string::npos);
+  }
+  const Run bad = ftrun(tmp.path, "convert " + (fixtures / "parity/llama_gqa").string() + " " +
+                                      (tmp.path / "bad").string() + " --quantize nf4 --quant-block-size 48");
+  CHECK(bad.code == 2);
+  CHECK(bad.err == "ftrun convert: --quant-block-size 48 is not one bitsandbytes allows (32, 64, 128, 256, 512, 1024, "
+                   "2048, 4096)\n");
+}
+
+TEST_CASE("qlora runs: a 4-bit model dequantized, and a QLoRA adapter merged into it, compute what PEFT's QLoRA did") {
+  ft::testing::TempDir tmp("ft_qlora_merge");
+  const fs::path fixture = fixtures / "quant/llama_nf4_double";
+  const fs::path merged = tmp.path / "merged", whole = tmp.path / "whole";
+  Run r = ftrun(tmp.path, "convert " + (fixture / "model").string() + " " + merged.string() + " --merge-lora " +
+                              (fixture / "adapter").string());
+  INFO(r.err);
+  REQUIRE(r.code == 0);
+  CHECK(r.out.find("dequantizing the 4-bit weights of") != std::string::npos);
+  CHECK_FALSE(io::read_json_file(merged / "config.json").contains("quantization_config"));
+  // The merged whole-precision model's logits are PEFT's over the 4-bit base with the adapter unmerged.
+  auto expected = io::SafetensorsFile::open(fixture / "expected.safetensors");
+  auto batch_file = io::SafetensorsFile::open(fixtures / "parity/llama_gqa/expected.safetensors");
+  auto ids = ft::testing::read_tensor<std::int64_t>(batch_file, "input_ids");
+  auto labels = ft::testing::read_tensor<std::int64_t>(batch_file, "labels");
+  const auto shape = batch_file.at("input_ids").shape;
+  const models::Batch batch = models::causal_lm_batch(shape[0], shape[1], std::vector<std::int32_t>(ids.begin(), ids.end()),
+                                                      std::vector<std::int32_t>(labels.begin(), labels.end()));
+  auto model = models::load_pretrained<float>(merged, false);
+  std::vector<float> logits(std::size_t(batch.rows() * model->config().vocab_size));
+  model->forward_backward(batch, {.token_count = double(batch.scored_tokens()), .backward = false}, logits.data());
+  CHECK(ft::testing::relative_error(logits, ft::testing::read_tensor<float>(expected, "logits")) <= 1e-5);
+
+  // --dequantize alone: bitsandbytes' dequantized weights, in their own dtype.
+  r = ftrun(tmp.path, "convert " + (fixture / "model").string() + " " + whole.string() + " --dequantize");
+  REQUIRE(r.code == 0);
+  const io::ModelWeights four_bit = io::ModelWeights::open(fixture / "model");
+  auto out = io::SafetensorsFile::open(whole / "model.safetensors");
+  const std::string name = "model.layers.1.mlp.down_proj.weight";
+  const quant::FourBitWeight w = io::read_bnb_4bit(four_bit, name);
+  std::vector<float> want(std::size_t(w.numel()));
+  w.dequantize(want);
+  CHECK(out.at(name).dtype == "F32");
+  CHECK(out.at(name).shape == w.shape);
+  CHECK(ft::testing::read_tensor<float>(out, name) == want);
+  CHECK(out.tensors().size() == 21);  // the 4-bit state folded into the weights
+  r = ftrun(tmp.path, "convert " + whole.string() + " " + (tmp.path / "again").string() + " --dequantize");
+  CHECK(r.code == 2);
+  CHECK(r.err.find("is not a 4-bit model; --dequantize has nothing to do") != std::string::npos);
+}
+
+TEST_CASE("qlora runs: LoRA over a base quantized as it loads trains as over the same base read 4-bit") {
+  ft::testing::TempDir tmp("ft_qlora_train");
+  const fs::path base = fixtures / "train/tiny_llama";
+  const Run on_load = ftrun(tmp.path / "a", "train " + qlora_recipe(tmp.path / "a", base,
+                                                                    "quantize = \"nf4\"\nbnb_4bit_use_double_quant = true")
+                                                           .string());
+  INFO(on_load.err);
+  REQUIRE(on_load.code == 0);
+  const std::vector<double> a = losses(tmp.path / "a/run");
+  REQUIRE(a.size() == 24);
+  CHECK(a[20] + a[21] + a[22] + a[23] < 0.8 * (a[0] + a[1] + a[2] + a[3]));
+  CHECK(fs::exists(tmp.path / "a/run/adapter/adapter_model.safetensors"));
+
+  const fs::path four_bit = tmp.path / "tiny_llama_nf4";
+  REQUIRE(ftrun(tmp.path, "convert " + base.string() + " " + four_bit.string() + " --quantize nf4 --double-quant").code == 0);
+  const Run read = ftrun(tmp.path / "b", "train " + qlora_recipe(tmp.path / "b", four_bit, "").string());
+  INFO(read.err);
+  REQUIRE(read.code == 0);
+  CHECK(losses(tmp.path / "b/run") == a);
+  CHECK(ft::testing::read_bytes(tmp.path / "a/run/adapter/adapter_model.safetensors") ==
+        ft::testing::read_bytes(tmp.path / "b/run/adapter/adapter_model.safetensors"));
+  // Four bits move the first loss a little from the whole-precision base's.
+  const Run whole = ftrun(tmp.path / "c", "train " + qlora_recipe(tmp.path / "c", base, "").string());
+  REQUIRE(whole.code == 0);
+  const std::vector<double> c = losses(tmp.path / "c/run");
+  CHECK(c[0] != a[0]);
+  CHECK(std::abs(c[0] - a[0]) < 1e-3 * c[0]);
+
+  // The estimate counts the packed weights to the byte.
+  const Run estimate = ftrun(tmp.path / "b", "estimate " + (tmp.path / "b/recipe.toml").string() + " --json");
+  REQUIRE(estimate.code == 0);
+  std::uint64_t packed = 0;
+  const io::ModelWeights files = io::ModelWeights::open(four_bit);
+  for (const std::string& name : files.names())
+    if (io::bnb_4bit_type(files, name)) packed += io::read_bnb_4bit(files, name).bytes();
+  const nlohmann::json planned = nlohmann::json::parse(estimate.out);
+  CHECK(planned.at("heap_weights").at("bytes").get<std::uint64_t>() == packed);
+
+  // The plan says what the base is; ftrun generate answers over it with the adapter.
+  const Run plan = ftrun(tmp.path / "b", "train " + (tmp.path / "b/recipe.toml").string() + " --dry-run");
+  CHECK(plan.out.find("linear weights in 4 bits (nf4 with double quantization, as the files hold it)") != std::string::npos);
+  const Run answer = ftrun(tmp.path / "b", "generate " + (tmp.path / "b/run").string() +
+                                              " --raw -p \"the model\" --max-tokens 6 --json");
+  INFO(answer.err);
+  CHECK(answer.code == 0);
+  CHECK(answer.out.find("\"token_ids\"") != std::string::npos);
+}
+
+TEST_CASE("qlora runs: what a 4-bit base cannot do is refused in one line, exit 2") {
+  ft::testing::TempDir tmp("ft_qlora_refuse");
+  const fs::path base = fixtures / "train/tiny_llama";
+  auto refused = [&](const std::string& model_extra, const std::string& strategy) {
+    const Run r = ftrun(tmp.path, "train " + qlora_recipe(tmp.path, base, model_extra, strategy).string() + " --dry-run");
+    CHECK(r.code == 2);
+    CHECK(one_line(r.err));
+    return r.err;
+  };
+  CHECK(refused("quantize = \"nf4\"", "adapter = \"full\"")
+            .find("a 4-bit base (nf4, blocks of 64, quantized as it loads) is frozen, but strategy.adapter = \"full\" "
+                  "trains the base weights") != std::string::npos);
+  CHECK(refused("quantize = \"fp4\"", "adapter = \"lora\"\nparallelism = \"zero3\"").find("is not sharded by parallelism zero3 yet") !=
+        std::string::npos);
+  CHECK(refused("quantize = \"nf4\"\nbnb_4bit_compute_dtype = \"bfloat16\"", "")
+            .find("model.bnb_4bit_compute_dtype = \"bfloat16\", but strategy.precision = \"fp32\" runs products in "
+                  "float32") != std::string::npos);
+  CHECK(refused("quantize = \"nf4\"\nload_in_4bit = true\nbnb_4bit_quant_type = \"fp4\"", "")
+            .find("ask for different 4-bit types") != std::string::npos);
+  CHECK(refused("quant_block_size = 128", "").find("shape a 4-bit base, but the recipe asks for none") != std::string::npos);
+  CHECK(refused("quant_block_size = 100", "").find("100 is not a block size bitsandbytes allows") != std::string::npos);
+
+  // Quantizations ft does not read, named.
+  const fs::path gptq = tmp.path / "gptq";
+  fs::create_directories(gptq);
+  nlohmann::json config = io::read_json_file(base / "config.json");
+  config["quantization_config"] = {{"quant_method", "awq"}, {"bits", 4}};
+  std::ofstream(gptq / "config.json") << config.dump();
+  CHECK(ft::testing::error_of([&] { (void)models::read_model(gptq); })
+            .find("quantization_config.quant_method \"awq\" is not supported") != std::string::npos);
+  config["quantization_config"] = {{"quant_method", "bitsandbytes"}, {"load_in_8bit", true}};
+  std::ofstream(gptq / "config.json") << config.dump();
+  CHECK(ft::testing::error_of([&] { (void)models::read_model(gptq); }).find("8-bit weights (load_in_8bit)") !=
+        std::string::npos);
+}
+
+}  // namespace test_qlora_runs
