@@ -15,6 +15,7 @@
 #include <ft/device/cpu/gemm.hpp>
 #include <ft/stock.hpp>
 #include <ft/train/flops.hpp>
+#include <ft/train/four_bit_base.hpp>
 
 #include "model_reading.hpp"
 
@@ -59,6 +60,9 @@ std::vector<Change> changes(const ft::recipe::Recipe& r) {
   if (r.strategy.adapter == ft::adapters::Full::name)
     add("strategy.adapter = " + quoted(ft::adapters::LoRA::name),
         [](ft::recipe::Recipe& x) { x.strategy.adapter = ft::adapters::LoRA::name; });
+  // An adapter's frozen base can be 4-bit (QLoRA), where ZeRO-3 does not shard it.
+  else if (!ft::train::four_bit_base(r).any() && r.strategy.parallelism != ft::parallel::ZeRO<3>::name)
+    add("model.quantize = \"nf4\" (a 4-bit base, as QLoRA)", [](ft::recipe::Recipe& x) { x.model.quantize = "nf4"; });
   return out;
 }
 
@@ -149,7 +153,7 @@ std::string check_memory_fits(const ft::recipe::Loaded<ft::recipe::Recipe>& load
     } catch (const ft::Error&) {
     }
   }
-  if (fits.empty()) why << " No single change of micro-batch, checkpointing, ZeRO stage, optimizer or adapter fits; "
+  if (fits.empty()) why << " No single change of micro-batch, checkpointing, ZeRO stage, optimizer, adapter or 4-bit base fits; "
                            "see ftrun estimate for the terms";
   else why << " Changes that fit: " << fits;
   why << " (launch.memory_check = false runs it anyway)";

@@ -423,6 +423,18 @@ TEST_CASE("a run whose estimate exceeds launch.memory_limit is refused before it
   CHECK(fits.code == 4);
   CHECK(fits.err.find("Changes that fit: ") != std::string::npos);
   CHECK(fits.err.find("strategy.adapter = \"lora\"") != std::string::npos);
+  // LoRA on a model whose layers are most of it: with room for a 4-bit base only, that is what is named.
+  static const std::string deep = tiny_llama_with("deep-llama", {{"num_hidden_layers", 8}, {"intermediate_size", 2048}});
+  const std::string lora_deep = " --set strategy.adapter=lora --set " + deep;
+  const Result whole = ftrun("estimate " + file + lora_deep + " --json", "refused_whole");
+  const Result four_bit = ftrun("estimate " + file + lora_deep + " --json --set model.quantize=nf4", "refused_four_bit");
+  const double whole_peak = nlohmann::json::parse(whole.out).at("peak_bytes").get<double>();
+  const double four_bit_peak = nlohmann::json::parse(four_bit.out).at("peak_bytes").get<double>();
+  REQUIRE(four_bit_peak < 0.8 * whole_peak);  // the layers' weights (a quarter of the peak here) go to the heap
+  const std::string room = std::to_string(std::int64_t((whole_peak + four_bit_peak) / 2));
+  const Result qlora = ftrun("train " + file + lora_deep + " --set launch.memory_limit=" + room, "refused_qlora");
+  CHECK(qlora.code == 4);
+  CHECK(qlora.err.find("model.quantize = \"nf4\" (a 4-bit base, as QLoRA)") != std::string::npos);
 }
 
 TEST_CASE("an allocation that fails mid-run ends it with the out-of-memory code, the phase and the bytes") {
