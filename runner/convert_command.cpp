@@ -34,6 +34,7 @@
 #include <ft/text/sentencepiece.hpp>
 #include <ft/data/token_additions.hpp>
 #include <ft/io/bnb_4bit.hpp>
+#include <ft/io/gptq.hpp>
 #include <ft/io/gguf_to_hf.hpp>
 #include <ft/io/hf_config.hpp>
 #include <ft/io/model_files.hpp>
@@ -97,8 +98,11 @@ Staged stage_model(const fs::path& src, const ConvertOptions& options) {
   // Routers and stacked experts (PEFT's target_parameters) are named as
   // transformers 5 fuses them, not as the files hold them: merged through
   // the family's model of the files.
-  const bool four_bit = ft::io::bnb_4bit_config(ft::io::read_json_file(src / "config.json"), (src / "config.json").string())
-                            .has_value();
+  const nlohmann::json source_config = ft::io::read_json_file(src / "config.json");
+  if (ft::io::gptq_config(source_config, (src / "config.json").string()))
+    throw ft::Error(src.string() + ": is a GPTQ model; ftrun train, generate, serve and eval read it as it is, and "
+                                   "ftrun convert does not rewrite it");
+  const bool four_bit = ft::io::bnb_4bit_config(source_config, (src / "config.json").string()).has_value();
   if (four_bit && !options.quantize.empty())
     throw ft::Error(src.string() + ": is 4-bit already; --quantize takes a whole-precision model (--dequantize first)");
   if (!four_bit && options.dequantize) throw ft::Error(src.string() + ": is not a 4-bit model; --dequantize has nothing to do");

@@ -196,6 +196,40 @@ TEST_CASE("qlora runs: LoRA over a base quantized as it loads trains as over the
   CHECK(answer.out.find("\"token_ids\"") != std::string::npos);
 }
 
+TEST_CASE("gptq runs: LoRA over a GPTQ base trains as over its dequantized weights, and generate answers over it") {
+  ft::testing::TempDir tmp("ft_gptq_train");
+  const fs::path gptq = fixtures / "gptq/tiny_llama_4bit_desc_act";
+  // The dequantized weights beside the tokenizer, as a model directory of their own.
+  const fs::path whole = tmp.path / "whole";
+  fs::create_directories(whole);
+  for (const char* f : {"dequantized/config.json", "dequantized/model.safetensors", "tokenizer.json", "tokenizer_config.json"})
+    fs::copy_file(gptq / f, whole / fs::path(f).filename());
+  const Run packed = ftrun(tmp.path / "a", "train " + qlora_recipe(tmp.path / "a", gptq, "").string());
+  INFO(packed.err);
+  REQUIRE(packed.code == 0);
+  const Run dequantized = ftrun(tmp.path / "b", "train " + qlora_recipe(tmp.path / "b", whole, "").string());
+  REQUIRE(dequantized.code == 0);
+  const std::vector<double> a = losses(tmp.path / "a/run");
+  REQUIRE(a.size() == 24);
+  CHECK(a == losses(tmp.path / "b/run"));
+  CHECK(a[20] + a[21] + a[22] + a[23] < a[0] + a[1] + a[2] + a[3]);
+  const Run plan = ftrun(tmp.path / "a", "train " + (tmp.path / "a/recipe.toml").string() + " --dry-run");
+  CHECK(plan.out.find("linear weights quantized by GPTQ (4-bit codes in groups of 16, as the files hold it)") !=
+        std::string::npos);
+  const Run answer = ftrun(tmp.path / "a", "generate " + (tmp.path / "a/run").string() +
+                                              " --raw -p \"the model\" --max-tokens 6 --json");
+  INFO(answer.err);
+  CHECK(answer.code == 0);
+  CHECK(answer.out.find("\"token_ids\"") != std::string::npos);
+  const Run full = ftrun(tmp.path / "c", "train " + qlora_recipe(tmp.path / "c", gptq, "", "adapter = \"full\"").string() +
+                                            " --dry-run");
+  CHECK(full.code == 2);
+  CHECK(full.err.find("a GPTQ base (4-bit codes in groups of 16, as the files hold it) is frozen") != std::string::npos);
+  const Run convert = ftrun(tmp.path, "convert " + gptq.string() + " " + (tmp.path / "out").string());
+  CHECK(convert.code == 2);
+  CHECK(convert.err.find("is a GPTQ model; ftrun train, generate, serve and eval read it as it is") != std::string::npos);
+}
+
 TEST_CASE("qlora runs: what a 4-bit base cannot do is refused in one line, exit 2") {
   ft::testing::TempDir tmp("ft_qlora_refuse");
   const fs::path base = fixtures / "train/tiny_llama";

@@ -216,9 +216,23 @@ struct FourBitBlocks {
   std::uint64_t packed = 0, kept = 0, largest_block = 0, blocks_whole = 0;
 };
 
+// The bytes a quantized [rows, cols] weight packs into: bitsandbytes' 4-bit
+// blocks, or GPTQ's codes, zero points, fp16 scales and group indices.
+inline std::uint64_t packed_bytes(const train::FourBitBase& base, std::uint64_t rows, std::uint64_t cols) {
+  const std::uint64_t n = rows * cols;
+  if (base.gptq) {
+    const std::uint64_t bits = std::uint64_t(base.gptq->bits), groups =
+        base.gptq->group_size == -1 ? 1 : (cols + std::uint64_t(base.gptq->group_size) - 1) / std::uint64_t(base.gptq->group_size);
+    return n * bits / 8 + groups * rows * bits / 8 + groups * rows * 2 + cols * 4;
+  }
+  const quant::FourBitOptions& o = base.quantize ? *base.quantize : *base.stored;
+  const std::uint64_t blocks = (n + std::uint64_t(o.blocksize) - 1) / std::uint64_t(o.blocksize);
+  return (n + 1) / 2 + (o.double_quant ? blocks + 4 * ((blocks + 255) / 256) + 4 : 4 * blocks);
+}
+
 template <class T, class Round>
 FourBitBlocks four_bit_blocks(const models::ModelSpec& spec, const std::vector<Layout>& stages,
-                              const quant::FourBitOptions& o, const std::function<bool(index_t)>& keeps, Round block) {
+                              const train::FourBitBase& base, const std::function<bool(index_t)>& keeps, Round block) {
   FourBitBlocks out;
   const index_t L = spec.config.num_layers;
   for (index_t l = 0; l < L; ++l) {
@@ -241,8 +255,7 @@ FourBitBlocks four_bit_blocks(const models::ModelSpec& spec, const std::vector<L
       out.kept += block(n * sizeof(T));
       continue;
     }
-    const std::uint64_t blocks = (n + std::uint64_t(o.blocksize) - 1) / std::uint64_t(o.blocksize);
-    out.packed += (n + 1) / 2 + (o.double_quant ? blocks + 4 * ((blocks + 255) / 256) + 4 : 4 * blocks);
+    out.packed += packed_bytes(base, std::uint64_t(rows), std::uint64_t(cols));
   }
   return out;
 }
@@ -518,8 +531,7 @@ MemoryEstimate estimate_memory_as(const recipe::Recipe& recipe, const models::Mo
   const train::FourBitBase four_bit = train::four_bit_base(r);
   detail::FourBitBlocks packed;
   if (four_bit.any() && !trains_base)
-    packed = detail::four_bit_blocks<T>(spec, stages, four_bit.quantize ? *four_bit.quantize : *four_bit.stored,
-                                        keeps, block);
+    packed = detail::four_bit_blocks<T>(spec, stages, four_bit, keeps, block);
 
   // Held from setup to the end.
   // ZeRO-3 keeps this rank's range of every stage (cut as the optimizer
@@ -556,7 +568,7 @@ MemoryEstimate estimate_memory_as(const recipe::Recipe& recipe, const models::Mo
   } else if (four_bit.any() && !trains_base) {
     e.held.push_back({"weights", kept_bytes - packed.blocks_whole + packed.kept,
                       "the embedding and head in " + detail::dtype_name<T>() + ", and the blocks' norms and biases"});
-    e.heap_weights = {"4-bit weights", packed.packed,
+    e.heap_weights = {"quantized weights", packed.packed,
                       "the blocks' linear weights packed (" + four_bit.describe() + "), on the host heap"};
     forward_gathered = backward_gathered = packed.largest_block;
   } else if (place.across_ranks()) {

@@ -220,9 +220,11 @@ inline std::optional<quant::FourBitOptions> bnb_4bit_config(const nlohmann::json
   if (!config.is_object() || !config.contains("quantization_config")) return std::nullopt;
   const nlohmann::json& q = config["quantization_config"];
   const std::string method = q.is_object() ? q.value("quant_method", std::string()) : std::string();
+  if (method == "gptq") return std::nullopt;  // io/gptq.hpp
   if (method != "bitsandbytes")
     throw Error(where + ": quantization_config.quant_method " + detail::quoted(method) +
-                " is not supported; ft reads bitsandbytes' 4-bit models (load_in_4bit) and whole-precision ones");
+                " is not supported; ft reads bitsandbytes' 4-bit models (load_in_4bit), GPTQ models and "
+                "whole-precision ones");
   auto flag = [&](const char* key) { return q.contains(key) && q[key].is_boolean() && q[key].get<bool>(); };
   if (flag("load_in_8bit") || flag("_load_in_8bit"))
     throw Error(where + ": holds bitsandbytes' 8-bit weights (load_in_8bit), which ft does not read; "

@@ -1,6 +1,7 @@
 #pragma once
-// A frozen model's layers kept in 4 bits (QLoRA's base): each quantized HF
-// tensor of a block stays packed (quant/four_bit_weight.hpp) between uses,
+// A frozen model's layers kept quantized (QLoRA's 4-bit base, or a GPTQ
+// model's): each quantized HF tensor of a block stays packed
+// (quant/packed_weight.hpp) between uses,
 // and the stage's values exist only while the stage runs. Before a stage's
 // forward or backward its buffer is made and filled, each quantized tensor
 // dequantized into its rows and every other tensor of the stage (norms,
@@ -9,16 +10,17 @@
 // or two layers' values at a time, as PEFT's QLoRA dequantizes a layer's
 // weight for each product and drops it.
 //
-// Dequantizing is bitsandbytes' (code value times absmax in float32, rounded
-// to the weight's dtype), then converted to the model's element type, as
-// bitsandbytes' matmul casts the weight to the input's dtype.
+// Dequantizing is the format's reference (bitsandbytes': code value times
+// absmax in float32, rounded to the weight's dtype; GPTQ's in fp16), then
+// converted to the model's element type, as their products cast the weight
+// to the input's dtype.
 #include <algorithm>
 #include <memory>
 #include <vector>
 
 #include "ft/models/parameters.hpp"
 #include "ft/models/weight_map.hpp"
-#include "ft/quant/four_bit_weight.hpp"
+#include "ft/quant/packed_weight.hpp"
 
 namespace ft::models {
 
@@ -33,7 +35,7 @@ public:
     index_t rows = 0, cols = 1;
     RowOrder order = RowOrder::same;
     index_t heads = 0;  // for order
-    std::shared_ptr<const quant::FourBitWeight> packed;
+    std::shared_ptr<const quant::PackedWeight> packed;
     Tensor<T, Memory> kept;
   };
 

@@ -12,6 +12,7 @@
 #include <tuple>
 
 #include "ft/io/bnb_4bit.hpp"
+#include "ft/io/gptq.hpp"
 #include "ft/io/hf_config.hpp"
 #include "ft/models/weight_map.hpp"
 #include "ft/stock.hpp"
@@ -31,7 +32,9 @@ ModelReading read_model_of(const std::filesystem::path& dir) {
   if (!std::filesystem::is_directory(dir)) throw Error(dir.string() + ": not a model directory");
   if (!std::filesystem::exists(file)) throw Error(dir.string() + ": no config.json in this model directory");
   const nlohmann::json json = io::read_json_file(file);
-  (void)io::bnb_4bit_config(json, file.string());  // refuses quantizations ft does not read
+  // Refuses quantizations ft does not read.
+  (void)io::bnb_4bit_config(json, file.string());
+  (void)io::gptq_config(json, file.string());
   ConfigReader reader(json, file);
   const std::string architecture = reader.architecture();
   ModelReading out;

@@ -20,7 +20,7 @@
 #include <vector>
 
 #include "ft/comm/communicator.hpp"
-#include "ft/io/bnb_4bit.hpp"
+#include "ft/io/packed_weights.hpp"
 #include "ft/io/model_weights.hpp"
 #include "ft/models/block.hpp"
 #include "ft/models/quantized_weights.hpp"
@@ -226,7 +226,7 @@ public:
     const index_t L = spec_.config.num_layers;
     std::vector<std::vector<const WeightBinding*>> by_stage(std::size_t(L + 2));
     for (const WeightBinding& w : spec_.weights) {
-      if (!io::bnb_4bit_type(weights, w.hf_name)) (void)tensor_of(weights, w);
+      if (!io::stored_packed(weights, w.hf_name)) (void)tensor_of(weights, w);
       by_stage[std::size_t(stage_holding(*find_parameter(w.param).first) + 1)].push_back(&w);
     }
     for (index_t s = -1; s <= L; ++s) {
@@ -234,7 +234,7 @@ public:
       Parameters& p = stage_parameters(s);
       if (p.size() > 0 && !p.values().data()) p.allocate_zeroed_values();
       for (const WeightBinding* w : by_stage[std::size_t(s + 1)]) {
-        if (io::bnb_4bit_type(weights, w->hf_name)) continue;  // pack_stage reads it
+        if (io::stored_packed(weights, w->hf_name)) continue;  // pack_stage reads it
         auto [buffer, entry] = find_parameter(w->param);
         const index_t cols = entry->shape.rank == 2 ? entry->shape[1] : 1;
         // Of a windowed parameter, only the binding's rows inside the window load.
@@ -449,7 +449,7 @@ private:
     const bool quantizes = quantize_ && s >= 0 && s < spec_.config.num_layers;
     auto eligible = [&](const WeightBinding& w) { return quantizes && quantized_in_4bit_base(w, hf_shape(w).size()); };
     const bool any = std::ranges::any_of(bindings, [&](const WeightBinding* w) {
-      return eligible(*w) || io::bnb_4bit_type(weights, w->hf_name).has_value();
+      return eligible(*w) || io::stored_packed(weights, w->hf_name);
     });
     if (!any) return;
     Parameters& p = stage_parameters(s);
@@ -465,11 +465,11 @@ private:
       part.order = w->order;
       part.heads = spec_.config.num_heads;
       const std::size_t count = std::size_t(part.rows * part.cols);
-      if (io::bnb_4bit_type(weights, w->hf_name)) {
-        auto packed = std::make_shared<quant::FourBitWeight>(io::read_bnb_4bit(weights, w->hf_name));
-        if (packed->shape != hf_shape(*w))
-          throw Error(weights.source().string() + ": 4-bit weight \"" + w->hf_name + "\" has shape " +
-                      shape_string(packed->shape) + ", the configuration implies " + shape_string(hf_shape(*w)));
+      if (io::stored_packed(weights, w->hf_name)) {
+        std::shared_ptr<const quant::PackedWeight> packed = io::read_packed(weights, w->hf_name);
+        if (packed->hf_shape() != hf_shape(*w))
+          throw Error(weights.source().string() + ": quantized weight \"" + w->hf_name + "\" has shape " +
+                      shape_string(packed->hf_shape()) + ", the configuration implies " + shape_string(hf_shape(*w)));
         part.packed = std::move(packed);
       } else if (eligible(*w)) {
         std::vector<T> ft_rows(count);

@@ -13,6 +13,7 @@
 
 #include "ft/core/half.hpp"
 #include "ft/quant/blockwise.hpp"
+#include "ft/quant/packed_weight.hpp"
 
 namespace ft::quant {
 
@@ -25,7 +26,7 @@ struct FourBitOptions {
 // The absmax blocks of double quantization: bitsandbytes always uses 256.
 inline constexpr count_t nested_blocksize = 256;
 
-struct FourBitWeight {
+struct FourBitWeight final : PackedWeight {
   struct Nested {
     std::vector<std::uint8_t> codes;  // one a 4-bit block
     std::vector<float> absmax;        // one a block of `blocksize` codes
@@ -47,6 +48,7 @@ struct FourBitWeight {
     return n;
   }
   count_t blocks() const { return block_count(numel(), blocksize); }
+  const std::vector<std::int64_t>& hf_shape() const override { return shape; }
 
   // The float32 absmax of every block.
   std::vector<float> absmax_values() const {
@@ -59,7 +61,7 @@ struct FourBitWeight {
 
   // The weight as bitsandbytes dequantizes it, numel() values: each code's
   // value times its absmax in float32, rounded to the weight's dtype.
-  void dequantize(std::span<float> out) const {
+  void dequantize(std::span<float> out) const override {
     dequantize_4bit(packed, absmax_values(), blocksize, type, out);
     if (dtype == "bfloat16")
       for (float& v : out) v = float(bf16(v));
@@ -68,7 +70,7 @@ struct FourBitWeight {
   }
 
   // What the weight holds in memory.
-  std::size_t bytes() const {
+  std::size_t bytes() const override {
     std::size_t n = packed.size();
     if (nested) return n + nested->codes.size() + nested->absmax.size() * sizeof(float) + sizeof(float);
     return n + absmax.size() * sizeof(float);

@@ -159,7 +159,7 @@ inline void check_recipe(const PolicySet& s, const recipe::Recipe& r) {
     throw Error("train.fuse_optimizer_with_backward steps each block before the global gradient norm is known, "
                 "so it cannot clip; set train.max_grad_norm = 0");
   if (const FourBitBase base = four_bit_base(r); base.any()) {
-    const std::string what = "a 4-bit base (" + base.describe() + ")";
+    const std::string what = base.named();
     if (s.trains_base_weights)
       throw Error(what + " is frozen, but strategy.adapter = \"" + std::string(s.adapter) +
                   "\" trains the base weights; train an adapter over it (lora, prompt_tuning), as QLoRA does");
@@ -187,7 +187,8 @@ inline std::string describe_plan(const PolicySet& s, const recipe::Recipe& r) {
   os << "trainer      " << trainer_type_name(s, s.parallelism_type, !s.on_host) << "\n";
   if (!s.on_host) os << "device       " << s.device << ": weights, activations, gradients and optimizer state in its memory\n";
   os << "model        " << s.model << " from " << r.model.path;
-  if (const FourBitBase base = four_bit_base(r); base.any()) os << ", linear weights in 4 bits (" << base.describe() << ")";
+  if (const FourBitBase base = four_bit_base(r); base.any())
+    os << ", linear weights " << (base.gptq ? "quantized by GPTQ (" : "in 4 bits (") << base.describe() << ")";
   os << "\n";
   os << "precision    " << s.precision << ": weights " << name_of(s.storage) << ", matmul inputs "
      << name_of(s.storage) << " (f32 accumulate), gradients " << name_of(s.storage) << " per micro-batch";
