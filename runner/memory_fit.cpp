@@ -60,8 +60,8 @@ std::vector<Change> changes(const ft::recipe::Recipe& r) {
   if (r.strategy.adapter == ft::adapters::Full::name)
     add("strategy.adapter = " + quoted(ft::adapters::LoRA::name),
         [](ft::recipe::Recipe& x) { x.strategy.adapter = ft::adapters::LoRA::name; });
-  // An adapter's frozen base can be 4-bit (QLoRA), where ZeRO-3 does not shard it.
-  else if (!ft::train::four_bit_base(r).any() && r.strategy.parallelism != ft::parallel::ZeRO<3>::name)
+  // An adapter's frozen base can be 4-bit (QLoRA).
+  else if (!ft::train::four_bit_base(r).any())
     add("model.quantize = \"nf4\" (a 4-bit base, as QLoRA)", [](ft::recipe::Recipe& x) { x.model.quantize = "nf4"; });
   return out;
 }

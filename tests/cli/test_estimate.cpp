@@ -240,6 +240,10 @@ void check_ranks(int ranks) {
                                 "train.per_device_train_batch_size=1"});
   check_within_5_percent({"launch.nproc=" + std::to_string(ranks), "strategy.parallelism=zero3", neox,
                           "strategy.adapter=full", "train.per_device_train_batch_size=1"});
+  // ZeRO-3 over a 4-bit base: each rank's range of every block packed, gathered whole while it runs.
+  check_within_5_percent({"launch.nproc=" + std::to_string(ranks), "strategy.parallelism=zero3", "strategy.adapter=lora",
+                          "model.quantize=nf4", "model.bnb_4bit_use_double_quant=true",
+                          "lora.target_modules=[\"all-linear\"]", "train.per_device_train_batch_size=1"});
   // Per-tensor optimizer state cuts shards at tensor boundaries.
   for (const char* optimizer : {"adafactor", "adamw8bit"})
     check_within_5_percent({"launch.nproc=" + std::to_string(ranks), "strategy.parallelism=zero2",

@@ -242,8 +242,6 @@ TEST_CASE("qlora runs: what a 4-bit base cannot do is refused in one line, exit 
   CHECK(refused("quantize = \"nf4\"", "adapter = \"full\"")
             .find("a 4-bit base (nf4, blocks of 64, quantized as it loads) is frozen, but strategy.adapter = \"full\" "
                   "trains the base weights") != std::string::npos);
-  CHECK(refused("quantize = \"fp4\"", "adapter = \"lora\"\nparallelism = \"zero3\"").find("is not sharded by parallelism zero3 yet") !=
-        std::string::npos);
   CHECK(refused("quantize = \"nf4\"\nbnb_4bit_compute_dtype = \"bfloat16\"", "")
             .find("model.bnb_4bit_compute_dtype = \"bfloat16\", but strategy.precision = \"fp32\" runs products in "
                   "float32") != std::string::npos);

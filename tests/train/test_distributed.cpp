@@ -153,9 +153,9 @@ Run expect_same_training(const fs::path& single, const fs::path& dp,
 // Resumes `resumed` from `checkpoint`, step 10 of `reference`'s 20: its ten
 // steps' losses and its final weights are the reference's within 1e-5.
 void expect_resumed_as(const fs::path& reference, const fs::path& resumed, const fs::path& checkpoint,
-                       const std::string& weights = "model/model.safetensors") {
+                       const std::string& weights = "model/model.safetensors", const std::string& sets = "") {
   std::ofstream(resumed, std::ios::app) << "[checkpoint]\nresume = \"" << checkpoint.string() << "\"\n";
-  const Run run = train(resumed);
+  const Run run = train(resumed, sets);
   INFO(run.err);
   REQUIRE(run.code == 0);
   CHECK(run.out.find("resuming after step 10") != std::string::npos);
@@ -190,16 +190,26 @@ TEST_CASE("ddp, zero1, zero2 and zero3 on 2 ranks train what one process trains 
   }
 }
 
-TEST_CASE("LoRA over a 4-bit base: ddp and zero2 on 2 ranks, and a 2-rank pipeline, train what one process trains") {
+TEST_CASE("LoRA over a 4-bit base: ddp, zero2 and zero3 on 2 ranks, zero3 on 4, and a 2-rank pipeline, train what "
+          "one process trains") {
   const std::string four_bit = "--set model.quantize=nf4 --set model.bnb_4bit_use_double_quant=true";
   const std::string adapter = "adapter/adapter_model.safetensors", lora = "adapter = \"lora\"\n";
   const fs::path single = recipe("qlora_single", lora, 4);
   REQUIRE(train(single, four_bit).code == 0);
-  for (const std::string parallelism : {"ddp", "zero2"}) {
+  for (const std::string parallelism : {"ddp", "zero2", "zero3"}) {
     CAPTURE(parallelism);
     const fs::path dp = recipe("qlora_" + parallelism, lora + "parallelism = \"" + parallelism + "\"\n", 2, 2);
+    if (parallelism == "zero3") std::ofstream(dp, std::ios::app) << "[checkpoint]\nsave_steps = 10\n";
     expect_same_training(single, dp, adapter, 1e-5, four_bit);
   }
+  // ZeRO-3 keeps a quarter of the packed blocks on each rank, and resumes as the other adapters do.
+  const std::string zero3 = lora + "parallelism = \"zero3\"\n";
+  const fs::path four = recipe("qlora_zero3_four", zero3, 1, 4);
+  expect_same_training(single, four, adapter, 1e-5, four_bit);
+  const fs::path two = scratch / "qlora_zero3" / "recipe.toml";
+  expect_resumed_as(two, recipe("qlora_zero3_resumed", zero3, 2, 2), two.parent_path() / "run" / "checkpoint-10",
+                    adapter, four_bit);
+
   const std::string accumulate = "gradient_accumulation_steps = 4\n";
   const fs::path one = recipe("qlora_pipe_single", lora, 2, 1, accumulate, "tiny_neox");
   REQUIRE(train(one, four_bit).code == 0);

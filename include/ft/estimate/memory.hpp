@@ -211,9 +211,13 @@ inline std::uint64_t largest_file_tensor(const std::string& dir, const models::M
 
 // A 4-bit base's blocks (models/quantized_weights.hpp): the packed weights
 // (on the host heap), the blocks' other tensors kept whole, and the largest
-// block's values, which exist while that block runs.
+// block's values, which exist while that block runs. Under ZeRO-3 a rank
+// keeps the tensors of its range of each block (cut between the block's HF
+// tensors, parallel/stage_shards.hpp), and dequantizes that range into a
+// buffer of its own while the block is gathered (`ranges`, per block).
 struct FourBitBlocks {
   std::uint64_t packed = 0, kept = 0, largest_block = 0, blocks_whole = 0;
+  std::vector<std::uint64_t> ranges;
 };
 
 // The bytes a quantized [rows, cols] weight packs into: bitsandbytes' 4-bit
@@ -232,15 +236,23 @@ inline std::uint64_t packed_bytes(const train::FourBitBase& base, std::uint64_t 
 
 template <class T, class Round>
 FourBitBlocks four_bit_blocks(const models::ModelSpec& spec, const std::vector<Layout>& stages,
-                              const train::FourBitBase& base, const std::function<bool(index_t)>& keeps, Round block) {
+                              const train::FourBitBase& base, const std::function<bool(index_t)>& keeps, Round block,
+                              int world = 1, int part = 0) {
   FourBitBlocks out;
   const index_t L = spec.config.num_layers;
+  out.ranges.assign(std::size_t(L), 0);
   for (index_t l = 0; l < L; ++l) {
     if (!keeps(l)) continue;
     const std::uint64_t values = block(std::uint64_t(stages[std::size_t(l + 1)].size()) * sizeof(T));
     out.largest_block = std::max(out.largest_block, values);
     out.blocks_whole += values;
   }
+  // Each block's HF tensors: their place in its buffer, and what keeping them costs.
+  struct HfTensor {
+    models::ParameterEntry extent;
+    std::uint64_t packed = 0, kept = 0;
+  };
+  std::vector<std::vector<HfTensor>> tensors(static_cast<std::size_t>(L));
   for (const models::WeightBinding& w : spec.weights) {
     if (!w.param.starts_with("layers.")) continue;
     const std::size_t dot = w.param.find('.', 7);
@@ -250,12 +262,25 @@ FourBitBlocks four_bit_blocks(const models::ModelSpec& spec, const std::vector<L
     if (!entry) continue;
     const index_t cols = entry->shape.rank == 2 ? entry->shape[1] : 1;
     const index_t rows = models::binding_rows(spec, w, entry->rows());
-    const std::uint64_t n = std::uint64_t(rows * cols);
-    if (!models::quantized_in_4bit_base(w, models::file_shape(w, rows, entry->shape.rank == 2 ? cols : 0).size())) {
-      out.kept += block(n * sizeof(T));
-      continue;
+    HfTensor t{{w.hf_name, Shape{rows * cols}, entry->offset + w.row_offset * cols}};
+    if (models::quantized_in_4bit_base(w, models::file_shape(w, rows, entry->shape.rank == 2 ? cols : 0).size()))
+      t.packed = packed_bytes(base, std::uint64_t(rows), std::uint64_t(cols));
+    else
+      t.kept = block(std::uint64_t(rows * cols) * sizeof(T));
+    tensors[std::size_t(l)].push_back(std::move(t));
+  }
+  for (index_t l = 0; l < L; ++l) {
+    std::vector<models::ParameterEntry> extents;
+    for (const HfTensor& t : tensors[std::size_t(l)]) extents.push_back(t.extent);
+    const index_t size = stages[std::size_t(l + 1)].size();
+    const parallel::ShardLayout cut(extents, size, world, false);
+    const index_t begin = world > 1 ? cut.begin(part) : 0, end = world > 1 ? cut.end(part) : size;
+    for (const HfTensor& t : tensors[std::size_t(l)]) {
+      if (t.extent.offset < begin || t.extent.offset >= end) continue;
+      out.packed += t.packed;
+      out.kept += t.kept;
     }
-    out.packed += packed_bytes(base, std::uint64_t(rows), std::uint64_t(cols));
+    if (world > 1 && !extents.empty()) out.ranges[std::size_t(l)] = block(std::uint64_t(end - begin) * sizeof(T));
   }
   return out;
 }
@@ -529,9 +554,11 @@ MemoryEstimate estimate_memory_as(const recipe::Recipe& recipe, const models::Mo
 
   // A 4-bit base keeps its blocks packed, and a block's values only while it runs.
   const train::FourBitBase four_bit = train::four_bit_base(r);
+  const bool packs = four_bit.any() && !trains_base;
   detail::FourBitBlocks packed;
-  if (four_bit.any() && !trains_base)
-    packed = detail::four_bit_blocks<T>(spec, stages, four_bit, keeps, block);
+  if (packs)
+    packed = shards_params ? detail::four_bit_blocks<T>(spec, stages, four_bit, keeps, block, ranks, rank)
+                           : detail::four_bit_blocks<T>(spec, stages, four_bit, keeps, block);
 
   // Held from setup to the end.
   // ZeRO-3 keeps this rank's range of every stage (cut as the optimizer
@@ -540,13 +567,21 @@ MemoryEstimate estimate_memory_as(const recipe::Recipe& recipe, const models::Mo
   std::uint64_t forward_gathered = 0, backward_gathered = 0, head_gathered = 0, head_values = 0;
   std::uint64_t shards_bytes = 0;
   if (shards_params) {
-    for (const auto& stage : stages)
-      shards_bytes += block(
-          std::uint64_t(parallel::ShardLayout(stage.entries(), stage.size(), ranks, trains_base ? by_element : true)
-                            .size(rank)) *
-          sizeof(T));
-    e.held.push_back({"weights (this rank's shard)", shards_bytes,
-                      "ZeRO-3: 1/" + std::to_string(ranks) + " of the weights in " + detail::dtype_name<T>()});
+    // A 4-bit base's blocks keep their range packed (FourBitBlocks).
+    auto packed_block = [&](index_t s) { return packs && s >= 0 && s < L; };
+    for (std::size_t i = 0; i < stages.size(); ++i)
+      if (!packed_block(stage(i)))
+        shards_bytes += block(std::uint64_t(parallel::ShardLayout(stages[i].entries(), stages[i].size(), ranks,
+                                                                  trains_base ? by_element : true)
+                                                .size(rank)) *
+                              sizeof(T));
+    e.held.push_back({"weights (this rank's shard)", shards_bytes + packed.kept,
+                      "ZeRO-3: 1/" + std::to_string(ranks) + " of the weights in " + detail::dtype_name<T>() +
+                          (packs ? ", the blocks' norms and biases of this rank's range" : "")});
+    if (packs)
+      e.heap_weights = {"quantized weights", packed.packed,
+                        "this rank's range of the blocks' linear weights packed (" + four_bit.describe() +
+                            "), on the host heap"};
     // Whole stages at each point of a step (gather_hooks in
     // parallel/data_parallel.hpp): a forward holds its stage and the next,
     // prefetched; the head its stage and the table it is tied to, with their
@@ -558,14 +593,16 @@ MemoryEstimate estimate_memory_as(const recipe::Recipe& recipe, const models::Mo
       return s < -1 || s > L ? 0 : block(std::uint64_t(stages[std::size_t(s + 1)].size()) * sizeof(T));
     };
     auto G = [&](index_t s) -> std::uint64_t { return trains_base ? V(s) : 0; };
+    // A packed block being prefetched: this rank's range, dequantized.
+    auto D = [&](index_t s) -> std::uint64_t { return packed_block(s) ? packed.ranges[std::size_t(s)] : 0; };
     const std::uint64_t table_gradient = c.tie_embeddings ? G(-1) : 0;
-    for (index_t s = -1; s < L; ++s) forward_gathered = std::max(forward_gathered, V(s) + V(s + 1));
+    for (index_t s = -1; s < L; ++s) forward_gathered = std::max(forward_gathered, V(s) + V(s + 1) + D(s + 1));
     head_values = V(L) + (c.tie_embeddings ? V(-1) : 0);
     head_gathered = head_values + G(L) + table_gradient;
     for (index_t l = L - 1; l >= 0; --l)
-      backward_gathered = std::max(backward_gathered, V(l) + V(l - 1) + G(l) + G(l + 1) + table_gradient);
+      backward_gathered = std::max(backward_gathered, V(l) + V(l - 1) + D(l - 1) + G(l) + G(l + 1) + table_gradient);
     backward_gathered = std::max(backward_gathered, V(-1) + G(-1) + G(0));
-  } else if (four_bit.any() && !trains_base) {
+  } else if (packs) {
     e.held.push_back({"weights", kept_bytes - packed.blocks_whole + packed.kept,
                       "the embedding and head in " + detail::dtype_name<T>() + ", and the blocks' norms and biases"});
     e.heap_weights = {"quantized weights", packed.packed,

@@ -8,7 +8,9 @@
 // biases) copied from the rows kept at load; after, the buffer is dropped.
 // So the model holds its packed weights, its small tensors whole, and one
 // or two layers' values at a time, as PEFT's QLoRA dequantizes a layer's
-// weight for each product and drops it.
+// weight for each product and drops it. Under ZeRO-3 a rank keeps only the
+// tensors of its range of each stage (keep_partial), and the stage's values
+// come from a gather in which each rank fills its range (fill_range).
 //
 // Dequantizing is the format's reference (bitsandbytes': code value times
 // absmax in float32, rounded to the weight's dtype; GPTQ's in fp16), then
@@ -18,6 +20,7 @@
 #include <memory>
 #include <vector>
 
+#include "ft/core/error.hpp"
 #include "ft/models/parameters.hpp"
 #include "ft/models/weight_map.hpp"
 #include "ft/quant/packed_weight.hpp"
@@ -40,21 +43,37 @@ public:
   };
 
   bool any() const { return !stages_.empty(); }
-  bool holds(index_t s) const { return std::size_t(s + 1) < stages_.size() && !stages_[std::size_t(s + 1)].empty(); }
+  // Whether stage s was packed (this rank may keep none of its parts: ZeRO-3).
+  bool holds(index_t s) const { return std::size_t(s + 1) < stages_.size() && stages_[std::size_t(s + 1)].packed; }
   void add(index_t s, Part part) {
-    if (stages_.size() <= std::size_t(s + 1)) stages_.resize(std::size_t(s + 2));
-    stages_[std::size_t(s + 1)].push_back(std::move(part));
+    StageParts& stage = at(s);
+    stage.packed = true;
+    stage.parts.push_back(std::move(part));
   }
-  const std::vector<Part>& parts(index_t s) const { return stages_[std::size_t(s + 1)]; }
+  const std::vector<Part>& parts(index_t s) const { return stages_[std::size_t(s + 1)].parts; }
+  // Stage s is packed, but this rank keeps only the parts in a range of it
+  // (ZeRO-3: the others' ranges arrive by a gather, StageShards).
+  void keep_partial(index_t s) {
+    at(s).packed = true;
+    at(s).partial = true;
+  }
 
   // Makes stage s's values from its parts (the buffer must have none).
   void fill(ParameterBuffer<T, Memory>& buffer, index_t s) {
+    if (stages_[std::size_t(s + 1)].partial)
+      throw Error("internal: a stage this rank keeps a range of is dequantized whole");
     buffer.allocate_zeroed_values();
+    fill_range(s, 0, buffer.size(), buffer.values().data());
+  }
+  // Dequantizes the parts of stage s that lie in [begin, end) of its buffer
+  // into `into`, which holds that range (zero where no part is).
+  void fill_range(index_t s, index_t begin, index_t end, T* into) {
     for (const Part& p : parts(s)) {
-      T* into = buffer.values().data() + p.offset;
+      if (p.offset < begin || p.offset >= end) continue;
+      T* at = into + (p.offset - begin);
       const std::size_t count = std::size_t(p.rows * p.cols);
       if (!p.packed) {
-        Device::copy(into, p.kept.data(), count * sizeof(T));
+        Device::copy(at, p.kept.data(), count * sizeof(T));
         continue;
       }
       host_.resize(count);
@@ -64,7 +83,7 @@ public:
         const float* from = host_.data() + hf_row(p.order, r, p.rows, p.heads) * p.cols;
         std::transform(from, from + p.cols, staged_.data() + r * p.cols, [](float v) { return T(v); });
       }
-      Device::from_host(into, staged_.data(), count * sizeof(T));
+      Device::from_host(at, staged_.data(), count * sizeof(T));
     }
   }
 
@@ -72,12 +91,21 @@ public:
   std::size_t bytes() const {
     std::size_t n = 0;
     for (const auto& stage : stages_)
-      for (const Part& p : stage) n += p.packed ? p.packed->bytes() : std::size_t(p.kept.numel()) * sizeof(T);
+      for (const Part& p : stage.parts) n += p.packed ? p.packed->bytes() : std::size_t(p.kept.numel()) * sizeof(T);
     return n;
   }
 
 private:
-  std::vector<std::vector<Part>> stages_;  // by stage index + 1
+  struct StageParts {
+    bool packed = false, partial = false;
+    std::vector<Part> parts;
+  };
+  StageParts& at(index_t s) {
+    if (stages_.size() <= std::size_t(s + 1)) stages_.resize(std::size_t(s + 2));
+    return stages_[std::size_t(s + 1)];
+  }
+
+  std::vector<StageParts> stages_;  // by stage index + 1
   std::vector<float> host_;                // one tensor dequantized, HF's row order
   std::vector<T> staged_;                  // the same in T, ft's row order
 };

@@ -60,6 +60,10 @@ inline constexpr Unallocated unallocated{};
 struct StageLoading {
   std::function<bool(index_t stage)> begin;
   std::function<void(index_t stage)> end;
+  // A stage whose weights stay packed (a 4-bit base), given each HF
+  // tensor's place in the stage's buffer: the range of the buffer this rank
+  // keeps (ZeRO-3); the tensors outside it are neither read nor quantized.
+  std::function<std::pair<index_t, index_t>(index_t stage, const std::vector<ParameterEntry>& parts)> packed_range = {};
 };
 
 template <element T, class Device = device::Cpu>
@@ -175,6 +179,7 @@ public:
   // bitsandbytes' 4-bit layout stay packed whether or not this is set.
   void quantize_on_load(const quant::FourBitOptions& options) { quantize_ = options; }
   bool quantized() const { return quantized_.any(); }
+  QuantizedWeights<T, Device>& quantized_weights() { return quantized_; }
   // What the 4-bit weights and the quantized stages' other tensors hold.
   std::size_t quantized_bytes() const { return quantized_.bytes(); }
   // A stage with 4-bit weights has values only between these (no-ops for
@@ -256,8 +261,8 @@ public:
           Device::from_host(into, host.data(), host.size() * sizeof(T));
         }
       }
-      if (loading_.end) loading_.end(s);
       pack_stage(weights, s, by_stage[std::size_t(s + 1)]);
+      if (loading_.end) loading_.end(s);
     }
   }
 
@@ -455,15 +460,28 @@ private:
     Parameters& p = stage_parameters(s);
     if (p.trainable())
       throw Error("a 4-bit base cannot be fine-tuned in full: it trains under an adapter (LoRA, prompt tuning)");
+    std::vector<typename QuantizedWeights<T, Device>::Part> parts;
+    std::vector<ParameterEntry> extents;  // each part's place in the stage's buffer
     for (const WeightBinding* w : bindings) {
       auto [buffer, entry] = find_parameter(w->param);
       if (entry->windowed()) throw Error("a 4-bit base with expert parallelism is not supported");
-      typename QuantizedWeights<T, Device>::Part part;
+      typename QuantizedWeights<T, Device>::Part& part = parts.emplace_back();
       part.cols = entry->shape.rank == 2 ? entry->shape[1] : 1;
       part.rows = binding_rows(spec_, *w, entry->rows());
       part.offset = entry->offset + w->row_offset * part.cols;
       part.order = w->order;
       part.heads = spec_.config.num_heads;
+      extents.push_back({w->hf_name, Shape{part.rows * part.cols}, part.offset});
+    }
+    index_t begin = 0, end = p.size();
+    if (loading_.packed_range) {
+      std::tie(begin, end) = loading_.packed_range(s, extents);
+      quantized_.keep_partial(s);
+    }
+    for (std::size_t i = 0; i < bindings.size(); ++i) {
+      const WeightBinding* w = bindings[i];
+      typename QuantizedWeights<T, Device>::Part& part = parts[i];
+      if (part.offset < begin || part.offset >= end) continue;
       const std::size_t count = std::size_t(part.rows * part.cols);
       if (io::stored_packed(weights, w->hf_name)) {
         std::shared_ptr<const quant::PackedWeight> packed = io::read_packed(weights, w->hf_name);

@@ -366,8 +366,9 @@ private:
   bool is_model_stage(const Buffer& b) const { return b.params == &model_->stage_parameters(b.stage); }
 
   // ZeRO-3: cuts every stage of the model (one that trains as the optimizer
-  // needs, a frozen one anywhere), and a load keeps this rank's range of each
-  // stage as it arrives, so no rank holds more than one whole stage.
+  // needs, a frozen one anywhere, a packed one between its tensors), and a
+  // load keeps this rank's range of each stage as it arrives, so no rank
+  // holds more than one whole stage.
   void place_shards() {
     const int world = shards().size();
     std::vector<ShardLayout> layouts;
@@ -385,6 +386,10 @@ private:
                                    [this](index_t s) {
                                      shards_->keep_from_whole(s);
                                      shards_->release(s);
+                                   },
+                               .packed_range =
+                                   [this](index_t s, const std::vector<models::ParameterEntry>& parts) {
+                                     return shards_->cut_packed(s, parts);
                                    }});
   }
 

@@ -5,6 +5,13 @@
 // forward or backward, and dropped right after; the next stage's gather is
 // started early (prefetch), so it moves while this stage computes. Shards
 // live in the device's memory, as the whole values do.
+//
+// A packed stage (a 4-bit or GPTQ base, models/quantized_weights.hpp) is cut
+// at its HF tensors' boundaries instead, and each rank keeps its range
+// packed: gathering it, each rank dequantizes its own tensors into its
+// range and the ranges are gathered as whole values. The traffic is that of
+// ZeRO-3 over a whole base, while each rank holds 1/world of the packed
+// weights and dequantizes 1/world of each stage (docs/design.md).
 #include <string>
 #include <vector>
 
@@ -20,14 +27,15 @@ class StageShards {
   using Memory = typename Device::Memory;
 
 public:
-  // `layouts[s + 1]` cuts stage s (-1 the embedding, L the head). The shards
-  // start zero; keep_from_whole fills one from loaded whole values.
+  // `layouts[s + 1]` cuts stage s (-1 the embedding, L the head), except a
+  // packed stage, which cut_packed cuts as it loads. A stage's shard is made
+  // when it loads (keep_from_whole).
   StageShards(comm::Communicator& comm, models::Transformer<T, Device>& model, std::vector<ShardLayout> layouts)
-      : comm_(comm), last_(model.config().num_layers) {
+      : comm_(comm), model_(model), last_(model.config().num_layers) {
     for (index_t s = -1; s <= last_; ++s) {
-      Stage stage{&model.stage_parameters(s), layouts[std::size_t(s + 1)], {}, 0, {}, false, {}};
-      stage.count = stage.layout.size(comm_.rank());
-      if (stage.count > 0) stage.shard = Tensor<T, Memory>(Shape{stage.count});
+      Stage stage;
+      stage.params = &model.stage_parameters(s);
+      stage.layout = layouts[std::size_t(s + 1)];
       stage.name = s < 0 ? "the embedding" : s == last_ ? "the head" : "layers." + std::to_string(s);
       stages_.push_back(std::move(stage));
     }
@@ -37,7 +45,7 @@ public:
   T* shard(index_t s) { return at(s).shard.data(); }
   std::size_t shard_bytes() const {
     std::size_t n = 0;
-    for (const Stage& s : stages_) n += std::size_t(s.count) * sizeof(T);
+    for (const Stage& s : stages_) n += std::size_t(s.shard.numel()) * sizeof(T);
     return n;
   }
 
@@ -47,7 +55,14 @@ public:
     Stage& stage = at(s);
     if (stage.whole) return;
     stage.params->allocate_values();
-    stage.gathering = comm_.all_gather(std::span<const T>(stage.shard.data(), std::size_t(stage.count)),
+    const T* mine = stage.shard.data();
+    if (stage.packed) {
+      const int r = comm_.rank();
+      stage.dequantized = Tensor<T, Memory>(Shape{stage.layout.size(r)});
+      model_.quantized_weights().fill_range(s, stage.layout.begin(r), stage.layout.end(r), stage.dequantized.data());
+      mine = stage.dequantized.data();
+    }
+    stage.gathering = comm_.all_gather(std::span<const T>(mine, std::size_t(stage.layout.size(comm_.rank()))),
                                        std::span<T>(stage.params->values().data(), std::size_t(stage.params->size())),
                                        stage.layout.counts(), "parameters of " + stage.name);
     stage.whole = true;
@@ -56,35 +71,53 @@ public:
   void gather(index_t s) {
     prefetch(s);
     at(s).gathering.wait();
+    at(s).dequantized = {};
   }
   // Drops stage s's whole values and gradients.
   void release(index_t s) {
     Stage& stage = at(s);
     stage.gathering.wait();
+    stage.dequantized = {};
     stage.params->release_values();
     stage.whole = false;
   }
-  // After whole values were loaded: keep this rank's range of them.
+  // After whole values were loaded: keep this rank's range of them (a
+  // packed stage kept its range packed as it loaded).
   void keep_from_whole(index_t s) {
     Stage& stage = at(s);
+    if (stage.packed) return;
+    const index_t count = stage.layout.size(comm_.rank());
+    if (count == 0) return;
+    // Made once: the optimizer steps these values in place (a later load, a resume's, refills them).
+    if (stage.shard.numel() != count)
+      stage.shard = Tensor<T, Memory>(Shape{count}, typename Tensor<T, Memory>::Uninitialized{});
     const T* v = stage.params->values().data() + stage.layout.begin(comm_.rank());
-    Device::copy(stage.shard.data(), v, std::size_t(stage.count) * sizeof(T));
+    Device::copy(stage.shard.data(), v, std::size_t(count) * sizeof(T));
+  }
+  // A packed stage as it loads: cut at its HF tensors' boundaries (`parts`),
+  // and the range of its buffer this rank keeps.
+  std::pair<index_t, index_t> cut_packed(index_t s, const std::vector<models::ParameterEntry>& parts) {
+    Stage& stage = at(s);
+    stage.layout = ShardLayout(parts, stage.params->size(), comm_.size(), false);
+    stage.packed = true;
+    return {stage.layout.begin(comm_.rank()), stage.layout.end(comm_.rank())};
   }
   index_t last() const { return last_; }
 
 private:
   struct Stage {
-    models::ParameterBuffer<T, Memory>* params;
+    models::ParameterBuffer<T, Memory>* params = nullptr;
     ShardLayout layout;
-    Tensor<T, Memory> shard;  // none when this rank's range is empty
-    index_t count;
+    Tensor<T, Memory> shard;        // this rank's values; none when its range is empty, or the stage is packed
+    Tensor<T, Memory> dequantized;  // a packed stage's range, while it is gathered
     comm::Work gathering;
-    bool whole = false;
+    bool whole = false, packed = false;
     std::string name;
   };
   Stage& at(index_t s) { return stages_[std::size_t(s + 1)]; }
 
   comm::Communicator& comm_;
+  models::Transformer<T, Device>& model_;
   index_t last_;
   std::vector<Stage> stages_;
 };

@@ -163,9 +163,6 @@ inline void check_recipe(const PolicySet& s, const recipe::Recipe& r) {
     if (s.trains_base_weights)
       throw Error(what + " is frozen, but strategy.adapter = \"" + std::string(s.adapter) +
                   "\" trains the base weights; train an adapter over it (lora, prompt_tuning), as QLoRA does");
-    if (s.shards_parameters)
-      throw Error(what + " is not sharded by parallelism " + parallelism +
-                  " yet; use ddp, zero1 or zero2 (each rank keeps the packed base, about an eighth of the weights)");
     if (r.strategy.expert_parallel > 1)
       throw Error(what + " does not split its experts over ranks yet; set strategy.expert_parallel = 1");
     if (r.lora.save_merged)
