@@ -13,7 +13,7 @@
 
 #include <ft/estimate/memory.hpp>
 #include <ft/optim/adafactor_runtime.hpp>
-#include <ft/optim/adamw8bit_runtime.hpp>
+#include <ft/optim/quantized_adamw_runtime.hpp>
 #include <ft/optim/elementwise_runtimes.hpp>
 #include <ft/optim/optimizer.hpp>
 #include <ft/train/makers.hpp>

@@ -52,7 +52,7 @@
 #include "ft/nn/column_sums.hpp"
 #include "ft/nn/rope.hpp"
 #include "ft/optim/adafactor_runtime.hpp"
-#include "ft/optim/adamw8bit_runtime.hpp"
+#include "ft/optim/quantized_adamw_runtime.hpp"
 #include "ft/optim/elementwise_runtimes.hpp"
 #include "ft/parallel/parallelism.hpp"
 #include "ft/parallel/pipeline_schedule.hpp"

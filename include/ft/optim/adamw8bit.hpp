@@ -54,6 +54,7 @@
 #include "ft/core/host_device.hpp"
 #include "ft/core/numeric.hpp"
 #include "ft/device/cpu.hpp"
+#include "ft/optim/quantized_moments.hpp"
 #include "ft/optim/update.hpp"
 #include "ft/tensor/array.hpp"
 #include "ft/tensor/shape.hpp"
@@ -109,32 +110,12 @@ inline const DynamicMap* host_dynamic_maps() {
 inline const DynamicMap& signed_dynamic_map() { return host_dynamic_maps()[0]; }
 inline const DynamicMap& unsigned_dynamic_map() { return host_dynamic_maps()[1]; }
 
-// The state of one tensor in a memory space (a device's, or the host's), as
-// plain arrays, so a checkpoint saves and restores it byte for byte. A
-// tensor of n >= 4096 elements has codes and absmax; a smaller one m and v.
+// A tensor of n >= 4096 elements keeps codes (one byte per element) and a
+// scale per block; a smaller one plain moments.
 template <class S = float, memory::memory_space Space = memory::Host>
-struct AdamW8bitState {
-  memory::Array<std::uint8_t, Space> m_q, v_q;     // one code per element
-  memory::Array<float, Space> m_absmax, v_absmax;  // one scale per block of 256 elements
-  memory::Array<S, Space> m, v;                    // the moments of a small tensor
-
-  bool quantized() const { return !m_q.empty(); }
-};
-
-template <class S = float, memory::memory_space Space = memory::Host>
-AdamW8bitState<S, Space> adamw8bit_state(index_t n) {
-  AdamW8bitState<S, Space> s;  // zero-filled: code 0 is 0 in both maps
-  if (n >= adamw8bit_min_size) {
-    const auto blocks = std::size_t((n + adamw8bit_block - 1) / adamw8bit_block);
-    s.m_q = memory::Array<std::uint8_t, Space>(std::size_t(n));
-    s.v_q = memory::Array<std::uint8_t, Space>(std::size_t(n));
-    s.m_absmax = memory::Array<float, Space>(blocks);
-    s.v_absmax = memory::Array<float, Space>(blocks);
-  } else {
-    s.m = memory::Array<S, Space>(std::size_t(n));
-    s.v = memory::Array<S, Space>(std::size_t(n));
-  }
-  return s;
+QuantizedMoments<S, Space> adamw8bit_state(index_t n) {
+  if (n < adamw8bit_min_size) return QuantizedMoments<S, Space>::whole(std::size_t(n));
+  return QuantizedMoments<S, Space>::with_codes(std::size_t(n), std::size_t((n + adamw8bit_block - 1) / adamw8bit_block));
 }
 
 // One block of 256 elements, a row its team shares: decode, AdamW, encode.
@@ -197,15 +178,12 @@ struct AdamW8bitBlockUpdate {
 // `maps` (host_dynamic_maps()'s two, copied) in its memory; `step` counts
 // from 1.
 template <class Device, class T, class G, class S, class Space>
-void adamw8bit_step(T* p, const G* g, index_t n, AdamW8bitState<S, Space>& s, const DynamicMap* maps,
+void adamw8bit_step(T* p, const G* g, index_t n, QuantizedMoments<S, Space>& s, const DynamicMap* maps,
                     const Hyperparameters& h, std::int64_t step) {
   static_assert(std::is_same_v<Space, typename Device::Memory>, "the state must live in the device's memory");
   using A = acc_t<T>;
   const auto size = std::size_t(n), blocks = std::size_t((n + adamw8bit_block - 1) / adamw8bit_block);
-  const bool fits = n >= adamw8bit_min_size
-                        ? s.m_q.size() == size && s.v_q.size() == size && s.m_absmax.size() == blocks &&
-                              s.v_absmax.size() == blocks
-                        : !s.quantized() && s.m.size() == size && s.v.size() == size;
+  const bool fits = n >= adamw8bit_min_size ? s.fits_codes(size, blocks) : s.fits_whole(size);
   if (!fits)
     throw Error("adamw8bit: the optimizer state does not fit a parameter of " + std::to_string(n) +
                 " elements; make it with adamw8bit_state(" + std::to_string(n) + ")");
@@ -224,8 +202,26 @@ void adamw8bit_step(T* p, const G* g, index_t n, AdamW8bitState<S, Space>& s, co
 
 // The same step on the CPU, with the host's maps.
 template <class T, class G, class S>
-void adamw8bit_step(T* p, const G* g, index_t n, AdamW8bitState<S>& s, const Hyperparameters& h, std::int64_t step) {
+void adamw8bit_step(T* p, const G* g, index_t n, QuantizedMoments<S>& s, const Hyperparameters& h, std::int64_t step) {
   adamw8bit_step<device::Cpu>(p, g, n, s, host_dynamic_maps(), h, step);
 }
+
+// The scheme QuantizedAdamWRuntime runs (quantized_adamw_runtime.hpp).
+struct EightBitMoments {
+  using Map = DynamicMap;
+  static const Map* host_maps() { return host_dynamic_maps(); }
+  static bool quantizes(index_t n) { return n >= adamw8bit_min_size; }
+  static index_t code_bytes(index_t n) { return n; }
+  static index_t blocks(index_t n) { return (n + adamw8bit_block - 1) / adamw8bit_block; }
+  template <class S, class Space>
+  static QuantizedMoments<S, Space> state(index_t n) {
+    return adamw8bit_state<S, Space>(n);
+  }
+  template <class Device, class T, class S, class Space>
+  static void step(T* p, const T* g, index_t n, QuantizedMoments<S, Space>& s, const Map* maps,
+                   const Hyperparameters& h, std::int64_t step) {
+    adamw8bit_step<Device>(p, g, n, s, maps, h, step);
+  }
+};
 
 }  // namespace ft::optim

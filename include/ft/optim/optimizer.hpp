@@ -32,8 +32,9 @@ template <class M, class Device = device::Cpu>
 class LionRuntime;
 template <class M, class Device = device::Cpu>
 class AdafactorRuntime;
-template <class M, class Device = device::Cpu>
-class AdamW8bitRuntime;
+template <class Scheme, class M, class Device>
+class QuantizedAdamWRuntime;
+struct EightBitMoments;
 }  // namespace ft::optim
 
 namespace ft {
@@ -92,7 +93,7 @@ struct AdamW8bit : Policy {
   static constexpr bool elementwise_state = false;
   static constexpr double state_bytes = 2 + 2 * 4.0 / 256;
   template <class M, class Device = device::Cpu>
-  using runtime = AdamW8bitRuntime<M, Device>;
+  using runtime = QuantizedAdamWRuntime<EightBitMoments, M, Device>;
 };
 
 // Lion keeps one momentum buffer and updates by its sign.

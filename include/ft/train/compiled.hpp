@@ -30,7 +30,7 @@
 #include "ft/device/cpu.hpp"
 #include "ft/infer/served.hpp"
 #include "ft/optim/adafactor_runtime.hpp"
-#include "ft/optim/adamw8bit_runtime.hpp"
+#include "ft/optim/quantized_adamw_runtime.hpp"
 #include "ft/optim/elementwise_runtimes.hpp"
 #include "ft/optim/optimizer.hpp"
 #include "ft/parallel/data_parallel.hpp"
