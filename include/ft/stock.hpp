@@ -24,7 +24,7 @@ using Families = std::tuple<models::Llama, models::GptNeox, models::Phi3, models
 using Precisions = std::tuple<precision::FP32, precision::BF16True, precision::BF16Mixed, precision::FP16Mixed>;
 using Parallelisms = std::tuple<parallel::Single, parallel::DDP, parallel::ZeRO<1>, parallel::ZeRO<2>, parallel::ZeRO<3>,
                                 parallel::Pipeline>;
-using Optimizers = std::tuple<optim::SGD, optim::AdamW, optim::Adafactor, optim::AdamW8bit, optim::Lion>;
+using Optimizers = std::tuple<optim::SGD, optim::AdamW, optim::Adafactor, optim::AdamW8bit, optim::AdamW4bit, optim::Lion>;
 using Adapters = std::tuple<adapters::Full, adapters::LoRA, adapters::Prompt>;
 
 // Every stock policy of every kind.

@@ -224,7 +224,7 @@ TEST_CASE("a policy name no plugin offers is located at its key") {
   Run r = ftrun("train " + file + " --dry-run");
   CHECK(r.code == 2);
   CHECK(r.err == "ftrun: " + file + ":6:13: strategy.optimizer: no plugin offers the optimizer \"adamx\"; offered: "
-                                    "adafactor, adamw, adamw8bit, lion, sgd\n");
+                                    "adafactor, adamw, adamw4bit, adamw8bit, lion, sgd\n");
 }
 
 TEST_CASE("a missing combination lists the closest and the C++ that would build it") {

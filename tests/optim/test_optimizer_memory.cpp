@@ -27,12 +27,14 @@ namespace {
 using namespace ft;
 
 // A buffer as a model lays one out: a factored matrix with many rows, a
-// stack of matrices, a vector shorter than a partial's chunk and one longer.
+// stack of matrices, a vector shorter than a partial's chunk and one longer,
+// and a matrix of whole 128-element blocks (which 4-bit AdamW quantizes).
 std::vector<models::ParameterEntry> entries_of(index_t& size) {
   std::vector<models::ParameterEntry> out;
   size = 0;
   for (const auto& [name, shape] : {std::pair{"embed", Shape{3000, 24}}, std::pair{"stack", Shape{3, 40, 33}},
-                                    std::pair{"norm", Shape{24}}, std::pair{"long", Shape{10000}}}) {
+                                    std::pair{"norm", Shape{24}}, std::pair{"long", Shape{10000}},
+                                    std::pair{"blocks", Shape{64, 128}}}) {
     out.push_back({name, shape, size});
     size += shape.numel();
   }
@@ -73,6 +75,7 @@ void check_every_optimizer(bool cached) {
   check_terms<optim::Lion, Device>("lion", cached);
   check_terms<optim::Adafactor, Device>("adafactor", cached);
   check_terms<optim::AdamW8bit, Device>("adamw8bit", cached);
+  check_terms<optim::AdamW4bit, Device>("adamw4bit", cached);
 }
 
 }  // namespace

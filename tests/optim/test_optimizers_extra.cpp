@@ -17,6 +17,7 @@
 #include <nlohmann/json.hpp>
 
 #include <ft/optim/adafactor.hpp>
+#include <ft/optim/adamw4bit.hpp>
 #include <ft/optim/adamw8bit.hpp>
 
 namespace test_optimizers_extra {
@@ -410,6 +411,121 @@ TEST_CASE("tensors under 4096 elements keep f32 moments and step exactly as Adam
   CHECK_THROWS_WITH_AS(optim::adamw8bit_step(p.data(), g.data(), 5000, s, h, 1),
                        "adamw8bit: the optimizer state does not fit a parameter of 5000 elements; make it with "
                        "adamw8bit_state(5000)",
+                       Error);
+}
+
+
+namespace {
+// torchao's gradient of the fixture's case `c` at `step` (tools/make_adamw4bit_fixtures.py).
+std::vector<float> four_bit_gradient(int c, int step, index_t n) {
+  std::vector<float> g = hashed_values(std::uint64_t(1000 * c + step), n);
+  for (index_t i = 0; i < n; ++i) g[std::size_t(i)] = i >= 256 && i < 384 ? 0.0f : g[std::size_t(i)] * (0.5f + float(step));
+  return g;
+}
+
+// The state ft keeps against torchao's record of it.
+template <class S>
+void check_four_bit_state(const optim::QuantizedMoments<S>& s, const nlohmann::json& want) {
+  if (want.contains("exp_avg_codes")) {
+    REQUIRE(s.quantized());
+    CHECK(same_bits(s.m_q, from_hex<std::uint8_t>(want["exp_avg_codes"])));
+    CHECK(same_bits(s.v_q, from_hex<std::uint8_t>(want["exp_avg_sq_codes"])));
+    CHECK(same_bits(s.m_absmax, from_hex<float>(want["exp_avg_scale"])));
+    CHECK(same_bits(s.v_absmax, from_hex<float>(want["exp_avg_sq_scale"])));
+  } else {
+    REQUIRE_FALSE(s.quantized());
+    CHECK(same_bits(s.m, from_hex<S>(want["exp_avg"])));
+    CHECK(same_bits(s.v, from_hex<S>(want["exp_avg_sq"])));
+  }
+}
+
+template <class T>
+void check_four_bit_case(const nlohmann::json& c, const optim::Hyperparameters& h) {
+  const int id = c["case"];
+  const index_t n = c["n"];
+  const std::vector<float> start = hashed_values(std::uint64_t(100 + id), n);
+  std::vector<T> p(start.begin(), start.end());
+  using S = std::conditional_t<std::is_same_v<T, bf16>, bf16, float>;  // torchao keeps plain moments in the parameter's dtype
+  auto s = optim::adamw4bit_state<S>(n);
+  CHECK(s.quantized() == optim::adamw4bit_quantizes(n));
+  for (int step = 1; step <= 6; ++step) {
+    const std::vector<float> g32 = four_bit_gradient(id, step, n);
+    const std::vector<T> g(g32.begin(), g32.end());
+    optim::adamw4bit_step(p.data(), g.data(), n, s, h, std::int64_t(step));
+    if (step == 1) check_four_bit_state(s, c["first_state"]);
+  }
+  check_four_bit_state(s, c["final_state"]);
+  // torch's CPU sqrt is MKL's vector math, not correctly rounded in about one
+  // element of 200; ft's is IEEE's, so an update (about lr) may differ in its
+  // last bits, and the parameter by that and its own rounding.
+  const std::vector<T> want = from_hex<T>(c["final"]);
+  REQUIRE(want.size() == p.size());
+  const double unit = std::is_same_v<T, bf16> ? 0x1p-7 : 0x1p-23;
+  std::size_t differ = 0;
+  for (std::size_t i = 0; i < p.size(); ++i) {
+    const double a = double(float(p[i])), b = double(float(want[i]));
+    differ += a != b;
+    if (std::abs(a - b) > 2 * unit * (std::abs(b) + 6 * h.lr)) {
+      CAPTURE(i);
+      CHECK(a == b);
+    }
+  }
+  CHECK(double(differ) < 0.02 * double(p.size()));
+}
+}  // namespace
+
+TEST_CASE("4-bit AdamW gives torchao's AdamW4bit codes, scales and moments bit for bit, and its parameters") {
+  const nlohmann::json ref = load("adamw4bit.json");
+  const optim::FourBitMap* maps = optim::host_four_bit_maps();
+  CHECK(same_bits(std::vector<float>(maps[0].value.begin(), maps[0].value.end()), from_hex<float>(ref["signed_map"])));
+  optim::Hyperparameters h;
+  h.lr = ref["hyper"]["lr"];
+  h.weight_decay = ref["hyper"]["weight_decay"];
+  h.beta1 = ref["hyper"]["beta1"];
+  h.beta2 = ref["hyper"]["beta2"];
+  h.eps = ref["hyper"]["eps"];
+  for (const auto& c : ref["cases"]) {
+    CAPTURE(c["name"].get<std::string>());
+    if (c["dtype"] == "bfloat16") check_four_bit_case<bf16>(c, h);
+    else check_four_bit_case<float>(c, h);
+  }
+}
+
+TEST_CASE("4-bit codes: the largest map value at most x, one up from halfway, two to a byte high nibble first") {
+  for (const optim::FourBitMap* map : {optim::host_four_bit_maps(), optim::host_four_bit_maps() + 1}) {
+    for (int c = 0; c < 16; ++c) {
+      const float v = map->value[std::size_t(c)];
+      CHECK(map->encode(v) == c);
+      if (c + 1 < 16) {
+        const float next = map->value[std::size_t(c + 1)];
+        // The first float at least halfway (in float32, as torchao measures it) goes up.
+        const float gap = (next - v) * 0.5f;
+        float half = v + gap;
+        while (half - v < gap) half = std::nextafter(half, next);
+        while (std::nextafter(half, v) - v >= gap) half = std::nextafter(half, v);
+        CHECK(map->encode(half) == c + 1);
+        CHECK(map->encode(std::nextafter(half, v)) == c);
+      }
+    }
+    CHECK(map->encode(-2.0f) == 0);
+    CHECK(map->encode(2.0f) == 15);
+  }
+  CHECK(optim::host_four_bit_maps()[1].decode(optim::host_four_bit_maps()[1].encode(0.0f)) == 1.0f / 16);  // no zero
+  // Block of 128: the element 2k is byte k's high nibble.
+  const index_t n = 4096;
+  auto s = optim::adamw4bit_state(n);
+  std::vector<float> p(std::size_t(n), 0.0f), g(std::size_t(n), 0.0f);
+  g[0] = 1.0f;  // the first element's moment is the block's largest: code 15, the second's 0 (signed code 7)
+  optim::adamw4bit_step(p.data(), g.data(), n, s, optim::Hyperparameters{}, 1);
+  CHECK(s.m_q.data()[0] == 0xF7);
+  CHECK(s.m_q.data()[1] == 0x77);
+  CHECK(optim::adamw4bit_quantizes(4096));
+  CHECK_FALSE(optim::adamw4bit_quantizes(4100));
+  CHECK_FALSE(optim::adamw4bit_quantizes(3968));
+  auto small = optim::adamw4bit_state(100);
+  CHECK_THROWS_WITH_AS(optim::adamw4bit_step(p.data(), g.data(), 4096, small, optim::Hyperparameters{}, 1),
+                       "adamw4bit: the optimizer state does not fit a parameter of 4096 elements; make it with "
+                       "adamw4bit_state(4096)",
                        Error);
 }
 

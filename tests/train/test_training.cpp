@@ -273,6 +273,7 @@ TEST_CASE("every optimizer and precision trains the tiny models") {
                        Case{"optimizer = \"lion\"\nadapter = \"lora\"", "tiny_neox"},
                        Case{"optimizer = \"adafactor\"\nadapter = \"full\"\nprecision = \"bf16-true\"", "tiny_llama"},
                        Case{"optimizer = \"adamw8bit\"\nadapter = \"full\"", "tiny_llama"},
+                       Case{"optimizer = \"adamw4bit\"\nadapter = \"full\"\nprecision = \"bf16-true\"", "tiny_llama"},
                        Case{"optimizer = \"adamw\"\nadapter = \"lora\"\nprecision = \"fp16-mixed\"", "tiny_llama"},
                        Case{"optimizer = \"adamw\"\nadapter = \"full\"\nprecision = \"bf16-mixed\"", "tiny_neox"}}) {
     CAPTURE(c.strategy);

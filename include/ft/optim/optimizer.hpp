@@ -35,6 +35,7 @@ class AdafactorRuntime;
 template <class Scheme, class M, class Device>
 class QuantizedAdamWRuntime;
 struct EightBitMoments;
+struct FourBitMoments;
 }  // namespace ft::optim
 
 namespace ft {
@@ -96,6 +97,18 @@ struct AdamW8bit : Policy {
   using runtime = QuantizedAdamWRuntime<EightBitMoments, M, Device>;
 };
 
+// AdamW with both moments quantised block-wise to 4 bits, torchao's
+// AdamW4bit (a code per element, packed two to a byte, plus one f32 scale per
+// 128-element block per moment; see adamw4bit.hpp).
+struct AdamW4bit : Policy {
+  static constexpr std::string_view name = "adamw4bit";
+  static constexpr std::string_view type_name = "ft::optim::AdamW4bit";
+  static constexpr bool elementwise_state = false;
+  static constexpr double state_bytes = 1 + 2 * 4.0 / 128;
+  template <class M, class Device = device::Cpu>
+  using runtime = QuantizedAdamWRuntime<FourBitMoments, M, Device>;
+};
+
 // Lion keeps one momentum buffer and updates by its sign.
 struct Lion : Policy {
   static constexpr std::string_view name = "lion";
@@ -114,6 +127,6 @@ constexpr bool elementwise_state_of = [] {
 }();
 
 static_assert(optimizer_policy<SGD> && optimizer_policy<AdamW> && optimizer_policy<Adafactor> &&
-              optimizer_policy<AdamW8bit> && optimizer_policy<Lion>);
+              optimizer_policy<AdamW8bit> && optimizer_policy<AdamW4bit> && optimizer_policy<Lion>);
 
 }  // namespace ft::optim

@@ -1,6 +1,6 @@
 #pragma once
 // The runtime of a block-wise quantized AdamW, whose moments a scheme
-// quantizes (8-bit: adamw8bit.hpp). Per tensor the scheme
+// quantizes (8-bit: adamw8bit.hpp; 4-bit: adamw4bit.hpp, torchao's AdamW4bit). Per tensor the scheme
 // quantizes the moments or keeps them whole (small tensors); its two code
 // maps are copied once into the device's memory, where the steps read them.
 //
@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "ft/optim/adamw4bit.hpp"
 #include "ft/optim/adamw8bit.hpp"
 #include "ft/optim/optimizer.hpp"
 #include "ft/optim/quantized_moments.hpp"

@@ -76,6 +76,7 @@
   FT_COMPILED_OPTIMIZER(EXTERN, optim::AdamW, M, D)     \
   FT_COMPILED_OPTIMIZER(EXTERN, optim::Adafactor, M, D) \
   FT_COMPILED_OPTIMIZER(EXTERN, optim::AdamW8bit, M, D) \
+  FT_COMPILED_OPTIMIZER(EXTERN, optim::AdamW4bit, M, D) \
   FT_COMPILED_OPTIMIZER(EXTERN, optim::Lion, M, D)
 
 // The inference engine over weights of T on D.
