@@ -566,15 +566,18 @@ MemoryEstimate estimate_memory_as(const recipe::Recipe& recipe, const models::Mo
   // whole stages only while they run.
   std::uint64_t forward_gathered = 0, backward_gathered = 0, head_gathered = 0, head_values = 0;
   std::uint64_t shards_bytes = 0;
+  std::vector<std::uint64_t> stage_shard(stages.size(), 0);  // this rank's shard of each stage
   if (shards_params) {
     // A 4-bit base's blocks keep their range packed (FourBitBlocks).
     auto packed_block = [&](index_t s) { return packs && s >= 0 && s < L; };
-    for (std::size_t i = 0; i < stages.size(); ++i)
-      if (!packed_block(stage(i)))
-        shards_bytes += block(std::uint64_t(parallel::ShardLayout(stages[i].entries(), stages[i].size(), ranks,
-                                                                  trains_base ? by_element : true)
-                                                .size(rank)) *
-                              sizeof(T));
+    for (std::size_t i = 0; i < stages.size(); ++i) {
+      if (packed_block(stage(i))) continue;
+      stage_shard[i] = block(std::uint64_t(parallel::ShardLayout(stages[i].entries(), stages[i].size(), ranks,
+                                                                 trains_base ? by_element : true)
+                                               .size(rank)) *
+                             sizeof(T));
+      shards_bytes += stage_shard[i];
+    }
     e.held.push_back({"weights (this rank's shard)", shards_bytes + packed.kept,
                       "ZeRO-3: 1/" + std::to_string(ranks) + " of the weights in " + detail::dtype_name<T>() +
                           (packs ? ", the blocks' norms and biases of this rank's range" : "")});
@@ -845,7 +848,16 @@ MemoryEstimate estimate_memory_as(const recipe::Recipe& recipe, const models::Mo
     const std::uint64_t n = std::uint64_t(on_cpu ? device::Cpu::gemm_peak_size : cuda::gemm_peak_size);
     const std::uint64_t measurement = 3 * block(n * n * (on_cpu ? sizeof(float) : sizeof(T))) + blas;
     const std::uint64_t laid_out = e.held_bytes() - reduction_after;
-    const std::uint64_t streaming = shards_params ? shards_bytes + rope + largest_stage + blas : 0;
+    // ZeRO-3 makes each stage's shard as the stage loads, beside its whole values.
+    std::uint64_t streaming = 0;
+    if (shards_params) {
+      std::uint64_t made = 0;
+      for (std::size_t i = 0; i < stages.size(); ++i) {
+        made += stage_shard[i];
+        streaming = std::max(streaming, made + block(std::uint64_t(stages[i].size()) * sizeof(T)));
+      }
+      streaming += packed.kept + rope + blas;
+    }
     e.loading_weights = shards_params ? streaming
                         : packed.largest_block > 0
                             ? kept_bytes - packed.blocks_whole + packed.kept + packed.largest_block + rope + blas
