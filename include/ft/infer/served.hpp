@@ -13,6 +13,7 @@
 #include "ft/infer/decoder.hpp"
 #include "ft/infer/engine.hpp"
 #include "ft/infer/engine_decoder.hpp"
+#include "ft/infer/load_options.hpp"
 #include "ft/io/model_weights.hpp"
 #include "ft/models/transformer.hpp"
 
@@ -37,12 +38,14 @@ private:
   EngineDecoder<T, Device> decoder_;
 };
 
-// The model of `spec` with the weights in `dir`. Served models only run
-// forward: no gradient buffers beside the weights.
+// The model of `spec` with the weights in `dir`, loaded as `options` say.
+// Served models only run forward: no gradient buffers beside the weights.
 template <element T, class Device>
-std::unique_ptr<Served> open_served(models::ModelSpec spec, const std::filesystem::path& dir) {
+std::unique_ptr<Served> open_served(models::ModelSpec spec, const std::filesystem::path& dir,
+                                    const LoadOptions& options) {
   // Each stage's values made as it loads: a 4-bit base holds one layer whole at a time.
   auto model = std::make_unique<models::Transformer<T, Device>>(std::move(spec), /*trainable=*/false, models::unallocated);
+  if (options.quantize) model->quantize_on_load(*options.quantize);
   model->load(io::ModelWeights::open(dir));
   return std::make_unique<ServedModel<T, Device>>(std::move(model));
 }

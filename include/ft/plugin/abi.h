@@ -17,7 +17,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define FT_PLUGIN_ABI_VERSION 8u
+#define FT_PLUGIN_ABI_VERSION 9u
 #define FT_PLUGIN_ENTRY "ft_plugin_v"
 
 #ifdef __cplusplus
@@ -72,8 +72,9 @@ typedef struct ft_engine_factory {
   const char* type_name;  /* the C++ type, for people */
   const char* const* hf_architectures; /* config.json architectures the model reads */
   size_t hf_architecture_count;
-  /* Loads an HF model directory onto the device into *engine. */
-  int (*open)(const char* model_dir, void** engine, ft_write_fn write, void* context);
+  /* Loads an HF model directory onto the device into *engine, as options_json says (ft/infer/load_options.hpp:
+   * "{}" loads the files as they are; "quantize" quantizes a whole-precision base to 4 bits as it loads). */
+  int (*open)(const char* model_dir, const char* options_json, void** engine, ft_write_fn write, void* context);
   void (*close)(void* engine);
   /* Loads a PEFT adapter directory; *index receives its index. */
   int (*load_adapter)(void* engine, const char* adapter_dir, int32_t* index, ft_write_fn write, void* context);

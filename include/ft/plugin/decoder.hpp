@@ -16,16 +16,19 @@
 
 #include "ft/core/error.hpp"
 #include "ft/infer/decoder.hpp"
+#include "ft/infer/load_options.hpp"
 #include "ft/plugin/loader.hpp"
 
 namespace ft::plugin {
 
 class PluginDecoder final : public infer::Decoder {
 public:
-  // Loads the model directory with the engine; a failure throws as above, with the plugin's reason.
-  PluginDecoder(const EngineFactory& factory, const std::filesystem::path& model_dir)
+  // Loads the model directory with the engine, as `options` say; a failure
+  // throws as above, with the plugin's reason.
+  PluginDecoder(const EngineFactory& factory, const std::filesystem::path& model_dir,
+                const infer::LoadOptions& options = {})
       : plugin_(factory.plugin), entry_(factory.entry) {
-    check(entry_->open(model_dir.c_str(), &engine_, &append, &why_));
+    check(entry_->open(model_dir.c_str(), infer::to_json(options).c_str(), &engine_, &append, &why_));
     vocab_size_ = index_t(entry_->vocab_size(engine_));
   }
   ~PluginDecoder() override {

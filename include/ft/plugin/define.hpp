@@ -190,11 +190,13 @@ template <class Model, class Device, element T>
 struct engine_entry_points {
   static infer::Decoder& of(void* engine) { return static_cast<infer::Served*>(engine)->decoder(); }
 
-  static int open(const char* dir, void** engine, ft_write_fn write, void* context) noexcept {
+  static int open(const char* dir, const char* options, void** engine, ft_write_fn write, void* context) noexcept {
     *engine = nullptr;
     return classified(write, context, [&] {
       device::require_answer<Device>("--device " + std::string(Device::name));
-      *engine = infer::open_served<T, Device>(models::read_model_spec_of<Model>(dir), dir).release();
+      *engine = infer::open_served<T, Device>(models::read_model_spec_of<Model>(dir), dir,
+                                              infer::load_options_from_json(options))
+                    .release();
     });
   }
   static void close(void* engine) noexcept { delete static_cast<infer::Served*>(engine); }

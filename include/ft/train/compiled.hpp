@@ -81,7 +81,8 @@
 
 // The inference engine over weights of T on D.
 #define FT_COMPILED_SERVING(EXTERN, T, D) \
-  EXTERN template std::unique_ptr<infer::Served> infer::open_served<T, D>(models::ModelSpec, const std::filesystem::path&);
+  EXTERN template std::unique_ptr<infer::Served> infer::open_served<T, D>(models::ModelSpec, const std::filesystem::path&,   \
+                                                                       const infer::LoadOptions&);
 
 // Everything on D: the engine for each stock precision's (storage, master)
 // pair (fp32, bf16-true, bf16-mixed, fp16-mixed), the adapters over each
