@@ -14,6 +14,14 @@ void add_engine_options(CLI::App* command, EngineChoice& engine, const std::stri
   command->add_option("--device", engine.device, "Where the model runs: cpu, cuda, or a plugin's device" + where)
       ->capture_default_str();
   command->add_option("--plugin", engine.plugins, "Also load this plugin file (repeatable)");
+  command->add_option("--quantize", engine.quantize,
+                      "Quantize the base's linear weights to 4 bits as they load, as bitsandbytes does (QLoRA)")
+      ->check(CLI::IsMember({"none", "nf4", "fp4"}))
+      ->capture_default_str();
+  command->add_flag("--double-quant", engine.double_quant,
+                    "With --quantize: quantize the absmax too (bnb_4bit_use_double_quant)");
+  command->add_option("--quant-block-size", engine.quant_block_size, "With --quantize: weights sharing one absmax")
+      ->capture_default_str();
 }
 
 CLI::Option* add_model_options(CLI::App* command, std::string& model, std::string& checkpoint, EngineChoice& engine,

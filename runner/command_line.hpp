@@ -24,6 +24,10 @@ struct EngineChoice {
   std::string dtype = "float32";
   std::string device = "cpu";
   std::vector<std::string> plugins;  // --plugin FILE
+  // --quantize: a whole-precision base's linear weights quantized to 4 bits as they load, as QLoRA trains them.
+  std::string quantize = "none";
+  bool double_quant = false;
+  std::int64_t quant_block_size = 64;
 };
 
 // A recipe and its overrides (--set section.key=value), as train, prepare,

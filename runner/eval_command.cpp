@@ -95,7 +95,8 @@ std::vector<Row> read_rows(const std::string& file, std::int64_t vocab) {
 }
 
 int evaluate(const EvalOptions& options) {
-  std::unique_ptr<ft::infer::Decoder> engine = open_engine(options.model, options.engine);
+  std::unique_ptr<ft::infer::Decoder> engine =
+      open_engine(options.model, options.engine, nullptr, load_options_for(options.model, options.engine));
   std::vector<Row> rows = read_rows(options.data, engine->vocab_size());
 
   const ft::index_t vocab = engine->vocab_size();

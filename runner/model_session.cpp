@@ -3,6 +3,8 @@
 #include <iostream>
 #include <set>
 
+#include <ft/io/base_quantization.hpp>
+#include <ft/io/gptq.hpp>
 #include <ft/io/hf_config.hpp>
 #include <ft/plugin/decoder.hpp>
 
@@ -59,8 +61,34 @@ std::string no_engine(const std::string& architecture, const EngineChoice& choic
 
 }  // namespace
 
+ft::infer::LoadOptions load_options_for(const fs::path& model_dir, const EngineChoice& choice,
+                                        const std::optional<ft::quant::FourBitOptions>& trained_over) {
+  ft::infer::LoadOptions load;
+  if (choice.quantize != "none") {
+    if (!ft::quant::valid_4bit_blocksize(choice.quant_block_size))
+      throw ft::Error("--quant-block-size " + std::to_string(choice.quant_block_size) +
+                      " is not one bitsandbytes allows (32, 64, 128, 256, 512, 1024, 2048, 4096)");
+    load.quantize = ft::quant::FourBitOptions{choice.quantize == "nf4" ? ft::quant::FourBit::nf4 : ft::quant::FourBit::fp4,
+                                              choice.quant_block_size, choice.double_quant};
+  } else if (choice.double_quant || choice.quant_block_size != 64) {
+    throw ft::Error("--double-quant and --quant-block-size shape a 4-bit base; add --quantize nf4 (or fp4)");
+  } else {
+    load.quantize = trained_over;
+  }
+  if (!load.quantize) return load;
+  const fs::path config_file = model_dir / "config.json";
+  const nlohmann::json config = ft::io::read_json_file(config_file);
+  const bool four_bit = ft::io::bnb_4bit_config(config, config_file.string()).has_value();
+  if (four_bit || ft::io::gptq_config(config, config_file.string()))
+    throw ft::Error(model_dir.string() + " holds " + (four_bit ? "4-bit" : "GPTQ") +
+                    " weights already, which load as they are; " +
+                    (choice.quantize != "none" ? "leave --quantize out"
+                                               : "its adapter's base_quantization.json asks to quantize them again"));
+  return load;
+}
+
 std::unique_ptr<ft::infer::Decoder> open_engine(const fs::path& model_dir, const EngineChoice& choice,
-                                                std::string* description) {
+                                                std::string* description, const ft::infer::LoadOptions& load) {
   const std::string architecture = ft::io::hf_architecture(model_dir);
   PluginSearch search = find_plugins(choice.plugins, choice.device);
   std::size_t warned = 0;
@@ -76,7 +104,7 @@ std::unique_ptr<ft::infer::Decoder> open_engine(const fs::path& model_dir, const
   }
   if (!engine) throw ft::Error(no_engine(architecture, choice, search.registry));
   if (description) *description = engine->key.str() + " from " + engine->plugin->name() + " " + engine->plugin->version();
-  return std::make_unique<ft::plugin::PluginDecoder>(*engine, model_dir);
+  return std::make_unique<ft::plugin::PluginDecoder>(*engine, model_dir, load);
 }
 
 ModelSession::ModelSession(const ModelSource& source, const std::map<std::string, std::string>& adapters,
@@ -85,9 +113,25 @@ ModelSession::ModelSession(const ModelSource& source, const std::map<std::string
   const nlohmann::json config = ft::io::read_json_file(source.base / "config.json");
   if (const auto it = config.find("max_position_embeddings"); it != config.end() && it->is_number_integer())
     max_position_embeddings_ = it->get<ft::index_t>();
-  decoder_ = open_engine(source.base, choice, &engine_description_);
+  const ft::infer::LoadOptions load = load_options_for(
+      source.base, choice, source.adapter.empty() ? std::nullopt : ft::io::read_base_quantization(source.adapter));
+  decoder_ = open_engine(source.base, choice, &engine_description_, load);
+  if (load.quantize)
+    engine_description_ += ", linear weights quantized to " + std::string(ft::quant::name_of(load.quantize->type)) +
+                           " as they load (blocks of " + std::to_string(load.quantize->blocksize) +
+                           (load.quantize->double_quant ? ", double quantization)" : ")");
   if (!source.adapter.empty()) default_adapter_ = decoder_->load_adapter(source.adapter);
-  for (const auto& [name, dir] : adapters) adapters_[name] = decoder_->load_adapter(dir);
+  for (const auto& [name, dir] : adapters) {
+    adapters_[name] = decoder_->load_adapter(dir);
+    // An adapter trained over another base than the one served still loads (PEFT would load it too), with a word.
+    const auto trained_over = ft::io::read_base_quantization(dir);
+    if (trained_over && trained_over != load.quantize)
+      std::cerr << "ftrun: warning: adapter " << name << " was trained over a base quantized to "
+                << ft::quant::name_of(trained_over->type) << " as it loaded (its base_quantization.json), but the base "
+                << (load.quantize ? "is served quantized otherwise" : "is served as its files hold it")
+                << "; serve that base with --quantize " << ft::quant::name_of(trained_over->type)
+                << (trained_over->double_quant ? " --double-quant" : "") << "\n";
+  }
 }
 
 ModelSource resolve_model_source(const std::string& model, const std::string& checkpoint) {

@@ -7,12 +7,14 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include <nlohmann/json.hpp>
 
 #include <ft/infer/decoder.hpp>
+#include <ft/infer/load_options.hpp>
 #include <ft/text/model_text.hpp>
 
 #include "command_line.hpp"
@@ -35,12 +37,22 @@ ModelSource resolve_model_source(const std::string& model, const std::string& ch
 // number or a list), else the tokenizer's EOS.
 std::vector<std::int32_t> stop_tokens_of(const std::filesystem::path& dir, const ft::text::ModelText& text);
 
+// How the engine loads the model in `model_dir`: its linear weights
+// quantized to 4 bits as they load when --quantize asks, or else when
+// `trained_over` (an adapter's base_quantization.json) says the adapter
+// served was trained over such a base. Refused in one line where the files
+// are quantized already or the options are not bitsandbytes'.
+ft::infer::LoadOptions load_options_for(const std::filesystem::path& model_dir, const EngineChoice& choice,
+                                        const std::optional<ft::quant::FourBitOptions>& trained_over = {});
+
 // The inference engine a plugin offers for the model in `model_dir` (an HF
-// directory), its dtype and device, loaded with the model; `description`
-// receives "(llama, float32) on cpu from ft-cpu 0.1.0". Refused in one line
-// where no plugin runs the architecture so, naming what they offer.
+// directory), its dtype and device, loaded with the model as `load` says;
+// `description` receives "(llama, float32) on cpu from ft-cpu 0.1.0".
+// Refused in one line where no plugin runs the architecture so, naming what
+// they offer.
 std::unique_ptr<ft::infer::Decoder> open_engine(const std::filesystem::path& model_dir, const EngineChoice& choice,
-                                                std::string* description = nullptr);
+                                                std::string* description = nullptr,
+                                                const ft::infer::LoadOptions& load = {});
 
 // The model runs in the inference engine a model plugin offers for its
 // architecture, dtype and device (ft/plugin/decoder.hpp), so every family

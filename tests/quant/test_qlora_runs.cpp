@@ -244,6 +244,30 @@ TEST_CASE("qlora runs: LoRA over a base quantized as it loads trains as over the
   INFO(answer.err);
   CHECK(answer.code == 0);
   CHECK(answer.out.find("\"token_ids\"") != std::string::npos);
+
+  // Run a records its base's quantization beside each adapter it writes, so generate over run a loads the base
+  // as it trained: its answers are those over the 4-bit files. Run b's base was 4-bit files: nothing to record.
+  CHECK(fs::exists(tmp.path / "a/run/adapter/base_quantization.json"));
+  CHECK(fs::exists(tmp.path / "a/run/checkpoint-24/base_quantization.json"));
+  CHECK_FALSE(fs::exists(tmp.path / "b/run/adapter/base_quantization.json"));
+  const std::string sample = " --raw -p \"the model\" --max-tokens 16 --temperature 1 --seed 3 --json";
+  const Run over_a = ftrun(tmp.path / "a", "generate " + (tmp.path / "a/run").string() + sample);
+  INFO(over_a.err);
+  CHECK(over_a.code == 0);
+  CHECK(over_a.out == ftrun(tmp.path / "b", "generate " + (tmp.path / "b/run").string() + sample).out);
+  // The base alone, quantized as it loads, answers as the 4-bit files do.
+  CHECK(ftrun(tmp.path, "generate " + base.string() + " --quantize nf4 --double-quant" + sample).out ==
+        ftrun(tmp.path, "generate " + four_bit.string() + sample).out);
+  const Run twice = ftrun(tmp.path, "generate " + four_bit.string() + " --quantize nf4" + sample);
+  CHECK(twice.code == 2);
+  CHECK(one_line(twice.err));
+  CHECK(twice.err.find("holds 4-bit weights already, which load as they are; leave --quantize out") != std::string::npos);
+  const Run alone = ftrun(tmp.path, "generate " + base.string() + " --double-quant" + sample);
+  CHECK(alone.code == 2);
+  CHECK(alone.err.find("--double-quant and --quant-block-size shape a 4-bit base; add --quantize nf4") != std::string::npos);
+  const Run block = ftrun(tmp.path, "generate " + base.string() + " --quantize fp4 --quant-block-size 48" + sample);
+  CHECK(block.code == 2);
+  CHECK(block.err.find("--quant-block-size 48 is not one bitsandbytes allows") != std::string::npos);
 }
 
 TEST_CASE("gptq runs: LoRA over a GPTQ base trains as over its dequantized weights, and generate answers over it") {

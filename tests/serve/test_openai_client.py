@@ -11,7 +11,10 @@ model, over-long prompt, max_tokens < 1, a full queue, a missing API key), a
 client that disconnects mid-stream freeing its slot, /health and /metrics,
 and SIGTERM finishing the request in flight before a clean exit. Then a tiny
 mixture of experts: LoRA trained with its experts split over 2 ranks
-(strategy.expert_parallel), served with the adapter by name.
+(strategy.expert_parallel), served with the adapter by name. Then QLoRA: two
+adapters trained over the tiny Llama quantized to nf4 as it loads, served
+over that 4-bit base (--quantize nf4) and chosen per request, each answering
+as ftrun generate does on its run, mixed in one batch.
 
 Usage: test_openai_client.py FTRUN   (run from the repository root)
 """
@@ -137,6 +140,7 @@ def main():
         graceful_shutdown()
         limits()
         mixture_of_experts(tmp)
+        quantized_base(tmp)
     print("all checks passed")
 
 
@@ -171,6 +175,52 @@ def mixture_of_experts(tmp):
                                               messages=[{"role": "user", "content": "What is a hacker?"}])
         check(chat.choices[0].message.role == "assistant" and chat.usage.completion_tokens > 0,
               "the mixture of experts answers a chat through its template")
+    finally:
+        server.stop()
+
+
+def quantized_base(tmp):
+    """Two LoRA adapters trained over a 4-bit base (model.quantize = "nf4"), served unmerged over the same
+    4-bit base and picked per request."""
+    runs = {}
+    for name, rate in (("q-fast", "0.02"), ("q-slow", "0.005")):
+        runs[name] = os.path.join(tmp, name)
+        subprocess.run([FTRUN, "train", "recipes/ft_tiny_llama/lora.toml", "--set", "model.quantize=nf4",
+                        "--set", "train.max_steps=12", "--set", f"output_dir={runs[name]}",
+                        "--set", "checkpoint.save_steps=12", "--set", "train.eval_steps=0",
+                        "--set", f"train.learning_rate={rate}"], check=True, capture_output=True)
+        check(os.path.exists(os.path.join(runs[name], "adapter", "base_quantization.json")),
+              f"{name}: the run records the 4-bit base beside its adapter")
+    server = Server(BASE, "--quantize", "nf4", "--served-model-name", "base-nf4",
+                    "--adapter", f"q-fast={runs['q-fast']}/adapter", "--adapter", f"q-slow={runs['q-slow']}/adapter")
+    try:
+        client = server.client()
+        models = sorted(m.id for m in client.models.list().data)
+        check(models == ["base-nf4", "q-fast", "q-slow"], f"/v1/models lists the 4-bit base and both adapters: {models}")
+        for name, run in runs.items():
+            check_adapter(client, run, "base-nf4", name, PROMPTS[2], 12, f"QLoRA adapter {name} over the 4-bit base")
+        prompt = PROMPTS[3]
+        plain = client.completions.create(model="base-nf4", prompt=prompt, max_tokens=12, temperature=0, logprobs=0)
+        local = subprocess.run([FTRUN, "generate", BASE, "--quantize", "nf4", "--raw", "-p", prompt, "--max-tokens",
+                                "12", "--json"], check=True, capture_output=True, text=True)
+        check(plain.choices[0].text == json.loads(local.stdout)["text"],
+              "the served 4-bit base answers as ftrun generate --quantize nf4")
+        whole = Server(BASE, "--served-model-name", "base")
+        try:
+            full = whole.client().completions.create(model="base", prompt=prompt, max_tokens=12, temperature=0,
+                                                     logprobs=0)
+        finally:
+            whole.stop()
+        check(full.choices[0].logprobs.token_logprobs != plain.choices[0].logprobs.token_logprobs,
+              "the 4-bit base's probabilities are not the whole-precision base's")
+        # Requests for the base and both adapters, at once: each gets what it gets alone.
+        jobs = [(["base-nf4", "q-fast", "q-slow"][i % 3], PROMPTS[i % len(PROMPTS)]) for i in range(12)]
+        alone = [client.completions.create(model=m, prompt=p, max_tokens=12, temperature=0).choices[0].text
+                 for m, p in jobs]
+        with concurrent.futures.ThreadPoolExecutor(12) as pool:
+            together = list(pool.map(lambda job: streamed_completion(client, model=job[0], prompt=job[1],
+                                                                     max_tokens=12, temperature=0)[0][0], jobs))
+        check(together == alone, "the 4-bit base and its two adapters, requested at once, answer as each alone")
     finally:
         server.stop()
 

@@ -4,6 +4,7 @@
 // result are PEFT adapters, and lora.save_merged also leaves the merged model.
 #include <filesystem>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -12,9 +13,11 @@
 #include "ft/adapters/runtime.hpp"
 #include "ft/core/random.hpp"
 #include "ft/io/adapter_directory.hpp"
+#include "ft/io/base_quantization.hpp"
 #include "ft/io/model_files.hpp"
 #include "ft/io/staged_directory.hpp"
 #include "ft/models/save.hpp"
+#include "ft/train/four_bit_base.hpp"
 
 namespace ft::adapters {
 
@@ -22,7 +25,7 @@ template <element T, class Device>
 class LoraRuntime final : public Runtime<T, Device> {
 public:
   explicit LoraRuntime(const recipe::Recipe& r)
-      : source_(r.model.path), save_merged_(r.lora.save_merged),
+      : source_(r.model.path), base_quantize_(train::quantized_on_load(r)), save_merged_(r.lora.save_merged),
         init_from_(r.lora.init_from.empty() ? std::filesystem::path() : io::adapter_directory(r.lora.init_from)) {
     options_.r = r.lora.r;
     options_.alpha = r.lora.alpha;
@@ -58,6 +61,7 @@ public:
 
   void save(const std::filesystem::path& dir) override {
     save_peft_adapter(*lora_, model_->config(), source_, dir, "F32");
+    if (base_quantize_) io::write_base_quantization<T>(dir, *base_quantize_);
   }
   void load(const std::filesystem::path& dir) override { load_peft_adapter(*lora_, model_->config(), dir); }
   std::filesystem::path initial_weights() const override { return init_from_; }
@@ -81,6 +85,7 @@ public:
 
 private:
   std::string source_;
+  std::optional<quant::FourBitOptions> base_quantize_;  // written beside each adapter (io/base_quantization.hpp)
   bool save_merged_;
   std::filesystem::path init_from_;
   LoraOptions options_;

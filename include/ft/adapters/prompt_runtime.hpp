@@ -4,14 +4,17 @@
 // PEFT prompt-tuning adapters.
 #include <filesystem>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "ft/adapters/prompt_tuning.hpp"
 #include "ft/adapters/runtime.hpp"
 #include "ft/io/adapter_directory.hpp"
+#include "ft/io/base_quantization.hpp"
 #include "ft/io/model_weights.hpp"
 #include "ft/io/staged_directory.hpp"
+#include "ft/train/four_bit_base.hpp"
 
 namespace ft::adapters {
 
@@ -22,7 +25,8 @@ public:
       : source_(r.model.path), init_text_(r.prompt_tuning.init_text), tokens_(r.prompt_tuning.num_virtual_tokens),
         seed_(std::uint64_t(r.seed)),
         init_from_(r.prompt_tuning.init_from.empty() ? std::filesystem::path()
-                                                     : io::adapter_directory(r.prompt_tuning.init_from)) {}
+                                                     : io::adapter_directory(r.prompt_tuning.init_from)),
+        base_quantize_(train::quantized_on_load(r)) {}
 
   std::vector<Trainable<T, Device>> attach(models::Transformer<T, Device>& model, const text::ModelText& text) override {
     model_ = &model;
@@ -45,6 +49,7 @@ public:
 
   void save(const std::filesystem::path& dir) override {
     save_peft_prompt(*prompt_, model_->config(), {source_, init_text_}, dir);
+    if (base_quantize_) io::write_base_quantization<T>(dir, *base_quantize_);
   }
   void load(const std::filesystem::path& dir) override { load_peft_prompt(*prompt_, model_->config(), dir); }
   std::filesystem::path initial_weights() const override { return init_from_; }
@@ -60,6 +65,7 @@ private:
   index_t tokens_;
   std::uint64_t seed_;
   std::filesystem::path init_from_;
+  std::optional<quant::FourBitOptions> base_quantize_;  // written beside each adapter (io/base_quantization.hpp)
   models::Transformer<T, Device>* model_ = nullptr;
   std::unique_ptr<PromptTuning<T, Device>> prompt_;
 };

@@ -21,6 +21,7 @@ struct FourBitOptions {
   FourBit type = FourBit::nf4;
   count_t blocksize = 64;
   bool double_quant = false;
+  bool operator==(const FourBitOptions&) const = default;
 };
 
 // The absmax blocks of double quantization: bitsandbytes always uses 256.

@@ -73,4 +73,11 @@ inline FourBitBase four_bit_base(const recipe::Recipe& r) {
   return base;
 }
 
+// The 4-bit options the base is quantized with as it loads, or none (the
+// recipe asks for no quantization, or the files are quantized already).
+inline std::optional<quant::FourBitOptions> quantized_on_load(const recipe::Recipe& r) {
+  if (r.model.quantize == "none" && !r.model.load_in_4bit) return std::nullopt;
+  return four_bit_base(r).quantize;
+}
+
 }  // namespace ft::train
