@@ -38,6 +38,7 @@
 #include "ft/core/error.hpp"
 #include "ft/core/host_device.hpp"
 #include "ft/core/numeric.hpp"
+#include "ft/core/rounded.hpp"
 #include "ft/device/cpu.hpp"
 #include "ft/optim/quantized_moments.hpp"
 #include "ft/optim/update.hpp"
@@ -51,23 +52,6 @@ inline constexpr index_t adamw4bit_min_size = 4096;  // smaller tensors keep pla
 // torchao quantizes a tensor's moments when they fill whole blocks.
 inline bool adamw4bit_quantizes(index_t n) { return n >= adamw4bit_min_size && n % adamw4bit_block == 0; }
 
-// A float the compiler must round as written: a product passed through
-// this is not fused with the sum it feeds (GCC and Clang contract `a * b + c`
-// into an FMA where the target has one).
-FT_HOST_DEVICE inline float rounded(float x) {
-#if defined(__CUDA_ARCH__)
-  return __fadd_rn(x, 0.0f);  // __f*_rn operations are never contracted
-#elif defined(__GNUC__) && (defined(__x86_64__) || defined(__i386__))
-  __asm__("" : "+x"(x));
-  return x;
-#elif defined(__GNUC__) && defined(__aarch64__)
-  __asm__("" : "+w"(x));
-  return x;
-#else
-  volatile float kept = x;
-  return kept;
-#endif
-}
 
 // One moment's 16 values, ascending.
 struct FourBitMap {
