@@ -18,9 +18,11 @@
 // to the input's dtype.
 #include <algorithm>
 #include <memory>
+#include <type_traits>
 #include <vector>
 
 #include "ft/core/error.hpp"
+#include "ft/device/cpu/launch.hpp"
 #include "ft/models/parameters.hpp"
 #include "ft/models/weight_map.hpp"
 #include "ft/quant/packed_weight.hpp"
@@ -76,14 +78,7 @@ public:
         Device::copy(at, p.kept.data(), count * sizeof(T));
         continue;
       }
-      host_.resize(count);
-      p.packed->dequantize(host_);
-      staged_.resize(count);
-      for (index_t r = 0; r < p.rows; ++r) {
-        const float* from = host_.data() + hf_row(p.order, r, p.rows, p.heads) * p.cols;
-        std::transform(from, from + p.cols, staged_.data() + r * p.cols, [](float v) { return T(v); });
-      }
-      Device::from_host(at, staged_.data(), count * sizeof(T));
+      fill_part(p, at);
     }
   }
 
@@ -96,6 +91,43 @@ public:
   }
 
 private:
+  // Values dequantized a panel at a time: one stays in the caches between
+  // being made and being written out.
+  static constexpr index_t panel_values = 16384;
+
+  // Dequantizes a packed part into `at` (its rows in the stage's buffer,
+  // in ft's row order), a panel of rows consecutive in HF's order at a
+  // time, the panels spread over the host's threads.
+  void fill_part(const Part& p, T* at) {
+    struct Panel {
+      index_t row, rows;  // ft's first row, and how many follow it in HF's order too
+    };
+    std::vector<Panel> panels;
+    const index_t most = std::max<index_t>(1, panel_values / p.cols);
+    for (index_t r = 0; r < p.rows;) {
+      const index_t h = hf_row(p.order, r, p.rows, p.heads);
+      index_t n = 1;
+      while (r + n < p.rows && n < most && hf_row(p.order, r + n, p.rows, p.heads) == h + n) ++n;
+      panels.push_back({r, n});
+      r += n;
+    }
+    // The device's own memory is written once, from a staged copy on the host.
+    constexpr bool host = std::is_same_v<Memory, memory::Host>;
+    T* out = at;
+    if constexpr (!host) {
+      staged_.resize(std::size_t(p.rows * p.cols));
+      out = staged_.data();
+    }
+    cpu::parallel_for(index_t(panels.size()), [&](index_t k) {
+      thread_local std::vector<float> values;
+      const Panel& panel = panels[std::size_t(k)];
+      values.resize(std::size_t(panel.rows * p.cols));
+      p.packed->dequantize_rows(hf_row(p.order, panel.row, p.rows, p.heads), values);
+      std::transform(values.begin(), values.end(), out + panel.row * p.cols, [](float v) { return T(v); });
+    });
+    if constexpr (!host) Device::from_host(at, staged_.data(), staged_.size() * sizeof(T));
+  }
+
   struct StageParts {
     bool packed = false, partial = false;
     std::vector<Part> parts;
@@ -106,8 +138,7 @@ private:
   }
 
   std::vector<StageParts> stages_;  // by stage index + 1
-  std::vector<float> host_;                // one tensor dequantized, HF's row order
-  std::vector<T> staged_;                  // the same in T, ft's row order
+  std::vector<T> staged_;           // a part dequantized on the host, for a device with memory of its own
 };
 
 }  // namespace ft::models

@@ -124,16 +124,40 @@ inline CodedBlocks quantize_4bit(std::span<const float> x, count_t blocksize, Fo
   return out;
 }
 
-// The float32 values bitsandbytes dequantizes to (code value times absmax),
-// n of them.
-inline void dequantize_4bit(std::span<const std::uint8_t> packed, std::span<const float> absmax, count_t blocksize,
-                            FourBit type, std::span<float> out) {
+namespace detail {
+// The two code values of each packed byte (high nibble first), so a block
+// dequantizes a byte at a time with one lookup.
+inline const std::array<std::array<float, 2>, 256>& code_pairs(FourBit type) {
+  static const auto make = [](FourBit t) {
+    std::array<std::array<float, 2>, 256> pairs{};
+    for (int byte = 0; byte < 256; ++byte) pairs[std::size_t(byte)] = {code_of(t)[byte >> 4], code_of(t)[byte & 0x0f]};
+    return pairs;
+  };
+  static const std::array<std::array<float, 2>, 256> nf4 = make(FourBit::nf4), fp4 = make(FourBit::fp4);
+  return type == FourBit::nf4 ? nf4 : fp4;
+}
+}  // namespace detail
+
+// The float32 values bitsandbytes dequantizes elements [begin, begin +
+// out.size()) to: code value times absmax, where absmax_of(b) is block b's.
+template <class Absmax>
+void dequantize_4bit_range(std::span<const std::uint8_t> packed, const Absmax& absmax_of, count_t blocksize,
+                           FourBit type, count_t begin, std::span<float> out) {
   const auto& values = code_of(type);
-  const count_t n = count_t(out.size());
-  for (count_t i = 0; i < n; ++i) {
-    const std::uint8_t byte = packed[std::size_t(i / 2)];
-    const std::uint8_t code = i % 2 ? byte & 0x0f : byte >> 4;
-    out[std::size_t(i)] = values[code] * absmax[std::size_t(i / blocksize)];
+  const auto& pairs = detail::code_pairs(type);
+  float* o = out.data();
+  const count_t end = begin + count_t(out.size());
+  for (count_t i = begin; i < end;) {
+    const count_t block = i / blocksize;
+    const float absmax = absmax_of(block);
+    const count_t stop = std::min(end, (block + 1) * blocksize);
+    if (i % 2) *o++ = values[packed[std::size_t(i++ / 2)] & 0x0f] * absmax;  // a range that starts mid-byte
+    for (; i + 2 <= stop; i += 2, o += 2) {
+      const std::array<float, 2>& pair = pairs[packed[std::size_t(i / 2)]];
+      o[0] = pair[0] * absmax;
+      o[1] = pair[1] * absmax;
+    }
+    if (i < stop) *o++ = values[packed[std::size_t(i++ / 2)] >> 4] * absmax;  // one that ends mid-byte
   }
 }
 
@@ -161,11 +185,6 @@ inline CodedBlocks quantize_8bit(std::span<const float> x, count_t blocksize) {
     }
   }
   return out;
-}
-
-inline void dequantize_8bit(std::span<const std::uint8_t> codes, std::span<const float> absmax, count_t blocksize,
-                            std::span<float> out) {
-  for (std::size_t i = 0; i < out.size(); ++i) out[i] = dynamic_code[codes[i]] * absmax[i / std::size_t(blocksize)];
 }
 
 // torch.Tensor.mean() of a contiguous float32 tensor on the CPU, to the bit:

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "ft/core/half.hpp"
+#include "ft/core/rounded.hpp"
 #include "ft/quant/blockwise.hpp"
 #include "ft/quant/packed_weight.hpp"
 
@@ -51,19 +52,19 @@ struct FourBitWeight final : PackedWeight {
   count_t blocks() const { return block_count(numel(), blocksize); }
   const std::vector<std::int64_t>& hf_shape() const override { return shape; }
 
-  // The float32 absmax of every block.
-  std::vector<float> absmax_values() const {
-    if (!nested) return absmax;
-    std::vector<float> values(nested->codes.size());
-    dequantize_8bit(nested->codes, nested->absmax, nested->blocksize, values);
-    for (float& v : values) v += nested->offset;
-    return values;
+  // Block b's float32 absmax: with double quantization, its 8-bit code's
+  // value times its nested absmax, rounded, plus the offset (bitsandbytes
+  // dequantizes the absmax, then adds the offset).
+  float absmax_of(count_t b) const {
+    if (!nested) return absmax[std::size_t(b)];
+    return rounded(dynamic_code[nested->codes[std::size_t(b)]] * nested->absmax[std::size_t(b / nested->blocksize)]) +
+           nested->offset;
   }
 
-  // The weight as bitsandbytes dequantizes it, numel() values: each code's
-  // value times its absmax in float32, rounded to the weight's dtype.
-  void dequantize(std::span<float> out) const override {
-    dequantize_4bit(packed, absmax_values(), blocksize, type, out);
+  // Rows of the weight as bitsandbytes dequantizes them: each code's value
+  // times its absmax in float32, rounded to the weight's dtype.
+  void dequantize_rows(std::int64_t first, std::span<float> out) const override {
+    dequantize_4bit_range(packed, [this](count_t b) { return absmax_of(b); }, blocksize, type, first * columns(), out);
     if (dtype == "bfloat16")
       for (float& v : out) v = float(bf16(v));
     else if (dtype == "float16")

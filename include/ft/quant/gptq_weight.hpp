@@ -43,14 +43,14 @@ struct GptqWeight final : PackedWeight {
     return std::int32_t((word >> (bits * (o % per))) & ((1u << bits) - 1)) + zero_offset;
   }
 
-  void dequantize(std::span<float> w) const override {
-    for (std::int64_t i = 0; i < in; ++i) {
-      const std::int64_t g = g_idx[std::size_t(i)];
-      for (std::int64_t o = 0; o < out; ++o) {
+  void dequantize_rows(std::int64_t first, std::span<float> w) const override {
+    const std::int64_t rows = std::int64_t(w.size()) / in;
+    for (std::int64_t o = first; o < first + rows; ++o)
+      for (std::int64_t i = 0; i < in; ++i) {
+        const std::int64_t g = g_idx[std::size_t(i)];
         const float scale = float(scales[std::size_t(g * out + o)]);
-        w[std::size_t(o * in + i)] = float(f16(scale * float(code(i, o) - zero(g, o))));
+        w[std::size_t((o - first) * in + i)] = float(f16(scale * float(code(i, o) - zero(g, o))));
       }
-    }
   }
 
   std::size_t bytes() const override {
