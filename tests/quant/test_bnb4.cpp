@@ -98,6 +98,15 @@ TEST_CASE("bnb4: NF4 and FP4 codes, absmax, nested state and dequantized weights
     }
     std::vector<float> dequantized(std::size_t(w.numel()));
     w.dequantize(dequantized);
+    // A layer is dequantized a panel of rows at a time: any run of rows gives the same values, whether its
+    // first element starts a byte, a block, or neither.
+    if (w.shape.size() == 2 && w.shape[0] > 5)
+      for (const auto& [first, rows] : {std::pair<std::int64_t, std::int64_t>{1, 2}, {2, 3}}) {
+        const std::int64_t cols = w.columns();
+        std::vector<float> panel(std::size_t(rows * cols));
+        w.dequantize_rows(first, panel);
+        CHECK(std::equal(panel.begin(), panel.end(), dequantized.begin() + first * cols));
+      }
     if (stored) {
       check_codes(w.packed, bytes(file, name + ".packed"), name + " codes");
       check_bits(dequantized, floats(file, name + ".dequantized"), name + " dequantized");
