@@ -594,12 +594,12 @@ TEST_CASE("expert parallelism bad input: one line each naming strategy.expert_pa
 
 namespace {
 
-// Starts `killed` in the background, waits for its checkpoint-`at`, kills one
-// of its `ranks` ranks with SIGKILL: the job must stop within 30 s with a
-// line naming the rank that died.
-void kill_one_rank(const fs::path& killed, std::size_t ranks, int at) {
+// Starts `killed` (with `sets`) in the background, waits for its
+// checkpoint-`at`, kills one of its `ranks` ranks with SIGKILL: the job must
+// stop within 30 s with a line naming the rank that died.
+void kill_one_rank(const fs::path& killed, std::size_t ranks, int at, const std::string& sets = "") {
   const fs::path dir = killed.parent_path();
-  const std::string start = "(" + mpi_env + FTRUN_PATH " train " + killed.string() + " >" + (dir / "stdout").string() +
+  const std::string start = "(" + mpi_env + FTRUN_PATH " train " + killed.string() + " " + sets + " >" + (dir / "stdout").string() +
                             " 2>" + (dir / "stderr").string() + "; echo $? >" + (dir / "status").string() + ") &";
   REQUIRE(std::system(start.c_str()) == 0);
   const fs::path checkpoint = dir / "run" / ("checkpoint-" + std::to_string(at));
@@ -632,8 +632,9 @@ void kill_one_rank(const fs::path& killed, std::size_t ranks, int at) {
 // The killed job's command again continues from its latest checkpoint and
 // ends exactly where the uninterrupted `reference` ended: every step's loss
 // and gradient norm, and the final weights.
-void expect_exact_resume(const fs::path& reference, const fs::path& killed, std::size_t total_steps) {
-  const Run resumed = train(killed);
+void expect_exact_resume(const fs::path& reference, const fs::path& killed, std::size_t total_steps,
+                         const std::string& weights = "model/model.safetensors", const std::string& sets = "") {
+  const Run resumed = train(killed, sets);
   INFO(resumed.err);
   REQUIRE(resumed.code == 0);
   CHECK(resumed.out.find("resuming after step ") != std::string::npos);
@@ -644,7 +645,7 @@ void expect_exact_resume(const fs::path& reference, const fs::path& killed, std:
     CHECK(v.first == a.at(step).first);
     CHECK(v.second == a.at(step).second);
   }
-  CHECK(weight_difference(final_weights(reference), final_weights(killed)) == 0);
+  CHECK(weight_difference(final_weights(reference, weights), final_weights(killed, weights)) == 0);
 }
 
 }  // namespace
@@ -675,6 +676,18 @@ TEST_CASE("a rank killed with SIGKILL stops the job with a line naming it; resum
   REQUIRE(c.size() == 200);
   for (const auto& [step, v] : c) CHECK(std::abs(v.first - a.at(step).first) < 1e-5);
   CHECK(weight_difference(final_weights(reference), final_weights(four)) < 1e-5);
+}
+
+TEST_CASE("QLoRA under zero3: a rank killed with SIGKILL stops the job; resume = auto continues exactly") {
+  const std::string four_bit = "--set model.quantize=nf4 --set model.bnb_4bit_use_double_quant=true";
+  const std::string strategy = "adapter = \"lora\"\nparallelism = \"zero3\"\n";
+  const std::string more = "[checkpoint]\nsave_steps = 10\nsave_total_limit = 30\nresume = \"auto\"\n";
+  const fs::path reference = recipe("qlora_kill_reference", strategy, 2, 2, "max_steps = 200\n");
+  const fs::path killed = recipe("qlora_kill_killed", strategy, 2, 2, "max_steps = 200\n");
+  for (const fs::path& p : {reference, killed}) std::ofstream(p, std::ios::app) << more;
+  REQUIRE(train(reference, four_bit).code == 0);
+  kill_one_rank(killed, 2, 20, four_bit);
+  expect_exact_resume(reference, killed, 200, "adapter/adapter_model.safetensors", four_bit);
 }
 
 TEST_CASE("multi-rank bad input: one line each, before any rank trains") {
