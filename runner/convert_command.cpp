@@ -5,8 +5,8 @@
 //                  merge a LoRA adapter into the weights (--merge-lora DIR),
 //                  quantize the layers' linear weights to bitsandbytes' 4 bits
 //                  (--quantize nf4|fp4, --double-quant, --quant-block-size),
-//                  or a 4-bit model back to whole weights (--dequantize; a
-//                  merge into a 4-bit model dequantizes it first)
+//                  or a 4-bit or GPTQ model back to whole weights (--dequantize; a
+//                  merge into one dequantizes it first)
 //                  add tokens (--add-tokens FILE, see data/token_additions.hpp),
 //                  set the chat template (--chat-template FILE)
 //   GGUF -> HF     llama.cpp files of the architectures io/gguf_to_hf.hpp lists
@@ -35,6 +35,7 @@
 #include <ft/data/token_additions.hpp>
 #include <ft/io/bnb_4bit.hpp>
 #include <ft/io/gptq.hpp>
+#include <ft/io/packed_weights.hpp>
 #include <ft/io/gguf_to_hf.hpp>
 #include <ft/io/hf_config.hpp>
 #include <ft/io/model_files.hpp>
@@ -60,7 +61,7 @@ struct ConvertOptions {
   std::string quantize;                 // nf4 or fp4: the layers' linear weights in 4 bits
   bool double_quant = false;            // bitsandbytes' double quantization of the absmax
   std::int64_t quant_block_size = 64;   // weights sharing one absmax
-  bool dequantize = false;              // a 4-bit model's weights back to whole precision
+  bool dequantize = false;              // a 4-bit or GPTQ model's weights back to whole precision
   bool force = false;                   // replace an existing destination
   std::vector<std::string> plugins;     // --plugin FILE: for a model a plugin's family reads
 };
@@ -84,7 +85,7 @@ struct Staged {
   std::shared_ptr<const void> merged_model;  // a merge through ft's model: what its tensors read
   std::vector<ft::io::TensorToWrite> tensors;
   std::optional<ft::quant::FourBitOptions> four_bit;  // --quantize: what config.json records
-  bool dequantized = false;                          // a 4-bit model's weights written whole
+  bool dequantized = false;                          // a quantized model's weights written whole
 };
 
 Staged stage_model(const fs::path& src, const ConvertOptions& options) {
@@ -98,17 +99,23 @@ Staged stage_model(const fs::path& src, const ConvertOptions& options) {
   // Routers and stacked experts (PEFT's target_parameters) are named as
   // transformers 5 fuses them, not as the files hold them: merged through
   // the family's model of the files.
+  // A quantized model (bitsandbytes' 4 bits, GPTQ) is rewritten whole or not at all: ft writes no GPTQ codes.
   const nlohmann::json source_config = ft::io::read_json_file(src / "config.json");
-  if (ft::io::gptq_config(source_config, (src / "config.json").string()))
-    throw ft::Error(src.string() + ": is a GPTQ model; ftrun train, generate, serve and eval read it as it is, and "
-                                   "ftrun convert does not rewrite it");
+  const bool gptq = ft::io::gptq_config(source_config, (src / "config.json").string()).has_value();
   const bool four_bit = ft::io::bnb_4bit_config(source_config, (src / "config.json").string()).has_value();
-  if (four_bit && !options.quantize.empty())
-    throw ft::Error(src.string() + ": is 4-bit already; --quantize takes a whole-precision model (--dequantize first)");
-  if (!four_bit && options.dequantize) throw ft::Error(src.string() + ": is not a 4-bit model; --dequantize has nothing to do");
-  const bool dequantize = four_bit && (options.dequantize || adapter);
+  const std::string quantized = gptq ? "GPTQ" : "4-bit";
+  if ((four_bit || gptq) && !options.quantize.empty())
+    throw ft::Error(src.string() + ": is " + quantized +
+                    " already; --quantize takes a whole-precision model (--dequantize first)");
+  if (!four_bit && !gptq && options.dequantize)
+    throw ft::Error(src.string() + ": is not a quantized model (4-bit or GPTQ); --dequantize has nothing to do");
+  const bool dequantize = (four_bit || gptq) && (options.dequantize || adapter);
+  if (gptq && !dequantize)
+    throw ft::Error(src.string() + ": is a GPTQ model, which ftrun train, generate, serve and eval read as it is; "
+                                   "ftrun convert writes it whole (--dequantize) or with an adapter merged "
+                                   "(--merge-lora), not as GPTQ codes again");
   if (adapter && std::ranges::any_of(adapter->modules(), &ft::io::LoraModule::wraps_parameter)) {
-    if (four_bit || !options.quantize.empty())
+    if (four_bit || gptq || !options.quantize.empty())
       throw ft::Error(options.merge_lora + ": merges into experts' parameters through the model, which takes "
                                            "whole-precision weights in and out; drop --quantize, or --dequantize first");
     auto dtype_of = [&weights, &options](const std::string& name) {
@@ -127,7 +134,7 @@ Staged stage_model(const fs::path& src, const ConvertOptions& options) {
   std::map<std::string, const ft::io::TensorView*> replaced;
   if (adapter) {
     for (const auto& m : adapter->modules()) {
-      if (!weights.find(m.weight))
+      if (!weights.find(m.weight) && !ft::io::stored_packed(weights, m.weight))
         throw ft::Error(options.merge_lora + ": adapts \"" + m.weight + "\", which " + src.string() + " does not have");
       lora[m.weight] = &m;
     }
@@ -139,8 +146,8 @@ Staged stage_model(const fs::path& src, const ConvertOptions& options) {
   }
 
   if (dequantize && adapter)
-    std::cout << "dequantizing the 4-bit weights of " << src.string() << " to merge " << options.merge_lora
-              << " into them (the output is whole-precision)\n";
+    std::cout << "dequantizing the " << quantized << " weights of " << src.string() << " to merge "
+              << options.merge_lora << " into them (the output is whole-precision)\n";
   // The linear weights --quantize keeps in 4 bits, by the family's weight map.
   std::set<std::string> to_quantize;
   const ft::quant::FourBitOptions four_bit_options{options.quantize == "fp4" ? ft::quant::FourBit::fp4 : ft::quant::FourBit::nf4,
@@ -163,22 +170,30 @@ Staged stage_model(const fs::path& src, const ConvertOptions& options) {
       if (!dequantize) staged.tensors.push_back({name, t.dtype, t.shape, t.bytes, {}});
       continue;
     }
-    if (four_bit && ft::io::bnb_4bit_type(weights, name)) {
-      auto w = std::make_shared<const ft::quant::FourBitWeight>(ft::io::read_bnb_4bit(weights, name));
-      if (!dequantize) {
-        staged.tensors.push_back({name, t.dtype, t.shape, t.bytes, {}});
-        continue;
-      }
-      const std::string dtype = !options.dtype.empty() ? ft::io::safetensors_dtype(options.dtype, "--dtype")
-                                : w->dtype == "bfloat16" ? "BF16"
-                                : w->dtype == "float16"  ? "F16"
-                                                         : "F32";
-      const auto m = lora.find(name);
+    if (four_bit && ft::io::bnb_4bit_type(weights, name) && !dequantize) {
+      staged.tensors.push_back({name, t.dtype, t.shape, t.bytes, {}});
+      continue;
+    }
+    // A GPTQ module's codes, zero points, scales and group indices fold into its weight, made at its qweight.
+    const std::optional<std::string> gptq_weight =
+        gptq && name.ends_with(".qweight") ? std::optional(name.substr(0, name.size() - 8) + ".weight") : std::nullopt;
+    if (gptq && !gptq_weight && (name.ends_with(".qzeros") || name.ends_with(".scales") || name.ends_with(".g_idx")) &&
+        ft::io::gptq_module(weights, name.substr(0, name.rfind('.')) + ".weight"))
+      continue;
+    if ((four_bit && ft::io::bnb_4bit_type(weights, name)) || gptq_weight) {
+      const std::string weight = gptq_weight.value_or(name);
+      const std::shared_ptr<const ft::quant::PackedWeight> w = ft::io::read_packed(weights, weight);
+      // Its own dtype: what bitsandbytes' state records, fp16 for GPTQ (its scales' and its reference's).
+      const auto* bnb = dynamic_cast<const ft::quant::FourBitWeight*>(w.get());
+      const std::string own = !bnb ? "F16" : bnb->dtype == "bfloat16" ? "BF16" : bnb->dtype == "float16" ? "F16" : "F32";
+      const std::string dtype = !options.dtype.empty() ? ft::io::safetensors_dtype(options.dtype, "--dtype") : own;
+      const auto m = lora.find(weight);
       const ft::io::LoraModule* module = m == lora.end() ? nullptr : m->second;
-      staged.tensors.push_back({name, dtype, w->shape, {}, ft::io::whole_bytes([w, adapter, module, dtype] {
-                                  std::vector<float> values(std::size_t(w->numel()));
+      const std::vector<std::int64_t> shape = w->hf_shape();
+      staged.tensors.push_back({weight, dtype, shape, {}, ft::io::whole_bytes([w, adapter, module, dtype, shape] {
+                                  std::vector<float> values(std::size_t(shape[0] * w->columns()));
                                   w->dequantize(values);
-                                  if (module) ft::io::merge_lora_module(*adapter, *module, values.data(), w->shape[0], w->shape[1]);
+                                  if (module) ft::io::merge_lora_module(*adapter, *module, values.data(), shape[0], shape[1]);
                                   return ft::io::encode_floats(values, dtype);
                                 })});
       continue;
@@ -305,7 +320,8 @@ void convert_model(const fs::path& src, const fs::path& out, const ConvertOption
   Staged staged = stage_model(src, options);
   // Everything that is not weights comes along (tokenizer, chat template, generation config).
   for (const auto& entry : fs::directory_iterator(src))
-    if (entry.is_regular_file() && !ft::io::is_weight_file(entry.path()))
+    if (entry.is_regular_file() && !ft::io::is_weight_file(entry.path()) &&
+        !(staged.dequantized && entry.path().filename() == "quantize_config.json"))  // GPTQ's own record of its codes
       fs::copy_file(entry.path(), out / entry.path().filename());
   if (!options.dtype.empty()) {  // config.json records the dtype the weights are stored in
     nlohmann::json config = ft::io::read_json_file(out / "config.json");
@@ -417,7 +433,7 @@ Command add_convert_command(CLI::App& app) {
   command->add_flag("--double-quant", o->double_quant, "With --quantize: quantize the absmax too (bnb_4bit_use_double_quant)");
   command->add_option("--quant-block-size", o->quant_block_size, "With --quantize: weights sharing one absmax")
       ->capture_default_str();
-  command->add_flag("--dequantize", o->dequantize, "Write a 4-bit model's weights whole again (their own dtype, or --dtype)");
+  command->add_flag("--dequantize", o->dequantize, "Write a 4-bit or GPTQ model's weights whole again (their own dtype, or --dtype)");
   command->add_flag("--force", o->force, "Replace the destination if it exists");
   add_family_plugins(command, o->plugins);
   return {command, [o] { return run_convert(*o); }};

@@ -18,6 +18,8 @@
 #include "support/compare.hpp"
 #include "support/files.hpp"
 #include "support/tensors.hpp"
+#include <ft/adapters/lora.hpp>
+#include <ft/adapters/lora_files.hpp>
 #include <ft/io/bnb_4bit.hpp>
 #include <ft/io/model_weights.hpp>
 #include <ft/io/safetensors.hpp>
@@ -145,7 +147,7 @@ TEST_CASE("qlora runs: a 4-bit model dequantized, and a QLoRA adapter merged int
   CHECK(out.tensors().size() == 21);  // the 4-bit state folded into the weights
   r = ftrun(tmp.path, "convert " + whole.string() + " " + (tmp.path / "again").string() + " --dequantize");
   CHECK(r.code == 2);
-  CHECK(r.err.find("is not a 4-bit model; --dequantize has nothing to do") != std::string::npos);
+  CHECK(r.err.find("is not a quantized model (4-bit or GPTQ); --dequantize has nothing to do") != std::string::npos);
 }
 
 // PEFT continuing each fixture adapter over bitsandbytes' 4-bit model for 20
@@ -328,7 +330,50 @@ TEST_CASE("gptq runs: LoRA over a GPTQ base trains as over its dequantized weigh
   CHECK(full.err.find("a GPTQ base (4-bit codes in groups of 16, as the files hold it) is frozen") != std::string::npos);
   const Run convert = ftrun(tmp.path, "convert " + gptq.string() + " " + (tmp.path / "out").string());
   CHECK(convert.code == 2);
-  CHECK(convert.err.find("is a GPTQ model; ftrun train, generate, serve and eval read it as it is") != std::string::npos);
+  CHECK(one_line(convert.err));
+  CHECK(convert.err.find("is a GPTQ model, which ftrun train, generate, serve and eval read as it is; ftrun convert "
+                         "writes it whole (--dequantize) or with an adapter merged (--merge-lora)") != std::string::npos);
+
+  // --dequantize writes the reference's dequantization, tensor for tensor: fp16 weights where GPTQ codes were.
+  const fs::path again = tmp.path / "again";
+  Run r = ftrun(tmp.path, "convert " + gptq.string() + " " + again.string() + " --dequantize");
+  INFO(r.err);
+  REQUIRE(r.code == 0);
+  auto got = io::SafetensorsFile::open(again / "model.safetensors");
+  auto want = io::SafetensorsFile::open(gptq / "dequantized/model.safetensors");
+  REQUIRE(got.tensors().size() == want.tensors().size());
+  for (const io::TensorView& t : want.tensors()) {
+    CAPTURE(t.name);
+    const io::TensorView* g = got.find(t.name);
+    REQUIRE(g != nullptr);
+    CHECK(g->dtype == t.dtype);
+    CHECK(g->shape == t.shape);
+    CHECK((g->bytes.size() == t.bytes.size() && std::memcmp(g->bytes.data(), t.bytes.data(), t.bytes.size()) == 0));
+  }
+  CHECK_FALSE(io::read_json_file(again / "config.json").contains("quantization_config"));
+
+  // --merge-lora dequantizes first, and the merged model computes what the adapter over the GPTQ base computes.
+  const fs::path merged = tmp.path / "merged";
+  r = ftrun(tmp.path, "convert " + gptq.string() + " " + merged.string() + " --merge-lora " +
+                          (tmp.path / "a/run/adapter").string() + " --dtype float32");
+  INFO(r.err);
+  REQUIRE(r.code == 0);
+  CHECK(r.out.find("dequantizing the GPTQ weights of") != std::string::npos);
+  auto base = std::make_unique<models::Transformer<float>>(models::read_model_spec(gptq), false);
+  base->load(io::ModelWeights::open(gptq));
+  adapters::LoraModel<float> lora(*base, {.r = 8, .alpha = 16, .target_modules = {"all-linear"}, .seed = 3});
+  adapters::load_peft_adapter(lora, base->config(), tmp.path / "a/run/adapter");
+  std::vector<std::int32_t> ids(24);
+  for (std::size_t i = 0; i < ids.size(); ++i) ids[i] = std::int32_t((i * 37 + 5) % std::size_t(base->config().vocab_size));
+  const models::Batch batch = models::causal_lm_batch(2, 12, ids, ids);
+  auto logits = [&](models::Transformer<float>& m) {
+    std::vector<float> out(std::size_t(batch.rows() * m.config().vocab_size));
+    m.forward_backward(batch, {.token_count = double(batch.scored_tokens()), .backward = false}, out.data());
+    return out;
+  };
+  const std::vector<float> adapted = logits(*base);
+  CHECK(ft::testing::relative_error(logits(*models::load_pretrained<float>(merged, false)), adapted) <= 1e-5);
+  CHECK(ft::testing::relative_error(logits(*models::load_pretrained<float>(again, false)), adapted) > 1e-4);
 }
 
 TEST_CASE("qlora runs: what a 4-bit base cannot do is refused in one line, exit 2") {
