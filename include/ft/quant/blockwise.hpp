@@ -27,6 +27,7 @@
 #include <vector>
 
 #include "ft/core/error.hpp"
+#include "ft/device/cpu/launch.hpp"
 #include "ft/quant/code_books.hpp"
 
 namespace ft::quant {
@@ -87,39 +88,44 @@ inline std::vector<std::uint8_t> dynamic_lut() {
 
 }  // namespace detail
 
-// x quantized to 4-bit codes, packed; an odd count pads one zero.
+// x quantized to 4-bit codes, packed; an odd count pads one zero. Block
+// sizes are even, so each block fills whole bytes and is quantized on its
+// own, the blocks spread over the host's threads.
 inline CodedBlocks quantize_4bit(std::span<const float> x, count_t blocksize, FourBit type) {
   detail::check_finite(x);
   const auto intervals = detail::four_bit_intervals(type);
   const count_t n = count_t(x.size()), full = n - n % blocksize;
   CodedBlocks out;
-  out.absmax.reserve(std::size_t(block_count(n, blocksize)));
+  out.absmax.assign(std::size_t(block_count(n, blocksize)), 0.0f);
   out.codes.assign(std::size_t((n + 1) / 2), 0);
+  // The code of the interval holding s: the count of midpoints below it, so
+  // a value on a midpoint takes the lower code.
   auto code_of_scaled = [&](float s) {
     s = std::clamp(s, -1.0f, 1.0f);
-    const auto at = std::lower_bound(intervals.bounds.begin(), intervals.bounds.end(), s);
-    return intervals.code[std::size_t(at - intervals.bounds.begin())];
+    std::size_t below = 0;
+    for (float bound : intervals.bounds) below += bound < s;
+    return intervals.code[below];
   };
   auto put = [&](count_t i, std::uint8_t code) {
     std::uint8_t& byte = out.codes[std::size_t(i / 2)];
     byte = std::uint8_t(i % 2 ? (byte | code) : (code << 4));
   };
-  for (count_t b = 0; b < n; b += blocksize) {
-    const count_t end = std::min(n, b + blocksize);
+  cpu::parallel_for(count_t(out.absmax.size()), [&](count_t k) {
+    const count_t b = k * blocksize, end = std::min(n, b + blocksize);
     float absmax = 0.0f;
     for (count_t i = b; i < end; ++i) absmax = std::max(absmax, std::fabs(x[std::size_t(i)]));
     // The reference clamps a zero absmax to 1e-38 before using it; a short
     // last block also stores the clamped value.
     const float safe = std::max(absmax, 1e-38f);
     if (b < full) {
-      out.absmax.push_back(absmax);
+      out.absmax[std::size_t(k)] = absmax;
       const float scale = 1.0f / safe;
       for (count_t i = b; i < end; ++i) put(i, code_of_scaled(x[std::size_t(i)] * scale));
     } else {
-      out.absmax.push_back(safe);
+      out.absmax[std::size_t(k)] = safe;
       for (count_t i = b; i < end; ++i) put(i, code_of_scaled(x[std::size_t(i)] / safe));
     }
-  }
+  });
   if (n % 2) put(n, code_of_scaled(0.0f));
   return out;
 }
