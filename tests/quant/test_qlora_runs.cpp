@@ -56,6 +56,21 @@ std::vector<double> losses(const fs::path& run) {
   return out;
 }
 
+// Every tensor of `want`, in `got` under its name with the same dtype, shape and bytes, and no other.
+void check_same_tensors(const fs::path& got_file, const fs::path& want_file) {
+  auto got = io::SafetensorsFile::open(got_file);
+  auto want = io::SafetensorsFile::open(want_file);
+  REQUIRE(got.tensors().size() == want.tensors().size());
+  for (const io::TensorView& t : want.tensors()) {
+    CAPTURE(t.name);
+    const io::TensorView* g = got.find(t.name);
+    REQUIRE(g != nullptr);
+    CHECK(g->dtype == t.dtype);
+    CHECK(g->shape == t.shape);
+    CHECK((g->bytes.size() == t.bytes.size() && std::memcmp(g->bytes.data(), t.bytes.data(), t.bytes.size()) == 0));
+  }
+}
+
 fs::path qlora_recipe(const fs::path& dir, const fs::path& model, const std::string& model_extra,
                       const std::string& strategy = "adapter = \"lora\"") {
   const fs::path path = dir / "recipe.toml";
@@ -83,17 +98,7 @@ TEST_CASE("qlora runs: ftrun convert --quantize writes what transformers + bitsa
     INFO(r.err);
     REQUIRE(r.code == 0);
     const fs::path want_dir = fixtures / "quant" / c.fixture / "model";
-    auto got = io::SafetensorsFile::open(out / "model.safetensors");
-    auto want = io::SafetensorsFile::open(want_dir / "model.safetensors");
-    REQUIRE(got.tensors().size() == want.tensors().size());
-    for (const io::TensorView& t : want.tensors()) {
-      CAPTURE(t.name);
-      const io::TensorView* g = got.find(t.name);
-      REQUIRE(g != nullptr);
-      CHECK(g->dtype == t.dtype);
-      CHECK(g->shape == t.shape);
-      CHECK((g->bytes.size() == t.bytes.size() && std::memcmp(g->bytes.data(), t.bytes.data(), t.bytes.size()) == 0));
-    }
+    check_same_tensors(out / "model.safetensors", want_dir / "model.safetensors");
     const auto config = io::read_json_file(out / "config.json");
     const auto want_config = io::read_json_file(want_dir / "config.json");
     CHECK(config["quantization_config"] == want_config["quantization_config"]);
@@ -339,17 +344,7 @@ TEST_CASE("gptq runs: LoRA over a GPTQ base trains as over its dequantized weigh
   Run r = ftrun(tmp.path, "convert " + gptq.string() + " " + again.string() + " --dequantize");
   INFO(r.err);
   REQUIRE(r.code == 0);
-  auto got = io::SafetensorsFile::open(again / "model.safetensors");
-  auto want = io::SafetensorsFile::open(gptq / "dequantized/model.safetensors");
-  REQUIRE(got.tensors().size() == want.tensors().size());
-  for (const io::TensorView& t : want.tensors()) {
-    CAPTURE(t.name);
-    const io::TensorView* g = got.find(t.name);
-    REQUIRE(g != nullptr);
-    CHECK(g->dtype == t.dtype);
-    CHECK(g->shape == t.shape);
-    CHECK((g->bytes.size() == t.bytes.size() && std::memcmp(g->bytes.data(), t.bytes.data(), t.bytes.size()) == 0));
-  }
+  check_same_tensors(again / "model.safetensors", gptq / "dequantized/model.safetensors");
   CHECK_FALSE(io::read_json_file(again / "config.json").contains("quantization_config"));
 
   // --merge-lora dequantizes first, and the merged model computes what the adapter over the GPTQ base computes.
