@@ -64,7 +64,9 @@ public:
   void fill(ParameterBuffer<T, Memory>& buffer, index_t s) {
     if (stages_[std::size_t(s + 1)].partial)
       throw Error("internal: a stage this rank keeps a range of is dequantized whole");
-    buffer.allocate_zeroed_values();
+    // Zeroed only where some of the buffer is no part's (a weight the files do not hold reads as zero).
+    if (covers(s, buffer.size())) buffer.allocate_values();
+    else buffer.allocate_zeroed_values();
     fill_range(s, 0, buffer.size(), buffer.values().data());
   }
   // Dequantizes the parts of stage s that lie in [begin, end) of its buffer
@@ -91,6 +93,19 @@ public:
   }
 
 private:
+  // Whether stage s's parts tile its buffer of `size` values, end to end.
+  bool covers(index_t s, index_t size) const {
+    std::vector<std::pair<index_t, index_t>> extents;
+    for (const Part& p : parts(s)) extents.emplace_back(p.offset, p.offset + p.rows * p.cols);
+    std::ranges::sort(extents);
+    index_t end = 0;
+    for (const auto& [first, last] : extents) {
+      if (first != end) return false;
+      end = last;
+    }
+    return end == size;
+  }
+
   // Values dequantized a panel at a time: one stays in the caches between
   // being made and being written out.
   static constexpr index_t panel_values = 16384;
