@@ -19,5 +19,6 @@ Command add_generate_command(CLI::App& app);
 Command add_serve_command(CLI::App& app);
 Command add_chat_command(CLI::App& app);
 Command add_init_command(CLI::App& app);
+Command add_control_command(CLI::App& app);
 
 }  // namespace ftrun

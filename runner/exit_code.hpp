@@ -12,6 +12,7 @@ enum ExitCode : int {
   bad_input = 2,       // a recipe, command line, model directory or combination is wrong
   plugin_refused = 3,  // a plugin named or found could not be used
   out_of_memory = 4,   // the run needed more memory than it had, or its estimate does not fit
+  stopped = 5,         // a signal stopped training after it saved a checkpoint; resume = "auto" continues
 };
 
 // A command's work, whose failure becomes one line on stderr and its exit

@@ -1,8 +1,11 @@
 // ftrun train: resolve a recipe to one Trainer combination offered by a
 // plugin, check it there, and train (or print the plan). A recipe with
-// launch.nproc > 1 run outside a job starts the job: ftrun replaces itself
-// with mpirun, which starts nproc copies of this same command line.
+// launch.nproc > 1 run outside a job starts the job: ftrun starts mpirun,
+// which starts nproc copies of this same command line, and forwards an
+// operator's stop to it.
 #include <netdb.h>
+#include <signal.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -13,18 +16,22 @@
 #include <fstream>
 #include <iostream>
 #include <memory>
+#include <optional>
 #include <sstream>
 #include <thread>
 #include <tuple>
 #include <vector>
 
 #include <ft/comm/job.hpp>
+#include <ft/core/signals.hpp>
 #include <ft/io/hf_config.hpp>
 #include <ft/recipe/load.hpp>
 #include <ft/recipe/recipe.hpp>
 #include <ft/stock.hpp>
 
 #include "commands.hpp"
+#include "control/job_registry.hpp"
+#include "control/run_progress.hpp"
 #include "exit_code.hpp"
 #include "memory_fit.hpp"
 #include "plugin_search.hpp"
@@ -141,7 +148,7 @@ std::vector<std::string> launch_argv(const TrainOptions& options, const ft::reci
   std::vector<std::string> argv;
   const auto nproc = recipe.launch.nproc;
   if (nproc > 1) {
-    argv = {"mpirun", "-np", std::to_string(nproc), "--bind-to", "none"};
+    argv = {"mpirun", "-np", std::to_string(nproc), "--bind-to", "none", "--stdin", "none"};
     if (recipe.launch.hostfile.empty()) argv.push_back("--oversubscribe");
     else argv.insert(argv.end(), {"--hostfile", recipe.launch.hostfile});
     if (::geteuid() == 0) argv.push_back("--allow-run-as-root");
@@ -190,16 +197,96 @@ void check_hostfile(const std::string& file) {
   }
 }
 
-// Replaces this process with mpirun; returns only when that fails.
+// Starts the job's mpirun and waits for it, forwarding an operator's stop:
+// SIGINT, SIGTERM or SIGUSR1 here becomes SIGUSR1 to mpirun, which passes
+// it to every rank as a request to stop after the step in flight
+// (core/signals.hpp); mpirun's own answer to SIGINT or SIGTERM would kill
+// the ranks a second later. mpirun runs in a process group of its own, so
+// Ctrl-C at the terminal reaches only this process, and without stdin,
+// which a background group may not read. A second SIGINT ends the job at
+// once (mpirun's SIGTERM). Returns mpirun's exit status.
 int start_job(const std::vector<std::string>& argv) {
   std::vector<char*> args;
   for (const auto& word : argv) args.push_back(const_cast<char*>(word.c_str()));
   args.push_back(nullptr);
   std::cout.flush();
-  ::execvp(args[0], args.data());
-  std::cerr << "ftrun: launch.nproc = " << argv[2] << " needs mpirun, which could not start: " << std::strerror(errno)
-            << " (install openmpi-bin, or start the ranks yourself with mpirun or srun)\n";
-  return failed;
+  sigset_t heard, before;
+  sigemptyset(&heard);
+  for (int s : {SIGINT, SIGTERM, SIGUSR1, SIGCHLD}) sigaddset(&heard, s);
+  ::sigprocmask(SIG_BLOCK, &heard, &before);
+  const pid_t mpirun = ::fork();
+  if (mpirun == 0) {
+    ::setpgid(0, 0);
+    ::sigprocmask(SIG_SETMASK, &before, nullptr);
+    ::execvp(args[0], args.data());
+    std::cerr << "ftrun: launch.nproc = " << argv[2] << " needs mpirun, which could not start: " << std::strerror(errno)
+              << " (install openmpi-bin, or start the ranks yourself with mpirun or srun)\n";
+    ::_exit(failed);
+  }
+  if (mpirun < 0) {
+    std::cerr << "ftrun: could not start mpirun: " << std::strerror(errno) << "\n";
+    return failed;
+  }
+  bool stopping = false;
+  for (;;) {
+    int status = 0;
+    if (::waitpid(mpirun, &status, WNOHANG) == mpirun)
+      return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+    const timespec period{0, 200'000'000};
+    const int s = ::sigtimedwait(&heard, nullptr, &period);
+    if (s != SIGINT && s != SIGTERM && s != SIGUSR1) continue;
+    if (stopping && s == SIGINT) {
+      std::cerr << "\nftrun: SIGINT again: ending the job now\n";
+      ::kill(mpirun, SIGTERM);
+    } else if (!stopping) {
+      stopping = true;
+      std::cerr << "\nftrun: " << ft::signals::name(s)
+                << ": every rank stops after the step in flight, with a checkpoint (Ctrl-C again ends at once)\n";
+      ::kill(mpirun, SIGUSR1);
+    }
+  }
+}
+
+control::JobRecord training_record(const std::string& output_dir, const std::string& recipe, int ranks) {
+  control::JobRecord record;
+  record.id = control::job_id(output_dir, ::getpid());
+  record.kind = "train";
+  record.pid = ::getpid();
+  record.ranks = ranks;
+  std::error_code ec;
+  record.recipe = std::filesystem::absolute(recipe, ec).string();
+  record.output_dir = std::filesystem::absolute(output_dir, ec).string();
+  return record;
+}
+
+// ftrun control's requests to a training job become the signals its loop
+// reads between steps (core/signals.hpp), which its ranks agree on there;
+// status is read from metrics.jsonl, as far as this process has written it.
+control::Answer training_answer(const std::string& output_dir) {
+  const std::size_t setups_before = control::setup_records(output_dir);
+  auto asked_stop = std::make_shared<bool>(false);
+  return [=](const std::string& request) -> nlohmann::ordered_json {
+    nlohmann::ordered_json progress = control::run_progress(output_dir, setups_before);
+    const bool training = progress["state"] == "training";
+    if (request == "status") {
+      if (*asked_stop) progress["state"] = "stopping";
+      nlohmann::ordered_json answer{{"ok", true}};
+      answer.update(progress);
+      return answer;
+    }
+    if (request == "abort") return {{"ok", true}, {"says", "ends now without saving"}};
+    if (request != "save" && request != "stop")
+      return {{"ok", false}, {"error", "unknown request \"" + request + "\"; allowed: status, save, stop, abort"}};
+    if (!training)
+      return {{"ok", false}, {"error", "still setting up (nothing to save yet); ask again once it trains, or abort"}};
+    if (request == "save") {
+      ::kill(::getpid(), SIGUSR2);
+      return {{"ok", true}, {"says", "saves a checkpoint after the step in flight and goes on"}};
+    }
+    *asked_stop = true;
+    ::kill(::getpid(), SIGUSR1);
+    return {{"ok", true}, {"says", "stops after the step in flight, with a checkpoint"}};
+  };
 }
 
 std::string as_comment(const std::string& text) {
@@ -309,7 +396,21 @@ int run_train(const TrainOptions& options) {
     return start_job(launch);
   }
   if (!options.dry_run) {
+    // Rank 0 answers ftrun control for the job; without a registry the run goes on, uncontrolled.
+    std::optional<control::Registration> registration;
+    if (job.rank == 0) {
+      try {
+        registration.emplace(training_record(loaded.recipe.output_dir, options.recipe, std::max(1, job.size)),
+                             training_answer(loaded.recipe.output_dir));
+      } catch (const std::exception& e) {
+        std::cerr << "ftrun: ftrun control cannot reach this job: " << e.what() << "\n";
+      }
+    }
     const auto [status, reason] = ft::plugin::train(*factory, resolved);
+    if (status == 4) {
+      if (job.rank == 0) std::cerr << "ftrun: " << reason << "\n";  // every rank stopped at the same step
+      return stopped;
+    }
     if (status != 0) std::cerr << "ftrun: " << reason << "\n";
     return status == 0 ? ok : status == 2 ? bad_input : status == 3 ? out_of_memory : failed;
   }

@@ -18,6 +18,9 @@
 // --shutdown-timeout seconds and the rest are cancelled. A streaming client
 // that goes away is noticed at the next token, and its slot is freed.
 // A call is read in serve_request.cpp and answered in serve_response.cpp.
+#include <signal.h>
+#include <unistd.h>
+
 #include <atomic>
 #include <condition_variable>
 #include <csignal>
@@ -39,6 +42,7 @@
 #include <ft/infer/text_stream.hpp>
 
 #include "commands.hpp"
+#include "control/job_registry.hpp"
 #include "exit_code.hpp"
 #include "model_session.hpp"
 #include "serve_metrics.hpp"
@@ -368,6 +372,16 @@ std::string human_bytes(double bytes) {
   return s.str();
 }
 
+control::JobRecord serving_record(const std::string& model, const std::string& address) {
+  control::JobRecord record;
+  record.id = control::job_id("serve", ::getpid());
+  record.kind = "serve";
+  record.pid = ::getpid();
+  record.recipe = model;
+  record.output_dir = address;
+  return record;
+}
+
 int serve_until_stopped(const ServeOptions& o) {
   // Signals are taken by sigwait below, on this thread; every thread started from here inherits the mask.
   sigset_t signals;
@@ -389,6 +403,22 @@ int serve_until_stopped(const ServeOptions& o) {
             << human_bytes(double(server.decoder().bytes_per_sequence()) * double(server.decoder().slots())) << "; "
             << session.engine_description() << "\n";
   std::cout << "ftrun serve: listening on http://" << o.host << ":" << port << std::endl;
+  std::optional<control::Registration> registration;
+  try {
+    registration.emplace(serving_record(name, "http://" + o.host + ":" + std::to_string(port)), [&](const std::string& request) {
+      if (request == "status")
+        return nlohmann::ordered_json{{"ok", true}, {"state", "serving"}, {"running", server.service().running()},
+                                      {"waiting", server.service().waiting()}};
+      if (request == "stop") {
+        ::kill(::getpid(), SIGTERM);  // taken below, as an operator's SIGTERM
+        return nlohmann::ordered_json{{"ok", true}, {"says", "finishes the requests in flight and stops"}};
+      }
+      if (request == "abort") return nlohmann::ordered_json{{"ok", true}, {"says", "ends now"}};
+      return nlohmann::ordered_json{{"ok", false}, {"error", "a server answers status, stop and abort; it has nothing to save"}};
+    });
+  } catch (const std::exception& e) {
+    std::cerr << "ftrun serve: ftrun control cannot reach this server: " << e.what() << "\n";
+  }
 
   std::atomic<bool> listening{true};
   std::thread http([&] {

@@ -9,7 +9,8 @@ run's newest checkpoint, -c latest), 32 concurrent streaming clients getting
 what each gets alone, the refusals (malformed JSON, wrong types, unknown
 model, over-long prompt, max_tokens < 1, a full queue, a missing API key), a
 client that disconnects mid-stream freeing its slot, /health and /metrics,
-and SIGTERM finishing the request in flight before a clean exit. Then a tiny
+and SIGTERM finishing the request in flight before a clean exit; ftrun control
+listing, reading and stopping a server. Then a tiny
 mixture of experts: LoRA trained with its experts split over 2 ranks
 (strategy.expert_parallel), served with the adapter by name. Then QLoRA: two
 adapters trained over the tiny Llama quantized to nf4 as it loads, served
@@ -44,9 +45,9 @@ PROMPTS = [f"The {word} of the hacker" for word in
 class Server:
     """ftrun serve on a free port, stopped at the end."""
 
-    def __init__(self, *args):
+    def __init__(self, *args, env=None):
         self.process = subprocess.Popen([FTRUN, "serve", *args, "--port", "0"], stdout=subprocess.PIPE,
-                                        stderr=subprocess.PIPE, text=True)
+                                        stderr=subprocess.PIPE, text=True, env=env)
         line = self.process.stdout.readline()
         match = re.search(r"listening on (http://\S+)", line)
         if not match:
@@ -138,6 +139,7 @@ def main():
             code = server.stop()
         check(code == 0, "SIGTERM stops an idle server with exit 0")
         graceful_shutdown()
+        controlled(tmp)
         limits()
         mixture_of_experts(tmp)
         quantized_base(tmp)
@@ -377,6 +379,30 @@ def graceful_shutdown():
     code = server.process.wait(timeout=60)
     check(first.choices[0].text is not None and finish == ["length"] and code == 0,
           "SIGTERM lets the streaming request finish all 600 tokens, then exits 0")
+
+
+def controlled(tmp):
+    """ftrun control lists a server, reads its status, refuses save, and stops it as SIGTERM does."""
+    env = dict(os.environ, XDG_RUNTIME_DIR=os.path.join(tmp, "runtime"))
+    os.makedirs(env["XDG_RUNTIME_DIR"])
+    server = Server(BASE, env=env)
+
+    def control(*args):
+        return subprocess.run([FTRUN, "control", *args], capture_output=True, text=True, env=env)
+
+    listed = control("list")
+    rows = [line.split() for line in listed.stdout.splitlines()[1:]]
+    check(listed.returncode == 0 and len(rows) == 1 and rows[0][1:3] == ["serve", "serving"]
+          and rows[0][-1] == server.url, "ftrun control list shows the server, serving, at its address")
+    job = rows[0][0]
+    status = json.loads(control("status", job, "--json").stdout)
+    check(status["kind"] == "serve" and status["state"] == "serving" and status["pid"] == server.process.pid,
+          "ftrun control status answers for the server")
+    refused = control("save", job)
+    check(refused.returncode == 2 and "it has nothing to save" in refused.stderr, "a server refuses save in one line")
+    check(control("stop", job).returncode == 0 and server.process.wait(timeout=60) == 0,
+          "ftrun control stop ends the server as SIGTERM does, exit 0")
+    check(control("list").stdout.startswith("no jobs"), "a stopped server leaves no record")
 
 
 def limits():

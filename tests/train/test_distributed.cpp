@@ -4,7 +4,8 @@
 // same loss and gradient norm at every step and the same final weights, in
 // fp32 within 1e-5. Checkpoints written by one sharding resume in another; a
 // rank killed with SIGKILL stops the job with a line naming it, and the job
-// resumes from its last checkpoint.
+// resumes from its last checkpoint; an operator's signal stops it with a
+// checkpoint of the step in flight.
 #include <doctest/doctest.h>
 #include <signal.h>
 #include <sys/wait.h>
@@ -16,14 +17,18 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <limits>
 #include <map>
+#include <random>
+#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include <nlohmann/json.hpp>
 
+#include <ft/core/signals.hpp>
 #include <ft/io/safetensors.hpp>
 #include <ft/parallel/pipeline_timeline.hpp>
 
@@ -607,8 +612,8 @@ void kill_one_rank(const fs::path& killed, std::size_t ranks, int at, const std:
   while (!fs::exists(checkpoint) && std::chrono::steady_clock::now() < deadline)
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   REQUIRE(fs::exists(checkpoint));
-  // The ranks are the processes whose command line starts with ftrun (mpirun's starts with mpirun).
-  const std::string find_ranks = "pgrep -f '^" FTRUN_PATH " train " + killed.string() + "'";
+  // The ranks are mpirun's children (ftrun's launcher is mpirun's parent).
+  const std::string find_ranks = "pgrep -P $(pgrep -f '^mpirun .* train " + killed.string() + "')";
   std::FILE* pipe = ::popen(find_ranks.c_str(), "r");
   std::vector<int> pids;
   for (int pid = 0; std::fscanf(pipe, "%d", &pid) == 1;) pids.push_back(pid);
@@ -633,8 +638,9 @@ void kill_one_rank(const fs::path& killed, std::size_t ranks, int at, const std:
 // ends exactly where the uninterrupted `reference` ended: every step's loss
 // and gradient norm, and the final weights.
 void expect_exact_resume(const fs::path& reference, const fs::path& killed, std::size_t total_steps,
-                         const std::string& weights = "model/model.safetensors", const std::string& sets = "") {
-  const Run resumed = train(killed, sets);
+                         const std::string& weights = "model/model.safetensors", const std::string& sets = "",
+                         const std::string& launcher = "") {
+  const Run resumed = train(killed, sets, launcher);
   INFO(resumed.err);
   REQUIRE(resumed.code == 0);
   CHECK(resumed.out.find("resuming after step ") != std::string::npos);
@@ -647,6 +653,111 @@ void expect_exact_resume(const fs::path& reference, const fs::path& killed, std:
   }
   CHECK(weight_difference(final_weights(reference, weights), final_weights(killed, weights)) == 0);
 }
+
+}  // namespace
+
+// An operator's stop (core/signals.hpp): SIGINT, SIGTERM or SIGUSR1 at a
+// random step makes every rank finish that step, write its checkpoint and
+// exit with code 5, whoever started the ranks and whichever one the signal
+// reached; resume = "auto" then continues bit for bit as the uninterrupted
+// run. A second SIGINT ends a run at once.
+namespace {
+
+// A job started in the background; `pid` is its first process (ftrun, or the launcher).
+struct Started {
+  pid_t pid;
+  fs::path dir;
+};
+
+Started start(const fs::path& recipe_file, const std::string& launcher = "") {
+  const fs::path dir = recipe_file.parent_path();
+  const std::string cmd = "exec env " + mpi_env + launcher + FTRUN_PATH " train \"" + recipe_file.string() + "\" >\"" +
+                          (dir / "stdout").string() + "\" 2>\"" + (dir / "stderr").string() + "\"";
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    ::execl("/bin/sh", "sh", "-c", cmd.c_str(), static_cast<char*>(nullptr));
+    ::_exit(127);
+  }
+  REQUIRE(pid > 0);
+  return {pid, dir};
+}
+
+// The job's exit code, or -1 when it has not ended within `seconds` (then it is killed).
+int exit_code(const Started& job, double seconds) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
+  int status = 0;
+  while (::waitpid(job.pid, &status, WNOHANG) != job.pid) {
+    if (std::chrono::steady_clock::now() > deadline) {
+      ::kill(job.pid, SIGKILL);
+      ::waitpid(job.pid, &status, 0);
+      return -1;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+// Waits until the job has logged `step` (logging_steps = 1).
+void wait_for_step(const Started& job, long step) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(120);
+  while (std::chrono::steady_clock::now() < deadline) {
+    std::ifstream in(job.dir / "run" / "metrics.jsonl");
+    long last = 0;
+    for (std::string line; std::getline(in, line);)
+      if (line.find("\"split\":\"train\"") != std::string::npos) last = nlohmann::json::parse(line)["step"].get<long>();
+    if (last >= step) return;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  FAIL("the job did not reach step " << step << ": " << read_bytes(job.dir / "stderr"));
+}
+
+std::vector<pid_t> children_of(pid_t parent) {
+  std::FILE* pipe = ::popen(("pgrep -P " + std::to_string(parent)).c_str(), "r");
+  std::vector<pid_t> pids;
+  for (int pid = 0; std::fscanf(pipe, "%d", &pid) == 1;) pids.push_back(pid);
+  ::pclose(pipe);
+  return pids;
+}
+
+// The step of the run's "stop" record, or -1.
+long stop_record(const fs::path& recipe_file) {
+  std::ifstream in(recipe_file.parent_path() / "run" / "metrics.jsonl");
+  long step = -1;
+  for (std::string line; std::getline(in, line);)
+    if (const auto j = nlohmann::json::parse(line); j["split"] == "stop") step = j["step"].get<long>();
+  return step;
+}
+
+// Sends `signal` to what `target` picks from the started job once it has
+// logged a random step, and checks the stop: exit code 5, one line saying
+// which signal, the step and the checkpoint, and that checkpoint on disk.
+// ftrun's own launcher passes SIGINT and SIGTERM on as SIGUSR1, so its ranks report `seen`.
+void stop_with(const fs::path& stopped, int signal, int seen, const std::string& launcher,
+               const std::function<pid_t(const Started&)>& target) {
+  static std::mt19937 random(std::random_device{}());
+  const long at = std::uniform_int_distribution<long>(2, 40)(random);
+  CAPTURE(at);
+  const Started job = start(stopped, launcher);
+  wait_for_step(job, at);
+  const pid_t to = target(job);
+  REQUIRE(to > 0);
+  REQUIRE(::kill(to, signal) == 0);
+  const int code = exit_code(job, 120);
+  const std::string err = read_bytes(job.dir / "stderr");
+  INFO(err);
+  REQUIRE(code == 5);
+  const long step = stop_record(stopped);
+  CHECK(step >= at);
+  CHECK(step < 60);
+  if (seen != signal) CHECK(err.find(std::string("ftrun: ") + ft::signals::name(signal) + ": every rank stops") != std::string::npos);
+  const std::string line = std::string("ftrun: stopped by ") + ft::signals::name(seen) + " after step " +
+                           std::to_string(step) + " of 60; saved " + (job.dir / "run").string() + "/checkpoint-" +
+                           std::to_string(step) + ", from which resume = \"auto\" continues\n";
+  CHECK(err.find(line) != std::string::npos);
+  CHECK(fs::exists(job.dir / "run" / ("checkpoint-" + std::to_string(step)) / "trainer_state.json"));
+}
+
+const std::string resumable = "[checkpoint]\nresume = \"auto\"\n";
 
 }  // namespace
 
@@ -731,7 +842,7 @@ TEST_CASE("multi-rank bad input: one line each, before any rank trains") {
     const fs::path p = recipe("dry run", "parallelism = \"zero1\"\nadapter = \"full\"\n", 2, 2);
     const Run r = train(p, "--dry-run");
     CHECK(r.code == 0);
-    CHECK(r.out.find("mpirun -np 2 --bind-to none --oversubscribe") != std::string::npos);
+    CHECK(r.out.find("mpirun -np 2 --bind-to none --stdin none --oversubscribe") != std::string::npos);
     CHECK(r.out.find(" train '" + p.string() + "'") != std::string::npos);
   }
   SUBCASE("resuming with another global batch") {
@@ -840,6 +951,18 @@ TEST_CASE("Slurm: ranks started by srun --mpi=pmix, and by ftrun's mpirun in an 
   CHECK(read_bytes(batch.parent_path() / "stdout").find("ranks       2 on 1 machine(s)") != std::string::npos);
   CHECK(metric_difference(single, batch) < 1e-5);
   CHECK(weight_difference(final_weights(single), final_weights(batch)) < 1e-5);
+
+  // srun passes SIGUSR1 (Slurm's --signal warning) to every rank: they stop with a checkpoint, and srun
+  // exits with their code. (srun's own SIGTERM cancels the step; scancel sends SIGTERM to the ranks.)
+  const std::string srun = slurm + "srun --mpi=pmix -n 2 ";
+  const fs::path reference = recipe("slurm_signal_reference", "adapter = \"full\"\nparallelism = \"zero2\"\n", 2, 1,
+                                    "max_steps = 60\n");
+  const fs::path stopped = recipe("slurm_signal_stopped", "adapter = \"full\"\nparallelism = \"zero2\"\n", 2, 1,
+                                  "max_steps = 60\n");
+  for (const fs::path& p : {reference, stopped}) std::ofstream(p, std::ios::app) << resumable;
+  REQUIRE(train(reference, "", srun).code == 0);
+  stop_with(stopped, SIGUSR1, SIGUSR1, srun, [](const Started& job) { return job.pid; });
+  expect_exact_resume(reference, stopped, 60, "model/model.safetensors", "", srun);
 
   const fs::path no_plugin = recipe("slurm_no_pmix", "adapter = \"full\"\nparallelism = \"ddp\"\n", 2, 2);
   r = train(no_plugin, "", slurm + "srun --mpi=none -n 2 ");
@@ -1101,6 +1224,162 @@ TEST_CASE("every pipeline schedule on the CPU standing in for a device trains bi
     CHECK(metric_difference(cpu, device) < exactly);
     CHECK(weight_difference(final_weights(cpu), final_weights(device)) < exactly);
     CHECK(std::abs(final_eval_loss(cpu) - final_eval_loss(device)) < exactly);
+  }
+}
+
+TEST_CASE("SIGTERM, SIGINT or SIGUSR1 stops one process or every rank after a step with a checkpoint; resume continues exactly") {
+  struct Case {
+    std::string name, strategy;
+    int rows, ranks, signal, seen;
+    std::string launcher;                        // a command that starts the ranks, or ftrun's own mpirun
+    std::function<pid_t(const Started&)> target;  // which process gets the signal
+  };
+  const auto launcher_itself = [](const Started& job) { return job.pid; };
+  const auto one_rank = [](const Started& job) {  // ftrun -> mpirun -> the ranks: the last rank alone
+    const std::vector<pid_t> mpirun = children_of(job.pid);
+    const std::vector<pid_t> ranks = mpirun.size() == 1 ? children_of(mpirun[0]) : std::vector<pid_t>{};
+    return ranks.size() == 2 ? std::max(ranks[0], ranks[1]) : pid_t(-1);
+  };
+  const std::string mpirun = std::string(FT_MPIRUN) + " --oversubscribe -np 2 ";
+  for (const Case& c : {Case{"one_process", "adapter = \"full\"\n", 4, 1, SIGTERM, SIGTERM, "", launcher_itself},
+                        Case{"zero2_by_ftrun", "adapter = \"full\"\nparallelism = \"zero2\"\n", 2, 2, SIGINT, SIGUSR1, "",
+                             launcher_itself},
+                        Case{"zero3_by_mpirun", "adapter = \"lora\"\nparallelism = \"zero3\"\n", 2, 2, SIGUSR1, SIGUSR1, mpirun,
+                             launcher_itself},
+                        Case{"ddp_one_rank", "adapter = \"full\"\nparallelism = \"ddp\"\n", 2, 2, SIGTERM, SIGTERM, "", one_rank}}) {
+    CAPTURE(c.name);
+    const int nproc = c.launcher.empty() ? c.ranks : 1;  // a launcher's ranks are a job already
+    const fs::path reference = recipe("signal_reference_" + c.name, c.strategy, c.rows, nproc, "max_steps = 60\n");
+    const fs::path stopped = recipe("signal_stopped_" + c.name, c.strategy, c.rows, nproc, "max_steps = 60\n");
+    for (const fs::path& p : {reference, stopped}) std::ofstream(p, std::ios::app) << resumable;
+    REQUIRE(train(reference, "", c.launcher).code == 0);
+    stop_with(stopped, c.signal, c.seen, c.launcher, c.target);
+    const bool adapter = c.strategy.find("lora") != std::string::npos;
+    expect_exact_resume(reference, stopped, 60, adapter ? "adapter/adapter_model.safetensors" : "model/model.safetensors",
+                        "", c.launcher);
+  }
+}
+
+TEST_CASE("a pipeline on 2 ranks stops on SIGTERM to its launcher and resumes exactly") {
+  const fs::path reference = pipeline_recipe("signal_pipe_reference", "1f1b", 2, 2, "", "max_steps = 60\n");
+  const fs::path stopped = pipeline_recipe("signal_pipe_stopped", "1f1b", 2, 2, "", "max_steps = 60\n");
+  for (const fs::path& p : {reference, stopped}) std::ofstream(p, std::ios::app) << resumable;
+  REQUIRE(train(reference).code == 0);
+  stop_with(stopped, SIGTERM, SIGUSR1, "", [](const Started& job) { return job.pid; });
+  expect_exact_resume(reference, stopped, 60);
+}
+
+TEST_CASE("a second SIGINT ends a run at once, leaving the last checkpoint as it was") {
+  // The 4-block model's steps are long enough (~0.3 s) that the second signal comes while the first step runs.
+  const fs::path p = recipe("signal_twice", "adapter = \"full\"\n", 8, 1, "max_steps = 100000\n", four_blocks);
+  std::ofstream(p, std::ios::app) << "[checkpoint]\nsave_steps = 5\n";
+  const Started job = start(p);
+  wait_for_step(job, 7);
+  REQUIRE(::kill(job.pid, SIGINT) == 0);
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));  // two pending SIGINTs would be delivered as one
+  REQUIRE(::kill(job.pid, SIGINT) == 0);
+  CHECK(exit_code(job, 60) == 130);
+  CHECK(stop_record(p) == -1);
+  CHECK(fs::exists(job.dir / "run" / "checkpoint-5" / "trainer_state.json"));
+}
+
+// ftrun control (runner/control_command.cpp) over a registry of the test's
+// own (XDG_RUNTIME_DIR): a 2-rank job started by ftrun's launcher answers
+// list and status, saves a checkpoint when asked and goes on, and stops
+// with one when asked; a job killed with SIGKILL shows as dead until
+// cleanup forgets it; an unknown job and another user's process are refused
+// in one line.
+TEST_CASE("ftrun control drives a 2-rank job through status, save and stop; cleanup forgets a dead job") {
+  const fs::path xdg = scratch / "control_registry";
+  fs::create_directories(xdg);
+  const std::string env = "XDG_RUNTIME_DIR=" + xdg.string() + " ";
+  auto control = [&](const std::string& args) {
+    const std::string cmd = env + FTRUN_PATH " control " + args + " >\"" + (xdg / "out").string() + "\" 2>\"" +
+                            (xdg / "err").string() + "\"";
+    const int status = std::system(cmd.c_str());
+    return Run{WIFEXITED(status) ? WEXITSTATUS(status) : -1, read_bytes(xdg / "out"), read_bytes(xdg / "err")};
+  };
+  auto one_line = [](const Run& r, const std::string& says) {
+    INFO(r.err);
+    CHECK(r.code == 2);
+    CHECK(r.err.find(says) != std::string::npos);
+    CHECK(std::count(r.err.begin(), r.err.end(), '\n') == 1);
+  };
+  CHECK(control("list").out.starts_with("no jobs"));
+
+  const fs::path p = recipe("control_job", "adapter = \"full\"\nparallelism = \"zero2\"\n", 2, 2, "max_steps = 100000\n");
+  std::ofstream(p, std::ios::app) << resumable;
+  const Started job = start(p, env);
+  wait_for_step(job, 2);
+  Run r = control("list");
+  INFO(r.out);
+  REQUIRE(r.code == 0);
+  std::istringstream rows(r.out);
+  std::string header, id, kind, state;
+  std::getline(rows, header);
+  rows >> id >> kind >> state;
+  CHECK(header.starts_with("ID"));
+  CHECK(kind == "train");
+  CHECK(state == "training");
+  CHECK(r.out.find((job.dir / "run").string()) != std::string::npos);
+
+  r = control("status " + id + " --json");
+  REQUIRE(r.code == 0);
+  const auto status = nlohmann::json::parse(r.out);
+  CHECK(status["ranks"] == 2);
+  CHECK(status["state"] == "training");
+  CHECK(status["total_steps"] == 100000);
+  CHECK(status["step"].get<long>() >= 2);
+  CHECK(status["output_dir"] == (job.dir / "run").string());
+  r = control("status " + (job.dir / "run").string());  // by output_dir
+  CHECK(r.code == 0);
+  CHECK(r.out.find("state       training") != std::string::npos);
+
+  r = control("save " + id);
+  INFO(r.err);
+  REQUIRE(r.code == 0);
+  CHECK(r.out.find("saves a checkpoint after the step in flight and goes on") != std::string::npos);
+  long saved = -1;
+  for (const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+       saved < 0 && std::chrono::steady_clock::now() < deadline; std::this_thread::sleep_for(std::chrono::milliseconds(20)))
+    for (const auto& entry : fs::directory_iterator(job.dir / "run"))
+      if (entry.path().filename().string().starts_with("checkpoint-") && fs::exists(entry.path() / "trainer_state.json"))
+        saved = std::stol(entry.path().filename().string().substr(11));
+  REQUIRE(saved > 0);
+  wait_for_step(job, saved + 2);  // it went on
+
+  r = control("stop " + id);
+  REQUIRE(r.code == 0);
+  CHECK(exit_code(job, 120) == 5);
+  CHECK(stop_record(p) > saved + 1);
+  CHECK(control("list").out.starts_with("no jobs"));  // a job that ended removed its record
+
+  // A job killed with SIGKILL cannot remove its record.
+  const fs::path q = recipe("control_killed", "adapter = \"full\"\n", 4, 1, "max_steps = 100000\n");
+  const Started killed = start(q, env);
+  wait_for_step(killed, 2);
+  REQUIRE(::kill(killed.pid, SIGKILL) == 0);
+  REQUIRE(exit_code(killed, 30) == 128 + SIGKILL);
+  r = control("list");
+  CHECK(r.out.find("run-" + std::to_string(killed.pid)) != std::string::npos);
+  CHECK(r.out.find(" dead ") != std::string::npos);
+  one_line(control("stop " + std::to_string(killed.pid)), "is gone (killed?); `ftrun control cleanup` forgets it");
+  r = control("cleanup");
+  CHECK(r.out == "removed run-" + std::to_string(killed.pid) + " (process " + std::to_string(killed.pid) + " is gone)\n");
+  CHECK(control("list").out.starts_with("no jobs"));
+
+  one_line(control("status no-such-job"), "no job \"no-such-job\" is registered in ");
+  if (::geteuid() == 0 && std::system("command -v setpriv >/dev/null") == 0) {
+    const pid_t other = ::fork();
+    if (other == 0) {
+      ::execlp("setpriv", "setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "sleep", "30",
+               static_cast<char*>(nullptr));
+      ::_exit(127);
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    one_line(control("stop " + std::to_string(other)), "; ftrun control reaches only your own jobs");
+    ::kill(other, SIGKILL);
+    ::waitpid(other, nullptr, 0);
   }
 }
 

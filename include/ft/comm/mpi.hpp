@@ -9,7 +9,8 @@
 //
 // No job waits forever. Every collective has a deadline (the recipe's
 // launch.collective_timeout). When one passes, or the launcher stops the job
-// with SIGTERM because a rank died (mpirun does), this thread asks every
+// with SIGTERM because a rank died (mpirun does; an operator's SIGTERM to a
+// training loop is a request to stop, core/signals.hpp), this thread asks every
 // peer over a second communicator what it is doing (a peer's MPI thread
 // answers even while its trainer computes) and checks whether the peers on
 // this machine still exist; then it prints one line naming this rank, the
@@ -49,6 +50,7 @@
 
 #include "ft/comm/communicator.hpp"
 #include "ft/comm/mpi_scratch.hpp"
+#include "ft/core/signals.hpp"
 #include "ft/tensor/memory.hpp"
 
 namespace ft::comm {
@@ -348,7 +350,7 @@ private:
         busy_ns_ += std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - busy_since).count();
       set_doing(active.empty() ? std::string() : active.front()->name);
       answer_questions();
-      if (terminated_.load()) stop_on_signal(active.empty() ? nullptr : active.front().get());
+      if (signals::received() == SIGTERM && !sigterm_judged_) judge_sigterm(active.empty() ? nullptr : active.front().get());
       check_deadlines(active);
       // Poll often while something moves, and back off while nothing does,
       // so that waiting costs the trainer's threads little CPU.
@@ -389,10 +391,7 @@ private:
       throw Error("MPI could not start: exchanging host names failed: " + error_text(rc));
     for (const Card& c : all) peers_.push_back({c.pid, std::string(c.host, strnlen(c.host, sizeof c.host))});
 
-    struct sigaction action {};
-    action.sa_handler = [](int) { terminated_.store(true); };
-    sigemptyset(&action.sa_mask);
-    ::sigaction(SIGTERM, &action, nullptr);
+    signals::watch_for_mpi();
   }
 
   // A question may come from any peer at any time; it is answered at once.
@@ -440,21 +439,26 @@ private:
       if (!op->patient) fail(*op, "did not complete within " + seconds_text(timeout_));
       // A patient wait goes on while every peer is alive.
       op->checked = now;
-      const std::string fault = ask_peers(std::chrono::seconds(2), 0);
+      const std::string fault = ask_peers(std::chrono::seconds(2), 0).text();
       if (!fault.empty()) fail(*op, "cannot complete", fault);
     }
   }
 
-  [[noreturn]] void stop_on_signal(const Op* op) {
-    // The launcher gives about a second before it kills: ask briefly.
+  // SIGTERM: mpirun's stop after a rank died, or an operator's. The launcher
+  // gives about a second before it kills: ask briefly. A training loop that
+  // listens stops at its next step when every peer answers (core/signals.hpp).
+  void judge_sigterm(const Op* op) {
+    sigterm_judged_ = true;
+    const PeerReport peers = ask_peers(std::chrono::milliseconds(300), op ? op->sequence : 0);
+    if (!peers.lost() && signals::listened_to()) return;  // a peer behind this rank is no fault here
+    const std::string fault = peers.text();
     std::string line = prefix() + "stopped by SIGTERM ";
     line += op ? "during " + op->name + " (" + (op->phase.empty() ? "setup" : op->phase) + ")" : "while computing (" + current_phase() + ")";
-    const std::string fault = ask_peers(std::chrono::milliseconds(300), op ? op->sequence : 0);
     end_process(line + "; " + (fault.empty() ? "no peer is known to have failed" : fault));
   }
 
   [[noreturn]] void fail(const Op& op, const std::string& why, std::string fault = {}) {
-    if (fault.empty()) fault = ask_peers(std::chrono::milliseconds(500), op.sequence);
+    if (fault.empty()) fault = ask_peers(std::chrono::milliseconds(500), op.sequence).text();
     end_process(prefix() + op.name + " (" + (op.phase.empty() ? "setup" : op.phase) + ") " + why + "; " +
                 (fault.empty() ? "every rank answers and has reached it" : fault));
   }
@@ -492,7 +496,23 @@ private:
   // Asks every peer what it does and says which are at fault: those that
   // died, else those that do not answer, else (for a collective that did not
   // complete, `sequence` > 0) those that have not reached it. Empty when none is.
-  std::string ask_peers(Clock::duration wait, std::int64_t sequence) {
+  // What the peers said when asked: each list a line per peer.
+  struct PeerReport {
+    std::vector<std::string> died, silent, behind;  // behind: alive, not yet at the collective asked about
+    bool lost() const { return !died.empty() || !silent.empty(); }
+    // The first non-empty list, joined: the fault to name; empty when there is none.
+    std::string text() const {
+      for (const auto* list : {&died, &silent, &behind})
+        if (!list->empty()) {
+          std::string text;
+          for (const std::string& s : *list) text += (text.empty() ? "" : "; ") + s;
+          return text;
+        }
+      return {};
+    }
+  };
+
+  PeerReport ask_peers(Clock::duration wait, std::int64_t sequence) {
     std::vector<Answer> answers(static_cast<std::size_t>(size_));
     std::vector<MPI_Request> replies(std::size_t(size_), MPI_REQUEST_NULL);
     static const int question = 1;  // outlives the sends, which are not waited for
@@ -523,25 +543,19 @@ private:
         MPI_Wait(&reply, MPI_STATUS_IGNORE);
       }
 
-    std::vector<std::string> died, silent, behind;
+    PeerReport report;
     for (int r = 0; r < size_; ++r) {
       if (r == rank_) continue;
-      if (has_died(r)) died.push_back(peer_text(r) + " has died or exited");
-      else if (!answered[std::size_t(r)]) silent.push_back(peer_text(r) + " does not answer");
+      if (has_died(r)) report.died.push_back(peer_text(r) + " has died or exited");
+      else if (!answered[std::size_t(r)]) report.silent.push_back(peer_text(r) + " does not answer");
       else if (answers[std::size_t(r)].issued < sequence) {
         const Answer& a = answers[std::size_t(r)];
         const std::string doing = a.doing[0] ? "waits in " + std::string(a.doing) : "computes";
-        behind.push_back(peer_text(r) + " has not reached it: it " + doing + " (" +
-                         (a.phase[0] ? std::string(a.phase) : "setup") + ")");
+        report.behind.push_back(peer_text(r) + " has not reached it: it " + doing + " (" +
+                                (a.phase[0] ? std::string(a.phase) : "setup") + ")");
       }
     }
-    for (auto* list : {&died, &silent, &behind})
-      if (!list->empty()) {
-        std::string text;
-        for (const std::string& s : *list) text += (text.empty() ? "" : "; ") + s;
-        return text;
-      }
-    return {};
+    return report;
   }
 
   static std::string error_text(int code) {
@@ -556,7 +570,7 @@ private:
     return buffer;
   }
 
-  static inline std::atomic<bool> terminated_{false};
+  bool sigterm_judged_ = false;  // on the MPI thread only
 
   double timeout_ = 0;
   int rank_ = 0, size_ = 1;

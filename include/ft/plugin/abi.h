@@ -47,7 +47,9 @@ typedef struct ft_trainer_factory {
   /* Runs the resolved recipe to the end; progress and metrics go to stdout,
    * stderr and the run's output_dir. Returns 0 when done, 1 when training
    * stopped (e.g. the loss diverged), 2 for bad input, 3 when an allocation
-   * failed (out of memory); on non-zero, writes one line saying why. */
+   * failed (out of memory), 4 when a signal stopped it after it saved a
+   * checkpoint (a host that predates 4 reports it as a failure); on
+   * non-zero, writes one line saying why. */
   int (*train)(const struct ft_trainer_factory* self, const char* recipe_toml, ft_write_fn write, void* context);
 } ft_trainer_factory;
 

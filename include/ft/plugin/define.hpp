@@ -118,12 +118,16 @@ struct family_names {
 
 // Runs `act` and reports what it throws to the host, classified: 0 done,
 // 1 stopped (the loss diverged) or failed, 2 bad input (recipe, model,
-// data), 3 out of memory. No exception may cross into the host.
+// data), 3 out of memory, 4 stopped by a signal after saving. No exception
+// may cross into the host.
 template <class Act>
 int classified(ft_write_fn write, void* context, Act&& act) noexcept {
   try {
     act();
     return 0;
+  } catch (const ft::train::StoppedOnRequest& e) {
+    write(context, e.what());
+    return 4;
   } catch (const ft::train::TrainingStopped& e) {
     write(context, e.what());
   } catch (const ft::OutOfMemory& e) {

@@ -5,7 +5,9 @@
 // save_steps (checkpointing.hpp); at the end (the last step, or a stop rule
 // of stopping.hpp) the run's summary (summary.hpp), a last evaluation, a last
 // checkpoint and the adapter's result (a PEFT adapter, an HF model); with
-// checkpoint.save_strategy = "no" neither checkpoints nor the result.
+// checkpoint.save_strategy = "no" neither checkpoints nor the result. A
+// stopping signal (core/signals.hpp) ends the run after the step in flight
+// with a checkpoint of it.
 //
 // In a job of several ranks every rank runs this loop in step; rank 0 alone
 // writes metrics.jsonl, TensorBoard, the run's description, `latest` and the
@@ -28,6 +30,7 @@
 #include "ft/comm/world.hpp"
 #include "ft/core/bytes.hpp"
 #include "ft/core/process.hpp"
+#include "ft/core/signals.hpp"
 #include "ft/device/answer.hpp"
 #include "ft/optim/schedule.hpp"
 #include "ft/train/checkpoint.hpp"
@@ -46,6 +49,12 @@ namespace ft::train {
 // A run that cannot go on (NaN loss): the message names the step and the last good checkpoint.
 struct TrainingStopped : Error {
   using Error::Error;
+};
+
+// A run an operator stopped with a signal after it saved a checkpoint: an
+// outcome, neither bad input nor a failure (ftrun exits with code 5).
+struct StoppedOnRequest : std::runtime_error {
+  using std::runtime_error::runtime_error;
 };
 
 namespace detail {
@@ -150,9 +159,12 @@ private:
       run.parallel->values_loaded();
     }
     if (comm.rank() == 0) describe_run(step);
+    // From here SIGINT, SIGTERM and SIGUSR1 stop the run after a step, and
+    // SIGUSR2 saves one; the setup record below says so to ftrun control.
+    const signals::Listening listening(comm.rank() == 0);
 
     report::MetricsLog log(run.out, long(run.total_steps), long(step), comm.rank() == 0);
-    log.log("setup", {{"step", step}, {"peak_memory_bytes", setup_peak}}, true);
+    log.log("setup", {{"step", step}, {"total_steps", run.total_steps}, {"peak_memory_bytes", setup_peak}}, true);
     if (!r.preview.prompt.empty() && step == 0) log.say("before training: " + preview(run));
 
     Window window;
@@ -171,8 +183,9 @@ private:
                               " (lower learning_rate or check the data, then resume from it)");
       const double seconds = seconds_since(training_began);
       summary.add(s, seconds, stop.step_done(seconds), Memory::stats().peak());
-      if (stop.active()) agree_on_stopping(stop, comm);
-      const bool last = step == run.total_steps || !stop.reason().empty();
+      const auto [signal, save_asked] = agree_on_stopping(stop, comm);
+      const bool stopped = signal != 0 && step < run.total_steps;
+      const bool last = step == run.total_steps || !stop.reason().empty() || stopped;
       log.progress(long(step), "loss " + detail::format(s.loss) + "  lr " + detail::format(lr));
       if (step % r.train.logging_steps == 0 || last) {
         std::vector<nlohmann::ordered_json> by_rank;
@@ -182,9 +195,10 @@ private:
           log.log(group, std::move(record), true);
         }
       }
+      if (stopped) stop_on_signal(log, step, signal, saving);
       if (last) break;
       if (r.train.eval_steps > 0 && step % r.train.eval_steps == 0) evaluate_into(log, step);
-      if (saving && r.checkpoint.save_steps > 0 && step % r.checkpoint.save_steps == 0)
+      if (saving && ((r.checkpoint.save_steps > 0 && step % r.checkpoint.save_steps == 0) || save_asked))
         checkpoint_into(log, step);
     }
     log.finish();
@@ -213,15 +227,46 @@ private:
     std::fflush(stdout);
   }
 
-  // Each rank's clock runs on its own, so rank 0's decision to stop is the job's.
-  static void agree_on_stopping(StopRule& stop, comm::Communicator& comm) {
-    if (comm.size() == 1) return;
+  // What the job does after this step, agreed by its ranks: each rank's
+  // clock runs on its own, so rank 0's stop rule is the job's; an operator's
+  // signal may reach one rank alone (core/signals.hpp), and then acts on all.
+  struct Asked {
+    int signal = 0;  // the stopping signal (the lowest rank's that has one), or 0
+    bool save = false;
+  };
+  static Asked agree_on_stopping(StopRule& stop, comm::Communicator& comm) {
+    Asked asked{signals::received(), signals::take_save_request()};
+    if (comm.size() == 1) return asked;
     static const std::string reasons[] = {"", "stop_after_seconds", "auto_stop_method"};
     const auto* known = std::find(std::begin(reasons), std::end(reasons), stop.reason());
     if (known == std::end(reasons)) throw Error("internal: a stop rule without a code: " + stop.reason());
-    std::int32_t code = std::int32_t(known - std::begin(reasons));
-    comm.broadcast(std::span<std::int32_t>(&code, 1), 0, "the decision to stop").wait();
-    stop.stop(reasons[code]);
+    constexpr std::size_t fields = 3;
+    const double mine[fields] = {double(known - std::begin(reasons)), double(asked.signal), asked.save ? 1.0 : 0.0};
+    std::vector<double> all(fields * std::size_t(comm.size()));
+    const std::vector<std::size_t> counts(std::size_t(comm.size()), fields);
+    comm.all_gather(std::span<const double>(mine), std::span<double>(all), counts, "the decision to stop").wait();
+    stop.stop(reasons[std::size_t(all[0])]);
+    asked = {};
+    for (int rank = 0; rank < comm.size(); ++rank) {
+      const double* theirs = &all[fields * std::size_t(rank)];
+      if (asked.signal == 0) asked.signal = int(theirs[1]);
+      asked.save = asked.save || theirs[2] != 0;
+    }
+    return asked;
+  }
+
+  // Saves where the run is and ends it: the checkpoint is the one a periodic
+  // save would write, so resume = "auto" continues exactly.
+  [[noreturn]] void stop_on_signal(report::MetricsLog& log, std::int64_t step, int signal, bool saving) {
+    log.finish();
+    const std::string what = std::string("stopped by ") + signals::name(signal) + " after step " +
+                             std::to_string(step) + " of " + std::to_string(run_.total_steps);
+    if (saving) checkpoint_into(log, step);
+    log.log("stop", {{"step", step}, {"signal", signals::name(signal)}, {"saved", saving}}, true);
+    std::fflush(stdout);
+    if (!saving)
+      throw StoppedOnRequest(what + "; nothing saved (checkpoint.save_strategy = \"no\")");
+    throw StoppedOnRequest(what + "; saved " + run_.last_checkpoint + ", from which resume = \"auto\" continues");
   }
 
   // Averages over the steps since the last log, as HF's Trainer logs.
