@@ -22,7 +22,7 @@ class FtConan(ConanFile):
 
     def system_requirements(self):
         packages = ["libeigen3-dev", "librange-v3-dev", "libboost-dev", "libtomlplusplus-dev", "nlohmann-json3-dev",
-                    "libopenblas-dev", "libopenblas0-openmp", "libpcre2-dev", "pkg-config", "libopenmpi-dev", "openmpi-bin"]
+                    "libopenblas-dev", "libopenblas0-openmp", "libpcre2-dev", "zlib1g-dev", "libzstd-dev", "pkg-config", "libopenmpi-dev", "openmpi-bin"]
         if self.options.runner:
             packages += ["libcli11-dev", "libcpp-httplib-dev"]
         Apt(self).install(packages)

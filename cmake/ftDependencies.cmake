@@ -47,3 +47,10 @@ if(NOT TARGET PkgConfig::PCRE2)
   find_package(PkgConfig REQUIRED)
   pkg_check_modules(PCRE2 REQUIRED IMPORTED_TARGET GLOBAL libpcre2-8)
 endif()
+
+# Dataset files compressed with gzip or zstd (data/compressed.hpp).
+ft_find_dependency(ZLIB)
+if(NOT TARGET PkgConfig::ZSTD)
+  find_package(PkgConfig REQUIRED)
+  pkg_check_modules(ZSTD REQUIRED IMPORTED_TARGET GLOBAL libzstd)
+endif()

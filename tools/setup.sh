@@ -19,6 +19,8 @@ packages=(
   libopenblas-dev libopenblas0-openmp
   # tokenizers' split patterns need a regex engine with Unicode classes
   libpcre2-dev pkg-config
+  # datasets compressed with gzip or zstd (.jsonl.gz, .jsonl.zst); the zstd tool makes the tests' files
+  zlib1g-dev libzstd-dev zstd
   # the default dataset's source text (public domain) and the script that builds it
   jargon-text python3 python3-venv
 )

@@ -82,7 +82,6 @@ void gunzip(std::ifstream& in, const std::filesystem::path& file, Spill& out) {
         z.next_in = reinterpret_cast<Bytef*>(input.data());
         if (z.avail_in == 0) break;
       }
-      ended = false;
       do {
         z.avail_out = uInt(output.size());
         z.next_out = reinterpret_cast<Bytef*>(output.data());
@@ -92,10 +91,8 @@ void gunzip(std::ifstream& in, const std::filesystem::path& file, Spill& out) {
         if (rc != Z_OK && rc != Z_STREAM_END && rc != Z_BUF_ERROR)
           bad_stream(file, "gzip", consumed, std::string("is corrupt (") + (z.msg ? z.msg : "zlib error") + ")");
         out.write(output.data(), output.size() - z.avail_out);
-        if (rc == Z_STREAM_END) {  // another member may follow
-          ended = true;
-          inflateReset(&z);
-        }
+        ended = rc == Z_STREAM_END;
+        if (ended) inflateReset(&z);  // another member may follow
       } while (z.avail_out == 0 || (rc == Z_STREAM_END && z.avail_in > 0));
     }
   } catch (...) {
@@ -115,24 +112,17 @@ void unzstd(std::ifstream& in, const std::filesystem::path& file, Spill& out) {
       in.read(input.data(), std::streamsize(input.size()));
       ZSTD_inBuffer buffer{input.data(), std::size_t(in.gcount()), 0};
       if (buffer.size == 0) break;
-      while (buffer.pos < buffer.size) {
+      // Until the input is used and the decoder holds nothing back (it filled less than the buffer).
+      for (;;) {
         ZSTD_outBuffer produced{output.data(), output.size(), 0};
         const std::size_t before = buffer.pos;
         hint = ZSTD_decompressStream(z, &produced, &buffer);
         if (ZSTD_isError(hint))
           bad_stream(file, "zstd", consumed + before, std::string("is corrupt (") + ZSTD_getErrorName(hint) + ")");
         out.write(output.data(), produced.pos);
+        if (buffer.pos == buffer.size && produced.pos < produced.size) break;
       }
       consumed += buffer.size;
-    }
-    // Output the decoder still holds (a frame ends inside its buffers).
-    for (;;) {
-      ZSTD_inBuffer none{nullptr, 0, 0};
-      ZSTD_outBuffer produced{output.data(), output.size(), 0};
-      hint = ZSTD_decompressStream(z, &produced, &none);
-      if (ZSTD_isError(hint)) bad_stream(file, "zstd", consumed, std::string("is corrupt (") + ZSTD_getErrorName(hint) + ")");
-      out.write(output.data(), produced.pos);
-      if (produced.pos < produced.size) break;
     }
   } catch (...) {
     ZSTD_freeDStream(z);

@@ -178,6 +178,86 @@ TEST_CASE("examples: renamed fields read the same rows") {
   }
 }
 
+TEST_CASE("examples: ShareGPT rows (conversations of from/value) read as the same messages") {
+  const Tokenizer& tok = tokenizer("smollm2");
+  const ChatTemplate chat = chat_template("tests/fixtures/chat_templates/smollm2.jinja");
+  TempDir dir("ft_examples_sharegpt");
+  // Samantha's rows: a system line, then human and gpt turns.
+  write_bytes(dir / "messages.jsonl",
+              R"({"messages": [{"role": "system", "content": "You are Samantha."}, {"role": "user", "content": "Hi"}, )"
+              R"({"role": "assistant", "content": "Hello."}, {"role": "user", "content": "Why?"}, )"
+              R"({"role": "assistant", "content": "Because."}]})" "\n");
+  write_bytes(dir / "sharegpt.jsonl",
+              R"({"id": "1", "conversations": [{"from": "system", "value": "You are Samantha."}, )"
+              R"({"from": "human", "value": "Hi"}, {"from": "gpt", "value": "Hello."}, )"
+              R"({"from": "human", "value": "Why?"}, {"from": "gpt", "value": "Because."}]})" "\n");
+  const ExampleOptions o = options("chat");
+  const Examples want = ft::data::read_examples(dir / "messages.jsonl", &tok, &chat, smollm2_chat, o);
+  const Examples got = ft::data::read_examples(dir / "sharegpt.jsonl", &tok, &chat, smollm2_chat, o);
+  REQUIRE(got.rows.size() == 1);
+  CHECK(got.rows[0].input_ids == want.rows[0].input_ids);
+  CHECK(got.rows[0].labels == want.rows[0].labels);
+  CHECK(std::count(got.rows[0].labels.begin(), got.rows[0].labels.end(), -100) > 0);
+
+  write_bytes(dir / "unknown.jsonl", R"({"conversations": [{"from": "narrator", "value": "Once"}, {"from": "gpt", "value": "Hi"}]})" "\n");
+  CHECK(error_of([&] { ft::data::read_examples(dir / "unknown.jsonl", &tok, &chat, smollm2_chat, o); }) ==
+        (dir / "unknown.jsonl").string() + R"(:1: "conversations"[0] has "from": "narrator", which is no ShareGPT )"
+        "speaker ft knows (human, user, gpt, assistant, chatgpt, system, tool), allowed: " R"({"messages": [{"role": )"
+        R"(string, "content": string}, ...] with a non-empty assistant message}, or ShareGPT's {"conversations": )"
+        R"([{"from": "human" | "gpt" | "system", "value": string}, ...]})");
+  write_bytes(dir / "unanswered.jsonl", R"({"conversations": [{"from": "human", "value": "Hi"}]})" "\n");
+  CHECK(error_of([&] { ft::data::read_examples(dir / "unanswered.jsonl", &tok, &chat, smollm2_chat, o); })
+            .find(R"(:1: "conversations" has no assistant message with content)") != std::string::npos);
+}
+
+TEST_CASE("examples: gzip and zstd files read the plain file's rows; a truncated or corrupt one is one line") {
+  const Tokenizer& tok = tokenizer("smollm2");
+  TempDir dir("ft_examples_compressed");
+  const fs::path plain = dir / "rows.jsonl";
+  fs::copy_file(root / "tests/fixtures/train/jargon_small.jsonl", plain);
+  // Two gzip members one after the other (as pigz and cat write them), and zstd's own frames.
+  const std::string make = "cd " + dir.path.string() + " && head -n 20 rows.jsonl | gzip -c > rows.jsonl.gz && " +
+                           "tail -n +21 rows.jsonl | gzip -c >> rows.jsonl.gz && zstd -q -19 rows.jsonl -o rows.jsonl.zst";
+  REQUIRE(std::system(make.c_str()) == 0);
+  const ExampleOptions o = options("alpaca", 128);
+  const Examples want = ft::data::read_examples(plain, &tok, nullptr, smollm2_base, o);
+  REQUIRE(want.rows.size() == 48);
+  for (const char* name : {"rows.jsonl.gz", "rows.jsonl.zst"}) {
+    CAPTURE(name);
+    const Examples got = ft::data::read_examples(dir / name, &tok, nullptr, smollm2_base, o);
+    REQUIRE(got.rows.size() == want.rows.size());
+    for (std::size_t i = 0; i < got.rows.size(); ++i) {
+      CHECK(got.rows[i].input_ids == want.rows[i].input_ids);
+      CHECK(got.rows[i].labels == want.rows[i].labels);
+      CHECK(got.rows[i].line == want.rows[i].line);
+    }
+  }
+  const std::string zst = ft::testing::read_bytes(dir / "rows.jsonl.zst");
+  write_bytes(dir / "cut.jsonl.zst", zst.substr(0, zst.size() / 2));
+  CHECK(error_of([&] { ft::data::read_examples(dir / "cut.jsonl.zst", &tok, nullptr, smollm2_base, o); }) ==
+        (dir / "cut.jsonl.zst").string() + ": zstd data ends early (the file is truncated) at compressed byte " +
+            std::to_string(zst.size() / 2) + "; allowed: a whole zstd file of JSON Lines rows");
+  const std::string gz = ft::testing::read_bytes(dir / "rows.jsonl.gz");
+  write_bytes(dir / "cut.jsonl.gz", gz.substr(0, gz.size() - 30));
+  CHECK(error_of([&] { ft::data::read_examples(dir / "cut.jsonl.gz", &tok, nullptr, smollm2_base, o); }) ==
+        (dir / "cut.jsonl.gz").string() + ": gzip data ends early (the file is truncated) at compressed byte " +
+            std::to_string(gz.size() - 30) + "; allowed: a whole gzip file of JSON Lines rows");
+  std::string broken = gz;
+  for (std::size_t i = 100; i < 140; ++i) broken[i] = char(broken[i] ^ 0x5a);
+  write_bytes(dir / "broken.jsonl.gz", broken);
+  const std::string message =
+      error_of([&] { ft::data::read_examples(dir / "broken.jsonl.gz", &tok, nullptr, smollm2_base, o); });
+  CHECK(message.starts_with((dir / "broken.jsonl.gz").string() + ": gzip data is corrupt ("));
+  CHECK(message.find('\n') == std::string::npos);
+
+  // Columnar files are refused with the way to write their rows out.
+  write_bytes(dir / "rows.parquet", std::string("PAR1") + std::string(64, '\0'));
+  CHECK(error_of([&] { ft::data::read_examples(dir / "rows.parquet", &tok, nullptr, smollm2_base, o); }) ==
+        (dir / "rows.parquet").string() + ": is a Parquet file; ft reads JSON Lines or JSON rows, allowed: the rows "
+        "written out once, e.g. python -c \"import datasets; datasets.Dataset.from_parquet('" +
+            (dir / "rows.parquet").string() + "').to_json('rows.jsonl')\"");
+}
+
 TEST_CASE("examples: a JSON array file gives the same examples, with each element's line") {
   const Tokenizer& tok = tokenizer("smollm2");
   const ChatTemplate chat = chat_template("tests/fixtures/chat_templates/smollm2.jinja");

@@ -5,13 +5,15 @@
 //
 // File format: JSON Lines (one object per line; blank lines ignored), or one
 // JSON array of objects when the first character that is not white space is
-// '['. A row's line is the line it starts on. Row formats (ExampleOptions::format;
+// '[', either compressed with gzip or zstd (data/compressed.hpp). A row's line is the line it starts on. Row formats (ExampleOptions::format;
 // every field name can be changed through ExampleOptions::fields):
 //   alpaca   {"instruction": non-empty string, "input": string (optional),
 //             "output": non-empty string}; other keys are ignored.
 //   chat     {"messages": [{"role": "system" | "user" | "assistant" | ...,
 //             "content": string}, ...]} with at least one assistant message of
-//             non-empty content; needs the model's chat template.
+//             non-empty content; needs the model's chat template. A row with
+//             ShareGPT's {"conversations": [{"from": "human" | "gpt" |
+//             "system", "value": string}, ...]} instead reads as those roles.
 //   text     {"text": non-empty string}: every token is scored, unless a
 //            response template is given (below).
 //   guanaco  text whose turns are marked "### Human:" and "### Assistant:"
@@ -69,6 +71,7 @@
 #include <range/v3/view/facade.hpp>
 
 #include "ft/core/error.hpp"
+#include "ft/data/compressed.hpp"
 #include "ft/data/example.hpp"
 #include "ft/text/chat_template.hpp"
 #include "ft/text/tokenizer.hpp"
@@ -322,7 +325,8 @@ public:
              key(f.output) + ": non-empty string}";
     if (options_.format == "chat")
       return "{" + key(f.messages) +
-             R"(: [{"role": string, "content": string}, ...] with a non-empty assistant message})";
+             R"(: [{"role": string, "content": string}, ...] with a non-empty assistant message}, or ShareGPT's )"
+             R"({"conversations": [{"from": "human" | "gpt" | "system", "value": string}, ...]})";
     if (options_.format == "text" || options_.format == "guanaco") {
       std::string a = "{" + key(f.text) + ": non-empty string}";
       if (!options_.response_template.empty())
@@ -391,8 +395,15 @@ private:
     return conversation(messages);
   }
 
+  // A row's messages: {"role", "content"} objects under fields.messages, or
+  // ShareGPT's "conversations" of {"from", "value"} (FastChat's and
+  // Samantha's rows) when the row has no messages, with the speakers mapped
+  // to roles as FastChat's and axolotl's loaders map them.
   Example chat_row(const nlohmann::json& row) const {
-    const std::string& key = options_.fields.messages;
+    const bool sharegpt = !row.contains(options_.fields.messages) && row.contains("conversations");
+    const std::string& key = sharegpt ? std::string("conversations") : options_.fields.messages;
+    const char* role_field = sharegpt ? "from" : "role";
+    const char* content_field = sharegpt ? "value" : "content";
     const auto it = row.find(key);
     if (it == row.end() || it->is_null()) bad("\"" + key + "\" is missing");
     if (!it->is_array()) bad("\"" + key + "\" is " + a_type(*it) + ", not a list");
@@ -402,15 +413,27 @@ private:
       const nlohmann::json& m = (*it)[i];
       const std::string where = "\"" + key + "\"[" + std::to_string(i) + "]";
       if (!m.is_object()) bad(where + " is " + a_type(m) + ", not an object");
-      for (const char* field : {"role", "content"})
+      for (const char* field : {role_field, content_field})
         if (!m.contains(field) || !m[field].is_string())
           bad(where + " has no string \"" + field + "\"");
-      const std::string role = m["role"].get<std::string>(), content = m["content"].get<std::string>();
+      std::string role = m[role_field].get<std::string>();
+      if (sharegpt) role = sharegpt_role(role, where);
+      const std::string content = m[content_field].get<std::string>();
       answered |= role == "assistant" && !content.empty();
       messages.push_back({{"role", role}, {"content", content}});
     }
     if (!answered) bad("\"" + key + "\" has no assistant message with content, so nothing would be scored");
     return conversation(messages);
+  }
+
+  std::string sharegpt_role(const std::string& from, const std::string& where) const {
+    static const std::pair<const char*, const char*> roles[] = {
+        {"human", "user"},    {"user", "user"},           {"gpt", "assistant"}, {"assistant", "assistant"},
+        {"chatgpt", "assistant"}, {"system", "system"}, {"tool", "tool"}};
+    for (const auto& [speaker, role] : roles)
+      if (from == speaker) return role;
+    bad(where + " has \"from\": " + nlohmann::json(from).dump() +
+        ", which is no ShareGPT speaker ft knows (human, user, gpt, assistant, chatgpt, system, tool)");
   }
 
   // Renders the messages and scores the assistant messages (see the top of this file).
@@ -540,6 +563,19 @@ private:
 // ---------------------------------------------------------------------------
 // A whole file
 
+// Parquet and Arrow files (what HF datasets hold) are refused in one line
+// that says how to write the rows as JSON Lines, by their first bytes.
+inline void refuse_columnar(std::string_view content, const std::string& origin) {
+  const char* kind = content.starts_with("PAR1") ? "a Parquet file"
+                     : content.starts_with("ARROW1") ? "an Arrow file"
+                     : content.starts_with("\xFF\xFF\xFF\xFF") ? "an Arrow stream (HF datasets' .arrow)"
+                                                                  : nullptr;
+  if (!kind) return;
+  throw Error(origin + ": is " + kind + "; ft reads JSON Lines or JSON rows, allowed: the rows written out once, e.g. "
+              "python -c \"import datasets; datasets.Dataset.from_" + std::string(content.starts_with("PAR1") ? "parquet" : "file") +
+              "('" + origin + "').to_json('rows.jsonl')\"");
+}
+
 // Reads a dataset file (see the top of this file) row by row and hands each
 // example to `take`, in file order, without keeping them: the file is mapped,
 // not read into memory, so a file larger than memory streams through. With
@@ -568,7 +604,12 @@ inline Examples scan_examples(const std::filesystem::path& file, const text::Tok
   if (std::filesystem::file_size(file, ec) > 0) {
     mapping = io::map_file_readonly(file, "a dataset file", 1, "a dataset");
     content = {reinterpret_cast<const char*>(mapping->bytes().data()), mapping->bytes().size()};
+    if (const Compression c = compression_of(content.substr(0, 4)); c != Compression::none) {
+      mapping = map_decompressed(file, c);
+      content = {reinterpret_cast<const char*>(mapping->bytes().data()), mapping->bytes().size()};
+    }
   }
+  refuse_columnar(content, origin);
 
   Examples out;
   std::int64_t kept = 0;
