@@ -94,7 +94,8 @@ public:
 
   // Runs the recipe to the end: trains, evaluates, checkpoints, saves the
   // result. Throws ft::Error for bad input, train::TrainingStopped when the
-  // loss diverges.
+  // loss diverges, train::StoppedOnRequest when SIGINT, SIGTERM or SIGUSR1
+  // stopped it after a step with a checkpoint (core/signals.hpp).
   void train() const { assembly().run(assembly(), recipe_); }
 
 private:
