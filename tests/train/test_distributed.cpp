@@ -1246,7 +1246,9 @@ TEST_CASE("SIGTERM, SIGINT or SIGUSR1 stops one process or every rank after a st
                              launcher_itself},
                         Case{"zero3_by_mpirun", "adapter = \"lora\"\nparallelism = \"zero3\"\n", 2, 2, SIGUSR1, SIGUSR1, mpirun,
                              launcher_itself},
-                        Case{"ddp_one_rank", "adapter = \"full\"\nparallelism = \"ddp\"\n", 2, 2, SIGTERM, SIGTERM, "", one_rank}}) {
+                        Case{"ddp_one_rank", "adapter = \"full\"\nparallelism = \"ddp\"\n", 2, 2, SIGTERM, SIGTERM, "", one_rank},
+                        Case{"zero3_on_four", "adapter = \"full\"\nparallelism = \"zero3\"\n", 1, 4, SIGTERM, SIGUSR1, "",
+                             launcher_itself}}) {
     CAPTURE(c.name);
     const int nproc = c.launcher.empty() ? c.ranks : 1;  // a launcher's ranks are a job already
     const fs::path reference = recipe("signal_reference_" + c.name, c.strategy, c.rows, nproc, "max_steps = 60\n");
