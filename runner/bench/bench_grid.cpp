@@ -1,9 +1,9 @@
 #include "bench_grid.hpp"
 
+#include "seed_entities.hpp"
+
 #include <algorithm>
-#include <cctype>
 #include <cstdio>
-#include <map>
 #include <optional>
 
 #include <toml++/toml.h>
@@ -36,53 +36,13 @@ std::optional<std::string> scalar_text(const toml::node& node) {
   return std::nullopt;
 }
 
-std::optional<std::int64_t> integer(const std::string& text) {
-  std::size_t used = 0;
-  try {
-    const long long v = std::stoll(text, &used);
-    if (used == text.size()) return v;
-  } catch (const std::exception&) {
-  }
-  return std::nullopt;
-}
-
-// Seed 003's entity names that are one recipe key under another name.
-const std::map<std::string, std::string, std::less<>> renamed = {
-    {"model_name", "model.path"},
-    {"model_max_length", "data.max_seq_length"},
-    {"gradient_accumulation_steps", "train.gradient_accumulation_steps"},
-    {"max_steps", "train.max_steps"},
-    {"num_train_epochs", "train.num_train_epochs"},
-    {"stop_after_seconds", "train.stop_after_seconds"},
-    {"auto_stop_method", "train.auto_stop_method"},
-};
-
-// The assignment one entity value stands for. number_gpus and batch_size
-// depend on each other and on the recipe, so translate_point handles them.
-std::string assignment(const std::string& key, const std::string& value) {
-  if (auto it = renamed.find(key); it != renamed.end()) return it->second + "=" + value;
-  if (key == "gradient_checkpointing")
-    return "train.gradient_checkpointing=" + (value == "true" ? "every_block" : value == "false" ? "none" : value);
-  if (key == "dataset_id") return "data.train=artificial:" + value;
-  if (key == "fsdp_sharding_strategy") {
-    std::string lower = value;
-    std::transform(lower.begin(), lower.end(), lower.begin(), [](unsigned char c) { return std::tolower(c); });
-    return "strategy.parallelism=" + lower;
-  }
-  return key + "=" + value;
-}
-
 struct Context {
   fs::path recipe;
-  std::vector<std::string> fixed;
-  ft::recipe::Recipe base;  // the recipe with the fixed keys
+  std::vector<std::string> fixed;  // recipe assignments every point makes
+  Entity fixed_entity;             // seed names of [fixed] that depend on the point's others
+  ft::recipe::Recipe base;         // the recipe with the fixed assignments
+  EntityContext entities;
 };
-
-ft::recipe::Recipe load_with(const Context& c, const std::vector<std::string>& sets) {
-  std::vector<std::string> all = c.fixed;
-  all.insert(all.end(), sets.begin(), sets.end());
-  return ft::recipe::load<ft::recipe::Recipe>(c.recipe, all).recipe;
-}
 
 // A recipe error without its "command line (--set k=v): " prefix: the grid names the place itself.
 std::string reason_of(const Error& e) {
@@ -92,46 +52,22 @@ std::string reason_of(const Error& e) {
   return what;
 }
 
-void translate_point(const Context& c, GridPoint& p) {
-  const ft::recipe::Recipe& base = c.base;
-  std::int64_t ranks = std::max<std::int64_t>(1, base.launch.nproc);
-  bool parallelism_set = false;
-  for (const auto& [key, value] : p.entity)
-    parallelism_set |= key == "strategy.parallelism" || key == "fsdp_sharding_strategy";
-  const std::string* n = p.value("number_gpus");
-  if (!n) n = p.value("launch.nproc");
-  if (n) {
-    ranks = integer(*n).value_or(0);
-    if (ranks < 1) {
-      p.invalid = "number_gpus must be greater than 0";
-      return;
-    }
-  }
-  for (const auto& [key, value] : p.entity) {
-    if (key == "number_gpus") {
-      p.sets.push_back("launch.nproc=" + value);
-      if (ranks > 1 && !parallelism_set && base.strategy.parallelism == "single")
-        p.sets.push_back("strategy.parallelism=zero3");
-    } else if (key == "batch_size") {
-      const std::int64_t batch = integer(value).value_or(0);
-      if (batch < 1) {
-        p.invalid = "batch_size must be greater than 0";
-        return;
-      }
-      if (batch % ranks != 0) {
-        p.invalid = "batch_size " + value + " cannot be divided evenly over " + std::to_string(ranks) + " ranks";
-        return;
-      }
-      p.sets.push_back("train.per_device_train_batch_size=" + std::to_string(batch / ranks));
-    } else {
-      p.sets.push_back(assignment(key, value));
-    }
-  }
+ft::recipe::Recipe load_with(const Context& c, const std::vector<std::string>& sets) {
+  std::vector<std::string> all = c.fixed;
+  all.insert(all.end(), sets.begin(), sets.end());
   try {
-    (void)load_with(c, p.sets);  // the keys together: a recipe that refuses the combination
+    return ft::recipe::load<ft::recipe::Recipe>(c.recipe, all).recipe;
   } catch (const Error& e) {
-    p.invalid = reason_of(e);
+    throw Error(reason_of(e));
   }
+}
+
+void translate_point(const Context& c, GridPoint& p) {
+  Entity entity = c.fixed_entity;
+  entity.insert(entity.end(), p.entity.begin(), p.entity.end());
+  Translation t = translate_entity(entity, c.entities);
+  p.sets = std::move(t.sets);
+  p.invalid = std::move(t.invalid);
 }
 
 }  // namespace
@@ -180,9 +116,9 @@ Grid load_grid(const fs::path& file, const fs::path& output) {
       const auto n = node.value<double>();
       if (!n || *n < 0) throw fail(node, k, "expected a number of seconds >= 0 (0: no limit)");
       grid.point_timeout_seconds = *n;
-    } else if (k != "fixed" && k != "space") {
+    } else if (k != "fixed" && k != "space" && k != "models") {
       throw fail(node, k, "not a grid key (recipe, output, experiment, repeats, retries, point_timeout_seconds, "
-                          "[fixed], [space])");
+                          "[fixed], [space], [models])");
     }
   }
   if (grid.recipe.empty()) throw Error(file.string() + ": recipe: missing; name the base recipe every point starts from");
@@ -191,22 +127,32 @@ Grid load_grid(const fs::path& file, const fs::path& output) {
   if (grid.stability() && !table.contains("repeats")) grid.repeats = 5;  // seed 003's stability experiment
 
   // Benchmark runs write no checkpoints and log every step, unless the grid says otherwise.
-  Context c{grid.recipe, {"checkpoint.save_strategy=no", "train.logging_steps=1"}, {}};
+  Context c{grid.recipe, {"checkpoint.save_strategy=no", "train.logging_steps=1"}, {}, {}, {}};
   try {
     (void)load_with(c, {});
   } catch (const Error& e) {
     throw Error(where(*table.get("recipe"), file) + ": recipe: " + e.what());
   }
-
-  auto checked = [&](const toml::node& node, const std::string& key, const std::string& value) {
-    if (key == "batch_size" || key == "number_gpus") {  // their ranges are validity rules, not errors
-      if (!integer(value)) throw fail(node, key, "expected an integer, got " + value);
-      return;
+  c.entities.base = &c.base;
+  c.entities.load = [&c](const std::vector<std::string>& sets) { return load_with(c, sets); };
+  if (const toml::table* models = table["models"].as_table()) {
+    for (const auto& [name, node] : *models) {
+      const auto path = node.value<std::string>();
+      if (!path || path->empty()) throw fail(node, "models." + std::string(name.str()), "expected a model's path");
+      c.entities.models[std::string(name.str())] = fs::absolute(dir / *path).lexically_normal().string();
     }
+  } else if (table.contains("models")) {
+    throw fail(*table.get("models"), "models", "expected a table [models] of model_name = \"path\"");
+  }
+
+  // A value the recipe or the seed's vocabulary refuses is an error naming its place.
+  auto checked = [&](const toml::node& node, const std::string& key, const std::string& value) {
     try {
-      (void)load_with(c, {assignment(key, value)});
+      (void)load_with(c, is_seed_entity(key) ? entity_assignments(key, value, c.entities)
+                                             : std::vector<std::string>{key + "=" + value});
     } catch (const Error& e) {
-      throw fail(node, key, reason_of(e));
+      const bool unmapped = key == "model_name" && !c.entities.models.contains(value);
+      throw fail(node, key, e.what() + std::string(unmapped ? " (a grid's [models] maps seed 003's model names to paths)" : ""));
     }
   };
   if (const toml::table* fixed = table["fixed"].as_table()) {
@@ -214,10 +160,9 @@ Grid load_grid(const fs::path& file, const fs::path& output) {
       const std::string k(key.str());
       const auto value = scalar_text(node);
       if (!value) throw fail(node, "fixed." + k, "expected a string, number or boolean");
-      if (k == "batch_size" || k == "number_gpus")  // one depends on the other: both are read per point
-        throw fail(node, "fixed." + k, "seed 003's " + k + " goes in [space] (a list of one value is fine)");
       checked(node, k, *value);
-      c.fixed.push_back(assignment(k, *value));
+      if (is_seed_entity(k)) c.fixed_entity.emplace_back(k, *value);
+      else c.fixed.push_back(k + "=" + *value);
     }
   } else if (table.contains("fixed")) {
     throw fail(*table.get("fixed"), "fixed", "expected a table [fixed]");

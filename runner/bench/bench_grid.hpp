@@ -4,7 +4,7 @@
 //
 //   recipe = "../recipes/ft_tiny_llama/full.toml"   # relative to this file
 //   output = "results/tiny"                         # relative to this file; --output overrides
-//   experiment = "measure"       # or "stability": repeats counted as f_oom, f_other_error, f_no_error
+//   experiment = "measure"       # or "stability": repeats counted as f_gpu_oom, f_other_error, f_no_error
 //   repeats = 1                  # runs of every point
 //   retries = 1                  # a failed run (not an invalid one) is run again this many times
 //   point_timeout_seconds = 1800 # a run past it is ended and counts as failed
@@ -17,24 +17,14 @@
 //   number_gpus = [1, 2]
 //   "strategy.precision" = ["fp32", "bf16-mixed"]
 //
-// A key is a recipe key ("section.key") or one of seed 003's entity names:
-//   model_name              model.path
-//   model_max_length        data.max_seq_length
-//   number_gpus             launch.nproc; with more than one, the recipe's
-//                           parallelism, or zero3 (seed 003's FULL_SHARD)
-//                           where the recipe has none
-//   batch_size              the effective batch: per_device_train_batch_size
-//                           = batch_size / number_gpus
-//   gradient_accumulation_steps, max_steps, num_train_epochs,
-//   stop_after_seconds, auto_stop_method          train.*
-//   gradient_checkpointing  true: every_block, false: none
-//   dataset_id              data.train = "artificial:<dataset_id>"
-//   fsdp_sharding_strategy  strategy.parallelism (FULL_SHARD, SHARD_GRAD_OP, NO_SHARD)
+//   [models]                     # seed 003's model names, as paths (relative to this file)
+//   "smollm2-135m" = "models/SmolLM2-135M"
 //
-// A point that breaks seed 003's validity rules (a batch not divisible by the
-// ranks, a batch or a rank count below 1) is invalid and never runs. Every
-// value is checked against the base recipe when the grid is read, so a typo
-// is an error naming the grid's file, line and key before anything runs.
+// A key is a recipe key ("section.key") or one of seed 003's entity names
+// (seed_entities.hpp), in [space] or [fixed]. A point that breaks one of the
+// seed's validity rules, or that ft cannot run, is invalid and never runs.
+// Every value is checked against the base recipe when the grid is read, so a
+// typo is an error naming the grid's file, line and key before anything runs.
 #include <filesystem>
 #include <string>
 #include <utility>

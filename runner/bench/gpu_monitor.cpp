@@ -65,6 +65,7 @@ public:
     bind(memory_, "nvmlDeviceGetMemoryInfo");
     bind(power_, "nvmlDeviceGetPowerUsage");
     bind(power_limit_, "nvmlDeviceGetEnforcedPowerLimit");
+    bind(name_, "nvmlDeviceGetName");
     check(init_(), "nvmlInit_v2");
   }
   ~Nvml() { shutdown_(); }
@@ -96,6 +97,21 @@ public:
         check(by_uuid_(e.c_str(), &d), "nvmlDeviceGetHandleByUUID(" + e + ")");
       }
       if (std::find(out.begin(), out.end(), d) == out.end()) out.push_back(d);
+    }
+    return out;
+  }
+
+  std::vector<std::string> names() const {
+    unsigned int count = 0;
+    check(count_(&count), "nvmlDeviceGetCount_v2");
+    if (count == 0) throw ft::Error("NVML sees no GPU");
+    std::vector<std::string> out;
+    for (unsigned int i = 0; i < count; ++i) {
+      nvmlDevice_t d = nullptr;
+      check(by_index_(i, &d), "nvmlDeviceGetHandleByIndex_v2");
+      std::array<char, 96> name{};  // NVML_DEVICE_NAME_V2_BUFFER_SIZE
+      check(name_(d, name.data(), unsigned(name.size())), "nvmlDeviceGetName");
+      out.emplace_back(name.data());
     }
     return out;
   }
@@ -136,6 +152,7 @@ private:
   nvmlReturn_t (*memory_)(nvmlDevice_t, nvmlMemory_t*) = nullptr;
   nvmlReturn_t (*power_)(nvmlDevice_t, unsigned int*) = nullptr;
   nvmlReturn_t (*power_limit_)(nvmlDevice_t, unsigned int*) = nullptr;
+  nvmlReturn_t (*name_)(nvmlDevice_t, char*, unsigned int) = nullptr;
 };
 
 }  // namespace nvml_sampling
@@ -143,6 +160,8 @@ private:
 std::vector<GpuProperty> no_gpu_properties() {
   return nvml_sampling::properties_of(nvml_sampling::Series{}, 0.0);
 }
+
+std::vector<std::string> gpu_names() { return nvml_sampling::Nvml().names(); }
 
 struct GpuMonitor::Sampler {
   using Nvml = nvml_sampling::Nvml;

@@ -29,6 +29,10 @@ struct GpuProperty {
 // Seed 003's gpu_* properties for a run that uses no GPU: every one 0.
 std::vector<GpuProperty> no_gpu_properties();
 
+// The names NVML gives this machine's GPUs ("NVIDIA H100 PCIe"), in index
+// order. Throws ft::Error when NVML cannot be opened or sees no GPU.
+std::vector<std::string> gpu_names();
+
 class GpuMonitor {
 public:
   // Samples, every `period` until finish(), the GPUs that `ranks` ranks on

@@ -6,6 +6,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <filesystem>
 #include <fstream>
@@ -141,7 +142,7 @@ number_gpus = [1, 2]
     if (row.at("batch_size") == "1" && row.at("number_gpus") == "2") {
       ++invalid;
       CHECK(row.at("is_valid") == "false");
-      CHECK(row.at("reason") == "batch_size 1 cannot be divided evenly over 2 ranks");
+      CHECK(row.at("reason") == "batch_size cannot be evenly divided by number_gpus (1 % 2 != 0)");
       CHECK(row.at("train_tokens_per_second").empty());
       continue;
     }
@@ -225,7 +226,8 @@ repeats = 3
     INFO(row.at("launch.memory_limit") << " " << row.at("train.learning_rate"));
     CHECK(row.at("runs") == "3");
     const bool oom = row.at("launch.memory_limit") == "2MB", diverges = row.at("train.learning_rate") == "1e+30";
-    CHECK(std::stod(row.at("f_oom")) == (oom ? 1.0 : 0.0));
+    CHECK(std::stod(row.at("f_gpu_oom")) == (oom ? 1.0 : 0.0));
+    CHECK(row.at("f_oom") == row.at("f_gpu_oom"));  // the earlier name, kept
     CHECK(std::stod(row.at("f_other_error")) == (!oom && diverges ? 1.0 : 0.0));
     CHECK(std::stod(row.at("f_no_error")) == (!oom && !diverges ? 1.0 : 0.0));
   }
@@ -250,11 +252,126 @@ TEST_CASE("a grid with a wrong key or value is refused before anything runs, nam
   const fs::path listed = grid("listed", "[space]\nbatch_size = [3, 4]\nnumber_gpus = 2\n");
   const auto d = bench(listed, "listed", " --dry-run");
   CHECK(d.code == 0);
-  CHECK(d.out.find("batch_size=3 number_gpus=2  invalid: batch_size 3 cannot be divided evenly over 2 ranks") !=
-        std::string::npos);
+  CHECK(d.out.find("batch_size=3 number_gpus=2  invalid: batch_size cannot be evenly divided by number_gpus "
+                   "(3 % 2 != 0)") != std::string::npos);
   CHECK(d.out.find("--set train.per_device_train_batch_size=2") != std::string::npos);
   CHECK(d.out.find("--set strategy.parallelism=zero3") != std::string::npos);
   CHECK_FALSE(fs::exists(scratch / "listed"));
+}
+
+TEST_CASE("a grid in seed 003's words runs the points this machine can run and says why the others cannot") {
+  // The seed's entity space as it writes it; [models] says where its model names are here.
+  const fs::path g = grid("seed", R"(
+[models]
+"smollm2-135m" = ")" FT_SOURCE_DIR R"(/models/ft-tiny-llama"
+[fixed]
+gpu_model = "NVIDIA-A100-80GB-PCIe"
+number_nodes = 1
+fast_moe = 0
+fast_kernels = "True True True"
+torch_dtype = "float32"
+bf16 = false
+peft_method = "lora"
+r = 4
+lora_alpha = 16
+distributed_backend = "FSDP"
+fsdp_sharding_strategy = "HYBRID_SHARD_ZERO2"
+[space]
+model_name = ["smollm2-135m"]
+number_gpus = [0, 2]
+batch_size = [2, 3]
+optim = ["adamw_torch", "galore_adamw"]
+)");
+  const auto r = bench(g, "seed");
+  REQUIRE_MESSAGE(r.code == 0, r.err);
+  std::map<std::string, nlohmann::json> by_point;
+  for (const nlohmann::json& record : records("seed")) by_point[record["point"].get<std::string>()] = record;
+  REQUIRE(by_point.size() == 8);
+  for (const auto& [point, record] : by_point) {
+    INFO(point);
+    const bool galore = point.find("galore") != std::string::npos;
+    const bool uneven = point.find("number_gpus=2 batch_size=3") != std::string::npos;
+    CHECK(record["is_valid"] == (!galore && !uneven));
+    if (uneven)
+      CHECK(record["reason"] == "batch_size cannot be evenly divided by number_gpus (3 % 2 != 0)");
+    else if (galore)
+      CHECK(record["reason"].get<std::string>().find("optim galore_adamw is not one ft has") == 0);
+    if (!record["is_valid"].get<bool>()) continue;
+    CHECK(record["properties"]["train_tokens_per_second"].get<double>() > 0);
+    const std::vector<std::string> sets = record["sets"];
+    auto has = [&](const std::string& s) { return std::find(sets.begin(), sets.end(), s) != sets.end(); };
+    for (const char* s : {"strategy.precision=fp32", "strategy.optimizer=adamw", "strategy.adapter=lora", "lora.r=4",
+                          "lora.alpha=16"})
+      CHECK_MESSAGE(has(s), s);
+    if (point.find("number_gpus=0") != std::string::npos) {  // no GPU: one process on the CPU
+      CHECK(has("strategy.device=cpu"));
+      CHECK(has("strategy.parallelism=single"));
+    } else {  // HYBRID_SHARD_ZERO2 on one node is SHARD_GRAD_OP
+      CHECK(has("launch.nproc=2"));
+      CHECK(has("strategy.parallelism=zero2"));
+      CHECK(has("train.per_device_train_batch_size=1"));
+    }
+  }
+
+  // The validity rules that need the model, the nodes or the GPU, listed without running anything.
+  std::ofstream(scratch / "hosts") << "node-a slots=2\nnode-b slots=2\n";
+  const fs::path rules = grid("rules", R"(
+[models]
+"mixtral-8x7b-instruct-v0.1" = ")" FT_SOURCE_DIR R"(/tests/fixtures/parity/mixtral_top2"
+"llama-7b" = ")" FT_SOURCE_DIR R"(/models/ft-tiny-llama"
+[space]
+model_name = ["mixtral-8x7b-instruct-v0.1", "llama-7b"]
+number_gpus = [4]
+number_nodes = [2, 3]
+fast_moe = [0, 4]
+"launch.hostfile" = ["", ")" + (scratch / "hosts").string() + R"("]
+fsdp_sharding_strategy = ["HYBRID_SHARD"]
+)");
+  const auto d = bench(rules, "rules", " --dry-run");
+  REQUIRE_MESSAGE(d.code == 0, d.err);
+  auto line_of = [&](const std::string& point) {
+    const auto at = d.out.find(point);
+    REQUIRE_MESSAGE(at != std::string::npos, point);
+    return d.out.substr(at, d.out.find('\n', at) - at);
+  };
+  CHECK(line_of("number_nodes=3").find("number_gpus cannot be evenly divided by number_nodes (4 % 3 != 0)") !=
+        std::string::npos);
+  CHECK(line_of("number_nodes=2 fast_moe=0 launch.hostfile= ").find("needs launch.hostfile naming the machines") !=
+        std::string::npos);
+  CHECK(line_of("llama-7b number_gpus=4 number_nodes=2 fast_moe=4 launch.hostfile=" + (scratch / "hosts").string())
+            .find("is not a Mixture of Experts model") != std::string::npos);
+  // The tiny Mixtral has 4 experts: a degree of 4 divides them, and HYBRID_SHARD shards within each node's 2 ranks.
+  const std::string runs = line_of("mixtral-8x7b-instruct-v0.1 number_gpus=4 number_nodes=2 fast_moe=4 launch.hostfile=" +
+                                   (scratch / "hosts").string() + " fsdp_sharding_strategy=HYBRID_SHARD\n");
+  CHECK(runs.find("invalid") == std::string::npos);
+  const std::string command = d.out.substr(d.out.find(runs) + runs.size(), 600);
+  CHECK(command.find("--set strategy.parallelism=zero3 --set launch.shard_group_size=2") != std::string::npos);
+  CHECK(command.find("--set strategy.expert_parallel=4") != std::string::npos);
+
+  // A point that runs on a GPU needs the GPU gpu_model names; the seed's rule 5 needs one named.
+  const fs::path gpu = grid("gpu", "[fixed]\n\"strategy.device\" = \"cuda\"\n[space]\nnumber_gpus = 1\n"
+                                   "gpu_model = [\"NVIDIA-H100-PCIe\", \"\"]\n");
+  const auto gd = bench(gpu, "gpu", " --dry-run");
+  REQUIRE_MESSAGE(gd.code == 0, gd.err);
+  CHECK(gd.out.find("gpu_model=NVIDIA-H100-PCIe  invalid: gpu_model NVIDIA-H100-PCIe is not on this machine") !=
+        std::string::npos);
+  CHECK(gd.out.find("gpu_model=  invalid: if number_gpus is greater than 0 then gpu_model must be a non-empty "
+                    "string") != std::string::npos);
+
+  // The shipped example grid, as the seed writes it, has only points that run here (from the repository's root,
+  // as its recipes are written).
+  const auto shipped = ft::testing::run_command(
+      "cd " FT_SOURCE_DIR " && " FTRUN_PATH " bench bench/grids/seed003_lora.toml --dry-run", scratch, "shipped");
+  REQUIRE_MESSAGE(shipped.code == 0, shipped.err);
+  CHECK(shipped.out.find("6 points") != std::string::npos);
+  CHECK(shipped.out.find("invalid") == std::string::npos);
+
+  // A value outside the seed's vocabulary is refused when the grid is read.
+  const fs::path typo = grid("seedtypo", "[space]\noptim = [\"adamw_torch\", \"adamw_trch\"]\n");
+  const auto t = bench(typo, "seedtypo");
+  CHECK(t.code == 2);
+  CHECK(t.err.find("seedtypo.toml:3:") != std::string::npos);
+  CHECK(t.err.find("\"adamw_trch\" is neither one of seed 003's optim values") != std::string::npos);
 }
 
 }  // namespace test_bench
