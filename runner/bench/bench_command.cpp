@@ -41,6 +41,7 @@
 #include <ft/estimate/memory_estimate.hpp>
 #include <ft/recipe/load.hpp>
 
+#include "atomic_file.hpp"
 #include "bench_grid.hpp"
 #include "child_process.hpp"
 #include "commands.hpp"
@@ -74,17 +75,6 @@ std::vector<std::string> property_names() {
   std::vector<std::string> names(std::begin(properties), std::end(properties));
   for (const GpuProperty& g : no_gpu_properties()) names.push_back(g.name);
   return names;
-}
-
-// Writes `text` to `path` through a temporary file, so a reader never sees half of it.
-void write_atomically(const fs::path& path, const std::string& text) {
-  const fs::path temporary = path.string() + ".tmp";
-  {
-    std::ofstream out(temporary, std::ios::trunc);
-    out << text;
-    if (!out.flush()) throw ft::Error(temporary.string() + ": cannot be written");
-  }
-  fs::rename(temporary, path);
 }
 
 // results.jsonl, read back when a grid resumes. A line torn by a kill is dropped.
