@@ -20,5 +20,6 @@ Command add_serve_command(CLI::App& app);
 Command add_chat_command(CLI::App& app);
 Command add_init_command(CLI::App& app);
 Command add_control_command(CLI::App& app);
+Command add_dashboard_command(CLI::App& app);
 
 }  // namespace ftrun

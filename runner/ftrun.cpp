@@ -18,7 +18,7 @@ int main(int argc, char** argv) {
       ftrun::add_estimate_command(app), ftrun::add_bench_command(app),    ftrun::add_eval_command(app),
       ftrun::add_convert_command(app),  ftrun::add_schedule_command(app), ftrun::add_generate_command(app),
       ftrun::add_serve_command(app),    ftrun::add_chat_command(app),     ftrun::add_init_command(app),
-      ftrun::add_control_command(app)};
+      ftrun::add_control_command(app),  ftrun::add_dashboard_command(app)};
 
   try {
     app.parse(argc, argv);

@@ -24,6 +24,7 @@
 
 #include <ft/comm/job.hpp>
 #include <ft/core/signals.hpp>
+#include <ft/estimate/memory_estimate.hpp>
 #include <ft/io/hf_config.hpp>
 #include <ft/recipe/load.hpp>
 #include <ft/recipe/recipe.hpp>
@@ -32,6 +33,7 @@
 #include "commands.hpp"
 #include "control/job_registry.hpp"
 #include "control/run_progress.hpp"
+#include "dashboard/dashboard_server.hpp"
 #include "exit_code.hpp"
 #include "memory_fit.hpp"
 #include "plugin_search.hpp"
@@ -43,6 +45,7 @@ struct TrainOptions {
   std::vector<std::string> sets;     // --set section.key=value
   std::vector<std::string> plugins;  // --plugin FILE
   bool dry_run = false;
+  int dashboard = -1;  // --dashboard PORT: serve the run's dashboard there (0: a free port)
 };
 
 namespace {
@@ -289,6 +292,31 @@ control::Answer training_answer(const std::string& output_dir) {
   };
 }
 
+// The estimated peak of each rank, for the dashboard to draw beside the measured one.
+void write_plan(const ft::recipe::Recipe& recipe) {
+  std::vector<std::uint64_t> peaks;
+  try {
+    for (const auto& rank : ft::estimate::estimate_memory_by_rank(recipe)) peaks.push_back(rank.step_peak());
+    write_memory_plan(recipe.output_dir, peaks);
+  } catch (const ft::Error&) {
+    // A policy the estimate has no model for, or a directory not writable yet: the dashboard draws no plan.
+  }
+}
+
+// The dashboard over this run, when --dashboard asks for one; a port it cannot take does not stop the run.
+std::unique_ptr<Dashboard> dashboard_of(const TrainOptions& options, const std::string& output_dir) {
+  if (options.dashboard < 0) return nullptr;
+  try {
+    auto dashboard = std::make_unique<Dashboard>(std::vector<std::filesystem::path>{output_dir}, "127.0.0.1",
+                                                 options.dashboard);
+    std::cerr << "ftrun: dashboard at " << dashboard->url() << std::endl;
+    return dashboard;
+  } catch (const ft::Error& e) {
+    std::cerr << "ftrun: no dashboard: " << e.what() << "\n";
+    return nullptr;
+  }
+}
+
 std::string as_comment(const std::string& text) {
   std::string out;
   std::istringstream in(text);
@@ -393,12 +421,16 @@ int run_train(const TrainOptions& options) {
       std::cerr << "ftrun: " << e.what() << "\n";
       return bad_input;
     }
+    const auto dashboard = dashboard_of(options, loaded.recipe.output_dir);
     return start_job(launch);
   }
   if (!options.dry_run) {
     // Rank 0 answers ftrun control for the job; without a registry the run goes on, uncontrolled.
     std::optional<control::Registration> registration;
+    std::unique_ptr<Dashboard> dashboard;
     if (job.rank == 0) {
+      write_plan(loaded.recipe);
+      dashboard = dashboard_of(options, loaded.recipe.output_dir);
       try {
         registration.emplace(training_record(loaded.recipe.output_dir, options.recipe, std::max(1, job.size)),
                              training_answer(loaded.recipe.output_dir));
@@ -426,6 +458,8 @@ Command add_train_command(CLI::App& app) {
   add_recipe_options(command, o->recipe, o->sets);
   command->add_option("--plugin", o->plugins, "Also load this plugin file (repeatable)");
   command->add_flag("--dry-run", o->dry_run, "Print the resolved recipe, the plan and the launch command");
+  command->add_option("--dashboard", o->dashboard,
+                      "Serve the run's live dashboard on this port of localhost (0: a free one; see ftrun dashboard)");
   return {command, [o] { return run_train(*o); }};
 }
 

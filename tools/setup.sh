@@ -1,5 +1,7 @@
 #!/usr/bin/env bash
 # Installs everything ft needs to build, test and run on a fresh Debian 12 machine.
+# --tests adds what only the tests use: Chromium and Playwright, which drive
+# the dashboard's page in a real browser (tests/dashboard).
 # Idempotent: packages already present are not fetched again, so both README
 # commands can call it every time. Run as root (or with sudo available).
 set -euo pipefail
@@ -24,6 +26,10 @@ packages=(
   # the default dataset's source text (public domain) and the script that builds it
   jargon-text python3 python3-venv
 )
+
+for_tests=0
+[ "${1:-}" = "--tests" ] && for_tests=1
+((for_tests)) && packages+=(chromium)
 
 missing=()
 for p in "${packages[@]}"; do
@@ -52,4 +58,7 @@ fi
 if ! tools/.venv/bin/python -c "import tensorboard, openai" 2>/dev/null; then
   [ -x tools/.venv/bin/python ] || python3 -m venv tools/.venv
   tools/.venv/bin/pip install --quiet --disable-pip-version-check tensorboard openai
+fi
+if ((for_tests)) && ! tools/.venv/bin/python -c "import playwright" 2>/dev/null; then
+  tools/.venv/bin/pip install --quiet --disable-pip-version-check playwright
 fi
