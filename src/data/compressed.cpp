@@ -28,6 +28,12 @@ public:
     const char* dir = std::getenv("TMPDIR");
     const std::string where = dir && *dir ? dir : "/tmp";
     fd_ = ::open(where.c_str(), O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
+    if (fd_ < 0 && (errno == EOPNOTSUPP || errno == EISDIR || errno == EINVAL)) {
+      // A file system (or kernel) without unnamed files: a named one, unlinked at once, is as private.
+      std::string name = where + "/ft-decompressed-XXXXXX";
+      fd_ = ::mkostemp(name.data(), O_CLOEXEC);
+      if (fd_ >= 0) ::unlink(name.c_str());
+    }
     if (fd_ < 0)
       throw Error(source.string() + ": cannot make a temporary file in " + where + " to decompress into (" +
                   std::strerror(errno) + "); set TMPDIR to a writable directory");
