@@ -266,10 +266,10 @@ control::JobRecord training_record(const std::string& output_dir, const std::str
 // reads between steps (core/signals.hpp), which its ranks agree on there;
 // status is read from metrics.jsonl, as far as this process has written it.
 control::Answer training_answer(const std::string& output_dir) {
-  const std::size_t setups_before = control::setup_records(output_dir);
+  auto reading = std::make_shared<control::RunProgress>(output_dir);
   auto asked_stop = std::make_shared<bool>(false);
   return [=](const std::string& request) -> nlohmann::ordered_json {
-    nlohmann::ordered_json progress = control::run_progress(output_dir, setups_before);
+    nlohmann::ordered_json progress = reading->read();
     const bool training = progress["state"] == "training";
     if (request == "status") {
       if (*asked_stop) progress["state"] = "stopping";

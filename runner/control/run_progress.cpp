@@ -1,37 +1,34 @@
 #include "control/run_progress.hpp"
 
 #include <fstream>
-#include <string>
+#include <system_error>
 
 namespace ftrun::control {
 
-namespace {
-
-// Calls `record` with every record of the file, in order; lines that are not JSON are skipped.
-template <class Record>
-void each_record(const std::filesystem::path& output_dir, Record&& record) {
-  std::ifstream in(output_dir / "metrics.jsonl");
-  for (std::string line; std::getline(in, line);) {
-    const nlohmann::json j = nlohmann::json::parse(line, nullptr, false);
-    if (j.is_object() && j.contains("split")) record(j);
-  }
+RunProgress::RunProgress(const std::filesystem::path& output_dir) : file_(output_dir / "metrics.jsonl") {
+  std::error_code ec;
+  offset_ = std::filesystem::file_size(file_, ec);
+  if (ec) offset_ = 0;  // no file yet: this process writes it from the top
 }
 
-}  // namespace
-
-std::size_t setup_records(const std::filesystem::path& output_dir) {
-  std::size_t n = 0;
-  each_record(output_dir, [&](const nlohmann::json& j) { n += j["split"] == "setup"; });
-  return n;
-}
-
-nlohmann::ordered_json run_progress(const std::filesystem::path& output_dir, std::size_t setups_before) {
-  nlohmann::ordered_json out{{"state", "starting"}};
-  std::size_t setups = 0;
-  each_record(output_dir, [&](const nlohmann::json& j) {
+const nlohmann::ordered_json& RunProgress::read() {
+  std::error_code ec;
+  const std::uintmax_t size = std::filesystem::file_size(file_, ec);
+  if (ec || size <= offset_) return progress_;
+  std::string chunk(std::size_t(size - offset_), '\0');
+  std::ifstream in(file_, std::ios::binary);
+  in.seekg(std::streamoff(offset_));
+  in.read(chunk.data(), std::streamsize(chunk.size()));
+  chunk.resize(std::size_t(in.gcount()));
+  offset_ += chunk.size();
+  partial_ += chunk;
+  std::size_t begin = 0;
+  for (std::size_t end; (end = partial_.find('\n', begin)) != std::string::npos; begin = end + 1) {
+    const nlohmann::json j = nlohmann::json::parse(partial_.begin() + std::ptrdiff_t(begin),
+                                                   partial_.begin() + std::ptrdiff_t(end), nullptr, false);
+    if (!j.is_object() || !j.contains("split")) continue;  // a line torn by a kill
     const std::string split = j["split"];
-    if (split == "setup") ++setups;
-    if (setups <= setups_before) return;
+    nlohmann::ordered_json& out = progress_;
     if (split == "setup") {
       out["state"] = "training";
       out["step"] = j.value("step", 0);
@@ -45,8 +42,9 @@ nlohmann::ordered_json run_progress(const std::filesystem::path& output_dir, std
     } else if (split == "save") {
       out["last_save"] = j["step"];
     }
-  });
-  return out;
+  }
+  partial_.erase(0, begin);
+  return progress_;
 }
 
 }  // namespace ftrun::control

@@ -1,21 +1,31 @@
 #pragma once
 // Where a training run is, read from its metrics.jsonl: what `ftrun control
 // status` answers for a train job. A run resumed into the same output_dir
-// appends to the file, so only the records after the first `setups_before`
-// setup records are this process's.
-#include <cstddef>
+// appends to the file, so only what this process appends counts: the
+// reading starts at the file's end when the job registers, and each status
+// reads only what was appended since the last.
+#include <cstdint>
 #include <filesystem>
+#include <string>
 
 #include <nlohmann/json.hpp>
 
 namespace ftrun::control {
 
-// The number of setup records in the run's metrics.jsonl (0 when there is none).
-std::size_t setup_records(const std::filesystem::path& output_dir);
+class RunProgress {
+public:
+  explicit RunProgress(const std::filesystem::path& output_dir);
 
-// {"state": "starting" | "training", "step", "total_steps", "loss",
-// "learning_rate", "tokens_per_second", "seconds_per_step", "last_save"}:
-// the fields known so far.
-nlohmann::ordered_json run_progress(const std::filesystem::path& output_dir, std::size_t setups_before);
+  // {"state": "starting" | "training", "step", "total_steps", "loss",
+  // "learning_rate", "tokens_per_second", "seconds_per_step", "last_save"}:
+  // the fields known so far.
+  const nlohmann::ordered_json& read();
+
+private:
+  std::filesystem::path file_;
+  std::uintmax_t offset_ = 0;
+  std::string partial_;  // a line the run has begun but not ended
+  nlohmann::ordered_json progress_{{"state", "starting"}};
+};
 
 }  // namespace ftrun::control
