@@ -144,6 +144,20 @@ std::string missing_combination(const TrainerKey& key, const ft::plugin::Registr
   return os.str();
 }
 
+// The variables of this environment that NCCL, UCX, libfabric and CUDA read,
+// by name, in order.
+std::vector<std::string> forwarded_variables() {
+  std::vector<std::string> names;
+  for (char** entry = environ; *entry; ++entry) {
+    const std::string_view text(*entry);
+    const std::string_view name = text.substr(0, text.find('='));
+    for (std::string_view prefix : {"NCCL_", "UCX_", "FI_", "CUDA_"})
+      if (name.starts_with(prefix)) names.emplace_back(name);
+  }
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
 // The command that starts the job: mpirun with nproc copies of this ftrun
 // and its arguments. Threads per rank: OMP_NUM_THREADS when set, else this
 // machine's cores shared out. No binding: each rank runs an OpenMP pool.
@@ -156,6 +170,13 @@ std::vector<std::string> launch_argv(const TrainOptions& options, const ft::reci
     else argv.insert(argv.end(), {"--hostfile", recipe.launch.hostfile});
     if (::geteuid() == 0) argv.push_back("--allow-run-as-root");
     argv.insert(argv.end(), {"-x", "OMP_NUM_THREADS=" + std::to_string(threads_per_rank(nproc))});
+    // mpirun passes its environment to the ranks on this machine only: the
+    // communication libraries' settings reach every machine's ranks with -x.
+    for (const std::string& name : forwarded_variables())
+      if (name != "CUDA_VISIBLE_DEVICES" || recipe.launch.devices.empty()) argv.insert(argv.end(), {"-x", name});
+    if (!recipe.launch.devices.empty())
+      argv.insert(argv.end(), {"-x", "CUDA_VISIBLE_DEVICES=" + recipe.launch.devices});
+    argv.insert(argv.end(), recipe.launch.mpirun_args.begin(), recipe.launch.mpirun_args.end());
   }
   std::error_code ec;
   const auto self = std::filesystem::read_symlink("/proc/self/exe", ec);
@@ -345,6 +366,8 @@ int run_train(const TrainOptions& options) {
     std::cerr << "ftrun: " << e.what() << "\n";
     return bad_input;
   }
+  // Before anything asks CUDA about its devices: under mpirun or srun the ranks read the recipe themselves.
+  if (!loaded.recipe.launch.devices.empty()) ::setenv("CUDA_VISIBLE_DEVICES", loaded.recipe.launch.devices.c_str(), 1);
 
   PluginSearch search;
   try {

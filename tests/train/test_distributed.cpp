@@ -858,6 +858,28 @@ TEST_CASE("multi-rank bad input: one line each, before any rank trains") {
   }
 }
 
+TEST_CASE("launch details: NCCL_, UCX_, FI_ and CUDA_ variables, launch.mpirun_args and launch.devices reach mpirun") {
+  const fs::path p = recipe("launch_details", "parallelism = \"ddp\"\n", 2, 2, "max_steps = 2\n");
+  const std::string env = "NCCL_FT_PROBE=1 UCX_FT_PROBE=1 FI_FT_PROBE=1 CUDA_FT_PROBE=1 OTHER_FT_PROBE=1 ";
+  const Run dry = train(p, "--dry-run --set 'launch.mpirun_args=[\"--tag-output\"]' --set launch.devices=0,1,3", env);
+  REQUIRE_MESSAGE(dry.code == 0, dry.err);
+  for (const char* name : {"CUDA_FT_PROBE", "FI_FT_PROBE", "NCCL_FT_PROBE", "UCX_FT_PROBE"})
+    CHECK_MESSAGE(dry.out.find(std::string("-x ") + name + " ") != std::string::npos, name);
+  CHECK(dry.out.find("OTHER_FT_PROBE") == std::string::npos);
+  CHECK(dry.out.find("-x CUDA_VISIBLE_DEVICES=0,1,3 --tag-output ") != std::string::npos);
+  CHECK(dry.out.find("mpirun_args = [\"--tag-output\"]") != std::string::npos);  // in the resolved recipe
+
+  // mpirun takes them: rank 0's lines come tagged with its rank.
+  const Run run = train(p, "--set 'launch.mpirun_args=[\"--tag-output\"]'", "NCCL_FT_PROBE=1 ");
+  REQUIRE_MESSAGE(run.code == 0, run.err);
+  CHECK(run.out.find("[1,0]<stdout>:") != std::string::npos);
+
+  const Run bad = train(p, "--dry-run --set launch.devices=0,gpu1");
+  CHECK(bad.code == 2);
+  CHECK(bad.err.find("launch.devices") != std::string::npos);
+  CHECK(bad.err.find("\"gpu1\", which is not a device") != std::string::npos);
+}
+
 // Two machines made on this one: two network namespaces joined by a veth
 // pair, each with its own host name. mpirun runs in the first and reaches
 // the second through a launch agent that enters it; MPI moves everything

@@ -117,6 +117,22 @@ inline Check<std::string> byte_size_or_empty() {
           "\"\" or a size such as 24GB, 512MiB or a byte count"};
 }
 
+// "" (every device) or CUDA_VISIBLE_DEVICES' list: indices or GPU-/MIG- UUIDs, separated by commas.
+inline Check<std::string> device_list_or_empty() {
+  return {[](const std::string& v) -> std::optional<std::string> {
+            if (v.empty()) return {};
+            std::stringstream in(v);
+            for (std::string item; std::getline(in, item, ',');) {
+              const bool index = !item.empty() && item.find_first_not_of("0123456789") == std::string::npos;
+              const bool uuid = item.rfind("GPU-", 0) == 0 || item.rfind("MIG-", 0) == 0;
+              if (!index && !uuid) return detail::show(v) + " has \"" + item + "\", which is not a device";
+            }
+            if (v.back() == ',') return detail::show(v) + " ends with a comma";
+            return {};
+          },
+          "\"\" (every device) or devices as CUDA_VISIBLE_DEVICES lists them: \"0,1,3\" or GPU-/MIG- UUIDs"};
+}
+
 inline Check<std::string> one_of(std::initializer_list<std::string_view> choices) {
   std::vector<std::string> list(choices.begin(), choices.end());
   std::string allowed = "one of";

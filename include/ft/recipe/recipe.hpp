@@ -357,6 +357,8 @@ struct LaunchSection {
   Int shard_group_size = 0;
   std::string memory_limit;
   bool memory_check = true;
+  std::vector<std::string> mpirun_args;
+  std::string devices;
 
   template <class V>
   void fields(V& v) {
@@ -374,6 +376,12 @@ struct LaunchSection {
             "and ft's allocator fails past it; \"\" for the memory this machine has available");
     v.field("memory_check", memory_check, Check<bool>{},
             "refuse before loading anything a run whose estimated peak exceeds the memory available");
+    v.field("mpirun_args", mpirun_args, Check<std::vector<std::string>>{},
+            "more arguments for the mpirun that launch.nproc starts, before the program, e.g. [\"--mca\", "
+            "\"btl_tcp_if_include\", \"eth0\"]; NCCL_*, UCX_*, FI_* and CUDA_* variables are passed on by themselves");
+    v.field("devices", devices, device_list_or_empty(),
+            "the GPUs the job uses on each machine (CUDA_VISIBLE_DEVICES for every rank): local rank r takes the "
+            "r-th, modulo their count; \"\" for every GPU");
   }
 };
 
