@@ -4,11 +4,11 @@
 // appends to the file, so only what this process appends counts: the
 // reading starts at the file's end when the job registers, and each status
 // reads only what was appended since the last.
-#include <cstdint>
 #include <filesystem>
-#include <string>
 
 #include <nlohmann/json.hpp>
+
+#include "control/appended_lines.hpp"
 
 namespace ftrun::control {
 
@@ -22,9 +22,7 @@ public:
   const nlohmann::ordered_json& read();
 
 private:
-  std::filesystem::path file_;
-  std::uintmax_t offset_ = 0;
-  std::string partial_;  // a line the run has begun but not ended
+  AppendedLines lines_;
   nlohmann::ordered_json progress_{{"state", "starting"}};
 };
 

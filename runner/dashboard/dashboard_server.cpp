@@ -7,6 +7,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <fstream>
+#include <string_view>
 #include <mutex>
 #include <thread>
 
@@ -15,6 +16,7 @@
 #include <ft/core/error.hpp>
 
 #include "atomic_file.hpp"
+#include "control/appended_lines.hpp"
 #include "control/job_registry.hpp"
 #include "dashboard_page.hpp"
 
@@ -31,42 +33,24 @@ using json = nlohmann::json;
 
 constexpr const char* plan_file = "memory_plan.json";
 
-// The part of a run's metrics.jsonl that one page has not been sent yet.
+// The records of a run's metrics.jsonl that one page has not been sent yet,
+// as server-sent events for run `index`; a file written again from the top
+// (a run started again in the directory) is sent again after a reset.
 struct Tail {
-  fs::path file;
-  std::uintmax_t offset = 0;
-  std::string partial;  // a line the run has begun but not ended
+  control::AppendedLines lines;
+  std::size_t index;
 
-  // The new complete records as server-sent events for run `index`; a file
-  // that shrank (a run started again in the directory) is read from the top.
-  std::string events(std::size_t index) {
-    std::error_code ec;
-    const std::uintmax_t size = fs::file_size(file, ec);
-    if (ec) return "";
+  std::string events() {
     std::string out;
-    if (size < offset) {
-      offset = 0;
-      partial.clear();
-      out += "event: reset\ndata: {\"run\":" + std::to_string(index) + "}\n\n";
-    }
-    if (size == offset) return out;
-    constexpr std::uintmax_t most = 4 << 20;  // read a long run's history in pieces
-    std::string chunk(std::size_t(std::min(size - offset, most)), '\0');
-    std::ifstream in(file, std::ios::binary);
-    in.seekg(std::streamoff(offset));
-    in.read(chunk.data(), std::streamsize(chunk.size()));
-    chunk.resize(std::size_t(in.gcount()));
-    offset += chunk.size();
-    partial += chunk;
-    std::size_t begin = 0;
-    for (std::size_t end; (end = partial.find('\n', begin)) != std::string::npos; begin = end + 1) {
-      const std::string_view line(partial.data() + begin, end - begin);
-      if (line.empty() || !json::accept(line)) continue;  // a line torn by a kill says nothing
-      out += "event: record\ndata: {\"run\":" + std::to_string(index) + ",\"record\":";
-      out += line;
-      out += "}\n\n";
-    }
-    partial.erase(0, begin);
+    const std::string run = "{\"run\":" + std::to_string(index);
+    lines.read(
+        [&](std::string_view line) {
+          if (line.empty() || !json::accept(line)) return;  // a line torn by a kill says nothing
+          out += "event: record\ndata: " + run + ",\"record\":";
+          out += line;
+          out += "}\n\n";
+        },
+        [&] { out += "event: reset\ndata: " + run + "}\n\n"; });
     return out;
   }
 };
@@ -170,7 +154,8 @@ struct Dashboard::Server {
     });
     http.Get("/api/events", [this](const httplib::Request&, httplib::Response& res) {
       auto tails = std::make_shared<std::vector<Tail>>();
-      for (const std::filesystem::path& dir : runs) tails->push_back({dir / "metrics.jsonl"});
+      for (std::size_t i = 0; i < runs.size(); ++i)
+        tails->push_back({control::AppendedLines(runs[i] / "metrics.jsonl"), i});
       auto first = std::make_shared<bool>(true);
       auto quiet_since = std::make_shared<std::chrono::steady_clock::time_point>(std::chrono::steady_clock::now());
       res.set_header("Cache-Control", "no-cache");
@@ -182,7 +167,7 @@ struct Dashboard::Server {
             out += "event: reset\ndata: {\"run\":" + std::to_string(i) + "}\n\n";
           *first = false;
         }
-        for (std::size_t i = 0; i < tails->size(); ++i) out += (*tails)[i].events(i);
+        for (Tail& tail : *tails) out += tail.events();
         const auto now = std::chrono::steady_clock::now();
         if (out.empty() && now - *quiet_since > std::chrono::seconds(5)) out = ": still here\n\n";
         if (!out.empty()) {
