@@ -238,13 +238,18 @@ int start_job(const std::vector<std::string>& argv) {
   sigemptyset(&heard);
   for (int s : {SIGINT, SIGTERM, SIGUSR1, SIGCHLD}) sigaddset(&heard, s);
   ::sigprocmask(SIG_BLOCK, &heard, &before);
+  // Written before fork: the child only calls write(2), since this process
+  // may have other threads (the dashboard's) holding the allocator's lock.
+  const std::string cannot_start = "ftrun: launch.nproc = " + argv[2] + " needs mpirun, which could not start: ";
+  const std::string remedy = " (install openmpi-bin, or start the ranks yourself with mpirun or srun)\n";
   const pid_t mpirun = ::fork();
   if (mpirun == 0) {
     ::setpgid(0, 0);
     ::sigprocmask(SIG_SETMASK, &before, nullptr);
     ::execvp(args[0], args.data());
-    std::cerr << "ftrun: launch.nproc = " << argv[2] << " needs mpirun, which could not start: " << std::strerror(errno)
-              << " (install openmpi-bin, or start the ranks yourself with mpirun or srun)\n";
+    const char* error = std::strerror(errno);
+    for (const std::string_view part : {std::string_view(cannot_start), std::string_view(error), std::string_view(remedy)})
+      (void)!::write(STDERR_FILENO, part.data(), part.size());
     ::_exit(failed);
   }
   if (mpirun < 0) {
@@ -319,7 +324,7 @@ void write_plan(const ft::recipe::Recipe& recipe) {
   try {
     for (const auto& rank : ft::estimate::estimate_memory_by_rank(recipe)) peaks.push_back(rank.step_peak());
     write_memory_plan(recipe.output_dir, peaks);
-  } catch (const ft::Error&) {
+  } catch (const std::exception&) {
     // A policy the estimate has no model for, or a directory not writable yet: the dashboard draws no plan.
   }
 }

@@ -225,10 +225,11 @@ std::string broken_rule(const Reading& p, std::int64_t gpus, std::int64_t ranks)
     return "batch_size cannot be evenly divided by number_gpus" + not_divisible(*p.batch, ranks);
   if (p.nodes && gpus % *p.nodes != 0)
     return "number_gpus cannot be evenly divided by number_nodes" + not_divisible(gpus, *p.nodes);
+  if (p.nodes > 1 && gpus == 0) return "number_gpus = 0 is one process on one machine, so number_nodes must be 1";
   if (p.gpu_model && gpus > 0 && p.gpu_model->empty())
     return "if number_gpus is greater than 0 then gpu_model must be a non-empty string";
-  if (p.fast_moe > 0 && ranks % *p.fast_moe != 0)
-    return "fast_moe is set and number_gpus is not divisible by it" + not_divisible(ranks, *p.fast_moe);
+  if (p.fast_moe > 0 && gpus % *p.fast_moe != 0)
+    return "fast_moe is set and number_gpus is not divisible by it" + not_divisible(gpus, *p.fast_moe);
   if (p.seed_optimizer)
     return "optim " + *p.seed_optimizer + " is not one ft has (ft's: " +
            ft::recipe::stock_names(ft::recipe::PolicyKind::optimizer) +
@@ -326,7 +327,11 @@ Translation translate_entity(const Entity& entity, const EntityContext& context)
     }
   }
 
-  const std::int64_t gpus = p.gpus.value_or(std::max<std::int64_t>(1, base.launch.nproc));
+  // Without number_gpus, the ranks are the point's launch.nproc, else the recipe's.
+  std::int64_t nproc = base.launch.nproc;
+  for (const auto& [key, value] : entity)
+    if (key == "launch.nproc") nproc = integer(value);
+  const std::int64_t gpus = p.gpus.value_or(std::max<std::int64_t>(1, nproc));
   const std::int64_t ranks = std::max<std::int64_t>(1, gpus);
   if (t.invalid = broken_rule(p, gpus, ranks); !t.invalid.empty()) return t;
 
@@ -338,6 +343,9 @@ Translation translate_entity(const Entity& entity, const EntityContext& context)
     if (*p.gpus == 0) set("strategy.device", "cpu");  // seed 003's runs without a GPU
   }
   if (p.batch) set("train.per_device_train_batch_size", std::to_string(*p.batch / ranks));
+  // As the seed's actuator places them: number_gpus / number_nodes ranks on each machine.
+  if (p.nodes > 1)
+    set("launch.mpirun_args", "[\"--map-by\", \"ppr:" + std::to_string(ranks / *p.nodes) + ":node\"]");
 
   // The parallelism: FSDP's sharding, DDP, or one process's.
   if (p.backend || p.sharding || !p.parallelism.empty()) {

@@ -7,13 +7,16 @@
 //   model_max_length        data.max_seq_length
 //   number_gpus             launch.nproc ranks; 0: one process on the CPU
 //   number_nodes            the machines the ranks span (launch.hostfile must
-//                           name them); HYBRID_SHARD groups a node's ranks
+//                           name them), number_gpus / number_nodes on each
+//                           (mpirun --map-by ppr:N:node); HYBRID_SHARD groups a
+//                           node's ranks
 //   batch_size              the effective batch, over max(1, number_gpus) ranks
 //   gpu_model               the GPU a CUDA point needs (Kubernetes' label, e.g.
 //                           NVIDIA-A100-80GB-PCIe); a CPU point only records it
 //   torch_dtype, bf16       strategy.precision: float32 is fp32, or bf16-mixed
 //                           with bf16 = True; bfloat16 is bf16-true; float16 is
-//                           fp16-mixed
+//                           fp16-mixed (the seed's float16 experiments pass
+//                           --fp16; ft has no training in pure float16)
 //   optim                   strategy.optimizer (adamw_torch: adamw,
 //                           adamw_bnb_8bit: adamw8bit, adamw_torch_4bit:
 //                           adamw4bit, adafactor, sgd, lion_32bit: lion ...)

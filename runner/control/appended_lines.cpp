@@ -11,8 +11,22 @@ AppendedLines::AppendedLines(std::filesystem::path file, std::uintmax_t offset)
 
 AppendedLines AppendedLines::at_end(std::filesystem::path file) {
   std::error_code ec;
-  const std::uintmax_t size = std::filesystem::file_size(file, ec);
-  return AppendedLines(std::move(file), ec ? 0 : size);  // no file yet: it is all new
+  std::uintmax_t end = std::filesystem::file_size(file, ec);
+  if (ec) return AppendedLines(std::move(file), 0);  // no file yet: it is all new
+  // After the last complete line: a line torn by a kill is cut off by the run
+  // that resumes, which then writes from there.
+  std::ifstream in(file, std::ios::binary);
+  char block[4096];
+  while (end > 0) {
+    const std::uintmax_t begin = end > sizeof block ? end - sizeof block : 0;
+    in.seekg(std::streamoff(begin));
+    in.read(block, std::streamsize(end - begin));
+    if (in.gcount() != std::streamsize(end - begin)) break;
+    const std::string_view text(block, std::size_t(end - begin));
+    if (const auto newline = text.rfind('\n'); newline != std::string_view::npos) return AppendedLines(std::move(file), begin + newline + 1);
+    end = begin;
+  }
+  return AppendedLines(std::move(file), 0);
 }
 
 void AppendedLines::read(const std::function<void(std::string_view)>& line, const std::function<void()>& restarted,

@@ -12,7 +12,7 @@ namespace ftrun::control {
 
 class AppendedLines {
 public:
-  // Reads from `offset`; at_end() starts at the file's current end.
+  // Reads from `offset`; at_end() starts after the file's last complete line.
   explicit AppendedLines(std::filesystem::path file, std::uintmax_t offset = 0);
   static AppendedLines at_end(std::filesystem::path file);
 

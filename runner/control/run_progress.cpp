@@ -1,5 +1,7 @@
 #include "control/run_progress.hpp"
 
+#include <limits>
+
 
 namespace ftrun::control {
 
@@ -25,7 +27,7 @@ const nlohmann::ordered_json& RunProgress::read() {
     } else if (split == "save") {
       out["last_save"] = j["step"];
     }
-  });
+  }, {}, std::numeric_limits<std::uintmax_t>::max());  // all of it: a status is of now
   return progress_;
 }
 

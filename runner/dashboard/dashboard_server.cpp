@@ -36,6 +36,10 @@ constexpr const char* plan_file = "memory_plan.json";
 // The records of a run's metrics.jsonl that one page has not been sent yet,
 // as server-sent events for run `index`; a file written again from the top
 // (a run started again in the directory) is sent again after a reset.
+std::string reset_event(std::size_t index) {
+  return "event: reset\ndata: {\"run\":" + std::to_string(index) + "}\n\n";
+}
+
 struct Tail {
   control::AppendedLines lines;
   std::size_t index;
@@ -45,12 +49,12 @@ struct Tail {
     const std::string run = "{\"run\":" + std::to_string(index);
     lines.read(
         [&](std::string_view line) {
-          if (line.empty() || !json::accept(line)) return;  // a line torn by a kill says nothing
+          if (!json::parse(line, nullptr, false).is_object()) return;  // a line torn by a kill says nothing
           out += "event: record\ndata: " + run + ",\"record\":";
           out += line;
           out += "}\n\n";
         },
-        [&] { out += "event: reset\ndata: " + run + "}\n\n"; });
+        [&] { out += reset_event(index); });
     return out;
   }
 };
@@ -100,6 +104,7 @@ struct Dashboard::Server {
   std::mutex mutex;
   std::condition_variable wake;
   bool stopping = false;
+  std::atomic<bool> listen_ended{false};
 
   json runs_json() {
     json list = json::array();
@@ -125,6 +130,16 @@ struct Dashboard::Server {
     return *answer;
   }
 
+  // Whether a request's Host names this server as it listens: a page of
+  // another site whose name was made to resolve here (DNS rebinding) says
+  // that site's name.
+  bool addressed_here(const std::string& host_header) const {
+    const std::string at = ":" + std::to_string(port);
+    for (const std::string& name : {host, std::string("localhost"), std::string("127.0.0.1"), std::string("[::1]")})
+      if (host_header == name + at) return true;
+    return false;
+  }
+
   // Waits up to `period`; false once the dashboard stops.
   bool pause(std::chrono::milliseconds period) {
     std::unique_lock lock(mutex);
@@ -138,10 +153,10 @@ struct Dashboard::Server {
     http.Get("/api/runs", [this](const httplib::Request&, httplib::Response& res) {
       res.set_content(runs_json().dump(), "application/json");
     });
-    http.Post(R"(/api/runs/(\d+)/(save|stop))", [this](const httplib::Request& req, httplib::Response& res) {
+    http.Post(R"(/api/runs/(\d{1,6})/(save|stop))", [this](const httplib::Request& req, httplib::Response& res) {
       const std::size_t index = std::stoul(req.matches[1].str());
       json answer;
-      if (req.get_header_value("X-Ft-Dashboard") != "1") {
+      if (req.get_header_value("X-Ft-Dashboard") != "1" || !addressed_here(req.get_header_value("Host"))) {
         res.status = 403;
         answer = {{"ok", false}, {"error", "a control request must come from the dashboard's page"}};
       } else if (index >= runs.size()) {
@@ -163,8 +178,7 @@ struct Dashboard::Server {
                                                                                                httplib::DataSink& sink) {
         std::string out;
         if (*first) {  // a page that connects again starts from the top
-          for (std::size_t i = 0; i < tails->size(); ++i)
-            out += "event: reset\ndata: {\"run\":" + std::to_string(i) + "}\n\n";
+          for (std::size_t i = 0; i < tails->size(); ++i) out += dashboard_serving::reset_event(i);
           *first = false;
         }
         for (Tail& tail : *tails) out += tail.events();
@@ -186,14 +200,21 @@ Dashboard::Dashboard(std::vector<std::filesystem::path> run_dirs, const std::str
   for (std::filesystem::path& dir : run_dirs) s.runs.push_back(std::filesystem::absolute(dir).lexically_normal());
   s.host = host;
   s.routes();
+  // Each open page holds a worker for its event stream: room for many pages and their requests.
+  s.http.new_task_queue = [] { return new httplib::ThreadPool(64); };
   s.port = port == 0 ? s.http.bind_to_any_port(host) : (s.http.bind_to_port(host, port) ? port : -1);
   if (s.port < 0) throw ft::Error("the dashboard cannot listen on " + host + ":" + std::to_string(port));
   s.thread = std::thread([&s] {
     dashboard_serving::leave_stopping_signals();  // before listening: its worker threads inherit the mask
     s.http.listen_after_bind();
+    s.listen_ended = true;
   });
   // Listening before the constructor returns: a stop that came earlier would not reach it.
-  for (int i = 0; i < 500 && !s.http.is_running(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  while (!s.http.is_running() && !s.listen_ended) std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  if (!s.http.is_running()) {
+    s.thread.join();
+    throw ft::Error("the dashboard cannot listen on " + host + ":" + std::to_string(s.port));
+  }
 }
 
 Dashboard::~Dashboard() {

@@ -347,6 +347,13 @@ fsdp_sharding_strategy = ["HYBRID_SHARD"]
   const std::string command = d.out.substr(d.out.find(runs) + runs.size(), 600);
   CHECK(command.find("--set strategy.parallelism=zero3 --set launch.shard_group_size=2") != std::string::npos);
   CHECK(command.find("--set strategy.expert_parallel=4") != std::string::npos);
+  CHECK(command.find("ppr:2:node") != std::string::npos);  // 2 of the 4 ranks on each machine
+
+  // Without number_gpus, the batch is split over the point's own launch.nproc.
+  const fs::path own = grid("own_nproc", "[space]\nbatch_size = 4\n\"launch.nproc\" = 2\n");
+  const auto o = bench(own, "own_nproc", " --dry-run");
+  REQUIRE_MESSAGE(o.code == 0, o.err);
+  CHECK(o.out.find("--set train.per_device_train_batch_size=2") != std::string::npos);
 
   // A point that runs on a GPU needs the GPU gpu_model names; the seed's rule 5 needs one named.
   const fs::path gpu = grid("gpu", "[fixed]\n\"strategy.device\" = \"cuda\"\n[space]\nnumber_gpus = 1\n"

@@ -10,7 +10,7 @@ been taken of the current page (it records page.html's hash);
 FT_UPDATE_SCREENSHOT=1 takes it again.
 
 Usage: test_dashboard.py FTRUN SOURCE_DIR. Exits 77 (skipped) with one line
-when Playwright or Chromium is missing: `bash tools/setup.sh --browser`.
+when Playwright or Chromium is missing: `bash tools/setup.sh --tests`.
 """
 import hashlib
 import json
@@ -73,11 +73,11 @@ if not updating:
 try:
     from playwright.sync_api import sync_playwright
 except ImportError:
-    print("SKIP: Playwright is not in tools/.venv (bash tools/setup.sh --browser installs it and Chromium)")
+    print("SKIP: Playwright is not in tools/.venv (bash tools/setup.sh --tests installs it and Chromium)")
     sys.exit(77)
 chromium = shutil.which("chromium") or shutil.which("chromium-browser")
 if not chromium:
-    print("SKIP: no chromium on PATH (bash tools/setup.sh --browser installs Debian's)")
+    print("SKIP: no chromium on PATH (bash tools/setup.sh --tests installs Debian's)")
     sys.exit(77)
 
 scratch = tempfile.mkdtemp(prefix="ft_dashboard_")
