@@ -35,6 +35,7 @@
 #include "control/run_progress.hpp"
 #include "dashboard/dashboard_server.hpp"
 #include "exit_code.hpp"
+#include "hostfile.hpp"
 #include "memory_fit.hpp"
 #include "plugin_search.hpp"
 
@@ -205,17 +206,12 @@ std::string command_line(const std::vector<std::string>& argv) {
 // Every host a hostfile names must resolve, or mpirun would fail later and
 // less clearly (or wait on a connection).
 void check_hostfile(const std::string& file) {
-  std::ifstream in(file);
-  std::string line;
-  for (int number = 1; std::getline(in, line); ++number) {
-    std::istringstream words(line.substr(0, line.find('#')));
-    std::string host;
-    if (!(words >> host)) continue;
+  for (const HostfileEntry& entry : hostfile_hosts(file)) {
     addrinfo* found = nullptr;
-    const int rc = ::getaddrinfo(host.c_str(), nullptr, nullptr, &found);
+    const int rc = ::getaddrinfo(entry.host.c_str(), nullptr, nullptr, &found);
     if (found) ::freeaddrinfo(found);
     if (rc != 0)
-      throw ft::Error(file + ":" + std::to_string(number) + ": launch.hostfile names the host \"" + host +
+      throw ft::Error(file + ":" + std::to_string(entry.line) + ": launch.hostfile names the host \"" + entry.host +
                       "\", which does not resolve (" + ::gai_strerror(rc) + "); allowed: a host name or address "
                       "this machine can reach");
   }

@@ -12,6 +12,7 @@
 #include <ft/core/error.hpp>
 
 #include "gpu_monitor.hpp"
+#include "hostfile.hpp"
 
 namespace ftrun {
 namespace {
@@ -172,13 +173,8 @@ struct Reading {
 
 // The number of machines an MPI hostfile names.
 std::size_t hosts_in(const std::string& hostfile) {
-  std::ifstream in(hostfile);
   std::set<std::string> hosts;
-  for (std::string line; std::getline(in, line);) {
-    line = line.substr(0, line.find('#'));
-    std::istringstream words(line);
-    if (std::string host; words >> host) hosts.insert(host);
-  }
+  for (const HostfileEntry& entry : hostfile_hosts(hostfile)) hosts.insert(entry.host);
   return hosts.size();
 }
 
