@@ -1,9 +1,18 @@
-# The CUDA backend: built for sm_80 (A100) and sm_90 (H100/H200) unless the
-# caller chose other architectures. FT_ENABLE_CUDA=AUTO builds it where nvcc
-# is found (this machine has nvcc and no GPU: CUDA code is compiled and
-# linked on every build, and its tests skip), ON requires it, OFF skips it.
-# Sets FT_CUDA to whether it is built.
+# The CUDA backend, built wherever nvcc is found (FT_ENABLE_CUDA=AUTO; ON
+# requires it, OFF skips it). Sets FT_CUDA to whether it is built, and
+# FT_CUDA_CHECKS to whether the GPU test programs are.
+#
+# Which code nvcc makes, unless the caller chose CMAKE_CUDA_ARCHITECTURES:
+#  - where a GPU is visible (nvidia-smi lists one): machine code for sm_80
+#    (A100) and sm_90 (H100/H200), the set ft ships;
+#  - where none is (this project's build machines: nvcc, no GPU): PTX for
+#    compute_80 only. It is compiled and checked as fully as machine code
+#    (cicc runs; ptxas and the second architecture do not, a third of the
+#    plugin's compile time), and a driver turns it into machine code for
+#    any sm_80+ GPU when the plugin first loads. The GPU test programs,
+#    which could only skip here, are not built (FT_BUILD_CUDA_CHECKS).
 set(FT_CUDA OFF)
+set(FT_CUDA_CHECKS OFF)
 
 # What CUDA sources that include ft's headers need, carried by ft::ft
 # whether or not this build has CUDA:
@@ -31,9 +40,22 @@ if(NOT CMAKE_CUDA_COMPILER)
   message(STATUS "ft: CUDA backend not built (no nvcc)")
   return()
 endif()
-if(NOT DEFINED CMAKE_CUDA_ARCHITECTURES)
-  set(CMAKE_CUDA_ARCHITECTURES 80 90)
+find_program(FT_NVIDIA_SMI nvidia-smi)
+set(ft_gpu_visible OFF)
+if(FT_NVIDIA_SMI)
+  execute_process(COMMAND ${FT_NVIDIA_SMI} -L RESULT_VARIABLE ft_smi_status OUTPUT_VARIABLE ft_smi_gpus ERROR_QUIET)
+  if(ft_smi_status EQUAL 0 AND ft_smi_gpus MATCHES "^GPU ")
+    set(ft_gpu_visible ON)
+  endif()
 endif()
+if(NOT DEFINED CMAKE_CUDA_ARCHITECTURES)
+  if(ft_gpu_visible)
+    set(CMAKE_CUDA_ARCHITECTURES 80 90)
+  else()
+    set(CMAKE_CUDA_ARCHITECTURES 80-virtual)
+  endif()
+endif()
+option(FT_BUILD_CUDA_CHECKS "Build the GPU test programs (default: where a GPU is visible)" ${ft_gpu_visible})
 enable_language(CUDA)
 # CUDA sources are C++20, as the headers are. CMake 3.25 does not know
 # nvcc's flag for it (3.26 does) and would refuse the dialect, so it is told.
@@ -47,7 +69,13 @@ set(CMAKE_CUDA_STANDARD_REQUIRED ON)
 set(CMAKE_CUDA_EXTENSIONS OFF)
 find_package(CUDAToolkit REQUIRED)
 set(FT_CUDA ON)
-message(STATUS "ft: CUDA backend built for sm_${CMAKE_CUDA_ARCHITECTURES}")
+set(FT_CUDA_CHECKS ${FT_BUILD_CUDA_CHECKS})
+if(ft_gpu_visible)
+  set(ft_gpu_here "a GPU is visible")
+else()
+  set(ft_gpu_here "no GPU is visible, so PTX is the default and the GPU test programs are not built unless FT_BUILD_CUDA_CHECKS=ON")
+endif()
+message(STATUS "ft: CUDA backend built for ${CMAKE_CUDA_ARCHITECTURES} (${ft_gpu_here})")
 
 # NCCL, where the toolkit has it (/usr/local/cuda here): ft::nccl, for the
 # communicator over device buffers (ft/device/cuda/nccl.hpp). Sets FT_NCCL.

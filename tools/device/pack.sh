@@ -7,7 +7,9 @@
 # named in .device/needs, and check.sh finds them there. The device tool
 # carries 64 MiB at most, the working tree included.
 #
-#   cmake --preset release -DFT_BUILD_BENCH=ON && cmake --build --preset release
+#   cmake --preset release -DFT_BUILD_BENCH=ON -DFT_BUILD_CUDA_CHECKS=ON \
+#         -DCMAKE_CUDA_ARCHITECTURES="80;90" && cmake --build --preset release
+#   (a build machine without a GPU otherwise makes PTX only and no CUDA checks)
 #   bash tools/device/pack.sh [BUILD_DIR]        (default build/release)
 set -euo pipefail
 
@@ -18,6 +20,8 @@ out="$root/.device"
 cd "$build"
 [ -x bin/ftrun ] && [ -f lib/ft/plugins/libft_cuda.so ] ||
   { echo "pack: $build has no ftrun or no CUDA plugin: build it with nvcc first" >&2; exit 1; }
+[ -x bin/cuda_device_check ] ||
+  { echo "pack: $build has no CUDA checks: configure it with -DFT_BUILD_CUDA_CHECKS=ON (see the top of this script)" >&2; exit 1; }
 if [ -f build.ninja ] && ! ninja -n | grep -q "no work to do"; then
   echo "pack: warning: $build is not up to date with the sources; build it before packing" >&2
 fi
