@@ -12,9 +12,14 @@ ftrun=$prefix/bin/ftrun
 test -x "$ftrun"
 test -f "$prefix/include/ft/ft.hpp"
 
-# Built without optimization (no build type): what is checked is the package
-# and the plugin ABI, which do not depend on it, and it halves the compile.
+# Every example, built without optimization (no build type): what is checked
+# is the package and the plugin ABI, which do not depend on it, and it halves
+# the compile. The two used below must be among them.
+examples=$(cd "$src/examples" && ls -d */ | tr -d /)
 for example in third_party_plugin custom_trainer; do
+  grep -qx "$example" <<<"$examples" || { echo "FAIL: examples/$example is missing" >&2; exit 1; }
+done
+for example in $examples; do
   cmake -S "$src/examples/$example" -B "$work/$example" -G Ninja \
         -DCMAKE_PREFIX_PATH="$prefix" -DCMAKE_BUILD_TYPE= >"$work/$example.configure.log"
   cmake --build "$work/$example" >"$work/$example.build.log"
