@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Installs everything ft needs to build, test and run on a fresh Debian 12 machine.
 # --tests adds what only the tests use: Chromium and Playwright, which drive
-# the dashboard's page in a real browser (tests/dashboard).
+# the dashboard's page in a real browser (tests/dashboard), and PyYAML,
+# jsonschema and kubernetes-validate, which check deploy/'s manifests
+# (tests/deploy).
 # Idempotent: packages already present are not fetched again, so both README
 # commands can call it every time. Run as root (or with sudo available).
 set -euo pipefail
@@ -59,6 +61,6 @@ if ! tools/.venv/bin/python -c "import tensorboard, openai" 2>/dev/null; then
   [ -x tools/.venv/bin/python ] || python3 -m venv tools/.venv
   tools/.venv/bin/pip install --quiet --disable-pip-version-check tensorboard openai
 fi
-if ((for_tests)) && ! tools/.venv/bin/python -c "import playwright" 2>/dev/null; then
-  tools/.venv/bin/pip install --quiet --disable-pip-version-check playwright
+if ((for_tests)) && ! tools/.venv/bin/python -c "import playwright, yaml, jsonschema, kubernetes_validate" 2>/dev/null; then
+  tools/.venv/bin/pip install --quiet --disable-pip-version-check playwright pyyaml jsonschema kubernetes-validate
 fi
