@@ -15,7 +15,9 @@
   checkpoint, then every step is skipped as complete.
 - ft-sshd, in a PID namespace of its own: SIGTERM to it stops the run in its
   pod after a checkpoint (exit 5) before it exits.
-- deploy/slurm/train.sbatch parses, and asks for the signal and requeue.
+- deploy/slurm/train.sbatch parses, asks for the signal and requeue, and on a
+  one-machine Slurm cluster (as root): a SIGUSR1 stops the job after a
+  checkpoint, the job requeues itself, and the next start resumes to the end.
 
 Usage: test_deploy.py FTRUN   (from the repository root); exits 77 (skipped)
 without PyYAML, jsonschema or kubernetes-validate (tools/setup.sh --tests).
@@ -277,12 +279,72 @@ def sshd_stop(work):
           f"SIGTERM to ft-sshd stops its pod's rank after a checkpoint, then ends sshd: {r.stdout!r} {log[-300:]!r}")
 
 
+def slurm_requeue(work):
+    """deploy/slurm/train.sbatch on a one-machine Slurm cluster (tests/train/slurm_cluster.sh)."""
+    if os.geteuid() != 0 or not all(shutil.which(p) for p in ("sbatch", "scontrol", "slurmctld", "slurmd", "munged")):
+        print("skip train.sbatch: a Slurm cluster cannot be started here (needs root, slurm-wlm and munge)")
+        return
+    cluster = os.path.join(os.getcwd(), "tests", "train", "slurm_cluster.sh")
+    state = os.path.join(work, "slurm")
+    r = subprocess.run(["sh", cluster, "start", state], capture_output=True, text=True)
+    if r.returncode:
+        check(False, f"the Slurm cluster starts: {r.stderr}")
+        return
+    try:
+        env = dict(os.environ, SLURM_CONF=os.path.join(state, "slurm.conf"), OMPI_ALLOW_RUN_AS_ROOT="1",
+                   OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1", PATH=os.path.dirname(FTRUN) + ":" + os.environ["PATH"])
+        recipe, out = write_recipe(work, "sbatch", 300)
+        log = os.path.join(work, "sbatch.out")
+        # The script's own options, made to fit one machine without GPUs.
+        r = subprocess.run(["sbatch", "--parsable", "--nodes=1", "--ntasks-per-node=2", "--gpus-per-node=0",
+                            "--cpus-per-task=1", f"--output={log}", os.path.join(DEPLOY, "slurm", "train.sbatch"),
+                            recipe, "--set", "strategy.parallelism=ddp"], capture_output=True, text=True, env=env)
+        check(r.returncode == 0, f"sbatch takes train.sbatch: {r.stderr!r}")
+        job = r.stdout.strip().split(";")[0]
+
+        def job_field(name):
+            shown = subprocess.run(["scontrol", "show", "job", job], capture_output=True, text=True, env=env).stdout
+            match = re.search(rf"\b{name}=(\S+)", shown)
+            return match.group(1) if match else ""
+
+        def log_text():
+            return open(log).read() if os.path.exists(log) else ""
+
+        until(lambda: os.path.exists(os.path.join(out, "checkpoint-3")), 120, "the batch job's checkpoint-3")
+        # Slurm's warning before the time limit (--signal=USR1@300), sent now.
+        subprocess.run(["scancel", "--signal=USR1", job], env=env, check=True)
+        until(lambda: "requeued job" in log_text(), 120, "the job to requeue itself")
+        # A requeued job waits two minutes before it may start again; the test does not.
+        subprocess.run(["scontrol", "update", f"JobId={job}", "StartTime=now"], env=env, check=True)
+        until(lambda: job_field("JobState") in ("COMPLETED", "FAILED", "CANCELLED"), 240, "the requeued job to end")
+        text = log_text()
+        stopped = re.search(r"stopped by SIGUSR1 after step (\d+) of 300", text)
+        check(stopped and f"requeued job {job} to continue" in text and
+              f"resuming after step {stopped.group(1)}" in text,
+              f"SIGUSR1 stops the batch job after a checkpoint, it requeues itself and resumes: {text[-600:]!r}")
+        check(job_field("JobState") == "COMPLETED" and job_field("Restarts") == "1" and job_field("ExitCode") == "0:0",
+              f"the job completes after one restart: {job_field('JobState')} {job_field('Restarts')} {job_field('ExitCode')}")
+        with open(os.path.join(out, "metrics.jsonl")) as f:
+            check('"what":"final"' in f.read(), "the requeued run reaches its final save")
+    finally:
+        pids = []
+        for daemon in ("slurmd", "slurmctld", "munged"):
+            try:
+                with open(os.path.join(state, daemon + ".pid")) as f:
+                    pids.append(int(f.read()))
+            except (OSError, ValueError):
+                pass
+        subprocess.run(["sh", cluster, "stop", state])
+        until(lambda: not any(os.path.exists(f"/proc/{pid}") for pid in pids), 30, "Slurm's daemons to stop")
+
+
 def main():
     manifests()
     with tempfile.TemporaryDirectory() as work:
         wait_for_hosts(work)
         steps(work)
         sshd_stop(work)
+        slurm_requeue(work)
     if failures:
         print(f"{len(failures)} check(s) failed")
         sys.exit(1)
