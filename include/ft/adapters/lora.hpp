@@ -36,6 +36,7 @@
 #include <utility>
 #include <vector>
 
+#include "ft/core/compiled_dtypes.hpp"
 #include "ft/core/error.hpp"
 #include "ft/core/host_device.hpp"
 #include "ft/core/random.hpp"
@@ -604,3 +605,15 @@ private:
 };
 
 }  // namespace ft::adapters
+
+// Every member of LoRA over the CPU's model of storage T, compiled once
+// (core/compiled_dtypes.hpp).
+#define FT_COMPILED_CPU_LORA(EXTERN, T)                      \
+  EXTERN template class adapters::LoraBlock<T, device::Cpu>; \
+  EXTERN template class adapters::LoraModel<T, device::Cpu>;
+
+#ifdef FT_COMPILED_ENGINE
+namespace ft {
+FT_FOR_COMPILED_CPU_DTYPES(FT_COMPILED_CPU_LORA, extern)
+}  // namespace ft
+#endif

@@ -24,6 +24,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "ft/core/compiled_dtypes.hpp"
 #include "ft/device/upload.hpp"
 #include "ft/infer/adapter.hpp"
 #include "ft/infer/attention.hpp"
@@ -286,3 +287,14 @@ private:
 };
 
 }  // namespace ft::infer
+
+// The CPU's inference engine in float32 and bfloat16, the dtypes ft serves
+// in, compiled once (core/compiled_dtypes.hpp).
+#define FT_COMPILED_CPU_INFERENCE(EXTERN, T) EXTERN template class infer::Engine<T, device::Cpu>;
+
+#ifdef FT_COMPILED_ENGINE
+namespace ft {
+FT_COMPILED_CPU_INFERENCE(extern, float)
+FT_COMPILED_CPU_INFERENCE(extern, bf16)
+}  // namespace ft
+#endif

@@ -19,6 +19,7 @@
 #include <utility>
 #include <vector>
 
+#include "ft/core/compiled_dtypes.hpp"
 #include "ft/comm/communicator.hpp"
 #include "ft/io/packed_weights.hpp"
 #include "ft/io/model_weights.hpp"
@@ -539,3 +540,18 @@ private:
 };
 
 }  // namespace ft::models
+
+// Every member of the CPU's model over storage T, compiled once
+// (core/compiled_dtypes.hpp).
+#define FT_COMPILED_CPU_MODEL(EXTERN, T)                        \
+  EXTERN template class models::Context<T, device::Cpu>;        \
+  EXTERN template class models::Block<T, device::Cpu>;          \
+  EXTERN template class models::EmbeddingStage<T, device::Cpu>; \
+  EXTERN template class models::HeadStage<T, device::Cpu>;      \
+  EXTERN template class models::Transformer<T, device::Cpu>;
+
+#ifdef FT_COMPILED_ENGINE
+namespace ft {
+FT_FOR_COMPILED_CPU_DTYPES(FT_COMPILED_CPU_MODEL, extern)
+}  // namespace ft
+#endif
