@@ -314,8 +314,20 @@ def slurm_requeue(work):
         # Slurm's warning before the time limit (--signal=USR1@300), sent now.
         subprocess.run(["scancel", "--signal=USR1", job], env=env, check=True)
         until(lambda: "requeued job" in log_text(), 120, "the job to requeue itself")
-        # A requeued job waits two minutes before it may start again; the test does not.
-        subprocess.run(["scontrol", "update", f"JobId={job}", "StartTime=now"], env=env, check=True)
+        # A requeued job waits two minutes before it may start again; the test
+        # does not. The update holds only once the job is pending again (while
+        # it completes, the requeue sets the delay afresh), so it is repeated
+        # until the job has started again.
+        def started_again():
+            state = job_field("JobState")
+            if state == "PENDING":
+                subprocess.run(["scontrol", "update", f"JobId={job}", "StartTime=now"], env=env, capture_output=True)
+                time.sleep(0.5)
+            # Between its stop and its return to the queue the job is
+            # COMPLETING or REQUEUED, already counting the restart.
+            return state in ("RUNNING", "COMPLETED", "FAILED", "CANCELLED") and job_field("Restarts") == "1"
+
+        until(started_again, 120, "the requeued job to start again")
         until(lambda: job_field("JobState") in ("COMPLETED", "FAILED", "CANCELLED"), 240, "the requeued job to end")
         text = log_text()
         stopped = re.search(r"stopped by SIGUSR1 after step (\d+) of 300", text)
