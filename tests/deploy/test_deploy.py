@@ -315,9 +315,7 @@ def slurm_requeue(work):
         subprocess.run(["scancel", "--signal=USR1", job], env=env, check=True)
         until(lambda: "requeued job" in log_text(), 120, "the job to requeue itself")
         # A requeued job waits two minutes before it may start again; the test
-        # does not. The update holds only once the job is pending again (while
-        # it completes, the requeue sets the delay afresh), so it is repeated
-        # until the job has started again.
+        # does not: it moves the start to now while the job is pending again.
         def started_again():
             state = job_field("JobState")
             if state == "PENDING":

@@ -612,8 +612,4 @@ private:
   EXTERN template class adapters::LoraBlock<T, device::Cpu>; \
   EXTERN template class adapters::LoraModel<T, device::Cpu>;
 
-#ifdef FT_COMPILED_ENGINE
-namespace ft {
-FT_FOR_COMPILED_CPU_DTYPES(FT_COMPILED_CPU_LORA, extern)
-}  // namespace ft
-#endif
+FT_EXTERN_COMPILED_CPU(FT_COMPILED_CPU_LORA)

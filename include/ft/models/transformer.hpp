@@ -550,8 +550,4 @@ private:
   EXTERN template class models::HeadStage<T, device::Cpu>;      \
   EXTERN template class models::Transformer<T, device::Cpu>;
 
-#ifdef FT_COMPILED_ENGINE
-namespace ft {
-FT_FOR_COMPILED_CPU_DTYPES(FT_COMPILED_CPU_MODEL, extern)
-}  // namespace ft
-#endif
+FT_EXTERN_COMPILED_CPU(FT_COMPILED_CPU_MODEL)
