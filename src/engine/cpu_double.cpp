@@ -1,6 +1,6 @@
 // The CPU's model and LoRA in double precision (core/compiled_dtypes.hpp):
 // what the tests' finite differences and double-precision checks build. Its
-// own object, so that a plugin, which never names double, does not link it.
+// own library, ft_engine_double, which only the tests link.
 #include <ft/adapters/lora.hpp>
 #include <ft/models/transformer.hpp>
 
