@@ -471,9 +471,7 @@ MemoryEstimate estimate_memory_as(const recipe::Recipe& recipe, const models::Mo
   std::vector<bool> trainable_experts;
   if (trains_base) {
     for (std::size_t i = 0; i < stages.size(); ++i) {
-      const index_t offset = stage(i) >= 0 && stage(i) < L && c.moe.parallel > 1
-                                 ? models::Block<T>::experts_offset(stages[i])
-                                 : stages[i].size();
+      const index_t offset = c.moe.parallel > 1 ? stages[i].windows_begin() : stages[i].size();
       trainables.push_back(detail::segment(stages[i], 0, offset));
       trainable_stage.push_back(stage(i));
       trainable_experts.push_back(false);

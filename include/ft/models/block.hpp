@@ -102,22 +102,15 @@ public:
       params.declare("mlp_post_norm.weight", {C});
       if (layer_norm) params.declare("mlp_post_norm.bias", {C});
     }
-    // The routed experts come last, so that an expert-parallel run can
-    // treat them apart from the rest (parallel/data_parallel.hpp): this
-    // copy's run of experts, expert e's gate rows, then its up rows.
+    // The routed experts come last, windows of the whole stack
+    // (ParameterBuffer::declare_rows): this copy's run of experts, expert
+    // e's gate rows, then its up rows.
     if (c.moe.sparse_at(layer)) {
       const index_t E = c.moe.experts, El = c.moe.local_experts(), first = c.moe.first_local_expert();
       const index_t FE = c.moe.expert_size;
       params.declare_rows("experts.gate_up.weight", {El * 2 * FE, C}, first * 2 * FE, E * 2 * FE);
       params.declare_rows("experts.down.weight", {El * C, FE}, first * C, E * C);
     }
-  }
-
-  // Where this block's buffer begins its routed experts (its size when it has none).
-  template <class Buffer>
-  static index_t experts_offset(const Buffer& params) {
-    const ParameterEntry* e = params.find("experts.gate_up.weight");
-    return e ? e->offset : params.size();
   }
 
   // The block's parameters, found once in its buffer: every call reads them

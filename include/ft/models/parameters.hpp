@@ -44,11 +44,22 @@ public:
 
   // Declares a parameter; call before allocate(). Names are unique in a buffer.
   void declare(std::string name, Shape shape) { declare_rows(std::move(name), shape, 0, 0); }
-  // Declares rows [first_row, first_row + shape[0]) of a parameter of all_rows rows.
+  // Declares rows [first_row, first_row + shape[0]) of a parameter of all_rows
+  // rows: an expert-parallel rank's run of a mixture's experts. Windows come
+  // last in a buffer, so that its run of experts is one range that trains
+  // apart from the rest (parallel/data_parallel.hpp).
   void declare_rows(std::string name, Shape shape, index_t first_row, index_t all_rows) {
     if (find(name)) throw Error("internal: parameter \"" + name + "\" declared twice in one buffer");
+    if (all_rows == 0 && windows_begin() < size_)
+      throw Error("internal: parameter \"" + name + "\" declared after a window of rows");
     entries_.push_back(Entry{std::move(name), shape, size_, first_row, all_rows});
     size_ += shape.numel();
+  }
+  // Where the windows of rows begin (the buffer's size when it has none).
+  index_t windows_begin() const {
+    for (const Entry& e : entries_)
+      if (e.windowed()) return e.offset;
+    return size_;
   }
 
   // A frozen buffer (trainable = false) has no gradient: grad() gives null,

@@ -119,11 +119,8 @@ public:
 
   void attach(std::vector<adapters::Trainable<T, Device>> trainables, bool fused) override {
     for (const adapters::Trainable<T, Device>& t : trainables) {
-      // Spread over the group, a block's routed experts (its buffer's tail) train apart.
-      const bool model_stage = t.params == &model_->stage_parameters(t.stage);
-      const index_t experts = expert_group_ && model_stage && t.stage >= 0 && t.stage < model_->config().num_layers
-                                  ? models::Block<T, Device>::experts_offset(*t.params)
-                                  : t.params->size();
+      // Spread over the group, a buffer's run of routed experts (its windows, declared last) trains apart.
+      const index_t experts = expert_group_ ? t.params->windows_begin() : t.params->size();
       add(t, {0, experts}, t.name, {&shards(), &comm_, false}, fused);
       if (experts < t.params->size()) {
         const auto& moe = model_->config().moe;
