@@ -5,6 +5,7 @@
 // a checkpoint writes it. Names are ft's own ("layers.3.qkv.weight"); the
 // family's weight map says how HF tensors land in them. Both buffers live in
 // one memory space: the host's, or a device's for a model that runs there.
+#include <map>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -126,6 +127,16 @@ public:
   T* value(std::string_view name) const { return value(slot(name)); }
   T* grad(std::string_view name) const { return grad(slot(name)); }
 
+  // A window's whole parameter, put together from the ranks that hold the
+  // other windows (models/gather_windows.hpp) for what reads it whole (a
+  // save, a merge), until drop_wholes(); null when it is not put together.
+  Values* whole(std::string_view name) {
+    const auto it = wholes_.find(name);
+    return it == wholes_.end() ? nullptr : &it->second;
+  }
+  void keep_whole(std::string name, Values whole) { wholes_.insert_or_assign(std::move(name), std::move(whole)); }
+  void drop_wholes() { wholes_.clear(); }
+
 private:
   static T* pointer(const Values& buffer, ParameterSlot s) {
     return s.present() && buffer.data() ? buffer.data() + s.offset : nullptr;
@@ -135,6 +146,7 @@ private:
   index_t size_ = 0;
   bool trainable_ = true;
   Values values_, grads_;
+  std::map<std::string, Values, std::less<>> wholes_;
 };
 
 }  // namespace ft::models

@@ -12,7 +12,6 @@
 #include <algorithm>
 #include <filesystem>
 #include <functional>
-#include <map>
 #include <memory>
 #include <optional>
 #include <span>
@@ -24,6 +23,7 @@
 #include "ft/io/packed_weights.hpp"
 #include "ft/io/model_weights.hpp"
 #include "ft/models/block.hpp"
+#include "ft/models/gather_windows.hpp"
 #include "ft/models/quantized_weights.hpp"
 #include "ft/models/stages.hpp"
 #include "ft/models/weight_map.hpp"
@@ -268,23 +268,14 @@ public:
   }
 
   // Expert parallelism: puts together the whole rows of stage s's windowed
-  // parameters from the windows of `group`'s ranks (rank r of the group
-  // holds the r-th window), for read_hf_rows to read until
-  // drop_gathered_rows(). Every rank of the group calls it.
+  // parameters from the windows of `group`'s ranks, for read_hf_rows to
+  // read until drop_gathered_rows(). Every rank of the group calls it.
   void gather_rows(index_t s, comm::Communicator& group) {
-    const std::string prefix = stage(s).prefix();
-    for (const ParameterEntry& e : stage_parameters(s).entries()) {
-      if (!e.windowed()) continue;
-      const index_t cols = e.shape.rank == 2 ? e.shape[1] : 1, part = e.shape.numel();
-      Tensor<T, Memory>& whole = gathered_[prefix + e.name];
-      whole = Tensor<T, Memory>(Shape{e.all_rows * cols}, typename Tensor<T, Memory>::Uninitialized{});
-      const auto counts = std::vector<std::size_t>(std::size_t(group.size()), std::size_t(part));
-      group.all_gather(std::span<const T>(stage_parameters(s).values().data() + e.offset, std::size_t(part)),
-                       std::span<T>(whole.data(), std::size_t(whole.numel())), counts, "the experts of " + prefix + e.name)
-          .wait();
-    }
+    gather_windows(stage_parameters(s), group, stage(s).prefix());
   }
-  void drop_gathered_rows() { gathered_.clear(); }
+  void drop_gathered_rows() {
+    for (index_t s = -1; s <= spec_.config.num_layers; ++s) stage_parameters(s).drop_wholes();
+  }
   void set_stage_loading(StageLoading loading) { loading_ = std::move(loading); }
 
   // One ft parameter as the HF files hold it, in ft's layout, on the host:
@@ -377,12 +368,11 @@ private:
 
   // Where the `rows` rows binding w reads begin, in values or gradients: a
   // windowed parameter's rows are in its window or, put together for
-  // writing, in gathered_.
+  // writing, in the buffer's whole copy (gather_rows).
   const T* rows_of(Parameters& buffer, const ParameterEntry& entry, const WeightBinding& w, index_t rows,
                    bool gradient) {
     const index_t cols = entry.shape.rank == 2 ? entry.shape[1] : 1;
-    if (const auto it = gathered_.find(w.param); it != gathered_.end() && !gradient)
-      return it->second.data() + w.row_offset * cols;
+    if (const auto* whole = buffer.whole(entry.name); whole && !gradient) return whole->data() + w.row_offset * cols;
     if (w.row_offset < entry.first_row || w.row_offset + rows > entry.first_row + entry.shape[0])
       throw Error("internal: " + w.hf_name + " is held by another rank of the expert-parallel group");
     return (gradient ? buffer.grads() : buffer.values()).data() + entry.offset + (w.row_offset - entry.first_row) * cols;
@@ -530,7 +520,6 @@ private:
   std::vector<Block<T, Device>> blocks_;
   HeadStage<T, Device> head_;
   MemoryOptions memory_;
-  std::map<std::string, Tensor<T, Memory>> gathered_;  // whole rows of windowed parameters (gather_rows)
   ExpertExchange<T, Device> expert_exchange_;
   std::optional<quant::FourBitOptions> quantize_;
   QuantizedWeights<T, Device> quantized_;
