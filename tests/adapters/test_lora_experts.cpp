@@ -337,11 +337,17 @@ TEST_CASE("LoRA on mixtures of experts: names that match nothing, dropout, and s
                        doctest::Contains("lora.dropout = 0.100000 with LoRA on \"model.layers.0.mlp.experts.down_proj\""),
                        Error);
 
+  // With expert parallelism a rank adapts its run of the stacked experts: the second of two holds the second half.
   models::ModelSpec split = mixtral;
   split.config.moe.parallel = 2;
-  CHECK_THROWS_WITH_AS(adapters::lora_targets(split, {"all-linear"}),
-                       doctest::Contains("LoRA on routed experts split over ranks (strategy.expert_parallel = 2)"),
-                       Error);
+  split.config.moe.rank = 1;
+  const index_t E = mixtral.config.moe.experts;
+  for (const adapters::LoraTarget& t : adapters::lora_targets(split, {"all-linear"})) {
+    CAPTURE(t.module);
+    CHECK(t.experts == (t.stacked() ? E : 1));
+    CHECK(t.local_experts == (t.stacked() ? E / 2 : 1));
+    CHECK(t.first_expert == (t.stacked() ? E / 2 : 0));
+  }
   CHECK(adapters::lora_targets(split, {"q_proj"}, {"gate.weight"}).size() == 2 * 2);  // routers stay whole
 }
 

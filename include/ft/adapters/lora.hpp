@@ -80,6 +80,8 @@ struct LoraTarget {
   index_t in = 0, out = 0;  // the slot's input width and fused output width
   models::RowOrder order = models::RowOrder::same;
   index_t experts = 1;  // a stacked weight's experts, each with its own A and B
+  // With expert parallelism, the run of them this rank holds (all of them otherwise).
+  index_t first_expert = 0, local_experts = 1;
   index_t rank = 8;     // the options' r and alpha, or this module's from rank_pattern / alpha_pattern
   double alpha = 16;
 
@@ -308,15 +310,15 @@ inline std::vector<LoraTarget> lora_targets(const models::ModelSpec& spec, const
       t.slot = candidates[k].slot;
       std::tie(t.in, t.out) = detail::slot_widths(c, t.slot, layer);
       t.rows = t.out;
-      t.experts = t.stacked() ? c.moe.experts : 1;
+      if (t.stacked()) {
+        t.experts = c.moe.experts;
+        t.first_expert = c.moe.first_local_expert();
+        t.local_experts = c.moe.local_experts();
+      }
       // PEFT wraps one module's parameters one inside the other, in the
       // order the module declares them: gate_up_proj inside down_proj's wrapper.
       if (t.slot == models::LinearSlot::router) t.module = m.path + "." + m.router;
       else t.module = experts + (k == 0 && matched[1] ? ".base_layer" : "");
-      if (t.stacked() && c.moe.parallel > 1)
-        throw Error("lora.target_parameters: LoRA on routed experts split over ranks (strategy.expert_parallel = " +
-                    std::to_string(c.moe.parallel) + ") is not supported yet; adapt the attention and routers "
-                    "only, or set strategy.expert_parallel = 1");
       out.push_back(std::move(t));
     }
   }
@@ -392,26 +394,33 @@ public:
     for (std::size_t k = 0; k < targets_.size(); ++k)  // found by name once; the hot path reads the slots
       slots_.push_back({params_.slot(name_of(k, ".lora_A")), params_.slot(name_of(k, ".lora_B"))});
     // PEFT's initialisation: A uniform in +-1/sqrt(in), B zero (as allocated).
+    // Every expert's A is drawn and this rank's run kept, so that experts
+    // spread over ranks start where one process starts.
     for (std::size_t k = 0; k < targets_.size(); ++k) {
       const LoraTarget& t = targets_[k];
       Rng rng(derive_key(derive_key(options.seed, std::uint64_t(t.layer)), k));
       std::vector<T> a(std::size_t(t.experts * t.rank * t.in));
       const double bound = 1.0 / std::sqrt(double(t.in));
       for (T& v : a) v = T(float((2.0 * rng.uniform() - 1.0) * bound));
-      Device::from_host(a_of(k), a.data(), a.size() * sizeof(T));
+      const std::size_t per_expert = std::size_t(t.rank * t.in);
+      Device::from_host(a_of(k), a.data() + std::size_t(t.first_expert) * per_expert,
+                        std::size_t(t.local_experts) * per_expert * sizeof(T));
     }
   }
 
   // One block's A and B matrices, declared into any buffer (the memory
-  // estimate counts them without allocating).
-  // A stacked weight's are every expert's, expert by expert.
+  // estimate counts them without allocating). A stacked weight's are its
+  // experts', expert by expert, declared last as windows of every expert's
+  // (ParameterBuffer::declare_rows): with expert parallelism this rank's run.
   template <class Buffer>
   static void declare(Buffer& params, const std::vector<LoraTarget>& targets) {
-    for (const LoraTarget& t : targets) {
-      const index_t r = t.rank;
-      params.declare(path_in_block(t) + ".lora_A", {t.experts * r, t.in});
-      params.declare(path_in_block(t) + ".lora_B", {t.experts * t.rows, r});
-    }
+    for (const bool stacked : {false, true})
+      for (const LoraTarget& t : targets) {
+        if (t.stacked() != stacked) continue;
+        const index_t r = t.rank, E = stacked ? t.experts : 0, first = t.first_expert, El = t.local_experts;
+        params.declare_rows(path_in_block(t) + ".lora_A", {El * r, t.in}, first * r, E * r);
+        params.declare_rows(path_in_block(t) + ".lora_B", {El * t.rows, r}, first * t.rows, E * t.rows);
+      }
   }
 
   models::ParameterBuffer<T, Memory>& parameters() { return params_; }
@@ -420,6 +429,15 @@ public:
   T* b_of(std::size_t k) const { return params_.value(slots_[k].b); }
   T* da_of(std::size_t k) const { return params_.grad(slots_[k].a); }
   T* db_of(std::size_t k) const { return params_.grad(slots_[k].b); }
+  // Module k's A or B of every expert: the buffer's own, or where this rank
+  // holds a run of a stacked weight's experts, the whole matrix put together
+  // for a save or a merge (models/gather_windows.hpp); null before that.
+  const T* every_expert_of(std::size_t k, bool a) {
+    const LoraTarget& t = targets_[k];
+    if (t.local_experts == t.experts) return a ? a_of(k) : b_of(k);
+    const auto* whole = params_.whole(name_of(k, a ? ".lora_A" : ".lora_B"));
+    return whole ? whole->data() : nullptr;
+  }
 
   // Dropout is applied only while training; `key` identifies the micro-batch.
   void set_dropout(bool training, std::uint64_t key) {
@@ -481,10 +499,11 @@ private:
     Device::template gemm<T>(op_a, op_b, M, N, K, alpha, a, lda, b, ldb, beta, c, ldc);
   }
 
-  // Expert e's A [r, in] or B [rows, r] in a module's matrix (the matrix itself when it is not stacked).
-  T* matrix(T* whole, std::size_t k, index_t expert, bool a = false) const {
+  // Expert e's A [r, in] or B [rows, r] in a module's matrix of this
+  // rank's run of experts (the matrix itself when it is not stacked).
+  T* matrix(T* run, std::size_t k, index_t expert, bool a = false) const {
     const LoraTarget& t = targets_[k];
-    return t.stacked() ? whole + expert * rank_of(k) * (a ? t.in : t.rows) : whole;
+    return t.stacked() ? run + (expert - t.first_expert) * rank_of(k) * (a ? t.in : t.rows) : run;
   }
 
   // A dropout(x) [N, r], into scratch. Backward computes it again rather
@@ -575,7 +594,10 @@ public:
   // W += scale * B A on every adapted row range, then the adapters leave the
   // blocks (PEFT's merge_and_unload): the model alone computes what the
   // adapted model did, and nothing adds the update a second time. A and B
-  // stay readable here, e.g. to save them.
+  // stay readable here, e.g. to save them. With expert parallelism, a
+  // stacked weight's run of experts merges with this rank's A and B, or,
+  // where the model's experts are put together whole (a save of the whole
+  // model), every expert with the adapter's put together too.
   void merge_into_model() {
     for (auto& b : blocks_) {
       auto& block = model_->blocks()[std::size_t(b->targets()[0].layer)];
@@ -585,9 +607,13 @@ public:
                                return s.slot == t.slot;
                              })->suffix;
         const index_t r = b->rank_of(k);
-        const T *lora_a = b->a_of(k), *lora_b = b->b_of(k);
-        T* weight = block.parameters().value(suffix);
-        for (index_t e = 0; e < t.experts; ++e)  // a stacked weight's experts, each [rows, in]
+        auto* whole = block.parameters().whole(suffix);
+        T* weight = whole ? whole->data() : block.parameters().value(suffix);
+        const T *lora_a = whole ? b->every_expert_of(k, true) : b->a_of(k),
+                *lora_b = whole ? b->every_expert_of(k, false) : b->b_of(k);
+        if (!lora_a || !lora_b) throw Error("internal: the adapter's experts are not put together for a merge");
+        const index_t experts = whole ? t.experts : t.local_experts;
+        for (index_t e = 0; e < experts; ++e)  // a stacked weight's experts, each [rows, in]
           Device::template gemm<T>(Op::none, Op::none, t.rows, t.in, r, acc_t<T>(b->scale_of(k)),
                                    lora_b + e * t.rows * r, r, lora_a + e * r * t.in, t.in, 1,
                                    weight + (e * t.rows + t.row_offset) * t.in, t.in);

@@ -46,7 +46,8 @@ inline std::string parameter_key(const std::string& parameter) {
 }  // namespace detail
 
 // Writes adapter_config.json and adapter_model.safetensors (dtype "F32", "BF16" or "F16") into dir.
-// The matrices are read through the host.
+// The matrices are read through the host; a stacked weight's of every
+// expert, put together first where ranks hold runs of them (expert parallelism).
 template <element T, class Device>
 void save_peft_adapter(LoraModel<T, Device>& lora, const models::TransformerConfig& config, const std::string& base_model,
                        const std::filesystem::path& dir, const std::string& dtype) {
@@ -68,8 +69,10 @@ void save_peft_adapter(LoraModel<T, Device>& lora, const models::TransformerConf
       const index_t r = block->rank_of(k), rows = t.experts * r;
       const std::string prefix = "base_model.model." + t.module;
       std::vector<T> a_ft(std::size_t(rows * t.in)), b_ft(std::size_t(t.experts * t.rows * r));
-      Device::to_host(a_ft.data(), block->a_of(k), a_ft.size() * sizeof(T));
-      Device::to_host(b_ft.data(), block->b_of(k), b_ft.size() * sizeof(T));
+      const T *a_all = block->every_expert_of(k, true), *b_all = block->every_expert_of(k, false);
+      if (!a_all || !b_all) throw Error("internal: the adapter's experts are not put together for saving");
+      Device::to_host(a_ft.data(), a_all, a_ft.size() * sizeof(T));
+      Device::to_host(b_ft.data(), b_all, b_ft.size() * sizeof(T));
       std::vector<float> a(a_ft.begin(), a_ft.end());
       std::vector<T> b_hf(b_ft.size());
       detail::permute_b(t, config.num_heads, r, b_ft.data(), b_hf.data(), true);
@@ -149,7 +152,8 @@ inline LoraOptions lora_options_of(const io::PeftAdapter& peft) {
 }
 
 // Loads A and B of every module from a PEFT adapter directory into `lora`;
-// the adapter must have exactly this LoRA's modules, rank and scale.
+// the adapter must have exactly this LoRA's modules, rank and scale. Of a
+// stacked weight, this rank's run of experts (expert parallelism).
 template <element T, class Device>
 void load_peft_adapter(LoraModel<T, Device>& lora, const models::TransformerConfig& config, const std::filesystem::path& dir) {
   const io::PeftAdapter adapter = io::PeftAdapter::open(dir);
@@ -184,8 +188,10 @@ void load_peft_adapter(LoraModel<T, Device>& lora, const models::TransformerConf
       io::copy_elements(adapter.file(), *a, a_ft.data(), a->numel());
       io::copy_elements(adapter.file(), *b, b_hf.data(), b->numel());
       detail::permute_b(t, config.num_heads, r, b_hf.data(), b_ft.data(), false);
-      Device::from_host(block->a_of(k), a_ft.data(), a_ft.size() * sizeof(T));
-      Device::from_host(block->b_of(k), b_ft.data(), b_ft.size() * sizeof(T));
+      const std::size_t a_per_expert = std::size_t(r * t.in), b_per_expert = std::size_t(t.rows * r),
+                        run = std::size_t(t.local_experts), first = std::size_t(t.first_expert);
+      Device::from_host(block->a_of(k), a_ft.data() + first * a_per_expert, run * a_per_expert * sizeof(T));
+      Device::from_host(block->b_of(k), b_ft.data() + first * b_per_expert, run * b_per_expert * sizeof(T));
     }
   if (adapter.modules().size() != expected)
     throw Error(where + "has " + std::to_string(adapter.modules().size()) + " LoRA modules, this run adapts " +

@@ -466,19 +466,10 @@ MemoryEstimate estimate_memory_as(const recipe::Recipe& recipe, const models::Mo
   std::vector<detail::Layout> trainables;
   std::vector<index_t> trainable_stage;
   std::vector<adapters::LoraTarget> lora;
-  // Spread over expert groups, a sparse block's routed experts train apart,
-  // cut over the ranks that hold the same run (its index among them: rank / P).
-  std::vector<bool> trainable_experts;
   if (trains_base) {
     for (std::size_t i = 0; i < stages.size(); ++i) {
-      const index_t offset = c.moe.parallel > 1 ? stages[i].windows_begin() : stages[i].size();
-      trainables.push_back(detail::segment(stages[i], 0, offset));
+      trainables.push_back(stages[i]);
       trainable_stage.push_back(stage(i));
-      trainable_experts.push_back(false);
-      if (offset == stages[i].size()) continue;
-      trainables.push_back(detail::segment(stages[i], offset, stages[i].size()));
-      trainable_stage.push_back(stage(i));
-      trainable_experts.push_back(true);
     }
   } else if (adapter == adapters::LoRA::name) {
     const adapters::LoraOptions options{.r = r.lora.r,
@@ -516,13 +507,19 @@ MemoryEstimate estimate_memory_as(const recipe::Recipe& recipe, const models::Mo
   const int dense_world = shards_state ? (pipelined ? place.replicas : ranks) : 1;
   const int dense_part = shards_state ? (pipelined ? place.replica : rank) : 0;
   for (std::size_t i = 0; i < trainables.size(); ++i) {
-    trained += std::uint64_t(trainables[i].size());
-    trained_bytes += block(std::uint64_t(trainables[i].size()) * sizeof(T));
+    const detail::Layout& t = trainables[i];
+    trained += std::uint64_t(t.size());
+    trained_bytes += block(std::uint64_t(t.size()) * sizeof(T));
     if (!place.holds(trainable_stage[i])) continue;
-    mine.push_back(trainables[i]);
-    const bool experts = i < trainable_experts.size() && trainable_experts[i];
-    cuts.push_back(experts ? std::pair{shards_state ? ranks / P : 1, shards_state ? rank / P : 0}
-                           : std::pair{dense_world, dense_part});
+    // Spread over expert groups, a buffer's run of routed experts (its
+    // windows: a sparse block's, or LoRA's on them) trains apart, cut over
+    // the ranks that hold the same run (its index among them: rank / P).
+    const index_t experts = c.moe.parallel > 1 ? t.windows_begin() : t.size();
+    mine.push_back(detail::segment(t, 0, experts));
+    cuts.push_back({dense_world, dense_part});
+    if (experts == t.size()) continue;
+    mine.push_back(detail::segment(t, experts, t.size()));
+    cuts.push_back({shards_state ? ranks / P : 1, shards_state ? rank / P : 0});
   }
   // Offloaded on a device, the optimizer steps on the host: its values in M
   // (the master copy, or a copy of the weights when T is M), the step's
@@ -922,14 +919,23 @@ MemoryEstimate estimate_memory_as(const recipe::Recipe& recipe, const models::Mo
   } else if (c.moe.parallel > 1 && c.moe.sparse_layers() > 0) {
     // Split experts: every rank puts a sparse stage's experts together from its group (models/transformer.hpp
     // gather_rows), one stage at a time, or every stage to merge the adapter.
+    // LoRA on the experts has its A and B of every layer's experts put
+    // together at once (parallel/data_parallel.hpp), to save them.
     const std::uint64_t experts =
         block(std::uint64_t(c.moe.experts * 2 * c.moe.expert_size * C) * sizeof(T)) +
         block(std::uint64_t(c.moe.experts * C * c.moe.expert_size) * sizeof(T));
+    std::uint64_t adapter_experts = 0;
+    for (const adapters::LoraTarget& t : lora)
+      if (t.stacked())
+        adapter_experts += block(std::uint64_t(t.experts * t.rank * t.in) * sizeof(T)) +
+                           block(std::uint64_t(t.experts * t.rows * t.rank) * sizeof(T));
     if (merges)
-      e.save_workspace = {"workspace", experts * std::uint64_t(c.moe.sparse_layers()),
+      e.save_workspace = {"workspace", experts * std::uint64_t(c.moe.sparse_layers()) + adapter_experts,
                           "every sparse stage's experts gathered from the expert group, to merge the adapter"};
     else if (trains_base)
       e.save_workspace = {"workspace", experts, "one sparse stage's experts gathered from the expert group"};
+    else if (adapter_experts > 0)
+      e.save_workspace = {"workspace", adapter_experts, "the adapter's experts gathered from the expert group"};
   }
   if (evaluates && growth > 0) {
     e.save_workspace.bytes += growth;

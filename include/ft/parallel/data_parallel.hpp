@@ -48,6 +48,7 @@
 #include <vector>
 
 #include "ft/comm/communicator.hpp"
+#include "ft/models/gather_windows.hpp"
 #include "ft/optim/clip.hpp"
 #include "ft/parallel/runtime.hpp"
 #include "ft/parallel/shard_layout.hpp"
@@ -238,24 +239,30 @@ public:
   models::StageHooks evaluation_hooks() override { return shards_ ? gather_hooks(false) : models::StageHooks{}; }
 
   void with_whole_model(const std::function<void()>& use) override {
-    if (expert_group_)
+    if (expert_group_) {
       for (index_t s = 0; s < model_->config().num_layers; ++s) model_->gather_rows(s, *expert_group_);
+      gather_adapter_experts();
+    }
     if (shards_)
       for (index_t s = -1; s <= shards_->last(); ++s) shards_->gather(s);
     use();
     if (shards_)
       for (index_t s = -1; s <= shards_->last(); ++s) shards_->release(s);
     model_->drop_gathered_rows();
+    drop_adapter_experts();
   }
 
   void values_loaded() override { set_.sync_master_from_storage(); }
 
   void read_model_on_rank0(const std::function<void()>& use) override {
     if (expert_group_) {
-      // Each sparse stage's experts put together from its group as rank 0 reads it.
+      // Each sparse stage's experts put together from its group as rank 0
+      // reads it; an adapter's (small beside them) all at once.
+      gather_adapter_experts();
       read_stages_on_rank0(
           comm_, *model_, use, [this](index_t s) { model_->gather_rows(s, *expert_group_); },
           [this](index_t) { model_->drop_gathered_rows(); });
+      drop_adapter_experts();
       return;
     }
     if (!shards_) {
@@ -361,6 +368,19 @@ private:
   comm::Communicator& shards() const { return shard_group_ ? *shard_group_ : comm_; }
 
   bool is_model_stage(const Buffer& b) const { return b.params == &model_->stage_parameters(b.stage); }
+
+  // Expert parallelism: an adapter's runs of experts (LoRA on the stacked
+  // experts) put together whole on every rank of each group, as the
+  // model's are by Transformer::gather_rows, for its save and merge.
+  void gather_adapter_experts() {
+    for (std::size_t i = 0; i < set_.buffers().size(); ++i)
+      if (groups_[i].experts && !is_model_stage(set_.buffers()[i]))
+        models::gather_windows(*set_.buffers()[i].params, *expert_group_, set_.buffers()[i].name + ".");
+  }
+  void drop_adapter_experts() {
+    for (Buffer& b : set_.buffers())
+      if (!is_model_stage(b)) b.params->drop_wholes();
+  }
 
   // ZeRO-3: cuts every stage of the model (one that trains as the optimizer
   // needs, a frozen one anywhere, a packed one between its tensors), and a
