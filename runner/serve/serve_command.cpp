@@ -212,7 +212,8 @@ private:
     auto exchange = std::make_shared<Exchange>();
     std::vector<ft::infer::Request> requests;
     std::size_t prompt_tokens = 0;
-    for (const auto& prompt : call.prompts) {
+    for (std::size_t p = 0; p < call.prompts.size(); ++p) {
+      const std::vector<std::int32_t>& prompt = call.prompts[p];
       prompt_tokens += prompt.size();
       const index_t room = max_model_len_ - decoder_.virtual_tokens(call.adapter) - index_t(prompt.size());
       // Without max_tokens: completions' default 16, chat's whatever room is left (at least one token).
@@ -224,7 +225,10 @@ private:
                           " tokens (" + std::to_string(prompt.size()) + " in the prompt, " +
                           std::to_string(max_tokens) + " in the completion). Please reduce the prompt or max_tokens.",
                       chat ? "messages" : "prompt", "context_length_exceeded");
-      for (std::size_t j = 0; j < call.n; ++j) requests.push_back(request(call, prompt, max_tokens, j, exchange));
+      for (std::size_t j = 0; j < call.n; ++j) {
+        requests.push_back(request(call, prompt, max_tokens, j, exchange));
+        if (call.echo) exchange->echoes.push_back({call.prompt_texts[p], prompt});
+      }
     }
     exchange->done.resize(requests.size());
     switch (service_.submit(std::move(requests))) {
@@ -254,6 +258,7 @@ private:
     r.adapter = call.adapter;
     r.logprobs = call.logprobs;
     r.top_logprobs = call.top_logprobs;
+    r.prompt_logprobs = call.echo && call.logprobs;
     const std::size_t choice = exchange->texts.size();
     exchange->texts.push_back(std::make_unique<ft::infer::TextStream>(
         [this](std::span<const std::int32_t> ids) { return session_.decode(ids); }, call.stop));
@@ -302,6 +307,9 @@ private:
           bool ok = true;
           if (a.chat)  // the role first, as OpenAI sends it
             for (std::size_t i = 0; i < e.done.size() && ok; ++i) ok = send(json::array({role_choice(i)}));
+          // An echoed prompt first, as vLLM sends it (set before the call was queued, so read without the lock).
+          for (std::size_t i = 0; i < e.echoes.size() && ok; ++i)
+            ok = send(json::array({piece_choice(a, i, e.echoes[i].text, nullptr, nullptr)}));
           std::vector<bool> reported(e.done.size(), false);
           std::size_t reported_count = 0;
           while (ok && reported_count < e.done.size()) {

@@ -124,26 +124,34 @@ Call read_call(const json& body, bool chat, const CallLimits& limits) {
       }
       return out;
     };
-    if (prompt->is_string()) c.prompts.push_back(limits.session.encode_text(prompt->get<std::string>()));
-    else if (prompt->is_array() && !prompt->empty() && (*prompt)[0].is_number_integer()) c.prompts.push_back(ids(*prompt));
+    c.echo = f.boolean("echo").value_or(false);
+    // One prompt: a string, or token ids; echo repeats the string as given.
+    auto add = [&](const json& p) {
+      if (p.is_string()) c.prompts.push_back(limits.session.encode_text(p.get<std::string>()));
+      else c.prompts.push_back(ids(p));
+      if (c.echo) c.prompt_texts.push_back(p.is_string() ? p.get<std::string>() : limits.session.decode(c.prompts.back()));
+    };
+    if (prompt->is_string() || (prompt->is_array() && !prompt->empty() && (*prompt)[0].is_number_integer())) add(*prompt);
     else if (prompt->is_array() && !prompt->empty()) {
       for (const json& p : *prompt) {
-        if (p.is_string()) c.prompts.push_back(limits.session.encode_text(p.get<std::string>()));
-        else if (p.is_array()) c.prompts.push_back(ids(p));
-        else throw invalid("'prompt' must be a string, a list of strings, or token ids", "prompt", "invalid_type");
+        if (!p.is_string() && !p.is_array())
+          throw invalid("'prompt' must be a string, a list of strings, or token ids", "prompt", "invalid_type");
+        add(p);
       }
     } else {
       throw invalid("'prompt' must be a string, a list of strings, or token ids", "prompt", "invalid_type");
     }
-    if (f.boolean("echo").value_or(false)) throw invalid("'echo' is not supported", "echo");
   }
   for (const auto& p : c.prompts)
     if (p.empty()) throw invalid("the prompt has no tokens", chat ? "messages" : "prompt");
   const char* max_key = chat && f.find("max_completion_tokens") ? "max_completion_tokens" : "max_tokens";
-  if (const json* m = f.find(max_key); m && m->is_number_integer() && m->get<std::int64_t>() < 1)
-    throw invalid(std::string("'") + max_key + "' must be at least 1, got " + m->dump(), max_key, "invalid_value");
+  // With echo, 0 asks for the prompt alone (its log-probabilities), as vLLM allows.
+  const std::int64_t least = c.echo ? 0 : 1;
+  if (const json* m = f.find(max_key); m && m->is_number_integer() && m->get<std::int64_t>() < least)
+    throw invalid(std::string("'") + max_key + "' must be at least " + std::to_string(least) + ", got " + m->dump() +
+                      (c.echo ? "" : " (0 only with 'echo')"), max_key, "invalid_value");
   const std::int64_t cap = limits.max_tokens > 0 ? limits.max_tokens : limits.max_model_len;
-  if (auto m = f.integer(max_key, 1, std::numeric_limits<std::int64_t>::max())) {
+  if (auto m = f.integer(max_key, least, std::numeric_limits<std::int64_t>::max())) {
     if (*m > cap)
       throw invalid(std::string("'") + max_key + "' is " + std::to_string(*m) + "; this server allows at most " +
                         std::to_string(cap), max_key, "invalid_value");
@@ -186,6 +194,8 @@ Call read_call(const json& body, bool chat, const CallLimits& limits) {
     c.logprobs = true;
     c.top_logprobs = int(*k);
   }
+  if (c.echo && c.logprobs && c.stream)
+    throw invalid("'echo' with 'logprobs' is answered whole, not streamed; set 'stream' to false", "stream");
   try {
     s.check();
   } catch (const ft::Error& e) {

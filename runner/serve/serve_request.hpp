@@ -41,6 +41,10 @@ struct Call {
   std::size_t n = 1;
   bool stream = false, include_usage = false, logprobs = false;
   int top_logprobs = 0;  // alternatives per token (chat: top_logprobs; completions: logprobs = N)
+  // Completions' echo: each answer begins with its prompt, as given (a
+  // string) or decoded (token ids), and with logprobs, the prompt's.
+  bool echo = false;
+  std::vector<std::string> prompt_texts;  // with echo, one per prompt
   std::vector<std::string> stop;
 };
 

@@ -45,23 +45,34 @@ json chat_logprobs(std::span<const std::int32_t> tokens, std::span<const float> 
   return {{"content", content}};
 }
 // Completions: {"tokens", "token_logprobs", "top_logprobs": [{text: logprob}] or null, "text_offset"};
-// as vLLM, each token's alternatives include the token itself.
-json completion_logprobs(std::span<const std::int32_t> tokens, std::span<const float> logprobs, Alternatives top, const ModelSession& session) {
+// as vLLM, each token's alternatives include the token itself. With
+// `first_unscored` (an echoed prompt's first token, which nothing before it
+// predicts) the first token has null for both, and logprobs and top begin
+// at the second.
+json completion_logprobs(std::span<const std::int32_t> tokens, std::span<const float> logprobs, Alternatives top,
+                         const ModelSession& session, bool first_unscored = false) {
   json strings = json::array(), values = json::array(), offsets = json::array(), alternatives = json::array();
   std::size_t offset = 0;
+  const std::size_t skip = first_unscored ? 1 : 0;
   for (std::size_t i = 0; i < tokens.size(); ++i) {
     const std::string token = session.decode(tokens.subspan(i, 1));
     strings.push_back(token);
-    values.push_back(logprobs[i]);
     offsets.push_back(offset);
     offset += token.size();
-    if (i < top.size()) {
+    if (i < skip) {
+      values.push_back(nullptr);
+      if (!top.empty()) alternatives.push_back(nullptr);
+      continue;
+    }
+    const std::size_t k = i - skip;
+    values.push_back(logprobs[k]);
+    if (k < top.size()) {
       json these = json::object();
-      for (const auto& t : top[i]) {
+      for (const auto& t : top[k]) {
         const std::int32_t ids[] = {t.token};
         these[session.decode(ids)] = t.logprob;
       }
-      these[token] = logprobs[i];
+      these[token] = logprobs[k];
       alternatives.push_back(std::move(these));
     }
   }
@@ -93,6 +104,19 @@ json whole_answer(const Exchange& e, const Answer& a, const ModelSession& sessio
     if (a.chat) {
       choice["message"] = {{"role", "assistant"}, {"content", text}};
       choice["logprobs"] = a.logprobs ? chat_logprobs(c.tokens, c.logprobs, c.top_logprobs, session) : json();
+    } else if (!e.echoes.empty()) {
+      // The prompt's tokens, then the answer's: one list of each.
+      const Exchange::Echo& echo = e.echoes[i];
+      choice["text"] = echo.text + text;
+      auto joined = [](auto a, const auto& b) {
+        a.insert(a.end(), b.begin(), b.end());
+        return a;
+      };
+      choice["logprobs"] = a.logprobs ? completion_logprobs(joined(echo.tokens, c.tokens),
+                                                            joined(c.prompt_logprobs, c.logprobs),
+                                                            joined(c.prompt_top_logprobs, c.top_logprobs), session,
+                                                            /*first_unscored=*/true)
+                                      : json();
     } else {
       choice["text"] = text;
       choice["logprobs"] = a.logprobs ? completion_logprobs(c.tokens, c.logprobs, c.top_logprobs, session) : json();

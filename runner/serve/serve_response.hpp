@@ -38,6 +38,12 @@ struct Exchange {
   std::condition_variable changed;
   std::deque<Piece> pieces;
   std::vector<std::unique_ptr<ft::infer::TextStream>> texts;
+  // With echo: each choice's prompt, its text and tokens, which its answer begins with.
+  struct Echo {
+    std::string text;
+    std::vector<std::int32_t> tokens;
+  };
+  std::vector<Echo> echoes;
   std::vector<std::optional<ft::infer::Completion>> done;
   std::size_t finished = 0;
   std::atomic<bool> cancel{false};

@@ -481,6 +481,78 @@ TEST_CASE("a prompt fed in chunks gives HF's tokens, while the running sequences
   CHECK_THROWS_WITH_AS(infer::Batcher(decoder, -1), doctest::Contains("prefill_chunk"), Error);
 }
 
+namespace {
+
+// A prompt's log-probabilities (an OpenAI completion's echo with logprobs)
+// against HF: each parity case's prompt followed by HF's 24 greedy tokens
+// is the prompt, and the log-probability of each of those tokens is HF's
+// log-softmax of the logits it was chosen from. Fed whole and in chunks of
+// 5, with max_tokens = 0 (the prompt alone) and 1.
+template <class Device>
+void check_prompt_logprobs_against_hf() {
+  for (const std::string name : {"llama_gqa", "gemma2_softcap", "mixtral_top2", "qwen2_bias"}) {
+    CAPTURE(name);
+    const std::vector<Expected> cases = expected(parity + name);
+    auto model = models::load_pretrained<float, Device>(parity + name, /*trainable=*/false);
+    infer::Engine<float, Device> engine(*model);
+    const std::size_t V = std::size_t(model->config().vocab_size);
+    for (const index_t chunk : {0, 5}) {
+      CAPTURE(chunk);
+      infer::EngineDecoder<float, Device> decoder(engine, 64, 2);
+      infer::Batcher batcher(decoder, chunk);
+      std::vector<infer::Completion> done(cases.size());
+      for (std::size_t i = 1; i < cases.size(); ++i) {
+        std::vector<std::int32_t> prompt = cases[i].prompt;
+        prompt.insert(prompt.end(), cases[i].tokens.begin(), cases[i].tokens.end());
+        if (i == 2) prompt.pop_back();  // its last token is then generated
+        infer::Request r = greedy(prompt, i == 1 ? 0 : 1);
+        r.logprobs = r.prompt_logprobs = true;
+        r.top_logprobs = 2;
+        r.on_done = [&done, i](infer::Completion&& c) { done[i] = std::move(c); };
+        batcher.add(std::move(r));
+      }
+      while (!batcher.idle()) batcher.step();
+      for (std::size_t i = 1; i < cases.size(); ++i) {
+        CAPTURE(i);
+        const Expected& e = cases[i];
+        const infer::Completion& c = done[i];
+        const std::size_t length = e.prompt.size() + e.tokens.size() - (i == 2 ? 1 : 0);
+        REQUIRE(c.prompt_logprobs.size() == length - 1);
+        REQUIRE(c.prompt_top_logprobs.size() == length - 1);
+        CHECK(c.finish_reason == "length");
+        double worst = 0;
+        for (std::size_t k = 0; k < e.tokens.size(); ++k) {
+          const std::span<const float> hf(e.logits.data() + k * V, V);
+          const float want = infer::Sampler::log_probability(hf, e.tokens[k]);
+          // Token k follows prompt position prompt.size() - 1 + k; the last of case 2 is generated.
+          const std::size_t at = e.prompt.size() - 1 + k;
+          if (at < c.prompt_logprobs.size()) {
+            worst = std::max(worst, double(std::abs(c.prompt_logprobs[at] - want)));
+            CHECK(c.prompt_top_logprobs[at][0].token == e.tokens[k]);  // HF chose it greedily
+          } else {
+            REQUIRE(c.tokens.size() == 1);
+            CHECK(c.tokens[0] == e.tokens[k]);
+            worst = std::max(worst, double(std::abs(c.logprobs[0] - want)));
+          }
+        }
+        CHECK(worst < 1e-4);
+        if (i == 1) CHECK(c.tokens.empty());
+      }
+      CHECK(decoder.free_slots() == 2);
+    }
+  }
+}
+
+}  // namespace
+
+TEST_CASE("a prompt's log-probabilities are HF's at every position, fed whole or in chunks, with max_tokens 0 or 1") {
+  check_prompt_logprobs_against_hf<device::Cpu>();
+}
+
+TEST_CASE("on a device, a prompt's log-probabilities are HF's at every position") {
+  check_prompt_logprobs_against_hf<testing::CpuAsDevice>();
+}
+
 TEST_CASE("top_logprobs gives each step's most likely tokens and their log-probabilities, most likely first") {
   auto model = models::load_pretrained<float>(parity + "llama_gqa");
   infer::Engine<float> engine(*model);
@@ -518,6 +590,11 @@ TEST_CASE("top_logprobs gives each step's most likely tokens and their log-proba
   r.logprobs = false;
   infer::Batcher batcher(decoder);
   CHECK_THROWS_WITH_AS(batcher.check(r), doctest::Contains("top_logprobs needs logprobs"), Error);
+  r.top_logprobs = 0;
+  r.max_tokens = 0;
+  CHECK_THROWS_WITH_AS(batcher.check(r), doctest::Contains("max_tokens must be at least 1"), Error);
+  r.prompt_logprobs = true;
+  CHECK_NOTHROW(batcher.check(r));
 }
 
 TEST_CASE("a text stream holds back unfinished characters and possible stop strings, and cuts at a stop string") {

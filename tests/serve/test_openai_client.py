@@ -4,7 +4,8 @@
 Trains a LoRA adapter on ft's tiny Llama for a few steps (ftrun train), serves
 the base model with the adapter by name, and checks: chat and completions,
 streamed and not (the streamed text equals the non-streamed text), n = 2,
-stop strings, logprobs, the adapter by name (equal to ftrun generate on the
+stop strings, logprobs, echo with logprobs as lm-evaluation-harness asks for a
+loglikelihood, the adapter by name (equal to ftrun generate on the
 run's newest checkpoint, -c latest), 32 concurrent streaming clients getting
 what each gets alone, the refusals (malformed JSON, wrong types, unknown
 model, over-long prompt, max_tokens < 1, a full queue, a missing API key), a
@@ -300,6 +301,8 @@ def exercise(server, client, run):
           all(max(t, key=t.get) == token for t, token in zip(tops, done.choices[0].logprobs.tokens)),
           "completion logprobs = 2: the alternatives of each token, the chosen one the most likely")
 
+    echoed(client, prompt)
+
     check_adapter(client, run, "base", "tuned", prompt, 16, "the adapter by name")
 
     # 32 concurrent streaming clients get what each gets alone.
@@ -336,6 +339,51 @@ def exercise(server, client, run):
           "/metrics reports requests, tokens and latency")
 
 
+def echoed(client, prompt):
+    """echo with logprobs, as lm-evaluation-harness's local-completions model asks for a loglikelihood (max_tokens 1,
+    logprobs 1, temperature 0) and as it reads the answer; and max_tokens 0, the prompt alone."""
+    alone = client.completions.create(model="base", prompt=prompt, max_tokens=0, temperature=0, logprobs=1, echo=True)
+    ids = alone.choices[0].logprobs
+    context = len(ids.tokens)
+    check(alone.choices[0].text == prompt and alone.usage.completion_tokens == 0 and
+          context == alone.usage.prompt_tokens and ids.token_logprobs[0] is None and ids.top_logprobs[0] is None,
+          "echo with max_tokens 0: the prompt alone, a token per prompt token, the first unscored")
+    check(all(v <= 0 for v in ids.token_logprobs[1:]) and
+          ids.text_offset == [sum(len(t) for t in ids.tokens[:i]) for i in range(context)],
+          "echo: a log-probability per prompt token after the first, offsets over the echoed tokens")
+
+    # The continuation lm-eval would score: a greedy answer, every token of it the most likely in its place.
+    greedy = client.completions.create(model="base", prompt=prompt, max_tokens=6, temperature=0, logprobs=1)
+    answer = greedy.choices[0].logprobs
+    scored = client.completions.create(model="base", prompt=prompt + greedy.choices[0].text, max_tokens=1,
+                                       temperature=0, logprobs=1, echo=True, seed=1234)
+    lp = scored.choices[0].logprobs
+    continuation = lp.token_logprobs[context:-1]
+    check(scored.choices[0].text.startswith(prompt + greedy.choices[0].text) and
+          lp.tokens[:context] == ids.tokens and lp.tokens[context:-1] == answer.tokens,
+          "echo with max_tokens 1: the prompt's tokens, the continuation's, and one more")
+    check(all(abs(a - b) < 1e-4 for a, b in zip(continuation, answer.token_logprobs)),
+          "the continuation's log-probabilities scored in the prompt equal those it was generated with")
+    check(all(abs(tok - max(top.values())) < 1e-6 for tok, top in zip(continuation, lp.top_logprobs[context:-1])),
+          "each continuation token is the most likely at its place (lm-eval's is_greedy)")
+    check(all(abs(a - b) < 1e-4 for a, b in zip(lp.token_logprobs[1:context], ids.token_logprobs[1:])),
+          "the prompt's log-probabilities do not depend on what follows it")
+
+    # Several prompts in one call, as token ids (lm-eval's tokenized requests).
+    many = client.completions.create(model="base", prompt=[[1, 2, 3, 4], [5, 6, 7]], max_tokens=0, logprobs=0,
+                                     echo=True)
+    check([len(c.logprobs.tokens) for c in many.choices] == [4, 3], "echo of token-id prompts, one choice each")
+
+    # Streamed, echo sends the prompt first; with logprobs it is answered whole.
+    texts, _ = streamed_completion(client, model="base", prompt=prompt, max_tokens=6, temperature=0, echo=True)
+    check(texts == {0: prompt + greedy.choices[0].text}, "streamed echo: the prompt, then the answer")
+    try:
+        client.completions.create(model="base", prompt=prompt, max_tokens=1, logprobs=1, echo=True, stream=True)
+        check(False, "echo with logprobs, streamed, is refused")
+    except openai.BadRequestError as e:
+        check("stream" in str(e), "echo with logprobs, streamed: 400 naming stream")
+
+
 def refusals(server, client):
     def expect(status, code_or_text, body):
         got, answer = server.raw("/v1/completions", body, {"Content-Type": "application/json"})
@@ -348,7 +396,7 @@ def refusals(server, client):
     expect(400, "invalid_type", json.dumps({"model": "base", "prompt": 5}))
     expect(404, "model_not_found", json.dumps({"model": "gpt-4", "prompt": "a"}))
     expect(400, "context_length_exceeded", json.dumps({"model": "base", "prompt": "jargon " * 3000}))
-    expect(400, "max_tokens", json.dumps({"model": "base", "prompt": "a", "max_tokens": 0}))
+    expect(400, "0 only with 'echo'", json.dumps({"model": "base", "prompt": "a", "max_tokens": 0}))
     expect(400, "logprobs", json.dumps({"model": "base", "prompt": "a", "logprobs": 6}))
     try:
         client.chat.completions.create(model="base", messages=[{"role": "user", "content": "hi"}], top_logprobs=2)

@@ -15,11 +15,16 @@
 namespace ft::infer {
 
 // One sequence's part of a step: its slot, its new tokens (at the slot's
-// positions from its length on) and its adapter (-1 for none).
+// positions from its length on) and its adapter (-1 for none); with
+// every_position, the logits after each new token, not only the last (a
+// prompt's log-probabilities).
 struct SlotStep {
   index_t slot;
   std::span<const std::int32_t> tokens;
   int adapter = -1;
+  bool every_position = false;
+
+  index_t logit_rows() const { return every_position ? index_t(tokens.size()) : 1; }
 };
 
 // A packed row of documents scored without caches (what ftrun eval runs):
@@ -60,7 +65,7 @@ public:
   virtual void release(index_t slot) = 0;
 
   // Runs each sequence's new tokens and writes its next-token logits to
-  // logits [steps, vocab_size] (Engine::step).
+  // logits [its logit_rows(), vocab_size], sequence after sequence (Engine::step).
   virtual void step(std::span<const SlotStep> steps, float* logits) = 0;
 
   // Scores a request through the whole model, without touching the caches;

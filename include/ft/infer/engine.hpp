@@ -44,6 +44,7 @@ struct SequenceStep {
   KvCache<T, Device>* cache;
   std::span<const std::int32_t> tokens;  // new tokens, at positions cache->length() onwards
   int adapter = -1;                       // index of one of the engine's adapters, -1 for none
+  bool every_position = false;            // logits after each new token, not only the last
 };
 
 template <element T, class Device = device::Cpu>
@@ -69,8 +70,10 @@ public:
   index_t virtual_tokens(int adapter) const { return adapter < 0 ? 0 : this->adapter(adapter).virtual_tokens(); }
 
   // Runs the new tokens of each sequence through the model and appends
-  // their keys and values to the sequence's cache. logits [S, V] receive the
-  // next-token logits after each sequence's last new token.
+  // their keys and values to the sequence's cache. logits receive the
+  // next-token logits after each sequence's last new token [V], or after
+  // each of its new tokens [tokens, V] (every_position), sequence after
+  // sequence.
   //
   // A sequence's logits do not depend on what else is in the batch: every
   // product is row-invariant (device/cpu/row_invariant_gemm.hpp) and the rest
@@ -192,33 +195,40 @@ public:
                                                                              std::size_t(r.count - r.virtual_rows)));
     }
 
-    // The head on each sequence's last row only.
-    sized(last_, S, C);
-    for (index_t i = 0; i < S; ++i) {
-      const index_t row = rows_[std::size_t(i)].first + rows_[std::size_t(i)].count - 1;
-      Device::copy(last_.data() + i * C, x_.data() + row * C, std::size_t(C) * sizeof(T));
+    // The head on each sequence's last row only, or on the rows of all its
+    // new tokens (the last ones of its rows: virtual tokens and a LongRoPE
+    // restart's come first).
+    index_t R = 0;
+    for (const SequenceStep<T, Device>& s : sequences) R += s.every_position ? index_t(s.tokens.size()) : 1;
+    sized(last_, R, C);
+    for (index_t i = 0, at = 0; i < S; ++i) {
+      const SequenceStep<T, Device>& s = sequences[std::size_t(i)];
+      const index_t n = s.every_position ? index_t(s.tokens.size()) : 1;
+      const index_t row = rows_[std::size_t(i)].first + rows_[std::size_t(i)].count - n;
+      Device::copy(last_.data() + at * C, x_.data() + row * C, std::size_t(n * C) * sizeof(T));
+      at += n;
     }
-    sized(normed_, S, C);
-    if (mean_.size(0) != S) {
-      mean_ = Tensor<A, Memory>(Shape{S});
-      rstd_ = Tensor<A, Memory>(Shape{S});
+    sized(normed_, R, C);
+    if (mean_.size(0) != R) {
+      mean_ = Tensor<A, Memory>(Shape{R});
+      rstd_ = Tensor<A, Memory>(Shape{R});
     }
     auto& head = model_.head();
     nn::norm_forward<Device>(c.norm, normed_.data(), mean_.data(), rstd_.data(), last_.data(),
                              head.norm_weight(), head.norm_bias(),
-                             S, C, A(c.norm_eps));
-    sized(logits_, S, V);
-    nn::linear_forward<Device>(logits_.data(), normed_.data(), head.lm_weight(), static_cast<const T*>(nullptr), S, C,
+                             R, C, A(c.norm_eps));
+    sized(logits_, R, V);
+    nn::linear_forward<Device>(logits_.data(), normed_.data(), head.lm_weight(), static_cast<const T*>(nullptr), R, C,
                                V);
-    if (c.logits_scaling != 1) nn::scale_into<Device>(logits_.data(), logits_.data(), A(1 / c.logits_scaling), S * V);
+    if (c.logits_scaling != 1) nn::scale_into<Device>(logits_.data(), logits_.data(), A(1 / c.logits_scaling), R * V);
     if (c.logit_softcap > 0)
-      Device::parallel_rows(S, V, nn::SoftcapRow<T>{logits_.data(), V, A(c.logit_softcap)});
+      Device::parallel_rows(R, V, nn::SoftcapRow<T>{logits_.data(), V, A(c.logit_softcap)});
     if constexpr (std::is_same_v<T, float>) {
-      Device::to_host(logits, logits_.data(), std::size_t(S * V) * sizeof(float));
+      Device::to_host(logits, logits_.data(), std::size_t(R * V) * sizeof(float));
     } else {
-      host_logits_.resize(std::size_t(S * V));
+      host_logits_.resize(std::size_t(R * V));
       Device::to_host(host_logits_.data(), logits_.data(), host_logits_.size() * sizeof(T));
-      for (index_t i = 0; i < S * V; ++i) logits[i] = float(host_logits_[std::size_t(i)]);
+      for (index_t i = 0; i < R * V; ++i) logits[i] = float(host_logits_[std::size_t(i)]);
     }
   }
 

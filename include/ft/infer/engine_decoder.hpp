@@ -55,7 +55,7 @@ public:
     for (const SlotStep& s : steps) {
       if (!pool_->held(s.slot))
         throw Error("internal: a step names key/value cache slot " + std::to_string(s.slot) + ", held by no sequence");
-      steps_.push_back({&pool_->cache(s.slot), s.tokens, s.adapter});
+      steps_.push_back({&pool_->cache(s.slot), s.tokens, s.adapter, s.every_position});
     }
     engine_.step(steps_, logits);
   }

@@ -8,6 +8,11 @@
 // in a loop and adds requests between steps); generate() runs a fixed set
 // of requests to the end.
 //
+// A request may also ask for its prompt's log-probabilities (an OpenAI
+// completion's `echo` with `logprobs`, what lm-evaluation-harness scores
+// choices with): its prompt steps then return the logits after every
+// prompt token, and max_tokens may be 0, the prompt alone.
+//
 // Each request stops at max_tokens, at one of its stop tokens (not
 // included in the output), when its on_token callback says so (stop
 // strings, which need the tokenizer, are the caller's), or when it is
@@ -42,6 +47,10 @@ struct Generated {
 };
 
 struct Completion {
+  // With prompt_logprobs: of each prompt token after the first, under the
+  // model given the tokens before it (and its top_logprobs alternatives).
+  std::vector<float> prompt_logprobs;
+  std::vector<std::vector<TokenLogprob>> prompt_top_logprobs;
   std::vector<std::int32_t> tokens;
   std::vector<float> logprobs;                         // per token, when asked for
   std::vector<std::vector<TokenLogprob>> top_logprobs;  // per token, with top_logprobs > 0
@@ -52,11 +61,12 @@ struct Completion {
 struct Request {
   std::vector<std::int32_t> prompt;
   SamplingParams sampling;
-  index_t max_tokens = 16;
+  index_t max_tokens = 16;  // 0: the prompt alone (with prompt_logprobs)
   std::vector<std::int32_t> stop_tokens;
   int adapter = -1;  // one of the engine's adapters, -1 for the base model
   bool logprobs = false;
   int top_logprobs = 0;  // with logprobs: the most likely tokens at each step, this many
+  bool prompt_logprobs = false;  // the prompt's log-probabilities too (Completion::prompt_logprobs)
   bool keep_logits = false;
   // Called after each new token; true ends the request.
   std::function<bool(const Generated&)> on_token;
@@ -90,7 +100,8 @@ public:
   void check(const Request& r) const {
     if (r.prompt.empty()) throw Error("a request needs at least one prompt token");
     if (r.top_logprobs < 0 || (r.top_logprobs > 0 && !r.logprobs)) throw Error("top_logprobs needs logprobs and must be >= 0");
-    if (r.max_tokens < 1) throw Error("max_tokens must be at least 1");
+    if (r.max_tokens < (r.prompt_logprobs ? 0 : 1))
+      throw Error(r.prompt_logprobs ? "max_tokens must be at least 0" : "max_tokens must be at least 1");
     if (r.adapter < -1 || r.adapter >= decoder_.adapters()) throw Error("internal: no adapter " + std::to_string(r.adapter));
     const index_t length = decoder_.virtual_tokens(r.adapter) + index_t(r.prompt.size()) + r.max_tokens;
     if (length > decoder_.max_model_len())
@@ -120,31 +131,43 @@ public:
       Request r = std::move(waiting_.front());
       waiting_.pop_front();
       std::vector<std::int32_t> prompt = r.prompt;
-      running_.push_back({std::move(r), slot, prompt, prompt, std::move(sampler), {}});
+      running_.push_back({std::move(r), slot, prompt, prompt, std::move(sampler), {}, 0});
     }
     if (running_.empty()) return;
 
     const index_t V = decoder_.vocab_size();
     steps_.clear();
+    std::size_t rows = 0;
     for (Running& s : running_) {
       const std::span<const std::int32_t> next(s.next);
       const std::size_t fed = prefill_chunk_ > 0 ? std::min(next.size(), std::size_t(prefill_chunk_)) : next.size();
-      steps_.push_back({s.slot, next.first(fed), s.request.adapter});
+      const bool prompt = s.prompt_fed < s.request.prompt.size();
+      steps_.push_back({s.slot, next.first(fed), s.request.adapter, prompt && s.request.prompt_logprobs});
+      rows += std::size_t(steps_.back().logit_rows());
     }
-    logits_.resize(running_.size() * std::size_t(V));
+    logits_.resize(rows * std::size_t(V));
     decoder_.step(steps_, logits_.data());
     // A request that ends gives its slot back at once and is marked (slot -1);
     // the marked leave the running set after the loop, so a callback that
     // throws midway leaves every request either running or ended once.
+    std::size_t at = 0;  // the sequence's first row of logits
     for (std::size_t i = 0; i < running_.size(); ++i) {
       Running& s = running_[i];
-      if (const std::size_t fed = steps_[i].tokens.size(); fed < s.next.size()) {  // more of the prompt to come
+      const std::size_t fed = steps_[i].tokens.size(), first_row = at;
+      at += std::size_t(steps_[i].logit_rows());
+      if (steps_[i].every_position) score_prompt(s, first_row, fed);
+      if (s.prompt_fed < s.request.prompt.size()) s.prompt_fed += fed;
+      if (fed < s.next.size()) {  // more of the prompt to come
         s.next.erase(s.next.begin(), s.next.begin() + std::ptrdiff_t(fed));
         continue;
       }
       const Request& r = s.request;
       Completion& c = s.completion;
-      std::span<float> row(logits_.data() + i * std::size_t(V), std::size_t(V));
+      if (r.max_tokens == 0) {
+        end(s, "length");
+        continue;
+      }
+      std::span<float> row(logits_.data() + (at - 1) * std::size_t(V), std::size_t(V));
       if (r.keep_logits) c.step_logits.insert(c.step_logits.end(), row.begin(), row.end());
       if (r.logprobs) raw_.assign(row.begin(), row.end());
       const std::int32_t token = s.sampler.next(row, s.context, c.tokens.size());
@@ -182,7 +205,21 @@ private:
     std::vector<std::int32_t> next;     // tokens of the next step
     Sampler sampler;
     Completion completion;
+    std::size_t prompt_fed;  // how many prompt tokens the steps so far fed
   };
+
+  // The log-probabilities of the prompt tokens after the `fed` just fed,
+  // from their rows of logits from `first_row` on: row j, after prompt
+  // token prompt_fed + j, scores the token after it.
+  void score_prompt(Running& s, std::size_t first_row, std::size_t fed) {
+    const Request& r = s.request;
+    const std::size_t V = std::size_t(decoder_.vocab_size());
+    for (std::size_t j = 0; j < fed && s.prompt_fed + j + 1 < r.prompt.size(); ++j) {
+      const std::span<const float> row(logits_.data() + (first_row + j) * V, V);
+      s.completion.prompt_logprobs.push_back(Sampler::log_probability(row, r.prompt[s.prompt_fed + j + 1]));
+      if (r.top_logprobs > 0) s.completion.prompt_top_logprobs.push_back(most_likely(row, r.top_logprobs));
+    }
+  }
 
   static bool cancelled(const Request& r) { return r.cancelled && r.cancelled(); }
   // The n most likely tokens of raw logits (ties: the lower id first) and their log-probabilities.

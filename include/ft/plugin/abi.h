@@ -17,7 +17,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define FT_PLUGIN_ABI_VERSION 9u
+#define FT_PLUGIN_ABI_VERSION 10u
 #define FT_PLUGIN_ENTRY "ft_plugin_v"
 
 #ifdef __cplusplus
@@ -59,6 +59,7 @@ typedef struct ft_sequence_step {
   const int32_t* tokens;  /* its new tokens, at the slot's positions from its length on */
   size_t token_count;
   int32_t adapter;        /* one of the engine's adapters, -1 for none */
+  int32_t every_position; /* nonzero: logits after each new token, not only the last (a prompt's log-probabilities) */
 } ft_sequence_step;
 
 /* An inference engine a plugin offers: one model family in one element type
@@ -88,7 +89,8 @@ typedef struct ft_engine_factory {
   uint64_t (*cache_bytes)(void* engine); /* one slot's */
   int64_t (*acquire)(void* engine);      /* a free slot with an empty cache, or -1 when all are held */
   int (*release)(void* engine, int64_t slot, ft_write_fn write, void* context); /* a slot acquire() gave */
-  /* Runs one step; logits [count, vocab_size] receive each sequence's next-token logits. */
+  /* Runs one step; logits receive each sequence's next-token logits, [vocab_size] after its last new token, or
+   * [token_count, vocab_size] after each of them where every_position is set, sequence after sequence. */
   int (*step)(void* engine, const ft_sequence_step* steps, size_t count, float* logits, ft_write_fn write,
               void* context);
   /* Scores `count` tokens through the whole model, without caches (ftrun eval): documents laid end to end in

@@ -74,7 +74,7 @@ public:
   void step(std::span<const infer::SlotStep> steps, float* logits) override {
     steps_.clear();
     for (const infer::SlotStep& s : steps)
-      steps_.push_back({s.slot, s.tokens.data(), s.tokens.size(), std::int32_t(s.adapter)});
+      steps_.push_back({s.slot, s.tokens.data(), s.tokens.size(), std::int32_t(s.adapter), s.every_position ? 1 : 0});
     check(entry_->step(engine_, steps_.data(), steps_.size(), logits, &append, &why_));
   }
 

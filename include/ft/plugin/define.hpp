@@ -228,7 +228,7 @@ struct engine_entry_points {
     return classified(write, context, [&] {
       std::vector<infer::SlotStep> slots;
       for (std::size_t i = 0; i < count; ++i)
-        slots.push_back({steps[i].slot, {steps[i].tokens, steps[i].token_count}, steps[i].adapter});
+        slots.push_back({steps[i].slot, {steps[i].tokens, steps[i].token_count}, steps[i].adapter, steps[i].every_position != 0});
       of(engine).step(slots, logits);
     });
   }
