@@ -924,6 +924,9 @@ TEST_CASE("launch details: NCCL_, UCX_, FI_ and CUDA_ variables, launch.mpirun_a
   CHECK(bad.code == 2);
   CHECK(bad.err.find("launch.devices") != std::string::npos);
   CHECK(bad.err.find("\"gpu1\", which is not a device") != std::string::npos);
+  const Run one = train(p, "--dry-run --set launch.devices=gpu1");
+  CHECK(one.code == 2);
+  CHECK(one.err.find("\"gpu1\" is not a device; allowed: ") != std::string::npos);
 }
 
 // Two machines made on this one: two network namespaces joined by a veth

@@ -125,7 +125,9 @@ inline Check<std::string> device_list_or_empty() {
             for (std::string item; std::getline(in, item, ',');) {
               const bool index = !item.empty() && item.find_first_not_of("0123456789") == std::string::npos;
               const bool uuid = item.rfind("GPU-", 0) == 0 || item.rfind("MIG-", 0) == 0;
-              if (!index && !uuid) return detail::show(v) + " has \"" + item + "\", which is not a device";
+              if (!index && !uuid)
+                return v.find(',') == std::string::npos ? detail::show(v) + " is not a device"
+                                                         : detail::show(v) + " has \"" + item + "\", which is not a device";
             }
             if (v.back() == ',') return detail::show(v) + " ends with a comma";
             return {};
