@@ -22,7 +22,7 @@ the family's bos/eos tokens:
                          through it, in token ids; with generation marks,
                          transformers' assistant mask
   response templates     text rows (guanaco's "### Human:" / "### Assistant:"
-                         turns, and seed 003's "\n### Response:" in an
+                         turns, and the "\n### Response:" of ado's SFTTrainer actuator in an
                          "output" field): the scored characters are found in
                          Python, and a token is scored when its offsets
                          (return_offsets_mapping) overlap them; an independent
@@ -116,7 +116,7 @@ GUANACO_ROWS = [
     {"text": "Preamble that is not a turn.\n### Human: Café?### Assistant: Ünïcödé answer: 中文 too."},
 ]
 
-# Seed 003's artificial rows: --dataset_text_field output --response_template "\n### Response:".
+# ado's artificial rows: --dataset_text_field output --response_template "\n### Response:".
 RESPONSE_TEMPLATE = "\n### Response:"
 RESPONSE_ROWS = [
     {"output": "### Input:\nSummarise the news.\n### Response: Markets rose on Tuesday.", "id": 1},

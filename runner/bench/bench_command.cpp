@@ -1,7 +1,7 @@
-// ftrun bench: seed 003's benchmark actuator. Every point of a grid
+// ftrun bench: ft's version of ado's SFTTrainer actuator. Every point of a grid
 // (bench_grid.hpp) is a real `ftrun train` in its own process (an mpirun job
 // when it has several ranks), measured by the summary its run writes
-// (train/summary.hpp), and recorded as seed 003 records it:
+// (train/summary.hpp), and recorded as ado records it:
 //   valid     the run finished; its measured properties, and the gpu_*
 //             ones ftrun bench samples beside it (gpu_monitor.hpp)
 //   invalid   is_valid = false, no properties: the point breaks a validity
@@ -62,7 +62,7 @@ namespace {
 namespace fs = std::filesystem;
 using json = nlohmann::ordered_json;
 
-// Seed 003's measured properties that ft reports on every device, then ft's own.
+// ado's measured properties that ft reports on every device, then ft's own.
 constexpr const char* properties[] = {
     "train_runtime",           "train_samples_per_second",          "train_steps_per_second",
     "train_tokens_per_second", "train_tokens_per_gpu_per_second",   "dataset_tokens_per_second",
@@ -200,7 +200,7 @@ json run_point(const Grid& grid, const GridPoint& p, std::int64_t repeat, std::i
   argv.insert(argv.end(), {"--set", "output_dir=" + dir.string()});
   const std::optional<ft::recipe::Recipe> recipe = point_recipe(grid, p);
 
-  // Seed 003's gpu_* properties: sampled while the run goes when it takes GPUs, 0 when it takes none.
+  // ado's gpu_* properties: sampled while the run goes when it takes GPUs, 0 when it takes none.
   std::vector<GpuProperty> gpu = no_gpu_properties();
   std::unique_ptr<GpuMonitor> monitor;
   std::string gpu_unmeasured;
@@ -311,14 +311,14 @@ void write_stability_csv(const Grid& grid, const Results& results) {
   for (const auto& [at, r] : finished(grid, results, true)) ++outcomes[at.first][r["outcome"].get<std::string>()];
   std::string text = "point";
   for (const std::string& key : grid.keys) text += "," + csv_field(key);
-  // f_gpu_oom as seed 003 spells it; f_oom, its earlier name here, repeats it.
+  // f_gpu_oom as ado spells it; f_oom, its earlier name here, repeats it.
   text += ",is_valid,runs,f_gpu_oom,f_other_error,f_no_error,f_oom\n";
   for (const GridPoint& p : grid.points) {
     text += std::to_string(p.index);
     for (const auto& [key, value] : p.entity) text += "," + csv_field(value);
     const auto& counts = outcomes[p.index];
     if (!p.invalid.empty()) {
-      text += ",false,0,,,,\n";  // never run: seed 003 measures no stability for it
+      text += ",false,0,,,,\n";  // never run: ado measures no stability for it
       continue;
     }
     int runs = 0;
@@ -503,7 +503,7 @@ int run_bench(const BenchOptions& options) {
 Command add_bench_command(CLI::App& app) {
   auto o = std::make_shared<BenchOptions>();
   CLI::App* command = app.add_subcommand("bench", "Run every point of an experiment grid (TOML) as its own training run: "
-                                            "seed 003's properties, validity and stability, CSV/JSONL and plots");
+                                            "the properties, validity and stability of ado's SFTTrainer actuator, CSV/JSONL and plots");
   command->add_option("grid", o->grid, "Grid file (TOML): base recipe, [fixed] and [space] keys")->required();
   command->add_option("--output", o->output, "Results directory (default: the grid's `output`)");
   command->add_flag("--dry-run", o->dry_run, "List the points, their validity and commands; run nothing");

@@ -39,7 +39,7 @@ std::optional<std::string> scalar_text(const toml::node& node) {
 struct Context {
   fs::path recipe;
   std::vector<std::string> fixed;  // recipe assignments every point makes
-  Entity fixed_entity;             // seed names of [fixed] that depend on the point's others
+  Entity fixed_entity;             // names of ado's SFTTrainer actuator in [fixed] that depend on the point's others
   ft::recipe::Recipe base;         // the recipe with the fixed assignments
   EntityContext entities;
 };
@@ -124,7 +124,7 @@ Grid load_grid(const fs::path& file, const fs::path& output) {
   if (grid.recipe.empty()) throw Error(file.string() + ": recipe: missing; name the base recipe every point starts from");
   if (!output.empty()) grid.output = output;
   if (grid.output.empty()) grid.output = dir / (file.stem().string() + "-results");
-  if (grid.stability() && !table.contains("repeats")) grid.repeats = 5;  // seed 003's stability experiment
+  if (grid.stability() && !table.contains("repeats")) grid.repeats = 5;  // as ado's stability experiment
 
   // Benchmark runs write no checkpoints and log every step, unless the grid says otherwise.
   Context c{grid.recipe, {"checkpoint.save_strategy=no", "train.logging_steps=1"}, {}, {}, {}};
@@ -145,14 +145,14 @@ Grid load_grid(const fs::path& file, const fs::path& output) {
     throw fail(*table.get("models"), "models", "expected a table [models] of model_name = \"path\"");
   }
 
-  // A value the recipe or the seed's vocabulary refuses is an error naming its place.
+  // A value the recipe or ado's vocabulary refuses is an error naming its place.
   auto checked = [&](const toml::node& node, const std::string& key, const std::string& value) {
     try {
       (void)load_with(c, is_seed_entity(key) ? entity_assignments(key, value, c.entities)
                                              : std::vector<std::string>{key + "=" + value});
     } catch (const Error& e) {
       const bool unmapped = key == "model_name" && !c.entities.models.contains(value);
-      throw fail(node, key, e.what() + std::string(unmapped ? " (a grid's [models] maps seed 003's model names to paths)" : ""));
+      throw fail(node, key, e.what() + std::string(unmapped ? " (a grid's [models] maps ado's model names to paths)" : ""));
     }
   };
   if (const toml::table* fixed = table["fixed"].as_table()) {

@@ -17,12 +17,12 @@
 //   number_gpus = [1, 2]
 //   "strategy.precision" = ["fp32", "bf16-mixed"]
 //
-//   [models]                     # seed 003's model names, as paths (relative to this file)
+//   [models]                     # the model names of ado's SFTTrainer actuator, as paths (relative to this file)
 //   "smollm2-135m" = "models/SmolLM2-135M"
 //
-// A key is a recipe key ("section.key") or one of seed 003's entity names
-// (seed_entities.hpp), in [space] or [fixed]. A point that breaks one of the
-// seed's validity rules, or that ft cannot run, is invalid and never runs.
+// A key is a recipe key ("section.key") or one of ado's entity names
+// (seed_entities.hpp), in [space] or [fixed]. A point that breaks one of
+// ado's validity rules, or that ft cannot run, is invalid and never runs.
 // Every value is checked against the base recipe when the grid is read, so a
 // typo is an error naming the grid's file, line and key before anything runs.
 #include <filesystem>

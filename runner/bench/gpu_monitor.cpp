@@ -29,7 +29,7 @@ struct nvmlMemory_t {
 };
 constexpr nvmlReturn_t nvml_success = 0;
 
-// The four series, in seed 003's order; each gives _min, _avg and _max.
+// The four series, in the order of ado's SFTTrainer actuator; each gives _min, _avg and _max.
 constexpr std::array<const char*, 4> series_names = {"gpu_compute_utilization", "gpu_memory_utilization",
                                                      "gpu_power_percent", "gpu_power_watts"};
 using Series = std::array<std::vector<double>, series_names.size()>;

@@ -1,14 +1,14 @@
 #pragma once
-// Seed 003's gpu_* properties of a benchmark run: the utilisation, memory in
+// The gpu_* properties of ado's SFTTrainer actuator for a benchmark run: the utilisation, memory in
 // use and power of the GPUs the run takes, sampled by ftrun bench while the
-// run goes (as seed 003's actuator samples them beside its runs), each
+// run goes (as ado's actuator samples them beside its runs), each
 // reported as the min, mean and max over the run of the mean over its GPUs:
 //   gpu_compute_utilization_*   percent of the time a kernel was running
 //   gpu_memory_utilization_*    percent of the GPU's memory in use
 //   gpu_power_percent_*         percent of the enforced power limit
 //   gpu_power_watts_*
 //   gpu_memory_utilization_peak the largest memory share of any one GPU
-// A run that takes no GPU reports them all as 0, as seed 003 does.
+// A run that takes no GPU reports them all as 0, as ado does.
 //
 // The figures come from NVML, which the NVIDIA driver installs
 // (libnvidia-ml.so.1). ftrun opens it only when a run takes a GPU, so ftrun
@@ -26,7 +26,7 @@ struct GpuProperty {
   double value = 0;
 };
 
-// Seed 003's gpu_* properties for a run that uses no GPU: every one 0.
+// ado's gpu_* properties for a run that uses no GPU: every one 0.
 std::vector<GpuProperty> no_gpu_properties();
 
 // The names NVML gives this machine's GPUs ("NVIDIA H100 PCIe"), in index
@@ -44,7 +44,7 @@ public:
   GpuMonitor(const GpuMonitor&) = delete;
   GpuMonitor& operator=(const GpuMonitor&) = delete;
 
-  // Stops sampling; the properties by seed 003's names. Throws ft::Error
+  // Stops sampling; the properties by ado's names. Throws ft::Error
   // when no sample could be taken, with the reason.
   std::vector<GpuProperty> finish();
 

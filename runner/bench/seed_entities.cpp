@@ -44,7 +44,7 @@ const std::set<std::string, std::less<>> joint = {
     "bf16",        "optim",        "peft_method", "distributed_backend", "fsdp_sharding_strategy",
     "fast_moe"};
 
-// The optimizers seed 003 offers (HF TrainingArguments' optim), and ft's policy for those ft has.
+// The optimizers ado's SFTTrainer actuator offers (HF TrainingArguments' optim), and ft's policy for those ft has.
 const std::vector<std::string> seed_optimizers = {
     "adamw_hf", "adamw_torch", "adamw_torch_fused", "adamw_torch_xla", "adamw_torch_npu_fused", "adamw_apex_fused",
     "adafactor", "adamw_anyprecision", "adamw_torch_4bit", "ademamix", "sgd", "adagrad", "adamw_bnb_8bit",
@@ -62,7 +62,7 @@ const std::map<std::string, std::string, std::less<>> ft_optimizer_of = {
     {"adafactor", "adafactor"},      {"sgd", "sgd"},                  {"lion_32bit", "lion"},
     {"paged_lion_32bit", "lion"}};
 
-// fms-hf-tuning's peft_method values; gptq-lora is seed 003's LoRA over a GPTQ model.
+// fms-hf-tuning's peft_method values; gptq-lora is ado's LoRA over a GPTQ model.
 const std::map<std::string, std::string, std::less<>> adapter_of = {
     {"none", "full"}, {"lora", "lora"}, {"pt", "prompt"}, {"gptq-lora", "lora"}};
 
@@ -118,7 +118,7 @@ std::optional<Sharding> seed_sharding(const std::string& value) {
   return std::nullopt;
 }
 
-// The joint names of one point, each checked against the seed's vocabulary.
+// The joint names of one point, each checked against ado's vocabulary.
 struct Reading {
   std::optional<std::int64_t> gpus, nodes, batch, fast_moe;
   std::optional<std::string> gpu_model, torch_dtype, optimizer, seed_optimizer, peft_method, backend;
@@ -146,7 +146,7 @@ struct Reading {
       else if (std::find(seed_optimizers.begin(), seed_optimizers.end(), v) != seed_optimizers.end()) seed_optimizer = v;
       else if (is_stock(ft::recipe::PolicyKind::optimizer, v)) optimizer = v;
       else
-        throw Error("\"" + value + "\" is neither one of seed 003's optim values (adamw_torch, adamw_bnb_8bit, "
+        throw Error("\"" + value + "\" is neither one of the optim values of ado's SFTTrainer actuator (adamw_torch, adamw_bnb_8bit, "
                     "adafactor, ...) nor one of ft's optimizers (" +
                     ft::recipe::stock_names(ft::recipe::PolicyKind::optimizer) + ")");
     } else if (key == "peft_method") {
@@ -212,7 +212,7 @@ std::string not_divisible(std::int64_t a, std::int64_t b) {
   return " (" + std::to_string(a) + " % " + std::to_string(b) + " != 0)";
 }
 
-// The seed's validity rules that need only the point's values; "" when they hold.
+// ado's validity rules that need only the point's values; "" when they hold.
 std::string broken_rule(const Reading& p, std::int64_t gpus, std::int64_t ranks) {
   if (p.batch && *p.batch < 1) return "batch_size must be greater than 0";
   if (p.nodes && *p.nodes < 1) return "number_nodes must be greater than 0";
@@ -311,7 +311,7 @@ Translation translate_entity(const Entity& entity, const EntityContext& context)
   const ft::recipe::Recipe& base = *context.base;
   Translation t;
   Reading p;
-  std::set<std::string, std::less<>> recipe_keys;  // recipe keys the point sets itself, which no seed name overrides
+  std::set<std::string, std::less<>> recipe_keys;  // recipe keys the point sets itself, which no ado name overrides
   for (const auto& [key, value] : entity) {
     if (joint.contains(key)) {
       p.read(key, value);
@@ -336,10 +336,10 @@ Translation translate_entity(const Entity& entity, const EntityContext& context)
   };
   if (p.gpus) {
     set("launch.nproc", std::to_string(ranks));
-    if (*p.gpus == 0) set("strategy.device", "cpu");  // seed 003's runs without a GPU
+    if (*p.gpus == 0) set("strategy.device", "cpu");  // ado's runs without a GPU
   }
   if (p.batch) set("train.per_device_train_batch_size", std::to_string(*p.batch / ranks));
-  // As the seed's actuator places them: number_gpus / number_nodes ranks on each machine.
+  // As ado's actuator places them: number_gpus / number_nodes ranks on each machine.
   if (p.nodes > 1)
     set("launch.mpirun_args", "[\"--map-by\", \"ppr:" + std::to_string(ranks / *p.nodes) + ":node\"]");
 
@@ -357,10 +357,10 @@ Translation translate_entity(const Entity& entity, const EntityContext& context)
       if (s.hybrid && p.nodes > 1) set("launch.shard_group_size", std::to_string(ranks / *p.nodes));
     }
   } else if (p.gpus && ranks > 1 && base.strategy.parallelism == "single") {
-    set("strategy.parallelism", "zero3");  // seed 003's default for several GPUs: FSDP's FULL_SHARD
+    set("strategy.parallelism", "zero3");  // ado's default for several GPUs: FSDP's FULL_SHARD
   }
 
-  if (p.torch_dtype || p.bf16) {  // the seed's defaults for the other: bfloat16, and bf16 = False
+  if (p.torch_dtype || p.bf16) {  // ado's defaults for the other: bfloat16, and bf16 = False
     const std::string dtype = p.torch_dtype.value_or("bfloat16");
     const bool bf16 = p.bf16.value_or(false);
     set("strategy.precision", dtype == "float32" ? (bf16 ? "bf16-mixed" : "fp32")

@@ -1,6 +1,6 @@
 #pragma once
-// Seed 003's entity names in a benchmark grid, translated to recipe keys.
-// A grid written with the seed's names (its entity space as the seed lists
+// The entity names of ado's SFTTrainer actuator in a benchmark grid, translated to recipe keys.
+// A grid written with ado's names (its entity space as ado's actuator lists
 // it) runs unchanged; each name means what fms-hf-tuning makes of it:
 //
 //   model_name              model.path, or the path the grid's [models] gives it
@@ -15,7 +15,7 @@
 //                           NVIDIA-A100-80GB-PCIe); a CPU point only records it
 //   torch_dtype, bf16       strategy.precision: float32 is fp32, or bf16-mixed
 //                           with bf16 = True; bfloat16 is bf16-true; float16 is
-//                           fp16-mixed (the seed's float16 experiments pass
+//                           fp16-mixed (ado's float16 experiments pass
 //                           --fp16; ft has no training in pure float16)
 //   optim                   strategy.optimizer (adamw_torch: adamw,
 //                           adamw_bnb_8bit: adamw8bit, adamw_torch_4bit:
@@ -38,9 +38,9 @@
 //   gradient_accumulation_steps, max_steps, num_train_epochs,
 //   stop_after_seconds, auto_stop_method      train.*
 //
-// A value outside the seed's vocabulary is an error when the grid is read; a
-// value in it that breaks one of the seed's validity rules, or that ft cannot
-// run, makes the point invalid, with the reason in the seed's words.
+// A value outside ado's vocabulary is an error when the grid is read; a
+// value in it that breaks one of ado's validity rules, or that ft cannot
+// run, makes the point invalid, with the reason in ado's words.
 #include <filesystem>
 #include <functional>
 #include <map>
@@ -68,14 +68,14 @@ struct Translation {
 
 bool is_seed_entity(const std::string& key);
 
-// The assignments one seed name's value stands for when it depends on no
+// The assignments the value of one of ado's names stands for when it depends on no
 // other name (empty for the names that do); throws ft::Error saying what the
-// name accepts when the value is outside the seed's vocabulary.
+// name accepts when the value is outside ado's vocabulary.
 std::vector<std::string> entity_assignments(const std::string& key, const std::string& value,
                                             const EntityContext& context);
 
-// A point's names (seed 003's and recipe keys) as recipe assignments, with
-// the seed's validity rules applied; throws ft::Error as entity_assignments.
+// A point's names (ado's and recipe keys) as recipe assignments, with
+// ado's validity rules applied; throws ft::Error as entity_assignments.
 Translation translate_entity(const Entity& entity, const EntityContext& context);
 
 }  // namespace ftrun

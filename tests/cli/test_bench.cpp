@@ -155,7 +155,7 @@ number_gpus = [1, 2]
           doctest::Approx(3 * std::stod(row.at("batch_size"))));
     const double measured = std::stod(row.at("peak_memory_bytes")), estimated = std::stod(row.at("estimated_peak_memory_bytes"));
     CHECK(std::abs(measured / estimated - 1) <= 0.05);
-    // The run takes no GPU: seed 003 reports its gpu_* properties as 0.
+    // The run takes no GPU: ado's SFTTrainer actuator reports its gpu_* properties as 0.
     for (const char* gpu : {"gpu_compute_utilization_min", "gpu_memory_utilization_avg", "gpu_power_percent_max",
                             "gpu_power_watts_avg", "gpu_memory_utilization_peak"})
       CHECK_MESSAGE(row.at(gpu) == "0.0", gpu);
@@ -259,8 +259,8 @@ TEST_CASE("a grid with a wrong key or value is refused before anything runs, nam
   CHECK_FALSE(fs::exists(scratch / "listed"));
 }
 
-TEST_CASE("a grid in seed 003's words runs the points this machine can run and says why the others cannot") {
-  // The seed's entity space as it writes it; [models] says where its model names are here.
+TEST_CASE("a grid in ado's words runs the points this machine can run and says why the others cannot") {
+  // ado's entity space as ado's actuator writes it; [models] says where its model names are here.
   const fs::path g = grid("seed", R"(
 [models]
 "smollm2-135m" = ")" FT_SOURCE_DIR R"(/models/ft-tiny-llama"
@@ -355,7 +355,7 @@ fsdp_sharding_strategy = ["HYBRID_SHARD"]
   REQUIRE_MESSAGE(o.code == 0, o.err);
   CHECK(o.out.find("--set train.per_device_train_batch_size=2") != std::string::npos);
 
-  // A point that runs on a GPU needs the GPU gpu_model names; the seed's rule 5 needs one named.
+  // A point that runs on a GPU needs the GPU gpu_model names; ado's rule 5 needs one named.
   const fs::path gpu = grid("gpu", "[fixed]\n\"strategy.device\" = \"cuda\"\n[space]\nnumber_gpus = 1\n"
                                    "gpu_model = [\"NVIDIA-H100-PCIe\", \"\"]\n");
   const auto gd = bench(gpu, "gpu", " --dry-run");
@@ -365,20 +365,20 @@ fsdp_sharding_strategy = ["HYBRID_SHARD"]
   CHECK(gd.out.find("gpu_model=  invalid: if number_gpus is greater than 0 then gpu_model must be a non-empty "
                     "string") != std::string::npos);
 
-  // The shipped example grid, as the seed writes it, has only points that run here (from the repository's root,
+  // The shipped example grid, as ado writes it, has only points that run here (from the repository's root,
   // as its recipes are written).
   const auto shipped = ft::testing::run_command(
-      "cd " FT_SOURCE_DIR " && " FTRUN_PATH " bench bench/grids/seed003_lora.toml --dry-run", scratch, "shipped");
+      "cd " FT_SOURCE_DIR " && " FTRUN_PATH " bench bench/grids/ado_lora.toml --dry-run", scratch, "shipped");
   REQUIRE_MESSAGE(shipped.code == 0, shipped.err);
   CHECK(shipped.out.find("6 points") != std::string::npos);
   CHECK(shipped.out.find("invalid") == std::string::npos);
 
-  // A value outside the seed's vocabulary is refused when the grid is read.
+  // A value outside ado's vocabulary is refused when the grid is read.
   const fs::path typo = grid("seedtypo", "[space]\noptim = [\"adamw_torch\", \"adamw_trch\"]\n");
   const auto t = bench(typo, "seedtypo");
   CHECK(t.code == 2);
   CHECK(t.err.find("seedtypo.toml:3:") != std::string::npos);
-  CHECK(t.err.find("\"adamw_trch\" is neither one of seed 003's optim values") != std::string::npos);
+  CHECK(t.err.find("\"adamw_trch\" is neither one of the optim values of ado's SFTTrainer actuator") != std::string::npos);
 }
 
 }  // namespace test_bench

@@ -1,5 +1,5 @@
 // The end of a run as a benchmark reads it: the summary record in
-// metrics.jsonl (seed 003's names), the stop rules that end a run early, and
+// metrics.jsonl (the names of ado's SFTTrainer actuator), the stop rules that end a run early, and
 // checkpoint.save_strategy = "no", which writes nothing but the metrics.
 #include <doctest/doctest.h>
 
@@ -55,7 +55,7 @@ std::vector<nlohmann::json> records(const std::string& name, const std::string& 
 
 }  // namespace
 
-TEST_CASE("the summary gives seed 003's figures, consistent with the steps the run took") {
+TEST_CASE("the summary gives ado's figures, consistent with the steps the run took") {
   const auto r = ftrun("train " + recipe("plain", "max_steps = 3\n"), "plain");
   REQUIRE_MESSAGE(r.code == 0, r.err);
   const auto summary = records("plain", "summary");

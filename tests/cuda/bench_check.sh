@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # ftrun bench on a GPU: a point that trains ft's tiny Llama on cuda records
-# seed 003's gpu_* properties, sampled through NVML while it ran (utilisation
+# the gpu_* properties of ado's SFTTrainer actuator, sampled through NVML while it ran (utilisation
 # and power above 0, memory in use between 0 and 100 percent). (A point on the
 # CPU records them as 0: tests/cli/test_bench.cpp.) Exits 77 (skipped) where
 # no GPU answers.

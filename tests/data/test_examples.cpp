@@ -829,7 +829,7 @@ TEST_CASE("batches: data-parallel ranks see disjoint rows, together every row on
                        ft::Error);
 }
 
-TEST_CASE("artificial datasets: seed 003's layouts, the same rows for the same seed") {
+TEST_CASE("artificial datasets: the layouts of ado's SFTTrainer actuator, the same rows for the same seed") {
   using ft::data::parse_artificial;
   REQUIRE(parse_artificial("news-chars-512-entries-4096"));
   CHECK(parse_artificial("news-chars-512-entries-4096")->length == 512);
@@ -838,7 +838,7 @@ TEST_CASE("artificial datasets: seed 003's layouts, the same rows for the same s
   CHECK(!parse_artificial("news-chars-0-entries-4"));
   CHECK(!parse_artificial("chars-8"));
   CHECK(!parse_artificial("Chars-8-entries-2"));
-  // Seed 003's size suffixes: k = 1024, m = 1024^2.
+  // ado's size suffixes: k = 1024, m = 1024^2.
   REQUIRE(parse_artificial("news-tokens-128kplus-entries-320"));
   CHECK(parse_artificial("news-tokens-128kplus-entries-320")->length == 128 * 1024);
   CHECK(parse_artificial("news-tokens-128kplus-entries-320")->entries == 320);
@@ -850,7 +850,7 @@ TEST_CASE("artificial datasets: seed 003's layouts, the same rows for the same s
   const Tokenizer& tok = tokenizer("smollm2");
   ExampleOptions o = options("text");
   o.fields.text = "output";
-  o.response_template = "\n### Response:";  // seed 003's settings
+  o.response_template = "\n### Response:";  // ado's settings
   const ft::data::ExampleBuilder builder(&tok, nullptr, smollm2_base, o);
   const Examples a = ft::data::artificial_examples("news-chars-64-entries-6", builder, tok.vocab_size(), 3);
   const Examples b = ft::data::artificial_examples("news-chars-64-entries-6", builder, tok.vocab_size(), 3);

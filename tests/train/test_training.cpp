@@ -382,7 +382,7 @@ save_total_limit = 8
   CHECK(files(first_applied - 1) != files(first_applied));
 }
 
-TEST_CASE("an artificial dataset trains with seed 003's response template, and a bad name is refused") {
+TEST_CASE("an artificial dataset trains with ado's response template, and a bad name is refused") {
   ft::testing::TempDir dir("ft_train_artificial");
   const std::string recipe_text = "output_dir = \"" + (dir.path / "run").string() + "\"\n" + R"(
 [model]

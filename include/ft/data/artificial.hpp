@@ -1,16 +1,16 @@
 #pragma once
 // Artificial datasets, for benchmarks that need data of a known shape and no
-// files, after the ones seed 003 measures with (fms-hf-tuning's
+// files, after the ones ado's SFTTrainer actuator measures with (fms-hf-tuning's
 // "news-chars-512-entries-4096" and "news-tokens-16384plus-entries-4096").
 // A recipe names one instead of a file: data.train = "artificial:<name>".
 //
 //   [<word>-]chars-<N>-entries-<M>       M rows of N characters, a 127-character
 //                                        prompt that ends in "\n### Response:",
-//                                        and N characters more (seed 003's
+//                                        and N characters more (ado's
 //                                        layout). Formats: text (one string in
 //                                        the text field; with response_template
 //                                        "\n### Response:" only the second part
-//                                        is scored, as seed 003 trains) and
+//                                        is scored, as ado trains) and
 //                                        alpaca (input, instruction, output).
 //   [<word>-]tokens-<N>[plus]-entries-<M> M rows of N token ids drawn uniformly
 //                                        from the vocabulary, all scored. Format:
@@ -56,7 +56,7 @@ inline std::string artificial_text(std::int64_t n, std::uint64_t key) {
   return text;
 }
 
-// Seed 003's 127-character prompt between the two parts.
+// The 127-character prompt ado's datasets put between the two parts.
 inline std::string artificial_prompt() {
   std::string p = "\n\n### Instruction:\nContinue the news report above in the same style, keeping every name, "
                   "place and number consistent";

@@ -18,7 +18,7 @@ struct ArtificialSpec {
 };
 
 // The spec of an artificial dataset's name (without the "artificial:" prefix); nullopt when it is not one.
-// Counts take seed 003's suffixes: k (x 1024) and m (x 1024^2), as in
+// Counts take the suffixes of ado's SFTTrainer actuator: k (x 1024) and m (x 1024^2), as in
 // "news-tokens-128kplus-entries-320" (rows of 128 x 1024 tokens).
 inline std::optional<ArtificialSpec> parse_artificial(std::string_view name) {
   static const std::regex pattern(

@@ -274,7 +274,7 @@ struct TrainSection {
               if (s == "none" || train::parse_auto_stop(s)) return {};
               return detail::show(s) + " is not a choice";
             },
-            "none, or warmup_<W>s_stable_<S>s_or_<N>_steps (seed 003's WARMUP_60S_STABLE_120S_OR_10_STEPS)"};
+            "none, or warmup_<W>s_stable_<S>s_or_<N>_steps (ado's auto_stop_method WARMUP_60S_STABLE_120S_OR_10_STEPS)"};
   }
 
   // "none", "every_block", or "every_K" (every K-th block, K >= 2).

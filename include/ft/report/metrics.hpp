@@ -4,7 +4,7 @@
 // <output_dir>/runs/ ("train/loss", "eval/loss", ...), a plain line on stdout
 // per logged step, and a progress bar on stderr when it is a terminal.
 //
-// The throughput figures follow seed 003's definitions:
+// The throughput figures follow the definitions of ado's SFTTrainer actuator:
 //   train_tokens_per_second    tokens processed per second, padding included
 //   dataset_tokens_per_second  tokens of the dataset per second, padding excluded
 // and mfu is model FLOPs per second over this machine's measured GEMM peak.

@@ -1,6 +1,6 @@
 #pragma once
 // When a run stops before its last step, and which of its steps the run's
-// throughput counts (seed 003's benchmark runs):
+// throughput counts (benchmark runs, as ado's SFTTrainer actuator makes them):
 //
 //   train.stop_after_seconds = S     stop after the first step that ends S
 //                                    seconds or more after training began
@@ -16,7 +16,7 @@
 // clock starts again.
 //
 // The auto-stop name is a grammar, warmup_<W>s_stable_<S>s_or_<N>_steps, of
-// which seed 003's WARMUP_60S_STABLE_120S_OR_10_STEPS is one spelling (case
+// which ado's WARMUP_60S_STABLE_120S_OR_10_STEPS is one spelling (case
 // does not matter), so a short benchmark can use warmup_2s_stable_5s_or_3_steps.
 #include <cstdint>
 #include <optional>

@@ -1,6 +1,6 @@
 #pragma once
-// The run's figures at its end, by the names HF's Trainer prints and seed 003
-// measures: train_runtime, train_samples_per_second, train_steps_per_second,
+// The run's figures at its end, by the names HF's Trainer prints and ado's
+// SFTTrainer actuator measures: train_runtime, train_samples_per_second, train_steps_per_second,
 // train_tokens_per_second (padding included), train_tokens_per_gpu_per_second,
 // dataset_tokens_per_second (padding excluded) and its per-GPU share (a
 // "GPU" is a rank on any device), cpu_compute_utilization (100 = one core),
