@@ -2,7 +2,7 @@
 // The ftrun commands. Each source declares its own options and adds its
 // subcommand to ftrun's command line (command_line.hpp); running one
 // returns an exit code (exit_code.hpp) and prints its errors as one line on
-// stderr. In the order `ftrun --help` lists them.
+// stderr. ftrun.cpp lists them in `ftrun --help`'s groups.
 #include "command_line.hpp"
 
 namespace ftrun {
@@ -21,5 +21,6 @@ Command add_chat_command(CLI::App& app);
 Command add_init_command(CLI::App& app);
 Command add_control_command(CLI::App& app);
 Command add_dashboard_command(CLI::App& app);
+Command add_recipe_command(CLI::App& app);
 
 }  // namespace ftrun

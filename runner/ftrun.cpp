@@ -1,6 +1,7 @@
 // ftrun: the ft runtime. A thin command line over the library and its
 // plugins; each command declares its own options (commands.hpp).
 #include <iostream>
+#include <utility>
 #include <vector>
 
 #include <CLI/CLI.hpp>
@@ -13,12 +14,22 @@ int main(int argc, char** argv) {
   CLI::App app{"ftrun: fine-tune large language models from TOML recipes", "ftrun"};
   app.set_version_flag("--version", "ftrun " FT_VERSION_STRING);
   app.require_subcommand(1);
-  const std::vector<ftrun::Command> commands{
-      ftrun::add_plugins_command(app),  ftrun::add_train_command(app),    ftrun::add_prepare_command(app),
-      ftrun::add_estimate_command(app), ftrun::add_bench_command(app),    ftrun::add_eval_command(app),
-      ftrun::add_convert_command(app),  ftrun::add_schedule_command(app), ftrun::add_generate_command(app),
-      ftrun::add_serve_command(app),    ftrun::add_chat_command(app),     ftrun::add_init_command(app),
-      ftrun::add_control_command(app),  ftrun::add_dashboard_command(app)};
+  // Listed by what a user is doing: training, inspecting and converting
+  // models, answering with them, operating jobs, benchmarking.
+  const std::vector<std::pair<const char*, std::vector<ftrun::Command>>> groups{
+      {"Train", {ftrun::add_train_command(app), ftrun::add_prepare_command(app), ftrun::add_estimate_command(app),
+                 ftrun::add_schedule_command(app), ftrun::add_recipe_command(app)}},
+      {"Inspect and convert", {ftrun::add_plugins_command(app), ftrun::add_eval_command(app), ftrun::add_convert_command(app),
+                  ftrun::add_init_command(app)}},
+      {"Serve", {ftrun::add_generate_command(app), ftrun::add_chat_command(app), ftrun::add_serve_command(app)}},
+      {"Operate", {ftrun::add_control_command(app), ftrun::add_dashboard_command(app)}},
+      {"Benchmark", {ftrun::add_bench_command(app)}}};
+  std::vector<ftrun::Command> commands;
+  for (const auto& [group, members] : groups)
+    for (const ftrun::Command& command : members) {
+      command.app->group(group);
+      commands.push_back(command);
+    }
 
   try {
     app.parse(argc, argv);

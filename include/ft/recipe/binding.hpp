@@ -88,7 +88,7 @@ public:
 
   std::string str() const { return keys_ + sections_; }
 
-private:
+  // A value as TOML writes it (the recipe reference shows defaults this way).
   template <class T>
   static std::string format(const T& value) {
     if constexpr (std::is_same_v<T, std::vector<std::string>>) {
@@ -135,6 +135,7 @@ private:
     return out + "\"";
   }
 
+private:
   std::string prefix_;
   std::string keys_;
   std::string sections_;
