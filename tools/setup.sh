@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs everything ft needs to build, test and run on a fresh Debian 12 machine.
 # --tests adds what only the tests use: Chromium and Playwright, which drive
-# the dashboard's page in a real browser (tests/dashboard), and PyYAML,
+# the dashboard's page in a real browser (tests/dashboard), Doxygen, which
+# builds and checks the API reference (tests/docs), and PyYAML,
 # jsonschema and kubernetes-validate, which check deploy/'s manifests
 # (tests/deploy).
 # Idempotent: packages already present are not fetched again, so both README
@@ -31,7 +32,7 @@ packages=(
 
 for_tests=0
 [ "${1:-}" = "--tests" ] && for_tests=1
-((for_tests)) && packages+=(chromium)
+((for_tests)) && packages+=(chromium doxygen)
 
 missing=()
 for p in "${packages[@]}"; do

@@ -8,11 +8,13 @@
 
 #include <ft/ft.hpp>
 
+// [trainer]
 using Trainer = ft::Trainer<ft::models::Llama,        // Llama / Mistral / Qwen2 family
                             ft::precision::BF16Mixed,  // bf16 compute, f32 master weights
                             ft::parallel::Single,      // one process
                             ft::optim::AdamW,          // decoupled weight decay
                             ft::adapters::LoRA>;       // low-rank adapters on frozen weights
+// [trainer]
 
 int main(int argc, char** argv) {
   if (argc < 2) {

@@ -23,6 +23,7 @@ namespace my {
 // block (RMSNorm, rotary attention, SwiGLU) under other names. A family
 // maps a config.json to ft's TransformerConfig and each of its tensors to
 // rows of ft's fused parameters.
+// [family]
 struct MyLM : ft::models::Policy {
   static constexpr std::string_view name = "my-lm";
   static constexpr std::string_view type_name = "my::MyLM";
@@ -74,10 +75,12 @@ struct MyLM : ft::models::Policy {
   }
 };
 static_assert(ft::model_family<MyLM>);
+// [family]
 
 // The run-time half of the policy: one momentum buffer per flat part of a
 // parameter buffer, made from the part's tensors, its size and the recipe's
 // [train] section, as every optimizer runtime is.
+// [optimizer]
 template <class M>
 class NesterovStep final : public ft::optim::Runtime<M> {
 public:
@@ -110,6 +113,7 @@ struct NesterovSGD : ft::optim::Policy {
   using runtime = NesterovStep<M>;
 };
 static_assert(ft::optimizer_policy<NesterovSGD>);
+// [optimizer]
 
 }  // namespace my
 

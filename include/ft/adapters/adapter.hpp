@@ -51,6 +51,11 @@ struct FamilyModules {
 
 namespace ft {
 
+/// An adapter: whether the base weights train, how it completes a recipe
+/// against the family's modules (`resolve`), how it describes itself, and
+/// the runtime that holds what trains. ft's own: adapters::Full, LoRA,
+/// Prompt (prompt tuning), named as the fifth policy of a Trainer:
+/// @snippet custom_trainer/main.cpp trainer
 template <class A>
 concept adapter_policy = named_policy<A> && std::derived_from<A, adapters::Policy> &&
                          requires(recipe::Recipe& r, const adapters::FamilyModules& f) {

@@ -13,7 +13,7 @@ template <> struct accumulate_as<bf16> { using type = float; };
 template <> struct accumulate_as<f16> { using type = float; };
 template <class T> using acc_t = typename accumulate_as<T>::type;
 
-// The element types tensors hold.
+/// The element types tensors hold.
 template <class T>
 concept element = std::same_as<T, float> || std::same_as<T, double> || std::same_as<T, bf16> ||
                   std::same_as<T, f16>;

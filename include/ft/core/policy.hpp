@@ -8,6 +8,9 @@
 
 namespace ft {
 
+/// What every policy of a Trainer has: `name`, the word a recipe selects it
+/// by, and `type_name`, the C++ type that error messages show.
+/// @snippet third_party_plugin/my_plugin.cpp optimizer
 template <class P>
 concept named_policy = requires {
   { P::name } -> std::convertible_to<std::string_view>;

@@ -70,6 +70,8 @@ struct Cpu {
                                  const std::int32_t* documents, const nn::AttentionShape& s);
 };
 
+/// A device, a Trainer's sixth policy: its memory space and the kernels the
+/// engine launches there (device::Cpu here, device::Cuda in device/cuda.cuh).
 template <class D>
 concept device = memory::memory_space<typename D::Memory> && requires(void* p, const void* q, std::size_t n) {
   { D::name } -> std::convertible_to<std::string_view>;

@@ -19,6 +19,13 @@ struct Policy {};  // base tag of every model family
 
 namespace ft {
 
+/// A model family: the HF `architectures` it reads from config.json, its
+/// linear projections by PEFT's names, and `describe`, which turns a
+/// config.json into the stages and weight names the engine builds.
+/// ft's own: models::Llama (Llama, Mistral, Qwen2/3, Granite, Gemma 1-3,
+/// mixtures of experts), GptNeox, Phi3, GptBigCode, Bloom. A family of your
+/// own, as a plugin brings it:
+/// @snippet third_party_plugin/my_plugin.cpp family
 template <class M>
 concept model_family = named_policy<M> && std::derived_from<M, models::Policy> && requires {
   // The HF `architectures` values this family loads, e.g. "LlamaForCausalLM".

@@ -40,6 +40,11 @@ struct FourBitMoments;
 
 namespace ft {
 
+/// An optimizer: the state bytes it keeps per trainable parameter and the
+/// runtime that steps a flat shard of parameters. ft's own: optim::SGD,
+/// AdamW, Adafactor, AdamW8bit, AdamW4bit, Lion. One of your own, as a
+/// plugin brings it:
+/// @snippet third_party_plugin/my_plugin.cpp optimizer
 template <class O>
 concept optimizer_policy = named_policy<O> && std::derived_from<O, optim::Policy> && requires {
   { O::state_bytes } -> std::convertible_to<double>;

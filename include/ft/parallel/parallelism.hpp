@@ -42,6 +42,11 @@ class PipelineParallel;
 
 namespace ft {
 
+/// A parallelism: whether it spans several ranks, which of the optimizer
+/// state, gradients and parameters it shards (ZeRO-1, 2, 3), and the runtime
+/// that maps stages and buffers to ranks. ft's own: parallel::Single, DDP,
+/// ZeRO<1>, ZeRO<2>, ZeRO<3>, Pipeline, named as the third policy of a Trainer:
+/// @snippet custom_trainer/main.cpp trainer
 template <class P>
 concept parallelism_policy = named_policy<P> && std::derived_from<P, parallel::Policy> && requires {
   { P::multi_rank } -> std::convertible_to<bool>;

@@ -21,6 +21,11 @@ struct Policy {};  // base tag of every precision policy
 
 namespace ft {
 
+/// A precision: the `storage` dtype of the weights forward and backward use,
+/// the `master` dtype the optimizer updates, and whether the loss is scaled.
+/// ft's own: precision::FP32, BF16True, BF16Mixed, FP16Mixed, named as the
+/// second policy of a Trainer:
+/// @snippet custom_trainer/main.cpp trainer
 template <class P>
 concept precision_policy = named_policy<P> && std::derived_from<P, precision::Policy> && requires {
   { P::storage } -> std::convertible_to<DType>;

@@ -111,6 +111,8 @@ struct Host : AlignedHostMemory<Host> {
   static constexpr std::string_view name = "host";
 };
 
+/// Where buffers live: host memory, device memory, or pinned host memory,
+/// each with its own allocate, free and copy.
 template <class S>
 concept memory_space = requires(void* p, std::size_t n) {
   { S::name } -> std::convertible_to<std::string_view>;

@@ -42,6 +42,11 @@
 
 namespace ft {
 
+/// The trainer both doors lead to: five policies as types (and a device),
+/// checked at compile time; constructed from a recipe, whose options it
+/// checks against the policies before anything is allocated; `plan()` says
+/// what it will hold, `train()` runs the recipe to the end.
+/// @snippet custom_trainer/main.cpp trainer
 template <class Model, class Precision, class Parallelism, class Optimizer, class Adapter,
           class Device = device::Cpu>
 class Trainer {
