@@ -224,7 +224,8 @@ void check_hostfile(const std::string& file) {
 // the ranks a second later. mpirun runs in a process group of its own, so
 // Ctrl-C at the terminal reaches only this process, and without stdin,
 // which a background group may not read. A second SIGINT ends the job at
-// once (mpirun's SIGTERM). Returns mpirun's exit status.
+// once (mpirun's SIGTERM). SIGUSR2, a checkpoint after the step and training
+// going on, passes to mpirun as it is. Returns mpirun's exit status.
 int start_job(const std::vector<std::string>& argv) {
   std::vector<char*> args;
   for (const auto& word : argv) args.push_back(const_cast<char*>(word.c_str()));
@@ -232,7 +233,7 @@ int start_job(const std::vector<std::string>& argv) {
   std::cout.flush();
   sigset_t heard, before;
   sigemptyset(&heard);
-  for (int s : {SIGINT, SIGTERM, SIGUSR1, SIGCHLD}) sigaddset(&heard, s);
+  for (int s : {SIGINT, SIGTERM, SIGUSR1, SIGUSR2, SIGCHLD}) sigaddset(&heard, s);
   ::sigprocmask(SIG_BLOCK, &heard, &before);
   // Written before fork: the child only calls write(2), since this process
   // may have other threads (the dashboard's) holding the allocator's lock.
@@ -259,6 +260,11 @@ int start_job(const std::vector<std::string>& argv) {
       return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
     const timespec period{0, 200'000'000};
     const int s = ::sigtimedwait(&heard, nullptr, &period);
+    if (s == SIGUSR2) {
+      std::cerr << "\nftrun: SIGUSR2: every rank writes a checkpoint after the step in flight and goes on\n";
+      ::kill(mpirun, SIGUSR2);
+      continue;
+    }
     if (s != SIGINT && s != SIGTERM && s != SIGUSR1) continue;
     if (stopping && s == SIGINT) {
       std::cerr << "\nftrun: SIGINT again: ending the job now\n";

@@ -757,6 +757,16 @@ void wait_for_step(const Started& job, long step) {
   FAIL("the job did not reach step " << step << ": " << read_bytes(job.dir / "stderr"));
 }
 
+// The step of the first complete checkpoint the job writes within a minute, or -1.
+long first_checkpoint(const Started& job) {
+  for (const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+       std::chrono::steady_clock::now() < deadline; std::this_thread::sleep_for(std::chrono::milliseconds(20)))
+    for (const auto& entry : fs::directory_iterator(job.dir / "run"))
+      if (entry.path().filename().string().starts_with("checkpoint-") && fs::exists(entry.path() / "trainer_state.json"))
+        return std::stol(entry.path().filename().string().substr(11));
+  return -1;
+}
+
 std::vector<pid_t> children_of(pid_t parent) {
   std::FILE* pipe = ::popen(("pgrep -P " + std::to_string(parent)).c_str(), "r");
   std::vector<pid_t> pids;
@@ -1342,6 +1352,21 @@ TEST_CASE("a pipeline on 2 ranks stops on SIGTERM to its launcher and resumes ex
   expect_exact_resume(reference, stopped, 60);
 }
 
+TEST_CASE("SIGUSR2 to ftrun's launcher makes every rank write a checkpoint and go on") {
+  const fs::path p = recipe("signal_save", "adapter = \"full\"\nparallelism = \"zero2\"\n", 2, 2, "max_steps = 100000\n");
+  std::ofstream(p, std::ios::app) << resumable;
+  const Started job = start(p);
+  wait_for_step(job, 2);
+  REQUIRE(::kill(job.pid, SIGUSR2) == 0);
+  const long saved = first_checkpoint(job);
+  REQUIRE(saved >= 2);
+  CHECK(fs::exists(job.dir / "run" / ("checkpoint-" + std::to_string(saved)) / "optimizer-1-of-2.safetensors"));
+  wait_for_step(job, saved + 2);  // it went on
+  REQUIRE(::kill(job.pid, SIGTERM) == 0);
+  CHECK(exit_code(job, 120) == 5);
+  CHECK(read_bytes(job.dir / "stderr").find("ftrun: SIGUSR2: every rank writes a checkpoint") != std::string::npos);
+}
+
 TEST_CASE("a second SIGINT ends a run at once, leaving the last checkpoint as it was") {
   // The 4-block model's steps are long enough (~0.3 s) that the second signal comes while the first step runs.
   const fs::path p = recipe("signal_twice", "adapter = \"full\"\n", 8, 1, "max_steps = 100000\n", four_blocks);
@@ -1412,12 +1437,7 @@ TEST_CASE("ftrun control drives a 2-rank job through status, save and stop; clea
   INFO(r.err);
   REQUIRE(r.code == 0);
   CHECK(r.out.find("saves a checkpoint after the step in flight and goes on") != std::string::npos);
-  long saved = -1;
-  for (const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
-       saved < 0 && std::chrono::steady_clock::now() < deadline; std::this_thread::sleep_for(std::chrono::milliseconds(20)))
-    for (const auto& entry : fs::directory_iterator(job.dir / "run"))
-      if (entry.path().filename().string().starts_with("checkpoint-") && fs::exists(entry.path() / "trainer_state.json"))
-        saved = std::stol(entry.path().filename().string().substr(11));
+  const long saved = first_checkpoint(job);
   REQUIRE(saved > 0);
   wait_for_step(job, saved + 2);  // it went on
 
