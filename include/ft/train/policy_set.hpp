@@ -162,7 +162,7 @@ inline void check_recipe(const PolicySet& s, const recipe::Recipe& r) {
     const std::string what = base.named();
     if (s.trains_base_weights)
       throw Error(what + " is frozen, but strategy.adapter = \"" + std::string(s.adapter) +
-                  "\" trains the base weights; train an adapter over it (lora, prompt_tuning), as QLoRA does");
+                  "\" trains the base weights; train an adapter over it (lora or prompt), as QLoRA does");
     if (r.strategy.expert_parallel > 1)
       throw Error(what + " does not split its experts over ranks yet; set strategy.expert_parallel = 1");
     if (r.lora.save_merged)
@@ -214,9 +214,13 @@ inline std::string describe_plan(const PolicySet& s, const recipe::Recipe& r) {
   os << "bytes        per trainable parameter: " << b.total() << " (weight " << b.weight << ", gradient "
      << b.gradient << ", step gradient " << b.step_gradient << ", master " << b.master << ", optimizer "
      << b.optimizer << ")" << (s.multi_rank ? " before sharding" : "") << "\n";
-  os << "batch        " << r.train.per_device_train_batch_size << " rows x " << r.train.gradient_accumulation_steps
-     << " micro-batches x " << r.launch.nproc << " rank(s) of " << r.data.max_seq_length << " tokens"
-     << (r.data.packing ? " (packed)" : "") << "\n";
+  // A pipeline's ranks share each micro-batch; only its replicas take rows of their own.
+  const std::int64_t ranks = job_ranks(r);
+  const std::int64_t pipeline_ranks = r.pipeline.ranks > 0 ? r.pipeline.ranks : ranks;
+  os << "batch        " << r.train.per_device_train_batch_size << " rows x "
+     << (s.pipelined ? recipe::pipeline_microbatches(r) : r.train.gradient_accumulation_steps) << " micro-batches x "
+     << (s.pipelined ? std::to_string(ranks / pipeline_ranks) + " replica(s)" : std::to_string(ranks) + " rank(s)")
+     << " of " << r.data.max_seq_length << " tokens" << (r.data.packing ? " (packed)" : "") << "\n";
   os << "memory       checkpointing " << r.train.gradient_checkpointing
      << (r.train.activation_offloading ? ", activations offloaded to host" : "")
      << (r.train.fuse_optimizer_with_backward ? ", optimizer fused into backward" : "") << "\n";
