@@ -374,6 +374,75 @@ TEST_CASE("ftrun eval --logits-out writes each row's next-token logits, the same
   CHECK(runs[0][0] != runs[0][128]);  // rows differ: each row's own last token
 }
 
+TEST_CASE("ftrun eval --tasks gives lm-evaluation-harness's accuracies and log-likelihoods on the tiny Llama and GPT-NeoX") {
+  // tests/fixtures/eval_tasks: what lm-eval's hf model reports on the same
+  // items (tools/make_eval_task_fixtures.py); packing many requests per
+  // pass or one per pass gives the same answers.
+  const std::string tasks = fixtures + "/eval_tasks";
+  for (const std::string name : {"ft-tiny-llama", "ft-tiny-neox"}) {
+    std::ifstream expected_file(tasks + "/" + name + ".json");
+    const nlohmann::json expected = nlohmann::json::parse(expected_file);
+    for (const char* max_tokens : {"2048", "8"}) {
+      CAPTURE(name);
+      CAPTURE(max_tokens);
+      Run r = ftrun("eval --model " + std::string(FT_SOURCE_DIR) + "/models/" + name + " --tasks " + tasks +
+                    "/choice.jsonl --json --max-tokens " + max_tokens);
+      INFO(r.err);
+      REQUIRE(r.code == 0);
+      const nlohmann::json got = nlohmann::json::parse(r.out);
+      for (const char* metric : {"acc", "acc_stderr", "acc_norm", "acc_norm_stderr"})
+        CHECK(got[metric].get<double>() == doctest::Approx(expected[metric].get<double>()).epsilon(1e-12));
+      REQUIRE(got["samples"].size() == expected["samples"].size());
+      for (std::size_t i = 0; i < expected["samples"].size(); ++i) {
+        const auto& want = expected["samples"][i];
+        const auto& have = got["samples"][i];
+        CAPTURE(i);
+        REQUIRE(have["loglikelihoods"].size() == want["loglikelihoods"].size());
+        for (std::size_t c = 0; c < want["loglikelihoods"].size(); ++c)
+          CHECK(std::abs(have["loglikelihoods"][c].get<double>() - want["loglikelihoods"][c].get<double>()) < 1e-4);
+        CHECK(have["is_greedy"] == want["is_greedy"]);
+        CHECK(have["acc"].get<double>() == want["acc"].get<double>());
+        CHECK(have["acc_norm"].get<double>() == want["acc_norm"].get<double>());
+      }
+    }
+  }
+  // Without --json: the two accuracies with their standard errors.
+  Run plain = ftrun("eval --model " + std::string(FT_SOURCE_DIR) + "/models/ft-tiny-llama --tasks " + tasks +
+                    "/choice.jsonl");
+  CHECK(plain.code == 0);
+  CHECK(plain.out.find("items 8\nacc ") != std::string::npos);
+  CHECK(plain.out.find("\nacc_norm ") != std::string::npos);
+}
+
+TEST_CASE("ftrun eval --tasks refuses bad items with one line naming the place") {
+  const std::string model = std::string(FT_SOURCE_DIR) + "/models/ft-tiny-llama";
+  fs::create_directories(scratch);
+  struct Case {
+    std::string rows, message;
+  };
+  for (const Case& c :
+       {Case{"{\"context\": \"a\", \"choices\": [\"b\", \"c\"], \"gold\": 0}\n{\"question\": \"a\"}\n",
+             "items.jsonl:2: row has no \"context\" string"},
+        Case{"{\"context\": \"a\", \"choices\": [\"b\"], \"gold\": 0}\n", "\"choices\" must be a list of at least two strings"},
+        Case{"{\"context\": \"a\", \"choices\": [\"b\", 3], \"gold\": 0}\n", "\"choices\" must hold strings only"},
+        Case{"{\"context\": \"a\", \"choices\": [\"b\", \"c\"], \"gold\": 2}\n", "\"gold\" must be the index of the right choice, 0 to 1"},
+        Case{"{\"context\": \"a\", \"choices\": [\"b\", \"c\"]\n", "items.jsonl:1: not valid JSON"},
+        Case{"", "no items"}}) {
+    CAPTURE(c.message);
+    std::ofstream(scratch / "items.jsonl") << c.rows;
+    Run r = ftrun("eval --model " + model + " --tasks " + (scratch / "items.jsonl").string());
+    CHECK(r.code == 2);
+    CHECK(one_line(r.err));
+    CHECK(r.err.find(c.message) != std::string::npos);
+  }
+  Run both = ftrun("eval --model " + model + " --tasks a.jsonl --data b.jsonl");
+  CHECK(both.code == 2);
+  CHECK(both.err.find("excludes") != std::string::npos);
+  Run neither = ftrun("eval --model " + model);
+  CHECK(neither.code == 2);
+  CHECK(neither.err.find("--data or --tasks") != std::string::npos);
+}
+
 TEST_CASE("ftrun eval refuses bad rows and bad models with one line naming the place") {
   const std::string model = fixtures + "/parity/llama_gqa";
   auto data = [](const std::string& text) {
