@@ -1,6 +1,6 @@
 #include "bench_grid.hpp"
 
-#include "seed_entities.hpp"
+#include "ado_entities.hpp"
 
 #include <algorithm>
 #include <cstdio>
@@ -148,7 +148,7 @@ Grid load_grid(const fs::path& file, const fs::path& output) {
   // A value the recipe or ado's vocabulary refuses is an error naming its place.
   auto checked = [&](const toml::node& node, const std::string& key, const std::string& value) {
     try {
-      (void)load_with(c, is_seed_entity(key) ? entity_assignments(key, value, c.entities)
+      (void)load_with(c, is_ado_entity(key) ? entity_assignments(key, value, c.entities)
                                              : std::vector<std::string>{key + "=" + value});
     } catch (const Error& e) {
       const bool unmapped = key == "model_name" && !c.entities.models.contains(value);
@@ -161,7 +161,7 @@ Grid load_grid(const fs::path& file, const fs::path& output) {
       const auto value = scalar_text(node);
       if (!value) throw fail(node, "fixed." + k, "expected a string, number or boolean");
       checked(node, k, *value);
-      if (is_seed_entity(k)) c.fixed_entity.emplace_back(k, *value);
+      if (is_ado_entity(k)) c.fixed_entity.emplace_back(k, *value);
       else c.fixed.push_back(k + "=" + *value);
     }
   } else if (table.contains("fixed")) {

@@ -21,7 +21,7 @@
 //   "smollm2-135m" = "models/SmolLM2-135M"
 //
 // A key is a recipe key ("section.key") or one of ado's entity names
-// (seed_entities.hpp), in [space] or [fixed]. A point that breaks one of
+// (ado_entities.hpp), in [space] or [fixed]. A point that breaks one of
 // ado's validity rules, or that ft cannot run, is invalid and never runs.
 // Every value is checked against the base recipe when the grid is read, so a
 // typo is an error naming the grid's file, line and key before anything runs.

@@ -1,4 +1,4 @@
-#include "seed_entities.hpp"
+#include "ado_entities.hpp"
 
 #include <algorithm>
 #include <cctype>
@@ -45,7 +45,7 @@ const std::set<std::string, std::less<>> joint = {
     "fast_moe"};
 
 // The optimizers ado's SFTTrainer actuator offers (HF TrainingArguments' optim), and ft's policy for those ft has.
-const std::vector<std::string> seed_optimizers = {
+const std::vector<std::string> ado_optimizers = {
     "adamw_hf", "adamw_torch", "adamw_torch_fused", "adamw_torch_xla", "adamw_torch_npu_fused", "adamw_apex_fused",
     "adafactor", "adamw_anyprecision", "adamw_torch_4bit", "ademamix", "sgd", "adagrad", "adamw_bnb_8bit",
     "adamw_8bit", "ademamix_8bit", "lion_8bit", "lion_32bit", "paged_adamw_32bit", "paged_adamw_8bit",
@@ -108,7 +108,7 @@ struct Sharding {
   bool hybrid = false;
 };
 
-std::optional<Sharding> seed_sharding(const std::string& value) {
+std::optional<Sharding> ado_sharding(const std::string& value) {
   const std::string v = lower(value);
   if (v == "full_shard" || v == "1") return Sharding{"zero3"};
   if (v == "shard_grad_op" || v == "2") return Sharding{"zero2"};
@@ -121,7 +121,7 @@ std::optional<Sharding> seed_sharding(const std::string& value) {
 // The joint names of one point, each checked against ado's vocabulary.
 struct Reading {
   std::optional<std::int64_t> gpus, nodes, batch, fast_moe;
-  std::optional<std::string> gpu_model, torch_dtype, optimizer, seed_optimizer, peft_method, backend;
+  std::optional<std::string> gpu_model, torch_dtype, optimizer, ado_optimizer, peft_method, backend;
   std::optional<Sharding> sharding;
   std::string parallelism;  // fsdp_sharding_strategy given as ft's parallelism name
   std::optional<bool> bf16;
@@ -143,7 +143,7 @@ struct Reading {
     } else if (key == "optim") {
       const std::string v = lower(value);
       if (auto it = ft_optimizer_of.find(v); it != ft_optimizer_of.end()) optimizer = it->second;
-      else if (std::find(seed_optimizers.begin(), seed_optimizers.end(), v) != seed_optimizers.end()) seed_optimizer = v;
+      else if (std::find(ado_optimizers.begin(), ado_optimizers.end(), v) != ado_optimizers.end()) ado_optimizer = v;
       else if (is_stock(ft::recipe::PolicyKind::optimizer, v)) optimizer = v;
       else
         throw Error("\"" + value + "\" is neither one of the optim values of ado's SFTTrainer actuator (adamw_torch, adamw_bnb_8bit, "
@@ -159,7 +159,7 @@ struct Reading {
         throw Error("\"" + value + "\" is not a choice (one of FSDP, DDP, None)");
       backend = v.empty() ? "none" : v;
     } else if (key == "fsdp_sharding_strategy") {
-      sharding = seed_sharding(value);
+      sharding = ado_sharding(value);
       if (!sharding) {
         parallelism = lower(value);
         if (!is_stock(ft::recipe::PolicyKind::parallelism, parallelism))
@@ -226,8 +226,8 @@ std::string broken_rule(const Reading& p, std::int64_t gpus, std::int64_t ranks)
     return "if number_gpus is greater than 0 then gpu_model must be a non-empty string";
   if (p.fast_moe > 0 && gpus % *p.fast_moe != 0)
     return "fast_moe is set and number_gpus is not divisible by it" + not_divisible(gpus, *p.fast_moe);
-  if (p.seed_optimizer)
-    return "optim " + *p.seed_optimizer + " is not one ft has (ft's: " +
+  if (p.ado_optimizer)
+    return "optim " + *p.ado_optimizer + " is not one ft has (ft's: " +
            ft::recipe::stock_names(ft::recipe::PolicyKind::optimizer) +
            "; adamw_torch, adamw_bnb_8bit, adamw_torch_4bit, adafactor, sgd and lion_32bit name them)";
   if (p.torch_dtype == "float16" && p.bf16 == true)
@@ -271,7 +271,7 @@ std::string broken_by_recipe(const Reading& p, const ft::recipe::Recipe& recipe)
 
 }  // namespace
 
-bool is_seed_entity(const std::string& key) {
+bool is_ado_entity(const std::string& key) {
   return renamed.contains(key) || single.contains(key) || joint.contains(key);
 }
 
@@ -315,7 +315,7 @@ Translation translate_entity(const Entity& entity, const EntityContext& context)
   for (const auto& [key, value] : entity) {
     if (joint.contains(key)) {
       p.read(key, value);
-    } else if (is_seed_entity(key)) {
+    } else if (is_ado_entity(key)) {
       for (std::string& s : entity_assignments(key, value, context)) t.sets.push_back(std::move(s));
     } else {
       t.sets.push_back(key + "=" + value);

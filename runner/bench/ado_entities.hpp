@@ -66,7 +66,7 @@ struct Translation {
   std::string invalid;            // why the point cannot run; empty when it can
 };
 
-bool is_seed_entity(const std::string& key);
+bool is_ado_entity(const std::string& key);
 
 // The assignments the value of one of ado's names stands for when it depends on no
 // other name (empty for the names that do); throws ft::Error saying what the
