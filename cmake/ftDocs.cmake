@@ -2,6 +2,10 @@
 # writes build/<preset>/docs/api/html; the test docs.api_reference builds it
 # and checks that every public concept is documented. Sets FT_DOXYFILE where
 # Doxygen is found.
+# A source package without docs/ (Conan's exported sources) builds none.
+if(NOT EXISTS ${PROJECT_SOURCE_DIR}/docs/Doxyfile.in)
+  return()
+endif()
 find_package(Doxygen QUIET)
 if(NOT DOXYGEN_FOUND)
   message(STATUS "ft: no doxygen, so the API reference (ft_api_docs) is not built; Debian's doxygen package provides it")
