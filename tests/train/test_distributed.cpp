@@ -527,6 +527,24 @@ TEST_CASE("expert parallelism on 2 and 4 ranks, alone and with zero1/zero2, trai
       checkpoint);
 }
 
+TEST_CASE("expert parallelism with the optimizer fused into backward trains what one process trains") {
+  // Each block's experts are reduced over the ranks that hold them and
+  // stepped inside backward, the rest over every rank; the gradient norm
+  // counts each run of experts once.
+  const std::string model = tiny_mixtral("tiny_mixtral_fused", false);
+  const std::string fused = "fuse_optimizer_with_backward = true\nmax_grad_norm = 0.0\n";
+  const fs::path single = recipe("moe_fused_single", "adapter = \"full\"\n", 4, 1, fused, model);
+  REQUIRE(train(single).code == 0);
+  for (const auto& [name, parallelism, rows, ranks] :
+       {std::tuple<std::string, std::string, int, int>{"ep2", "ddp", 2, 2}, {"ep2_zero1_two_groups", "zero1", 1, 4}}) {
+    CAPTURE(name);
+    expect_same_training(single, recipe("moe_fused_" + name,
+                                        "adapter = \"full\"\nparallelism = \"" + parallelism +
+                                            "\"\nexpert_parallel = 2\n",
+                                        rows, ranks, fused, model));
+  }
+}
+
 TEST_CASE("expert parallelism with the load-balancing loss trains what ddp trains and resumes bit for bit") {
   const std::string model = tiny_mixtral("tiny_mixtral_aux", true);
   // Each rank's micro-batch has its own load-balancing loss, as under DDP.

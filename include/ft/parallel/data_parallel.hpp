@@ -38,6 +38,7 @@
 // global step (the engine sums them over ranks first), so the summed
 // gradient is exactly the mean one process would take over the same rows.
 // Reductions run in the gradient dtype M (f32 under mixed precision).
+#include <algorithm>
 #include <cmath>
 #include <deque>
 #include <functional>
@@ -197,8 +198,8 @@ public:
   void end_micro_batch() { settle(0); }
 
   double fused_squares() override {
-    const double squares = job_squares(fused_squares_);
-    fused_squares_ = 0;
+    const double squares = job_squares(fused_squares_) + experts_squares(fused_expert_squares_);
+    fused_squares_ = fused_expert_squares_ = 0;
     return squares;
   }
 
@@ -214,14 +215,8 @@ public:
     }
     const auto buffers = std::span<const optim::GradientBuffer<M>>(grads),
                experts = std::span<const optim::GradientBuffer<M>>(expert_grads);
-    double squares = job_squares(optim::sum_of_squares<Device>(buffers));
-    if (expert_group_ && !expert_grads.empty()) {
-      // Each run of experts once: summed over its holders' shards, then over the runs.
-      double mine = optim::sum_of_squares<Device>(experts);
-      if (sharding_.optimizer_state) mine = expert_replicas_->sum(mine, "the experts' gradient norm");
-      squares += expert_group_->sum(mine, "the gradient norm over the expert group");
-    }
-    const double norm = std::sqrt(squares);
+    const double norm = std::sqrt(job_squares(optim::sum_of_squares<Device>(buffers)) +
+                                  experts_squares(optim::sum_of_squares<Device>(experts)));
     optim::clip_to_norm<Device, M>(buffers, norm, max_norm);
     optim::clip_to_norm<Device, M>(experts, norm, max_norm);
     return norm;
@@ -494,12 +489,22 @@ private:
     if (holders.size() > 1)
       holders.all_reduce_sum(std::span<M>(source, std::size_t(b.size())), "gradients of " + b.name).wait();
     const M* g = source + b.begin;
-    fused_squares_ += optim::sum_of_squares<Device>(g, b.owned());
+    (groups_[i].experts ? fused_expert_squares_ : fused_squares_) += optim::sum_of_squares<Device>(g, b.owned());
     Set::step(b, g, role.lr, role.optimizer_step);
     gather_values(i);
     end_micro_batch();
     b.zero_t_grads();
     give_back(std::move(whole));
+  }
+
+  // The sum of squares of the job's routed experts' gradients from this
+  // rank's run of them: each run once, summed over its holders' shards,
+  // then over the runs. 0 when no routed expert trains apart.
+  double experts_squares(double mine) {
+    if (!expert_group_ || std::none_of(groups_.begin(), groups_.end(), [](const Groups& g) { return g.experts; }))
+      return 0;
+    if (sharding_.optimizer_state) mine = expert_replicas_->sum(mine, "the experts' gradient norm");
+    return expert_group_->sum(mine, "the gradient norm over the expert group");
   }
 
   // The sum of squares of the job's gradient from this rank's: ranks hold
@@ -581,7 +586,7 @@ private:
   int expert_parallel_ = 1;
   // Expert parallelism: the ranks that split the experts, and those that hold the same run of them.
   std::unique_ptr<comm::Communicator> expert_group_, expert_replicas_;
-  double fused_squares_ = 0;
+  double fused_squares_ = 0, fused_expert_squares_ = 0;  // this step's, when the optimizer is fused into backward
 };
 
 }  // namespace ft::parallel

@@ -151,9 +151,6 @@ inline void check_recipe(const PolicySet& s, const recipe::Recipe& r) {
                   "it), not " + parallelism);
     if (r.launch.shard_group_size > 0)
       throw Error(key + " groups the ranks by experts, which launch.shard_group_size would cut again; set it to 0");
-    if (r.train.fuse_optimizer_with_backward)
-      throw Error(key + " reduces the experts' gradients over other ranks than the rest, which "
-                  "train.fuse_optimizer_with_backward does not; set it to false");
   }
   if (r.train.fuse_optimizer_with_backward && r.train.max_grad_norm > 0)
     throw Error("train.fuse_optimizer_with_backward steps each block before the global gradient norm is known, "
