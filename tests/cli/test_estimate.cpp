@@ -8,6 +8,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -350,8 +351,11 @@ TEST_CASE("estimate within 5% of the measured peak: loading a model larger than 
 // estimate without one is more than 10% under. The cache keeps room for
 // MPI's scratch while a reduction runs, so where the scratch lands no
 // longer depends on MPI's timing. Measured here: LoRA 1.013, full 1.001,
-// DDP 1.037, ZeRO-2 1.031, ZeRO-3 1.015 of the estimate (the ranks' excess
-// is mostly MPI's own start, which the estimate does not model).
+// DDP 1.037, ZeRO-2 1.031, ZeRO-3 1.015 of the estimate. The ranks' excess
+// is mostly MPI's own start, which the estimate does not model, and it
+// grows when the machine is busy and a receiver lags (ZeRO-2 reached 1.050
+// in a clean-clone run of the whole suite), so ranks are held to 8%: still
+// under the tenth that either term left out would show.
 TEST_CASE("the resident peak (max RSS) against the estimate: loading, and MPI's scratch on 2 ranks") {
   const std::string& model = wide_llama();
   const std::vector<std::vector<std::string>> runs{
@@ -365,8 +369,9 @@ TEST_CASE("the resident peak (max RSS) against the estimate: loading, and MPI's 
     std::string what;
     for (const auto& k : keys) what += k + " ";
     INFO(what << "resident: estimated " << p.resident.estimated << ", measured " << p.resident.measured);
+    const bool ranks = std::find(keys.begin(), keys.end(), "launch.nproc=2") != keys.end();
     CHECK(p.resident.measured >= 0.95 * p.resident.estimated);
-    CHECK(p.resident.measured <= 1.05 * p.resident.estimated);
+    CHECK(p.resident.measured <= (ranks ? 1.08 : 1.05) * p.resident.estimated);
   }
 }
 
