@@ -70,20 +70,29 @@ std::vector<std::int32_t> read_ids(const nlohmann::json& row, const char* key, c
   return ids;
 }
 
-std::vector<Row> read_rows(const std::string& file, std::int64_t vocab) {
+// Calls `read(row, where)` with each non-blank line of a JSONL file, parsed,
+// and "FILE:LINE" for its errors.
+template <class Read>
+void for_each_row(const std::string& file, Read read) {
   std::ifstream in(file);
   if (!in) throw ft::Error(file + ": cannot be opened");
-  std::vector<Row> rows;
   std::string line;
   for (long number = 1; std::getline(in, line); ++number) {
     if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
-    std::string where = file + ":" + std::to_string(number);
+    const std::string where = file + ":" + std::to_string(number);
     nlohmann::json row;
     try {
       row = nlohmann::json::parse(line);
     } catch (const nlohmann::json::exception&) {
       throw ft::Error(where + ": not valid JSON");
     }
+    read(row, where);
+  }
+}
+
+std::vector<Row> read_rows(const std::string& file, std::int64_t vocab) {
+  std::vector<Row> rows;
+  for_each_row(file, [&](const nlohmann::json& row, const std::string& where) {
     if (!row.is_object() || !row.contains("input_ids"))
       throw ft::Error(where + ": row has no \"input_ids\" (eval reads pre-tokenized rows: "
                               "{\"input_ids\": [...], \"labels\": [...] optional})");
@@ -102,7 +111,7 @@ std::vector<Row> read_rows(const std::string& file, std::int64_t vocab) {
       if (id != -100 && (id < 0 || id >= vocab))
         throw ft::Error(where + ": label " + std::to_string(id) + " is outside the vocabulary and is not -100");
     rows.push_back(std::move(r));
-  }
+  });
   if (rows.empty()) throw ft::Error(file + ": no rows");
   return rows;
 }
@@ -173,19 +182,8 @@ struct Item {
 };
 
 std::vector<Item> read_items(const std::string& file) {
-  std::ifstream in(file);
-  if (!in) throw ft::Error(file + ": cannot be opened");
   std::vector<Item> items;
-  std::string line;
-  for (long number = 1; std::getline(in, line); ++number) {
-    if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
-    const std::string where = file + ":" + std::to_string(number);
-    nlohmann::json row;
-    try {
-      row = nlohmann::json::parse(line);
-    } catch (const nlohmann::json::exception&) {
-      throw ft::Error(where + ": not valid JSON");
-    }
+  for_each_row(file, [&](const nlohmann::json& row, const std::string& where) {
     const std::string shape = " (a task row is {\"context\": \"...\", \"choices\": [\"...\", ...], \"gold\": index})";
     if (!row.is_object() || !row.contains("context") || !row["context"].is_string())
       throw ft::Error(where + ": row has no \"context\" string" + shape);
@@ -202,7 +200,7 @@ std::vector<Item> read_items(const std::string& file) {
                       std::to_string(item.choices.size() - 1) + shape);
     item.gold = row["gold"].get<std::size_t>();
     items.push_back(std::move(item));
-  }
+  });
   if (items.empty()) throw ft::Error(file + ": no items");
   return items;
 }
