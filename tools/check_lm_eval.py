@@ -14,13 +14,14 @@ the network but PyPI. Run from the repository root:
 
     python tools/check_lm_eval.py build/release/bin/ftrun models/ft-tiny-llama
 """
-import glob
 import json
 import os
 import re
 import subprocess
 import sys
 import tempfile
+
+import lm_eval_task
 
 ROWS = [
     ("A hack is", ["a quick job that produces what is needed", "a kind of fish", "a color of the sky", "a loud noise"]),
@@ -37,34 +38,12 @@ def write_task(folder):
     with open(data, "w") as f:
         for question, choices in ROWS:
             f.write(json.dumps({"question": question, "choices": choices, "answer": 0}) + "\n")
-    with open(os.path.join(folder, "ft_jargon_choice.yaml"), "w") as f:
-        f.write(f"""task: ft_jargon_choice
-dataset_path: json
-dataset_kwargs:
-  data_files:
-    test: {data}
-test_split: test
-output_type: multiple_choice
-doc_to_text: "{{{{question}}}}"
-doc_to_choice: "{{{{choices}}}}"
-doc_to_target: "{{{{answer}}}}"
-target_delimiter: " "
-metric_list:
-  - metric: acc
-  - metric: acc_norm
-""")
+    lm_eval_task.write_task(folder, data, text="question", target="answer")
 
 
 def lm_eval(folder, out, model, model_args):
-    env = dict(os.environ, HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1")
-    subprocess.run([sys.executable, "-m", "lm_eval", "--model", model, "--model_args", model_args,
-                    "--tasks", "ft_jargon_choice", "--include_path", folder, "--batch_size", "1", "--log_samples", "--device", "cpu",
-                    "--output_path", out], check=True, env=env, capture_output=True)
-    samples = {}
-    for line in open(glob.glob(os.path.join(out, "*", "samples_*.jsonl"))[0]):
-        row = json.loads(line)
-        samples[row["doc_id"]] = ([(float(r[0][0]), r[0][1]) for r in row["resps"]], row["acc"], row["acc_norm"])
-    return samples
+    _, samples = lm_eval_task.run(folder, out, model, model_args)
+    return {row["doc_id"]: (row["responses"], row["acc"], row["acc_norm"]) for row in samples}
 
 
 def main():

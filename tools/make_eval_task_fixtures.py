@@ -16,12 +16,11 @@ writes (models/ft-tiny-*/model.safetensors). Run from the repository root:
 
     python tools/make_eval_task_fixtures.py
 """
-import glob
 import json
 import os
-import subprocess
-import sys
 import tempfile
+
+import lm_eval_task
 
 OUT = "tests/fixtures/eval_tasks"
 MODELS = ["ft-tiny-llama", "ft-tiny-neox"]
@@ -71,41 +70,14 @@ def write_items(path):
             f.write(json.dumps({"context": context, "choices": choices, "gold": gold}, ensure_ascii=False) + "\n")
 
 
-def write_task(folder, items):
-    with open(os.path.join(folder, "ft_choice.yaml"), "w") as f:
-        f.write(f"""task: ft_choice
-dataset_path: json
-dataset_kwargs:
-  data_files:
-    test: {items}
-test_split: test
-output_type: multiple_choice
-doc_to_text: "{{{{context}}}}"
-doc_to_choice: "{{{{choices}}}}"
-doc_to_target: "{{{{gold}}}}"
-target_delimiter: " "
-metric_list:
-  - metric: acc
-  - metric: acc_norm
-""")
-
-
-def lm_eval(folder, model_dir):
+def expected(folder, model_dir):
     out = os.path.join(folder, "out-" + os.path.basename(model_dir))
-    env = dict(os.environ, HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1")
-    subprocess.run([sys.executable, "-m", "lm_eval", "--model", "hf", "--model_args",
-                    f"pretrained={os.path.abspath(model_dir)},dtype=float32", "--tasks", "ft_choice",
-                    "--include_path", folder, "--batch_size", "1", "--log_samples", "--device", "cpu",
-                    "--output_path", out], check=True, env=env, capture_output=True)
-    results = json.load(open(glob.glob(os.path.join(out, "*", "results_*.json"))[0]))["results"]["ft_choice"]
-    samples = [json.loads(line) for line in open(glob.glob(os.path.join(out, "*", "samples_*.jsonl"))[0])]
-    samples.sort(key=lambda row: row["doc_id"])
+    results, samples = lm_eval_task.run(folder, out, "hf", f"pretrained={os.path.abspath(model_dir)},dtype=float32")
     return {
         "acc": results["acc,none"], "acc_stderr": results["acc_stderr,none"],
         "acc_norm": results["acc_norm,none"], "acc_norm_stderr": results["acc_norm_stderr,none"],
-        "samples": [{"loglikelihoods": [float(r[0][0]) for r in row["resps"]],
-                     # the samples file holds each response as text: ["-12.5", "False"]
-                     "is_greedy": [str(r[0][1]) == "True" for r in row["resps"]],
+        "samples": [{"loglikelihoods": [ll for ll, _ in row["responses"]],
+                     "is_greedy": [greedy for _, greedy in row["responses"]],
                      "acc": row["acc"], "acc_norm": row["acc_norm"]} for row in samples],
     }
 
@@ -115,12 +87,12 @@ def main():
     items = os.path.abspath(os.path.join(OUT, "choice.jsonl"))
     write_items(items)
     with tempfile.TemporaryDirectory() as folder:
-        write_task(folder, items)
+        lm_eval_task.write_task(folder, items)
         for model in MODELS:
-            expected = lm_eval(folder, os.path.join("models", model))
+            result = expected(folder, os.path.join("models", model))
             with open(os.path.join(OUT, model + ".json"), "w") as f:
-                json.dump(expected, f, indent=1)
-            print(model, "acc", expected["acc"], "acc_norm", expected["acc_norm"])
+                json.dump(result, f, indent=1)
+            print(model, "acc", result["acc"], "acc_norm", result["acc_norm"])
 
 
 if __name__ == "__main__":
