@@ -776,12 +776,17 @@ void wait_for_step(const Started& job, long step) {
 }
 
 // The step of the first complete checkpoint the job writes within a minute, or -1.
+// Only checkpoint-<digits> is complete: checkpoint-<step>.tmp-<pid> is still
+// being written by the other ranks.
 long first_checkpoint(const Started& job) {
   for (const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
        std::chrono::steady_clock::now() < deadline; std::this_thread::sleep_for(std::chrono::milliseconds(20)))
-    for (const auto& entry : fs::directory_iterator(job.dir / "run"))
-      if (entry.path().filename().string().starts_with("checkpoint-") && fs::exists(entry.path() / "trainer_state.json"))
-        return std::stol(entry.path().filename().string().substr(11));
+    for (const auto& entry : fs::directory_iterator(job.dir / "run")) {
+      const std::string name = entry.path().filename().string();
+      const std::string digits = name.starts_with("checkpoint-") ? name.substr(11) : "";
+      if (!digits.empty() && std::ranges::all_of(digits, [](char c) { return c >= '0' && c <= '9'; }))
+        return std::stol(digits);
+    }
   return -1;
 }
 
