@@ -256,7 +256,7 @@ TEST_CASE("estimate within 5% of the measured peak on 2 ranks: ddp, zero1, zero2
 
 // Expert parallelism: each rank's run of experts, their state, the local
 // rows planned for every rank's tokens and the exchange buffers.
-TEST_CASE("estimate within 5% of the measured peak: experts split over 2 and 4 ranks, alone and with zero2") {
+TEST_CASE("estimate within 5% of the measured peak: experts split over 2 and 4 ranks, alone and with zero2/zero3") {
   const std::string mixtral = tiny_llama_with(
       "tiny-mixtral-spread", {{"architectures", {"MixtralForCausalLM"}}, {"num_local_experts", 4}, {"num_experts_per_tok", 2}});
   struct Spread {
@@ -264,14 +264,16 @@ TEST_CASE("estimate within 5% of the measured peak: experts split over 2 and 4 r
     const char* parallelism;
     const char* experts_split;
   };
-  for (const Spread& s : {Spread{"2", "ddp", "2"}, Spread{"4", "ddp", "4"}, Spread{"4", "zero2", "2"}})
+  for (const Spread& s : {Spread{"2", "ddp", "2"}, Spread{"4", "ddp", "4"}, Spread{"4", "zero2", "2"},
+                          Spread{"4", "zero3", "2"}})
     for (const char* adapter : {"full", "lora"})
       check_within_5_percent({std::string("launch.nproc=") + s.ranks, std::string("strategy.parallelism=") + s.parallelism,
                               std::string("strategy.expert_parallel=") + s.experts_split, mixtral,
                               std::string("strategy.adapter=") + adapter, "train.per_device_train_batch_size=1"});
   // Merging LoRA gathers every sparse stage's experts at once.
-  check_within_5_percent({"launch.nproc=2", "strategy.parallelism=ddp", "strategy.expert_parallel=2", mixtral,
-                          "strategy.adapter=lora", "lora.save_merged=true", "train.per_device_train_batch_size=1"});
+  for (const char* parallelism : {"strategy.parallelism=ddp", "strategy.parallelism=zero3"})
+    check_within_5_percent({"launch.nproc=2", parallelism, "strategy.expert_parallel=2", mixtral, "strategy.adapter=lora",
+                            "lora.save_merged=true", "train.per_device_train_batch_size=1"});
 }
 TEST_CASE("estimate within 5% of the measured peak on 4 ranks: ddp, zero1, zero2, zero3") { check_ranks(4); }
 

@@ -490,7 +490,7 @@ double largest_state_bytes(const fs::path& recipe_file) {
 
 }  // namespace
 
-TEST_CASE("expert parallelism on 2 and 4 ranks, alone and with zero1/zero2, trains what one process trains") {
+TEST_CASE("expert parallelism on 2 and 4 ranks, alone and with zero1/zero2/zero3, trains what one process trains") {
   const std::string model = tiny_mixtral("tiny_mixtral", false);
   const fs::path single = recipe("moe_single", "adapter = \"full\"\n", 4, 1, "", model);
   REQUIRE(train(single).code == 0);
@@ -499,7 +499,8 @@ TEST_CASE("expert parallelism on 2 and 4 ranks, alone and with zero1/zero2, trai
     int experts_split, rows, ranks;
   };
   for (const Spread& s : {Spread{"ep2", "ddp", 2, 2, 2}, Spread{"ep4", "ddp", 4, 1, 4},
-                          Spread{"ep2_zero2", "zero2", 2, 2, 2}, Spread{"ep2_zero2_two_groups", "zero2", 2, 1, 4}}) {
+                          Spread{"ep2_zero2", "zero2", 2, 2, 2}, Spread{"ep2_zero2_two_groups", "zero2", 2, 1, 4},
+                          Spread{"ep2_zero3", "zero3", 2, 2, 2}, Spread{"ep2_zero3_two_groups", "zero3", 2, 1, 4}}) {
     CAPTURE(s.name);
     const fs::path spread = recipe("moe_" + s.name,
                                    "adapter = \"full\"\nparallelism = \"" + s.parallelism + "\"\nexpert_parallel = " +
@@ -524,6 +525,10 @@ TEST_CASE("expert parallelism on 2 and 4 ranks, alone and with zero1/zero2, trai
   CHECK(fs::exists(checkpoint / "optimizer-1-of-2.safetensors"));
   expect_resumed_as(
       single, recipe("moe_ep2_resumed", "adapter = \"full\"\nparallelism = \"zero1\"\nexpert_parallel = 2\n", 1, 4, "", model),
+      checkpoint);
+  // zero3 keeps its range of the rest of each block and of its run of experts from the same checkpoint.
+  expect_resumed_as(
+      single, recipe("moe_ep2_resumed_zero3", "adapter = \"full\"\nparallelism = \"zero3\"\nexpert_parallel = 2\n", 2, 2, "", model),
       checkpoint);
 }
 
@@ -595,7 +600,7 @@ TEST_CASE("LoRA on a mixture's routers and experts (all-linear) on 2 ranks with 
   expect_resumed_as(dp, resumed, dp.parent_path() / "run" / "checkpoint-10", "adapter/adapter_model.safetensors");
 }
 
-TEST_CASE("LoRA on a mixture's routed experts split over 2 and 4 ranks, alone and with zero2, trains what one "
+TEST_CASE("LoRA on a mixture's routed experts split over 2 and 4 ranks, alone and with zero2/zero3, trains what one "
           "process trains, merges and resumes exactly") {
   const std::string model = tiny_mixtral("tiny_mixtral_lora_ep", false);
   const std::string lora = "[lora]\nr = 4\nalpha = 8\ntarget_modules = [\"all-linear\"]\nsave_merged = true\n";
@@ -607,7 +612,7 @@ TEST_CASE("LoRA on a mixture's routed experts split over 2 and 4 ranks, alone an
     int experts_split, rows, ranks;
   };
   for (const Spread& s : {Spread{"ep2", "ddp", 2, 2, 2}, Spread{"ep4", "ddp", 4, 1, 4},
-                          Spread{"ep2_zero2_two_groups", "zero2", 2, 1, 4}}) {
+                          Spread{"ep2_zero2_two_groups", "zero2", 2, 1, 4}, Spread{"ep2_zero3_two_groups", "zero3", 2, 1, 4}}) {
     CAPTURE(s.name);
     const fs::path spread = recipe("moe_lora_" + s.name,
                                    "adapter = \"lora\"\nparallelism = \"" + s.parallelism + "\"\nexpert_parallel = " +
@@ -647,6 +652,7 @@ TEST_CASE("expert parallelism bad input: one line each naming strategy.expert_pa
                      const std::string& says) {
     CAPTURE(name);
     const Run r = train(recipe(name, "adapter = \"full\"\n" + strategy, 1, ranks, "", model_dir));
+    INFO(r.err);
     CHECK(r.code == 2);
     CHECK(r.err.find(says) != std::string::npos);
     CHECK(std::count(r.err.begin(), r.err.end(), '\n') == 1);
@@ -657,8 +663,8 @@ TEST_CASE("expert parallelism bad input: one line each naming strategy.expert_pa
           "strategy.expert_parallel = 4 does not divide the job's 2 ranks into expert groups");
   refused("ep_dense", "parallelism = \"ddp\"\nexpert_parallel = 2\n", 2, "tiny_llama",
           "strategy.expert_parallel = 2 splits a mixture of experts' experts over ranks, but");
-  refused("ep_zero3", "parallelism = \"zero3\"\nexpert_parallel = 2\n", 2, model,
-          "strategy.expert_parallel = 2 needs parallelism ddp, zero1 or zero2");
+  refused("ep_pipeline", "parallelism = \"pipeline\"\nexpert_parallel = 2\n[pipeline]\nschedule = \"gpipe\"\n", 2, model,
+          "strategy.expert_parallel = 2 needs parallelism ddp, zero1, zero2 or zero3");
 }
 
 namespace {

@@ -567,10 +567,17 @@ MemoryEstimate estimate_memory_as(const recipe::Recipe& recipe, const models::Mo
     auto packed_block = [&](index_t s) { return packs && s >= 0 && s < L; };
     for (std::size_t i = 0; i < stages.size(); ++i) {
       if (packed_block(stage(i))) continue;
-      stage_shard[i] = block(std::uint64_t(parallel::ShardLayout(stages[i].entries(), stages[i].size(), ranks,
-                                                                 trains_base ? by_element : true)
-                                               .size(rank)) *
-                             sizeof(T));
+      // A block's run of experts is cut over the ranks that hold the same run (rank / P among ranks / P).
+      const detail::Layout& t = stages[i];
+      const index_t experts = c.moe.parallel > 1 ? t.windows_begin() : t.size();
+      auto part = [&](index_t begin, index_t end, int world, int part) {
+        return std::uint64_t(parallel::ShardLayout(parallel::entries_in(t.entries(), begin, end), end - begin, world,
+                                                   trains_base ? by_element : true)
+                                 .size(part));
+      };
+      std::uint64_t n = part(0, experts, ranks, rank);
+      if (experts < t.size()) n += part(experts, t.size(), ranks / P, rank / P);
+      stage_shard[i] = block(n * sizeof(T));
       shards_bytes += stage_shard[i];
     }
     e.held.push_back({"weights (this rank's shard)", shards_bytes + packed.kept,
@@ -905,32 +912,40 @@ MemoryEstimate estimate_memory_as(const recipe::Recipe& recipe, const models::Mo
   // pipeline's owner broadcasts it to replica 0's pipe), when the model is
   // what is written; merging LoRA into the weights gathers all of them at once.
   const bool merges = r.strategy.adapter == adapters::LoRA::name && r.lora.save_merged;
+  // Split experts: every rank puts a sparse stage's experts together from
+  // its group (models/transformer.hpp gather_rows), one stage at a time, or
+  // every stage to merge the adapter. LoRA on the experts has its A and B of
+  // every layer's experts put together at once (parallel/data_parallel.hpp),
+  // to save them.
+  const bool splits_experts = c.moe.parallel > 1 && c.moe.sparse_layers() > 0;
+  std::uint64_t experts = 0, adapter_experts = 0;
+  if (splits_experts) {
+    experts = block(std::uint64_t(c.moe.experts * 2 * c.moe.expert_size * C) * sizeof(T)) +
+              block(std::uint64_t(c.moe.experts * C * c.moe.expert_size) * sizeof(T));
+    for (const adapters::LoraTarget& t : lora)
+      if (t.stacked())
+        adapter_experts += block(std::uint64_t(t.experts * t.rank * t.in) * sizeof(T)) +
+                           block(std::uint64_t(t.experts * t.rows * t.rank) * sizeof(T));
+  }
+  const std::uint64_t all_experts = experts * std::uint64_t(c.moe.sparse_layers()) + adapter_experts;
+  const std::string from_group = splits_experts ? ", with the experts gathered from the expert group" : "";
   if (shards_params) {
     if (merges)
-      e.save_workspace = {"workspace", all_bytes, "the whole model gathered to merge the adapter into"};
+      e.save_workspace = {"workspace", all_bytes + all_experts,
+                          "the whole model gathered to merge the adapter into" + from_group};
     else if (trains_base)
-      e.save_workspace = {"workspace", largest_stage, "one gathered stage at a time"};
+      e.save_workspace = {"workspace", largest_stage + experts, "one gathered stage at a time" + from_group};
+    else if (adapter_experts > 0)
+      e.save_workspace = {"workspace", adapter_experts, "the adapter's experts gathered from the expert group"};
   } else if (place.across_ranks()) {
     if (merges)
       e.save_workspace = {"workspace", all_bytes - kept_bytes,
                           "the other ranks' stages, to merge the adapter into the whole model"};
     else if (trains_base && place.replica == 0)
       e.save_workspace = {"workspace", largest_elsewhere, "another rank's stage at a time"};
-  } else if (c.moe.parallel > 1 && c.moe.sparse_layers() > 0) {
-    // Split experts: every rank puts a sparse stage's experts together from its group (models/transformer.hpp
-    // gather_rows), one stage at a time, or every stage to merge the adapter.
-    // LoRA on the experts has its A and B of every layer's experts put
-    // together at once (parallel/data_parallel.hpp), to save them.
-    const std::uint64_t experts =
-        block(std::uint64_t(c.moe.experts * 2 * c.moe.expert_size * C) * sizeof(T)) +
-        block(std::uint64_t(c.moe.experts * C * c.moe.expert_size) * sizeof(T));
-    std::uint64_t adapter_experts = 0;
-    for (const adapters::LoraTarget& t : lora)
-      if (t.stacked())
-        adapter_experts += block(std::uint64_t(t.experts * t.rank * t.in) * sizeof(T)) +
-                           block(std::uint64_t(t.experts * t.rows * t.rank) * sizeof(T));
+  } else if (splits_experts) {
     if (merges)
-      e.save_workspace = {"workspace", experts * std::uint64_t(c.moe.sparse_layers()) + adapter_experts,
+      e.save_workspace = {"workspace", all_experts,
                           "every sparse stage's experts gathered from the expert group, to merge the adapter"};
     else if (trains_base)
       e.save_workspace = {"workspace", experts, "one sparse stage's experts gathered from the expert group"};

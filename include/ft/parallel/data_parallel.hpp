@@ -28,7 +28,8 @@
 // a group holding run q (models/expert_exchange.hpp moves the rows), and
 // the ranks that hold the same run (one per group) are the experts' data
 // parallelism: a block's experts are a buffer of their own, reduced and
-// sharded over those ranks, while the rest of the block is over all.
+// sharded over those ranks (under ZeRO-3 their values too), while the rest
+// of the block is over all.
 //
 // A reduction in flight overlaps the backward of the next stage; it is
 // settled (waited for, its result used, its memory freed) after that
@@ -234,17 +235,17 @@ public:
   models::StageHooks evaluation_hooks() override { return shards_ ? gather_hooks(false) : models::StageHooks{}; }
 
   void with_whole_model(const std::function<void()>& use) override {
+    if (shards_)
+      for (index_t s = -1; s <= shards_->last(); ++s) shards_->gather(s);
     if (expert_group_) {
       for (index_t s = 0; s < model_->config().num_layers; ++s) model_->gather_rows(s, *expert_group_);
       gather_adapter_experts();
     }
-    if (shards_)
-      for (index_t s = -1; s <= shards_->last(); ++s) shards_->gather(s);
     use();
-    if (shards_)
-      for (index_t s = -1; s <= shards_->last(); ++s) shards_->release(s);
     model_->drop_gathered_rows();
     drop_adapter_experts();
+    if (shards_)
+      for (index_t s = -1; s <= shards_->last(); ++s) shards_->release(s);
   }
 
   void values_loaded() override { set_.sync_master_from_storage(); }
@@ -255,8 +256,15 @@ public:
       // reads it; an adapter's (small beside them) all at once.
       gather_adapter_experts();
       read_stages_on_rank0(
-          comm_, *model_, use, [this](index_t s) { model_->gather_rows(s, *expert_group_); },
-          [this](index_t) { model_->drop_gathered_rows(); });
+          comm_, *model_, use,
+          [this](index_t s) {
+            if (shards_) shards_->gather(s);
+            model_->gather_rows(s, *expert_group_);
+          },
+          [this](index_t s) {
+            model_->drop_gathered_rows();
+            if (shards_) shards_->release(s);
+          });
       drop_adapter_experts();
       return;
     }
@@ -338,12 +346,13 @@ private:
     ShardLayout layout(entries, length, world, optimizer_.by_element);
     const int part = world > 1 ? groups.shards->rank() : 0;
     const index_t begin = layout.begin(part), end = layout.end(part);
-    // ZeRO-3: a stage's values live in its shard, cut as this layout cuts them (place_shards).
+    // ZeRO-3: a stage's values live in its shard, cut as this layout cuts them
+    // (place_shards); a block's run of experts is the shard's second part.
     const bool values_sharded = shards_ && t.params == &model_->stage_parameters(t.stage);
     const auto& make = offload_ ? optimizer_.make_on_host : optimizer_.make;
     set_.add(std::move(name), t.stage, *t.params, segment, begin, end, sharding_.gradients, !fused,
              make(entries_in(entries, begin, end), end - begin), values_sharded,
-             values_sharded ? shards_->shard(t.stage) : nullptr, offload_);
+             values_sharded ? shards_->shard(t.stage, groups.experts ? 1 : 0) : nullptr, offload_);
     layouts_.push_back(layout);
     groups_.push_back(groups);
   }
@@ -378,17 +387,24 @@ private:
   }
 
   // ZeRO-3: cuts every stage of the model (one that trains as the optimizer
-  // needs, a frozen one anywhere, a packed one between its tensors), and a
-  // load keeps this rank's range of each stage as it arrives, so no rank
-  // holds more than one whole stage.
+  // needs, a frozen one anywhere, a packed one between its tensors; a
+  // block's run of experts over the ranks that hold it), and a load keeps
+  // this rank's range of each stage as it arrives, so no rank holds more
+  // than one whole stage.
   void place_shards() {
-    const int world = shards().size();
-    std::vector<ShardLayout> layouts;
+    std::vector<std::vector<ShardedPart>> parts;
     for (index_t s = -1; s <= model_->config().num_layers; ++s) {
       auto& p = model_->stage_parameters(s);
-      layouts.emplace_back(p.entries(), p.size(), world, p.trainable() ? optimizer_.by_element : true);
+      const bool by_element = p.trainable() ? optimizer_.by_element : true;
+      const index_t experts = expert_group_ ? p.windows_begin() : p.size();
+      auto cut = [&](index_t begin, index_t end, comm::Communicator& group) {
+        return ShardedPart{begin, ShardLayout(entries_in(p.entries(), begin, end), end - begin, group.size(), by_element),
+                           &group};
+      };
+      parts.push_back({cut(0, experts, shards())});
+      if (experts < p.size()) parts.back().push_back(cut(experts, p.size(), *expert_replicas_));
     }
-    shards_ = std::make_unique<StageShards<T, Device>>(shards(), *model_, std::move(layouts));
+    shards_ = std::make_unique<StageShards<T, Device>>(shards(), *model_, std::move(parts));
     model_->set_stage_loading({.begin =
                                    [this](index_t s) {
                                      model_->stage_parameters(s).allocate_zeroed_values();
@@ -468,10 +484,14 @@ private:
                           }});
       work = {};
     }
-    pending_.push_back({work, [this, &b, whole, part]() mutable {
+    // ZeRO-3 makes a stage's gradient anew at its next backward: it is
+    // dropped once the reductions of its last segment (the experts, when
+    // split) are done, which are settled after those of the segments before.
+    const bool drops_gradient = b.values_sharded && (i + 1 == set_.buffers().size() || set_.buffers()[i + 1].params != b.params);
+    pending_.push_back({work, [this, &b, whole, part, drops_gradient]() mutable {
                           Device::parallel_for(b.owned(), AddInto<M, M>{b.grads.data(), part->data()});
-                          if (b.values_sharded) b.params->release_grads();  // ZeRO-3: made anew at the next backward
-                          else b.zero_t_grads();
+                          if (drops_gradient) b.params->release_grads();
+                          else if (!b.values_sharded) b.zero_t_grads();
                           give_back(std::move(whole));
                           give_back(std::move(part));
                         }});

@@ -6,6 +6,11 @@
 // started early (prefetch), so it moves while this stage computes. Shards
 // live in the device's memory, as the whole values do.
 //
+// A stage is cut in parts, each over its own ranks: with expert parallelism
+// a sparse block's run of routed experts (its windows, declared last) is cut
+// over the ranks that hold the same run, the rest of the block over the
+// whole job. A rank's shard of a stage is its range of each part, in order.
+//
 // A packed stage (a 4-bit or GPTQ base, models/quantized_weights.hpp) is cut
 // at its HF tensors' boundaries instead, and each rank keeps its range
 // packed: gathering it, each rank dequantizes its own tensors into its
@@ -22,27 +27,42 @@
 
 namespace ft::parallel {
 
+// A range of a stage's buffer, [offset, offset + layout's size), cut over the ranks of `group`.
+struct ShardedPart {
+  index_t offset = 0;
+  ShardLayout layout;
+  comm::Communicator* group = nullptr;
+
+  index_t length() const { return layout.end(group->size() - 1); }
+  index_t owned() const { return layout.size(group->rank()); }
+};
+
 template <element T, class Device = device::Cpu>
 class StageShards {
   using Memory = typename Device::Memory;
 
 public:
-  // `layouts[s + 1]` cuts stage s (-1 the embedding, L the head), except a
+  // `parts[s + 1]` cuts stage s (-1 the embedding, L the head), except a
   // packed stage, which cut_packed cuts as it loads. A stage's shard is made
   // when it loads (keep_from_whole).
-  StageShards(comm::Communicator& comm, models::Transformer<T, Device>& model, std::vector<ShardLayout> layouts)
+  StageShards(comm::Communicator& comm, models::Transformer<T, Device>& model, std::vector<std::vector<ShardedPart>> parts)
       : comm_(comm), model_(model), last_(model.config().num_layers) {
     for (index_t s = -1; s <= last_; ++s) {
       Stage stage;
       stage.params = &model.stage_parameters(s);
-      stage.layout = layouts[std::size_t(s + 1)];
+      stage.parts = std::move(parts[std::size_t(s + 1)]);
       stage.name = s < 0 ? "the embedding" : s == last_ ? "the head" : "layers." + std::to_string(s);
       stages_.push_back(std::move(stage));
     }
   }
 
-  // This rank's values of stage s, [layout.begin(rank), layout.end(rank)).
-  T* shard(index_t s) { return at(s).shard.data(); }
+  // This rank's values of part k of stage s: its range of that part.
+  T* shard(index_t s, std::size_t k = 0) {
+    Stage& stage = at(s);
+    index_t before = 0;
+    for (std::size_t j = 0; j < k; ++j) before += stage.parts[j].owned();
+    return stage.shard.data() ? stage.shard.data() + before : nullptr;
+  }
   std::size_t shard_bytes() const {
     std::size_t n = 0;
     for (const Stage& s : stages_) n += std::size_t(s.shard.numel()) * sizeof(T);
@@ -57,64 +77,77 @@ public:
     stage.params->allocate_values();
     const T* mine = stage.shard.data();
     if (stage.packed) {
-      const int r = comm_.rank();
-      stage.dequantized = Tensor<T, Memory>(Shape{stage.layout.size(r)});
-      model_.quantized_weights().fill_range(s, stage.layout.begin(r), stage.layout.end(r), stage.dequantized.data());
+      const ShardedPart& p = stage.parts.front();
+      const int r = p.group->rank();
+      stage.dequantized = Tensor<T, Memory>(Shape{p.owned()});
+      model_.quantized_weights().fill_range(s, p.layout.begin(r), p.layout.end(r), stage.dequantized.data());
       mine = stage.dequantized.data();
     }
-    stage.gathering = comm_.all_gather(std::span<const T>(mine, std::size_t(stage.layout.size(comm_.rank()))),
-                                       std::span<T>(stage.params->values().data(), std::size_t(stage.params->size())),
-                                       stage.layout.counts(), "parameters of " + stage.name);
+    for (const ShardedPart& p : stage.parts) {
+      stage.gathering.push_back(p.group->all_gather(
+          std::span<const T>(mine, std::size_t(p.owned())),
+          std::span<T>(stage.params->values().data() + p.offset, std::size_t(p.length())), p.layout.counts(),
+          "parameters of " + stage.name));
+      mine += p.owned();
+    }
     stage.whole = true;
   }
   // Stage s's whole values, once gathered.
   void gather(index_t s) {
     prefetch(s);
-    at(s).gathering.wait();
-    at(s).dequantized = {};
+    wait(at(s));
   }
   // Drops stage s's whole values and gradients.
   void release(index_t s) {
     Stage& stage = at(s);
-    stage.gathering.wait();
-    stage.dequantized = {};
+    wait(stage);
     stage.params->release_values();
     stage.whole = false;
   }
-  // After whole values were loaded: keep this rank's range of them (a
+  // After whole values were loaded: keep this rank's range of each part (a
   // packed stage kept its range packed as it loaded).
   void keep_from_whole(index_t s) {
     Stage& stage = at(s);
     if (stage.packed) return;
-    const index_t count = stage.layout.size(comm_.rank());
+    index_t count = 0;
+    for (const ShardedPart& p : stage.parts) count += p.owned();
     if (count == 0) return;
     // Made once: the optimizer steps these values in place (a later load, a resume's, refills them).
     if (stage.shard.numel() != count)
       stage.shard = Tensor<T, Memory>(Shape{count}, typename Tensor<T, Memory>::Uninitialized{});
-    const T* v = stage.params->values().data() + stage.layout.begin(comm_.rank());
-    Device::copy(stage.shard.data(), v, std::size_t(count) * sizeof(T));
+    T* mine = stage.shard.data();
+    for (const ShardedPart& p : stage.parts) {
+      const T* v = stage.params->values().data() + p.offset + p.layout.begin(p.group->rank());
+      Device::copy(mine, v, std::size_t(p.owned()) * sizeof(T));
+      mine += p.owned();
+    }
   }
   // A packed stage as it loads: cut at its HF tensors' boundaries (`parts`),
   // and the range of its buffer this rank keeps.
   std::pair<index_t, index_t> cut_packed(index_t s, const std::vector<models::ParameterEntry>& parts) {
     Stage& stage = at(s);
-    stage.layout = ShardLayout(parts, stage.params->size(), comm_.size(), false);
+    stage.parts = {{0, ShardLayout(parts, stage.params->size(), comm_.size(), false), &comm_}};
     stage.packed = true;
-    return {stage.layout.begin(comm_.rank()), stage.layout.end(comm_.rank())};
+    return {stage.parts.front().layout.begin(comm_.rank()), stage.parts.front().layout.end(comm_.rank())};
   }
   index_t last() const { return last_; }
 
 private:
   struct Stage {
     models::ParameterBuffer<T, Memory>* params = nullptr;
-    ShardLayout layout;
-    Tensor<T, Memory> shard;        // this rank's values; none when its range is empty, or the stage is packed
+    std::vector<ShardedPart> parts;
+    Tensor<T, Memory> shard;        // this rank's values; none when its ranges are empty, or the stage is packed
     Tensor<T, Memory> dequantized;  // a packed stage's range, while it is gathered
-    comm::Work gathering;
+    std::vector<comm::Work> gathering;
     bool whole = false, packed = false;
     std::string name;
   };
   Stage& at(index_t s) { return stages_[std::size_t(s + 1)]; }
+  static void wait(Stage& stage) {
+    for (const comm::Work& w : stage.gathering) w.wait();
+    stage.gathering.clear();
+    stage.dequantized = {};
+  }
 
   comm::Communicator& comm_;
   models::Transformer<T, Device>& model_;

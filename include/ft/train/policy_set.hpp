@@ -146,9 +146,9 @@ inline void check_recipe(const PolicySet& s, const recipe::Recipe& r) {
     if (ranks % P != 0)
       throw Error(key + " does not divide the job's " + std::to_string(ranks) + " ranks into expert groups; allowed: "
                   "a divisor of " + std::to_string(ranks));
-    if (parallelism != "ddp" && parallelism != "zero1" && parallelism != "zero2")
-      throw Error(key + " needs parallelism ddp, zero1 or zero2 (each expert's state lives on the ranks that hold "
-                  "it), not " + parallelism);
+    if (parallelism != "ddp" && parallelism != "zero1" && parallelism != "zero2" && parallelism != "zero3")
+      throw Error(key + " needs parallelism ddp, zero1, zero2 or zero3 (each expert's state lives on the ranks that "
+                  "hold it), not " + parallelism);
     if (r.launch.shard_group_size > 0)
       throw Error(key + " groups the ranks by experts, which launch.shard_group_size would cut again; set it to 0");
   }
