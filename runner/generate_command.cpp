@@ -149,7 +149,7 @@ Command add_generate_command(CLI::App& app) {
   command->add_option("--seed", o->seed, "Seed of the sampling")->capture_default_str();
   command->add_option("--stop", o->stop, "Stop when the answer contains this text (repeatable)");
   command->add_option("--batch", o->batch, "Prompts generated at once")->check(CLI::PositiveNumber)->capture_default_str();
-  command->add_flag("--json", o->json, "One JSON object per prompt: text, token_ids, finish_reason");
+  command->add_flag("--json", o->json, "One JSON object per prompt: prompt_tokens, text, token_ids, finish_reason");
   return {command, [o] { return run_generate(*o); }};
 }
 

@@ -87,6 +87,31 @@ std::string file_bytes(const fs::path& p) { return ft::testing::read_bytes(p); }
 
 }  // namespace
 
+TEST_CASE("lr_scheduler_type constant_with_warmup rises over the warmup steps and then holds, as HF's") {
+  ft::testing::TempDir dir("ft_train_constant_with_warmup");
+  const fs::path recipe = write_recipe(dir.path, R"(
+[strategy]
+adapter = "lora"
+[train]
+per_device_train_batch_size = 2
+learning_rate = 1e-3
+lr_scheduler_type = "constant_with_warmup"
+warmup_steps = 4
+max_steps = 6
+logging_steps = 1
+[checkpoint]
+save_strategy = "no"
+)");
+  const Run r = ftrun_train(recipe);
+  INFO(r.err);
+  REQUIRE(r.code == 0);
+  const auto train = metrics(dir.path / "run");
+  REQUIRE(train.size() == 6);
+  // HF's LambdaLR: step s (from 0) runs at lr * s / warmup, then lr.
+  const double expected[] = {0.0, 0.25e-3, 0.5e-3, 0.75e-3, 1e-3, 1e-3};
+  for (std::size_t i = 0; i < 6; ++i) CHECK(std::abs(train[i]["learning_rate"].get<double>() - expected[i]) < 1e-15);
+}
+
 TEST_CASE("a LoRA run lowers the loss and leaves metrics, TensorBoard files, checkpoints, an adapter and a merged model") {
   ft::testing::TempDir dir("ft_train_lora");
   const fs::path recipe = write_recipe(dir.path, R"(

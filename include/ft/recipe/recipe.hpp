@@ -246,8 +246,8 @@ struct TrainSection {
     v.field("nesterov", nesterov, Check<bool>{}, "SGD with Nesterov momentum");
     v.field("adafactor_beta1", adafactor_beta1, between(0.0, 0.999999),
             "Adafactor's first-moment decay; 0 keeps no first moment (the momentum-free, low-memory mode)");
-    v.field("lr_scheduler_type", lr_scheduler_type, one_of({"constant", "linear", "cosine"}),
-            "learning-rate schedule after warmup");
+    v.field("lr_scheduler_type", lr_scheduler_type, one_of({"constant", "constant_with_warmup", "linear", "cosine"}),
+            "learning-rate schedule after warmup (constant ignores the warmup, as HF's does)");
     v.field("warmup_ratio", warmup_ratio, between(0.0, 1.0), "warmup as a fraction of all steps");
     v.field("warmup_steps", warmup_steps, at_least<Int>(0), "warmup in steps; overrides warmup_ratio when > 0");
     v.field("max_grad_norm", max_grad_norm, at_least(0.0), "clip the global gradient norm; 0 disables");
