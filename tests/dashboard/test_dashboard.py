@@ -146,6 +146,10 @@ try:
             check(page.evaluate("c => window.ftDashboard.points(1, c)", chart) > 0, chart + " has no points")
         # Each rank's memory and traffic: as many points as the run logged for its ranks.
         page.wait_for_function("() => window.ftDashboard.points(1, 'memory') >= 4", timeout=20000)
+        # A legend names each rank's line, and the plan's.
+        legend = page.get_attribute("#chart-memory", "data-legend").split("|")
+        for rank in ["rank 0", "rank 1", "plan rank 1"]:
+            check(any(name.endswith(": " + rank) for name in legend), "the memory legend lacks %s: %s" % (rank, legend))
         check(int(page.get_attribute("#chart-loss", "data-points")) > expected, "the loss chart draws both runs")
         page.wait_for_function(
             "() => (document.querySelectorAll('#runs .run')[1].dataset.state || '') === 'training'", timeout=20000)
