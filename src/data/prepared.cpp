@@ -33,8 +33,8 @@ inline ExampleOptions example_options(const recipe::DataSection& d) {
   o.format = d.format;
   o.response_template = d.response_template;
   o.instruction_template = d.instruction_template;
-  o.fields = {d.instruction_field, d.input_field, d.output_field, d.messages_field,
-              d.text_field,        d.input_ids_field, d.labels_field};
+  o.fields = {d.instruction_field, d.input_field,    d.output_field, d.messages_field, d.text_field,
+              d.input_ids_field,   d.labels_field,   d.prompt_field, d.chosen_field,   d.rejected_field};
   o.max_seq_length = d.max_seq_length;
   o.on_bad_row = d.on_bad_row;
   return o;
@@ -57,7 +57,7 @@ nlohmann::json cache_key(const recipe::Recipe& r, const text::ModelText& text) {
           {"format", d.format},
           {"fields",
            {d.instruction_field, d.input_field, d.output_field, d.messages_field, d.text_field, d.input_ids_field,
-            d.labels_field}},
+            d.labels_field, d.prompt_field, d.chosen_field, d.rejected_field}},
           {"response_template", d.response_template},
           {"instruction_template", d.instruction_template},
           {"max_seq_length", d.max_seq_length},
@@ -98,8 +98,11 @@ nlohmann::json prepare_data(const recipe::Recipe& r, const text::ModelText& text
                 : std::int64_t(std::max(2.0, std::round(1.0 / r.data.validation_split)));
         std::int64_t index = 0, tokens = 0;
         auto read = [&](const std::string& source, std::int64_t seed, bool is_validation) {
+          // A preference row's two examples go the same way.
+          const std::int64_t per_row = options.format == "preference" ? 2 : 1;
           auto route = [&](Example&& e) {
-            const bool held_out = is_validation || (every > 0 && index % every == every - 1);
+            const std::int64_t row = index / per_row;
+            const bool held_out = is_validation || (every > 0 && row % every == every - 1);
             (held_out ? *validation : train).add(e);
             ++index;
             tokens += std::int64_t(e.input_ids.size());

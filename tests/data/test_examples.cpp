@@ -605,7 +605,7 @@ TEST_CASE("batches: padding, targets and an epoch as a permutation") {
   std::vector<std::int64_t> seen0, seen1;
   for (std::int64_t epoch : {0, 1}) {
     for (std::int64_t i = 0; i < 10; ++i) {
-      const auto [index, batch, dataset_tokens] = plan.micro_batch(epoch * 10 + i);
+      const auto [index, rows, batch, dataset_tokens] = plan.micro_batch(epoch * 10 + i);
       CHECK(index == epoch * 10 + i);
       CHECK(batch.B == R);
       CHECK(batch.documents.empty());
@@ -735,7 +735,7 @@ TEST_CASE("batches: packing keeps every token once, in its own document, and bea
   std::vector<int> count(examples.size(), 0);
   std::int64_t packed_tokens = 0, packed_slots = 0;
   for (std::int64_t i = 0; i < packed.rows(); ++i) {
-    const auto [index, batch, dataset_tokens] = packed.micro_batch(2 * packed.rows() + i);  // epoch 2
+    const auto [index, rows, batch, dataset_tokens] = packed.micro_batch(2 * packed.rows() + i);  // epoch 2
     REQUIRE(batch.T == max_T);
     REQUIRE(batch.documents.size() == std::size_t(max_T));
     packed_tokens += dataset_tokens;

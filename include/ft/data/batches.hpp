@@ -22,7 +22,8 @@
 //                attention and targets never cross examples; the tail of a
 //                row is one more document, of padding.
 // Padding is never scored (label -100); each row keeps its length before
-// the padding (Batch::lengths, HF's attention_mask).
+// the padding (Batch::lengths, HF's attention_mask). Preference pairs
+// (paired) are rows of the plan too: a pair's two sequences travel together.
 //
 // Data-parallel ranks each build the same plan with their own Shard: rank r
 // of w takes stream positions r, r + w, r + 2w, ..., so micro-batch g of
@@ -117,6 +118,7 @@ enum class Cover {
 // A micro-batch and what the metrics need to know of it.
 struct MicroBatch {
   std::int64_t index = 0;  // in this rank's stream
+  std::vector<std::int64_t> rows;  // the plan's rows it holds (BatchPlan::row_examples)
   models::Batch batch;
   std::int64_t dataset_tokens = 0;  // tokens of the dataset, padding and virtual tokens excluded
 };
@@ -125,15 +127,23 @@ class BatchPlan {
 public:
   BatchPlan(const std::vector<Example>& examples, std::int64_t rows_per_batch, std::int64_t max_seq_length,
             bool packing, std::int32_t pad_id, std::uint64_t seed, Cover cover = Cover::epochs,
-            std::int64_t virtual_tokens = 0, Shard shard = {})
+            std::int64_t virtual_tokens = 0, Shard shard = {}, bool paired = false)
       : BatchPlan(TokenCorpus::from_examples(examples), rows_per_batch, max_seq_length, packing, pad_id, seed, cover,
-                  virtual_tokens, shard) {}
+                  virtual_tokens, shard, paired) {}
 
+  // paired: the examples are preference pairs (2i chosen, 2i + 1 rejected),
+  // and each row of the plan is a pair; a micro-batch of R pairs holds the R
+  // chosen sequences, then the R rejected ones (models::Batch::pairs).
   BatchPlan(TokenCorpus examples, std::int64_t rows_per_batch, std::int64_t max_seq_length, bool packing,
             std::int32_t pad_id, std::uint64_t seed, Cover cover = Cover::epochs, std::int64_t virtual_tokens = 0,
-            Shard shard = {})
-      : R_(rows_per_batch), max_T_(max_seq_length), packing_(packing), pad_id_(pad_id), seed_(seed), cover_(cover),
-        virtual_(virtual_tokens), shard_(shard) {
+            Shard shard = {}, bool paired = false)
+      : R_(rows_per_batch), max_T_(max_seq_length), packing_(packing), paired_(paired), pad_id_(pad_id), seed_(seed),
+        cover_(cover), virtual_(virtual_tokens), shard_(shard) {
+    if (paired && packing)
+      throw Error("packing is not allowed with preference pairs: each pair's two sequences are scored as wholes, "
+                  "allowed: data.packing = false");
+    if (paired && examples.size() % 2 != 0)
+      throw Error("preference pairs need an even number of examples, got " + std::to_string(examples.size()));
     if (shard.world < 1 || shard.rank < 0 || shard.rank >= shard.world)
       throw Error("rank " + std::to_string(shard.rank) + " of " + std::to_string(shard.world) +
                   " is not allowed, allowed: 0 <= rank < world_size");
@@ -160,6 +170,9 @@ public:
     }
     if (packing) {
       rows_ = pack_best_fit(lengths, max_seq_length);
+    } else if (paired) {
+      rows_.resize(std::size_t(examples.size() / 2));
+      for (std::size_t i = 0; i < rows_.size(); ++i) rows_[i] = {std::int64_t(2 * i), std::int64_t(2 * i + 1)};
     } else {
       rows_.resize(std::size_t(examples.size()));
       for (std::size_t i = 0; i < rows_.size(); ++i) rows_[i] = {std::int64_t(i)};
@@ -203,22 +216,32 @@ public:
     const std::vector<std::int64_t> rows = batch_rows(g);
     MicroBatch out;
     out.index = g;
+    out.rows = rows;
+    // The examples of each row of the batch.
+    std::vector<std::vector<std::int64_t>> contents;
+    if (paired_) {
+      for (std::size_t side = 0; side < 2; ++side)
+        for (std::int64_t r : rows) contents.push_back({rows_[std::size_t(r)][side]});
+    } else {
+      for (std::int64_t r : rows) contents.push_back(rows_[std::size_t(r)]);
+    }
     index_t T = max_T_;
     if (!packing_) {
       std::int64_t longest = 0;
-      for (std::int64_t r : rows) longest = std::max(longest, row_tokens(r));
+      for (const auto& examples : contents)
+        for (std::int64_t e : examples) longest = std::max(longest, examples_.length(e));
       T = std::min(max_T_, (longest + 7) / 8 * 8);
     }
     T += virtual_;
-    const auto B = std::int64_t(rows.size());
+    const auto B = std::int64_t(contents.size());
     const auto size = std::size_t(B * T);
     std::vector<std::int32_t> ids(size, pad_id_), labels(size, ignore_label), documents;
     std::vector<index_t> lengths;
     if (packing_) documents.assign(size, 0);
-    for (std::size_t b = 0; b < rows.size(); ++b) {
+    for (std::size_t b = 0; b < contents.size(); ++b) {
       std::size_t at = b * std::size_t(T) + std::size_t(virtual_);
       std::int32_t document = 0;
-      for (std::int64_t e : rows_[std::size_t(rows[b])]) {
+      for (std::int64_t e : contents[b]) {
         const auto example_ids = examples_.input_ids(e), example_labels = examples_.labels(e);
         std::copy(example_ids.begin(), example_ids.end(), ids.begin() + std::ptrdiff_t(at));
         std::copy(example_labels.begin(), example_labels.end(), labels.begin() + std::ptrdiff_t(at));
@@ -234,6 +257,7 @@ public:
     out.batch = models::causal_lm_batch(B, T, std::move(ids), labels, std::move(documents));
     out.batch.virtual_tokens = virtual_;
     out.batch.lengths = std::move(lengths);
+    if (paired_) out.batch.pairs = index_t(rows.size());
     return out;
   }
 
@@ -249,12 +273,6 @@ private:
 
   // The stream positions this rank holds in one pass over epoch 0.
   std::int64_t pass_rows() const { return (rows() - shard_.rank + shard_.world - 1) / shard_.world; }
-
-  std::int64_t row_tokens(std::int64_t r) const {
-    std::int64_t n = 0;
-    for (std::int64_t e : rows_[std::size_t(r)]) n += examples_.length(e);
-    return n;
-  }
 
   // The rows of micro-batch g: its j-th row is at stream position (g R + j) w + rank.
   std::vector<std::int64_t> batch_rows(std::int64_t g) const {
@@ -281,7 +299,7 @@ private:
   }
 
   std::int64_t R_, max_T_;
-  bool packing_;
+  bool packing_, paired_;
   std::int32_t pad_id_;
   std::uint64_t seed_;
   Cover cover_;

@@ -25,10 +25,11 @@ struct FieldNames {
   std::string messages = "messages";                                            // chat (role, content inside)
   std::string text = "text";                                                    // text, guanaco
   std::string input_ids = "input_ids", labels = "labels";                       // tokens
+  std::string prompt = "prompt", chosen = "chosen", rejected = "rejected";      // preference
 };
 
 struct ExampleOptions {
-  std::string format = "alpaca";      // alpaca | chat | text | guanaco | tokens
+  std::string format = "alpaca";      // alpaca | chat | text | guanaco | tokens | preference
   FieldNames fields;
   std::string response_template;      // text: score only what follows it ("" scores everything)
   std::string instruction_template;   // text, with response_template: where a scored part ends

@@ -21,6 +21,11 @@
 //   tokens   {"input_ids": [ids], "labels": [ids or -100] (optional, same length)};
 //            ids below the model's embedding rows (token_id_limit), and no
 //            tokenizer needed.
+//   preference  {"prompt": string, "chosen": non-empty string, "rejected":
+//            non-empty string}, or the three as lists of messages (TRL's
+//            preference rows; with messages the prompt may be implicit):
+//            two examples, chosen then rejected, each scoring only its
+//            completion (ExampleBuilder::preference).
 //
 // Response-only loss on text, as fms-hf-tuning's response_template: the
 // scored part starts after the first occurrence of response_template and runs
@@ -245,8 +250,9 @@ public:
                  const ExampleOptions& options)
       : tokenizer_(tokenizer), chat_(chat), special_(special), options_(options) {
     if (options.format != "alpaca" && options.format != "chat" && options.format != "text" &&
-        options.format != "guanaco" && options.format != "tokens")
-      throw Error("dataset format '" + options.format + "' is not known, allowed: alpaca, chat, text, guanaco, tokens");
+        options.format != "guanaco" && options.format != "tokens" && options.format != "preference")
+      throw Error("dataset format '" + options.format +
+                  "' is not known, allowed: alpaca, chat, text, guanaco, tokens, preference");
     if (!tokenizer && options.format != "tokens")
       throw Error("format '" + options.format + "' reads text, and the model has no tokenizer.json or "
                   "tokenizer.model, allowed: format 'tokens' (rows of token ids) or a model directory with one");
@@ -277,15 +283,28 @@ public:
         throw Error("eos_token '" + *special.eos_token +
                     "' is not a token of the tokenizer, allowed: a token of tokenizer.json's vocabulary");
     }
+    if (options.format == "preference" && !eos_id_)
+      throw Error("preference rows end each completion with the EOS token, as TRL does, and none is known, "
+                  "allowed: a model whose tokenizer_config.json names its eos_token");
     if (options.format == "alpaca" && !chat && !eos_id_)
       throw Error(
           "alpaca rows without a chat template end each response with the EOS token, and none is known, "
           "allowed: ChatOptions::eos_token set (tokenizer_config.json's eos_token)");
   }
 
+  // The examples of one parsed row: one, or a preference row's two (the
+  // chosen completion, then the rejected one).
+  std::vector<Example> build_all(const nlohmann::json& row) const {
+    if (options_.format != "preference") return {build(row)};
+    if (!row.is_object()) bad("the row is " + a_type(row) + ", not an object");
+    return preference(row);
+  }
+
   // The example of one parsed row; a BadRow when the row is unusable (see
   // the top of this file), an Error when the chat template cannot be used.
   Example build(const nlohmann::json& row) const {
+    if (options_.format == "preference")
+      throw Error("internal: a preference row makes two examples (ExampleBuilder::build_all)");
     if (!row.is_object()) bad("the row is " + a_type(row) + ", not an object");
     Example e;
     if (options_.format == "alpaca") {
@@ -323,6 +342,10 @@ public:
     if (options_.format == "alpaca")
       return "{" + key(f.instruction) + ": non-empty string, " + key(f.input) + ": string (optional), " +
              key(f.output) + ": non-empty string}";
+    if (options_.format == "preference")
+      return "{" + key(f.prompt) + ": string, " + key(f.chosen) + ": non-empty string, " + key(f.rejected) +
+             ": non-empty string}, or the three as lists of {\"role\", \"content\"} messages (the prompt's may be "
+             "left out: the turns chosen and rejected share)";
     if (options_.format == "chat")
       return "{" + key(f.messages) +
              R"(: [{"role": string, "content": string}, ...] with a non-empty assistant message}, or ShareGPT's )"
@@ -377,6 +400,93 @@ private:
     std::fill(e.labels.begin(), e.labels.begin() + std::ptrdiff_t(n), ignore_label);
     e.input_ids = std::move(full);
     return e;
+  }
+
+  // A preference row as TRL's DPOTrainer tokenises it: the prompt alone
+  // (through the chat template with the generation prompt, for messages),
+  // and the prompt followed by each completion (text completions end with
+  // the EOS token); the completion starts where the prompt's tokens stop
+  // being a prefix of both. Each sequence is cut at max_seq_length, keeping
+  // its start; a prompt that leaves no room for a completion is a bad row.
+  std::vector<Example> preference(const nlohmann::json& row) const {
+    const FieldNames& f = options_.fields;
+    for (const std::string* key : {&f.chosen, &f.rejected})
+      if (!row.contains(*key) || row[*key].is_null()) bad("\"" + *key + "\" is missing");
+    const bool messages = row[f.chosen].is_array();
+    std::vector<std::int32_t> prompt_ids, chosen_ids, rejected_ids;
+    if (messages) {
+      if (!chat_)
+        throw Error("preference rows of messages are rendered through the model's chat template, and it has none, "
+                    "allowed: a model with a chat template, or rows of strings");
+      nlohmann::ordered_json chosen = message_list(row, f.chosen), rejected = message_list(row, f.rejected);
+      nlohmann::ordered_json prompt = nlohmann::ordered_json::array();
+      if (row.contains(f.prompt) && !row[f.prompt].is_null()) {
+        prompt = message_list(row, f.prompt);
+      } else {  // an implicit prompt: the turns both conversations begin with
+        std::size_t shared = 0;
+        while (shared < chosen.size() && shared < rejected.size() && chosen[shared] == rejected[shared]) ++shared;
+        prompt = nlohmann::ordered_json(chosen.begin(), chosen.begin() + std::ptrdiff_t(shared));
+        chosen = nlohmann::ordered_json(chosen.begin() + std::ptrdiff_t(shared), chosen.end());
+        rejected = nlohmann::ordered_json(rejected.begin() + std::ptrdiff_t(shared), rejected.end());
+      }
+      if (chosen.empty()) bad("\"" + f.chosen + "\" has no turn after the prompt");
+      if (rejected.empty()) bad("\"" + f.rejected + "\" has no turn after the prompt");
+      text::ChatOptions opts = special_;
+      auto render = [&](const nlohmann::ordered_json& turns, bool generation_prompt) {
+        opts.add_generation_prompt = generation_prompt;
+        return tokenizer_->encode(text::render_chat(*chat_, turns, opts).text, false);
+      };
+      auto after_prompt = [&](const nlohmann::ordered_json& completion) {
+        nlohmann::ordered_json all = prompt;
+        for (const auto& m : completion) all.push_back(m);
+        return render(all, false);
+      };
+      prompt_ids = render(prompt, true);
+      chosen_ids = after_prompt(chosen);
+      rejected_ids = after_prompt(rejected);
+    } else {
+      const std::string prompt = string_field(row, f.prompt, false);
+      std::string chosen = string_field(row, f.chosen, true), rejected = string_field(row, f.rejected, true);
+      const std::string& eos = *special_.eos_token;
+      if (!chosen.ends_with(eos)) chosen += eos;
+      if (!rejected.ends_with(eos)) rejected += eos;
+      prompt_ids = tokenizer_->encode(prompt, true);
+      chosen_ids = tokenizer_->encode(prompt + chosen, true);
+      rejected_ids = tokenizer_->encode(prompt + rejected, true);
+    }
+    const std::size_t prompt_length =
+        std::min(common_prefix(prompt_ids, chosen_ids), common_prefix(prompt_ids, rejected_ids));
+    const auto limit = std::size_t(options_.max_seq_length);
+    if (prompt_length >= limit)
+      bad("the prompt takes " + std::to_string(prompt_length) + " tokens and leaves no room for a completion within " +
+          "max_seq_length " + std::to_string(limit));
+    std::vector<Example> out;
+    for (std::vector<std::int32_t>* ids : {&chosen_ids, &rejected_ids}) {
+      if (ids->size() <= prompt_length)
+        bad("\"" + (ids == &chosen_ids ? f.chosen : f.rejected) + "\" adds no token to the prompt");
+      ids->resize(std::min(ids->size(), limit));
+      Example& e = out.emplace_back();
+      e.labels = *ids;
+      std::fill_n(e.labels.begin(), prompt_length, ignore_label);
+      e.input_ids = std::move(*ids);
+    }
+    return out;
+  }
+
+  // A list of {"role", "content"} messages under `key`.
+  nlohmann::ordered_json message_list(const nlohmann::json& row, const std::string& key) const {
+    const nlohmann::json& list = row.at(key);
+    if (!list.is_array()) bad("\"" + key + "\" is " + a_type(list) + ", not a list of messages like the others");
+    nlohmann::ordered_json messages = nlohmann::ordered_json::array();
+    for (std::size_t i = 0; i < list.size(); ++i) {
+      const nlohmann::json& m = list[i];
+      const std::string where = "\"" + key + "\"[" + std::to_string(i) + "]";
+      if (!m.is_object()) bad(where + " is " + a_type(m) + ", not an object");
+      for (const char* field : {"role", "content"})
+        if (!m.contains(field) || !m[field].is_string()) bad(where + " has no string \"" + field + "\"");
+      messages.push_back({{"role", m["role"]}, {"content", m["content"]}});
+    }
+    return messages;
   }
 
   Example alpaca(const nlohmann::json& row) const {
@@ -618,7 +728,7 @@ inline Examples scan_examples(const std::filesystem::path& file, const text::Tok
   // one thread would give.
   constexpr std::size_t block = 1024;
   struct Outcome {
-    std::optional<Example> example;
+    std::vector<Example> examples;  // a row's: one, or a preference pair
     std::optional<std::string> bad;  // why the row is bad (BadRow)
     std::exception_ptr error;        // any other failure, rethrown in order
   };
@@ -635,8 +745,8 @@ inline Examples scan_examples(const std::filesystem::path& file, const text::Tok
       } catch (const nlohmann::json::exception& e) {  // e.g. a number too large for a double
         throw BadRow(std::string("the row is not usable JSON (") + e.what() + "), allowed: " + builder.allowed());
       }
-      o.example = builder.build(row);
-      o.example->line = record.line;
+      o.examples = builder.build_all(row);
+      for (Example& e : o.examples) e.line = record.line;
     } catch (const BadRow& e) {
       o.bad = e.what();
     } catch (...) {
@@ -655,8 +765,8 @@ inline Examples scan_examples(const std::filesystem::path& file, const text::Tok
     });
     for (std::size_t i = 0; i < records.size(); ++i) {
       Outcome& o = outcomes[i];
-      if (o.example) {
-        take(std::move(*o.example));
+      if (!o.examples.empty()) {
+        for (Example& e : o.examples) take(std::move(e));
         ++kept;
         continue;
       }

@@ -686,8 +686,10 @@ MemoryEstimate estimate_memory_as(const recipe::Recipe& recipe, const models::Mo
     e.comm_scratch = {"MPI's collective scratch", most, std::string(what) + (fused ? "" : ", two buffers in flight")};
   }
 
-  // A training micro-batch: rows x tokens (the longest a batch can be).
-  const index_t B = r.train.per_device_train_batch_size;
+  // A training micro-batch: rows x tokens (the longest a batch can be); a
+  // batch of preference pairs holds two sequences a pair.
+  const index_t sequences_per_row = r.data.format == "preference" ? 2 : 1;
+  const index_t B = r.train.per_device_train_batch_size * sequences_per_row;
   const index_t T_ = r.data.max_seq_length + (adapter == adapters::Prompt::name ? r.prompt_tuning.num_virtual_tokens : 0);
   const index_t N = B * T_;
   e.rows = B;
@@ -877,7 +879,8 @@ MemoryEstimate estimate_memory_as(const recipe::Recipe& recipe, const models::Mo
   // Evaluation: a context of the step's, rows of the evaluation batch,
   // forward only; under ZeRO-3 the running stage and the prefetched next
   // one, or the head and its table beside the logits, values only.
-  const index_t eval_rows = r.train.per_device_eval_batch_size > 0 ? r.train.per_device_eval_batch_size : B;
+  const index_t eval_rows =
+      r.train.per_device_eval_batch_size > 0 ? r.train.per_device_eval_batch_size * sequences_per_row : B;
   const index_t eval_N = eval_rows * T_, eval_chunk = std::min(head_chunk, eval_N);
   const std::uint64_t eval_stream = block(std::uint64_t(eval_N * C) * sizeof(T));
   const std::uint64_t eval_logits = block(std::uint64_t(eval_chunk * V) * sizeof(T)) +

@@ -24,8 +24,16 @@ struct Batch {
   // [B]: each row's tokens before its padding (HF's attention_mask, which
   // keeps padding out of a mixture's load-balancing loss); empty: none padded.
   std::vector<index_t> lengths;
+  // Preference pairs (train/preference.hpp): rows [0, pairs) are the chosen
+  // completions and rows [pairs, 2 pairs) the rejected ones of the same
+  // prompts, in order, as TRL concatenates them; 0: no pairs.
+  index_t pairs = 0;
+  // [B]: each row's completion log-probability under the reference model; empty until the run sets it.
+  std::vector<double> reference_logps;
 
   index_t rows() const { return B * T; }
+  // What divides the loss: scored tokens, or pairs.
+  index_t loss_units() const { return pairs > 0 ? pairs : scored_tokens(); }
   bool attends(index_t n) const { return lengths.empty() || n % T < lengths[std::size_t(n / T)]; }
   index_t scored_tokens() const {
     index_t n = 0;

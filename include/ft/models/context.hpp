@@ -25,6 +25,7 @@
 #include "ft/device/cpu.hpp"
 #include "ft/device/upload.hpp"
 #include "ft/models/batch.hpp"
+#include "ft/models/sequence_objective.hpp"
 #include "ft/models/transformer_config.hpp"
 #include "ft/nn/moe.hpp"
 #include "ft/tensor/array.hpp"
@@ -281,6 +282,7 @@ struct HeadOptions {
   double token_count = 1;  // divisor of the loss gradient (see nn/cross_entropy.hpp)
   bool backward = true;
   index_t chunk_rows = 256;
+  SequenceObjective* objective = nullptr;  // scores whole sequences instead of tokens (not owned)
 };
 
 template <element T, class Device = device::Cpu>

@@ -187,9 +187,41 @@ public:
     nn::CrossEntropyOptions ce{.chunk_rows = options.chunk_rows, .token_count = options.token_count,
                                .backward = options.backward, .logit_scale = 1 / c_.logits_scaling,
                                .softcap = c_.logit_softcap};
+    if (options.objective) {
+      context.loss = sequence_objective(context, ce, *options.objective);
+      return;
+    }
     context.loss = nn::lm_head_cross_entropy<Device>(h.d_normed.data(), lm_grad(), h.normed.data(), lm_weight(),
                                                      context.arrays().targets(), N, C, c_.vocab_size, ce,
                                                      context.logits());
+  }
+
+  // An objective over whole sequences: a first pass gives it every
+  // position's token loss and mean logit, a second (training only) computes
+  // the gradient with the weights it returns. One more pass over the head
+  // than token-level training, and still no logits kept.
+  double sequence_objective(Context<T, Device>& context, nn::CrossEntropyOptions ce, SequenceObjective& objective) {
+    const Batch& batch = context.batch();
+    const index_t N = batch.rows(), C = c_.hidden_size;
+    HeadActivations<T, Memory>& h = context.head();
+    auto token_loss = std::vector<double>(std::size_t(N)), logit_mean = std::vector<double>(std::size_t(N));
+    std::vector<double> weight;
+    const bool backward = ce.backward;
+    ce.backward = false;
+    ce.row_loss = token_loss.data();
+    ce.row_logit_mean = logit_mean.data();
+    nn::lm_head_cross_entropy<Device>(static_cast<T*>(nullptr), static_cast<T*>(nullptr), h.normed.data(), lm_weight(),
+                                      context.arrays().targets(), N, C, c_.vocab_size, ce, context.logits());
+    if (backward) weight.resize(std::size_t(N));
+    const double loss = objective.score(batch, token_loss, logit_mean, weight, backward);
+    if (backward) {
+      ce.backward = true;
+      ce.row_loss = ce.row_logit_mean = nullptr;
+      ce.row_weights = weight.data();
+      nn::lm_head_cross_entropy<Device>(h.d_normed.data(), lm_grad(), h.normed.data(), lm_weight(),
+                                        context.arrays().targets(), N, C, c_.vocab_size, ce);
+    }
+    return loss;
   }
 
   // Writes (=) the gradient of the head's input into the context's gradient.

@@ -159,8 +159,8 @@ public:
       if (work.begin_micro_batch) work.begin_micro_batch(k);
       const MicroBatchRole role{.last = k + 1 == work.batches.size(), .fused = work.fused, .lr = work.lr,
                                 .optimizer_step = work.optimizer_step};
-      loss += model_->forward_backward(work.batches[k], {.token_count = work.token_count}, nullptr,
-                                       training_hooks(role));
+      loss += model_->forward_backward(work.batches[k], {.token_count = work.token_count, .objective = work.objective},
+                                       nullptr, training_hooks(role));
       end_micro_batch();
     }
     return loss;
@@ -178,8 +178,8 @@ public:
     }
   }
 
-  double evaluate(const models::Batch& batch) override {
-    return model_->forward_backward(batch, {.backward = false}, nullptr, evaluation_hooks());
+  double evaluate(const models::Batch& batch, models::SequenceObjective* objective) override {
+    return model_->forward_backward(batch, {.backward = false, .objective = objective}, nullptr, evaluation_hooks());
   }
 
   // What happens around each stage of one micro-batch's forward and backward.

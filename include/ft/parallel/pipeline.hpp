@@ -163,7 +163,7 @@ public:
       const std::size_t k = std::size_t(op.micro_batch);
       models::Context<T, Device>& context = context_of(op.micro_batch);
       if (!started_[k]) {
-        context.begin(work.batches[k], {.token_count = work.token_count});
+        context.begin(work.batches[k], {.token_count = work.token_count, .objective = work.objective});
         context.defer_weight_gradients = defer;
         started_[k] = true;
       }
@@ -228,10 +228,10 @@ public:
   // Forward only, through the pipe: chunk by chunk in order. Between steps
   // every context is free, so evaluation borrows one rather than keep its
   // own beside them for the rest of the run.
-  double evaluate(const models::Batch& batch) override {
+  double evaluate(const models::Batch& batch, models::SequenceObjective* objective) override {
     std::unique_ptr<models::Context<T, Device>> borrowed = free_context();
     models::Context<T, Device>& context = *borrowed;
-    context.begin(batch, {.backward = false});
+    context.begin(batch, {.backward = false, .objective = objective});
     const index_t width = batch.rows() * model_->config().hidden_size;
     double loss = 0;
     for (int c = 0; c < partition_.chunks(); ++c) {

@@ -65,6 +65,7 @@ struct StepWork {
   std::int64_t step = 1;                   // the step's number, as metrics count them (from 1)
   std::span<const models::Batch> batches;  // this rank's micro-batches, in order
   double token_count = 1;                  // the loss gradient's divisor (models::HeadOptions)
+  models::SequenceObjective* objective = nullptr;  // scores whole sequences (preference tuning); null: tokens
   // Called before each forward and each backward of micro-batch k: the
   // adapter's dropout follows the micro-batch, whichever order they run in.
   std::function<void(std::size_t k)> begin_micro_batch;
@@ -114,8 +115,9 @@ public:
   virtual double clip(double max_norm) = 0;
   virtual void step(double lr, std::int64_t optimizer_step) = 0;
 
-  // Forward only: the summed loss this rank computed (0 on a rank without the head).
-  virtual double evaluate(const models::Batch& batch) = 0;
+  // Forward only: the summed loss this rank computed (0 on a rank without
+  // the head), of tokens or, given an objective, of whole sequences.
+  virtual double evaluate(const models::Batch& batch, models::SequenceObjective* objective) = 0;
   // Hooks around a forward on this rank of the whole model (the preview):
   // each stage's values are there while it runs. Every rank runs it.
   virtual models::StageHooks evaluation_hooks() = 0;

@@ -168,6 +168,7 @@ struct DataSection {
   std::string instruction_field = "instruction", input_field = "input", output_field = "output";
   std::string messages_field = "messages", text_field = "text";
   std::string input_ids_field = "input_ids", labels_field = "labels";
+  std::string prompt_field = "prompt", chosen_field = "chosen", rejected_field = "rejected";
   Int max_seq_length = 512;
   bool packing = false;
   std::string on_bad_row = "fail";
@@ -179,8 +180,9 @@ struct DataSection {
     v.field("validation", validation, dataset_source(true), "validation data");
     v.field("validation_split", validation_split, between(0.0, 0.5),
             "fraction of train held out for validation when no validation file is given");
-    v.field("format", format, one_of({"alpaca", "guanaco", "chat", "text", "tokens"}),
-            "how rows become prompts and responses");
+    v.field("format", format, one_of({"alpaca", "guanaco", "chat", "text", "tokens", "preference"}),
+            "how rows become prompts and responses; preference: TRL's prompt / chosen / rejected rows, for "
+            "train.objective = \"dpo\"");
     v.field("response_template", response_template, Check<std::string>{},
             "text rows: only what follows this marker is scored, e.g. \"\\n### Response:\" (guanaco: \"### Assistant:\")");
     v.field("instruction_template", instruction_template, Check<std::string>{},
@@ -193,7 +195,12 @@ struct DataSection {
     v.field("text_field", text_field, key, "text and guanaco: the text's key (fms-hf-tuning's dataset_text_field)");
     v.field("input_ids_field", input_ids_field, key, "tokens: the token ids' key");
     v.field("labels_field", labels_field, key, "tokens: the optional labels' key");
-    v.field("max_seq_length", max_seq_length, at_least<Int>(8), "tokens per row after packing or padding");
+    v.field("prompt_field", prompt_field, key, "preference: the prompt's key (optional with messages)");
+    v.field("chosen_field", chosen_field, key, "preference: the preferred completion's key");
+    v.field("rejected_field", rejected_field, key, "preference: the dispreferred completion's key");
+    v.field("max_seq_length", max_seq_length, at_least<Int>(8),
+            "tokens per row after packing or padding (TRL's max_length for preference rows: each sequence is cut "
+            "to it, keeping its start)");
     v.field("packing", packing, Check<bool>{}, "pack rows into full sequences with document masks");
     v.field("on_bad_row", on_bad_row, one_of({"fail", "skip"}),
             "stop at the first malformed row, or skip and count them");
@@ -203,6 +210,7 @@ struct DataSection {
 };
 
 struct TrainSection {
+  std::string objective = "sft";
   Int per_device_train_batch_size = 1;
   Int per_device_eval_batch_size = 0;
   Int gradient_accumulation_steps = 1;
@@ -231,8 +239,11 @@ struct TrainSection {
 
   template <class V>
   void fields(V& v) {
+    v.field("objective", objective, one_of({"sft", "dpo"}),
+            "sft: the completion tokens' cross-entropy; dpo: direct preference optimization over data.format = "
+            "\"preference\" pairs, as TRL's DPOTrainer (options in [preference])");
     v.field("per_device_train_batch_size", per_device_train_batch_size, at_least<Int>(1),
-            "rows per micro-batch on each device");
+            "rows per micro-batch on each device (preference pairs under dpo)");
     v.field("per_device_eval_batch_size", per_device_eval_batch_size, at_least<Int>(0),
             "rows per evaluation batch; 0 uses the training batch size");
     v.field("gradient_accumulation_steps", gradient_accumulation_steps, at_least<Int>(1),
@@ -291,6 +302,28 @@ struct TrainSection {
               return detail::show(s) + " is not a choice";
             },
             "none, every_block, or every_K for every K-th block (K >= 2)"};
+  }
+};
+
+// Preference tuning (train.objective = "dpo"), with TRL's DPOConfig names.
+// The reference model is the model as the run starts (for an adapter: the
+// base with the adapter as it starts); its log-probabilities of every pair
+// are computed once before the first step (TRL's precompute_ref_log_probs),
+// so training holds one model.
+struct PreferenceSection {
+  double beta = 0.1;
+  std::string loss_type = "sigmoid";
+  double label_smoothing = 0.0;
+
+  template <class V>
+  void fields(V& v) {
+    v.field("beta", beta, greater_than(0.0),
+            "how far the policy may move from the reference: higher stays closer (IPO's tau for loss_type ipo)");
+    v.field("loss_type", loss_type, one_of({"sigmoid", "hinge", "ipo", "robust", "sigmoid_norm"}),
+            "sigmoid: DPO; hinge: SLiC; ipo: IPO (log-ratios per completion token); robust: DPO with flipped-label "
+            "noise label_smoothing; sigmoid_norm: DPO on log-ratios per completion token");
+    v.field("label_smoothing", label_smoothing, between(0.0, 0.499999),
+            "loss_type robust: the probability that a pair's preference is flipped");
   }
 };
 
@@ -394,6 +427,7 @@ struct Recipe {
   PromptTuningSection prompt_tuning;
   DataSection data;
   TrainSection train;
+  PreferenceSection preference;
   CheckpointSection checkpoint;
   PreviewSection preview;
   PipelineSection pipeline;
@@ -410,6 +444,7 @@ struct Recipe {
     v.section("prompt_tuning", prompt_tuning);
     v.section("data", data);
     v.section("train", train);
+    v.section("preference", preference);
     v.section("checkpoint", checkpoint);
     v.section("preview", preview);
     v.section("pipeline", pipeline);

@@ -38,6 +38,7 @@ nlohmann::ordered_json trainer_state(const Run<T, M, D>& run, std::int64_t step)
   j["seed"] = r.seed;
   j["expert_parallel"] = r.strategy.expert_parallel;
   j["model"] = run.fingerprint;
+  j["objective"] = r.train.objective;
   j["data"] = {{"train", r.data.train},
                {"rows", run.train_rows},
                {"per_device_train_batch_size", r.train.per_device_train_batch_size},
@@ -62,6 +63,7 @@ std::filesystem::path save_checkpoint(Run<T, M, D>& run, std::int64_t step) {
   run.parallel->read_model_on_rank0([&] { run.adapter->save(staging); });
   if (comm.rank() == 0) {
     write_json(staging / "trainer_state.json", trainer_state(run, step));
+    if (run.preference) run.reference.write(staging);
   }
   comm.barrier("writing " + name + " on every rank", true);
   if (comm.rank() == 0) {
@@ -91,6 +93,10 @@ std::int64_t resume(Run<T, M, D>& run, const std::filesystem::path& dir) {
     throw Error(where + "was written with strategy.expert_parallel = " + std::to_string(then) + ", this run sets " +
                 std::to_string(run.recipe.strategy.expert_parallel) + "; each run of experts keeps its optimizer state "
                 "apart, so resume with the same expert_parallel");
+  if (const std::string then = state.value("objective", "sft"); then != run.recipe.train.objective)
+    throw Error(where + "was written with train.objective = \"" + then + "\", this run sets \"" +
+                run.recipe.train.objective + "\"; to start a new objective from its weights, name its adapter or "
+                "model as this run's starting point instead of resuming");
   const nlohmann::json data = state.value("data", nlohmann::json::object());
   const recipe::TrainSection& t = run.recipe.train;
   const std::int64_t then = data.value("per_device_train_batch_size", 0) * data.value("gradient_accumulation_steps", 0) *

@@ -14,6 +14,7 @@
 // final model, and only rank 0 removes temporary files. The metrics are the
 // job's: tokens summed over ranks, peak memory the largest rank's.
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -158,6 +159,7 @@ private:
       run.adapter->load(from);
       run.parallel->values_loaded();
     }
+    start_preference(run, resume_from);
     if (comm.rank() == 0) describe_run(step);
     // From here SIGINT, SIGTERM and SIGUSR1 stop the run after a step, and
     // SIGUSR2 saves one; the setup record below says so to ftrun control.
@@ -186,7 +188,10 @@ private:
       const auto [signal, save_asked] = agree_on_stopping(stop, comm);
       const bool stopped = signal != 0 && step < run.total_steps;
       const bool last = step == run.total_steps || !stop.reason().empty() || stopped;
-      log.progress(long(step), "loss " + detail::format(s.loss) + "  lr " + detail::format(lr));
+      std::string shown = "loss " + detail::format(s.loss) + "  lr " + detail::format(lr);
+      if (run.preference)  // rewards/margins and rewards/accuracies
+        shown += "  margin " + detail::format(s.preference[3]) + "  accuracy " + detail::format(s.preference[2]);
+      log.progress(long(step), shown);
       if (step % r.train.logging_steps == 0 || last) {
         std::vector<nlohmann::ordered_json> by_rank;
         log.log("train", window.take(step, run, lr, by_rank));
@@ -280,7 +285,9 @@ private:
         "sent_bytes_per_step",     "received_bytes_per_step", "comm_busy_seconds_per_step",
         "comm_wait_seconds_per_step", "pipeline_bubble"};
     double bubble = 0;  // summed over the window's steps
+    std::array<double, preference_metrics> preference{};  // summed over the window's steps
     void add(const StepResult& s) {
+      for (std::size_t f = 0; f < preference_metrics; ++f) preference[f] += s.preference[f];
       loss += s.loss;
       aux_loss += s.aux_loss;
       grad_norm += s.grad_norm;
@@ -302,6 +309,8 @@ private:
       if (run.model->config().moe.aux_loss_coef > 0) j["aux_loss"] = aux_loss / double(steps);  // as HF's outputs.aux_loss
       j["learning_rate"] = lr;
       j["grad_norm"] = grad_norm / double(steps);
+      if (run.preference)
+        for (std::size_t f = 0; f < preference_metrics; ++f) j[preference_metric_names[f]] = preference[f] / double(steps);
       j["train_tokens_per_second"] = double(tokens) / seconds;
       j["dataset_tokens_per_second"] = double(dataset_tokens) / seconds;
       j["mfu"] = run.flops_per_token * double(tokens) / seconds / (run.peak_flops * run.comm->size());
@@ -382,10 +391,12 @@ private:
     std::printf("  model       %s: %s parameters, %s trainable (%.3f%%)\n", r.model.path.c_str(),
                 detail::count_text(total).c_str(), detail::count_text(trained).c_str(), 100.0 * trained / total);
     std::printf("  adapter     %s\n", run.policies.adapter_description.c_str());
-    std::printf("  data        %s: %lld rows (%lld skipped), %s micro-batches of %lld x %lld per epoch%s\n",
-                r.data.train.c_str(), (long long)run.train_rows, (long long)run.skipped_rows,
+    const bool pairs = run.preference != nullptr;
+    std::printf("  data        %s: %lld %s (%lld skipped), %s micro-batches of %lld x %lld per epoch%s\n",
+                r.data.train.c_str(), (long long)(pairs ? run.train_rows / 2 : run.train_rows),
+                pairs ? "preference pairs" : "rows", (long long)run.skipped_rows,
                 detail::format(run.train_plan->batches_per_epoch()).c_str(),
-                (long long)r.train.per_device_train_batch_size, (long long)r.data.max_seq_length,
+                (long long)(r.train.per_device_train_batch_size * (pairs ? 2 : 1)), (long long)r.data.max_seq_length,
                 r.data.packing ? " (packed)" : "");
     std::printf("  data cache  %s\n", run.data_cache.c_str());
     std::printf("  steps       %lld (x %lld micro-batches)%s\n", (long long)run.total_steps,

@@ -28,6 +28,7 @@
 #include "ft/models/transformer.hpp"
 #include "ft/parallel/runtime.hpp"
 #include "ft/recipe/recipe.hpp"
+#include "ft/train/preference.hpp"
 
 namespace ft::train {
 
@@ -72,6 +73,9 @@ struct Run {
   std::unique_ptr<adapters::Runtime<T, Device>> adapter;
   std::unique_ptr<parallel::Runtime<T, M, Device>> parallel;
   nlohmann::ordered_json fingerprint;  // of the model's config and tokenizer, checked on resume
+  // train.objective = "dpo": the objective, and the reference's log-probabilities of every example.
+  std::unique_ptr<PreferenceObjective> preference;
+  ReferenceLogps reference;
   double flops_per_token = 0, peak_flops = 1;
 
   // What the run is doing ("step 12"): collectives and out-of-memory reports name it.

@@ -22,6 +22,7 @@
 #include "ft/io/model_weights.hpp"
 #include "ft/recipe/recipe.hpp"
 #include "ft/train/flops.hpp"
+#include "ft/train/evaluation.hpp"
 #include "ft/train/four_bit_base.hpp"
 #include "ft/train/run.hpp"
 
@@ -95,15 +96,17 @@ void load_data(Run<T, M, D>& run) {
   run.data_cache = std::string(prepared.reused ? "reused " : "written to ") + data::cache_dir_of(r).string();
   const index_t virtual_tokens = run.adapter->virtual_tokens();
   const data::Shard shard = run.parallel->data_shard();
+  const bool paired = r.data.format == "preference";
   run.train_plan = std::make_unique<data::BatchPlan>(prepared.train, r.train.per_device_train_batch_size,
                                                      r.data.max_seq_length, r.data.packing, run.text.pad_id,
-                                                     std::uint64_t(r.seed), data::Cover::epochs, virtual_tokens, shard);
+                                                     std::uint64_t(r.seed), data::Cover::epochs, virtual_tokens, shard,
+                                                     paired);
   if (prepared.validation.size() > 0) {
     const std::int64_t rows = r.train.per_device_eval_batch_size > 0 ? r.train.per_device_eval_batch_size
                                                                      : r.train.per_device_train_batch_size;
     run.eval_plan = std::make_unique<data::BatchPlan>(prepared.validation, rows, r.data.max_seq_length, r.data.packing,
                                                       run.text.pad_id, std::uint64_t(r.seed), data::Cover::one_pass,
-                                                      virtual_tokens, shard);
+                                                      virtual_tokens, shard, paired);
   }
 }
 
@@ -129,6 +132,26 @@ void build_model(Run<T, M, D>& run) {
   const std::filesystem::path model = r.model.path;
   run.fingerprint = {{"config", hex64(fnv1a(io::read_json_file(model / "config.json").dump()))},
                      {"tokenizer", file_fingerprint(text::ModelText::tokenizer_file(model))}};
+}
+
+// train.objective = "dpo": the reference's log-probabilities, read from the
+// checkpoint a run resumes from, or computed from the model as the run
+// starts (train/preference.hpp); then the objective.
+template <element T, class M, class D>
+void start_preference(Run<T, M, D>& run, const std::filesystem::path& resume_from) {
+  if (run.recipe.train.objective != "dpo") return;
+  if (run.model->config().moe.aux_loss_coef > 0)
+    throw Error(run.recipe.model.path + ": a mixture of experts with a load-balancing loss (router_aux_loss_coef > 0) "
+                "is not yet trained with train.objective = \"dpo\"");
+  const std::size_t validation = run.eval_plan ? std::size_t(run.eval_plan->corpus().size()) : 0;
+  if (!resume_from.empty()) {
+    run.reference = ReferenceLogps::read(resume_from, std::size_t(run.train_plan->corpus().size()), validation);
+  } else {
+    run.enter("the reference pass");
+    run.reference.train = reference_pass(run, *run.train_plan, "training pairs");
+    if (run.eval_plan) run.reference.validation = reference_pass(run, *run.eval_plan, "validation pairs");
+  }
+  run.preference = std::make_unique<PreferenceObjective>(run.recipe.preference);
 }
 
 inline std::int64_t total_steps(const recipe::Recipe& r, const data::BatchPlan& plan) {

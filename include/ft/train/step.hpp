@@ -16,6 +16,7 @@
 //   5. clip the global norm, step the optimizer at the schedule's rate
 // With the optimizer fused into backward (one micro-batch, no clipping, no
 // loss scale: the Trainer checks) each stage is stepped inside backward.
+#include <array>
 #include <chrono>
 #include <cmath>
 #include <ranges>
@@ -31,6 +32,8 @@ struct StepResult {
   double loss = 0, grad_norm = 0, seconds = 0;
   double bubble = 0;  // the share of the step's schedule this rank waited for pipeline peers
   double aux_loss = 0;  // a mixture of experts' load-balancing loss, the job's mean over scored tokens
+  // Preference tuning: the step's mean over its micro-batches of each metric (train/preference.hpp).
+  std::array<double, preference_metrics> preference{};
   std::int64_t samples = 0, tokens = 0, dataset_tokens = 0, scored = 0;  // the job's, all ranks
   bool skipped = false;
 };
@@ -49,10 +52,11 @@ StepResult train_step(Run<T, M, D>& run, std::int64_t step, double lr) {
   std::vector<models::Batch> batches;
   StepResult s;
   for (data::MicroBatch m : run.train_plan->micro_batches(step * accumulation) | std::views::take(accumulation)) {
+    if (run.preference) run.reference.attach(m, false);
     s.dataset_tokens += m.dataset_tokens;
     s.samples += m.batch.B;
     s.tokens += m.batch.rows();
-    s.scored += m.batch.scored_tokens();
+    s.scored += m.batch.loss_units();
     batches.push_back(std::move(m.batch));
   }
   // The job's counts: scored tokens divide the loss; the others are metrics.
@@ -63,7 +67,8 @@ StepResult train_step(Run<T, M, D>& run, std::int64_t step, double lr) {
   s.dataset_tokens = std::int64_t(counts[2]);
   s.samples = std::int64_t(counts[3]);
   const double divisor = std::max(1.0, counts[0]);
-  parallel::StepWork work{.step = step + 1, .batches = batches, .begin_micro_batch = [&](std::size_t k) {
+  parallel::StepWork work{.step = step + 1, .batches = batches, .objective = run.preference.get(),
+                          .begin_micro_batch = [&](std::size_t k) {
                             run.adapter->set_training(true, derive_key(std::uint64_t(r.seed),
                                                                        std::uint64_t(step * accumulation) + k));
                           }};
@@ -94,6 +99,7 @@ StepResult train_step(Run<T, M, D>& run, std::int64_t step, double lr) {
       }
     }
   }
+  if (run.preference) s.preference = preference_step_metrics(*run.preference, batches.size(), *run.comm);
   s.bubble = std::max(0.0, parallel.bubble_fraction());
   s.loss = run.comm->sum(loss_sum, "the step's loss") / divisor;
   if (run.model->config().moe.aux_loss_coef > 0)

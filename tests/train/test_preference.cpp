@@ -1,0 +1,320 @@
+// Preference tuning (train.objective = "dpo") against TRL's DPOTrainer: the
+// pair losses' derivatives by finite differences, the head's weighted
+// gradient, TRL's tokenisation of preference rows, and whole runs of ftrun
+// against TRL's logged metrics and trained weights
+// (tools/make_dpo_fixtures.py).
+#include <doctest/doctest.h>
+
+#include <sys/wait.h>
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <random>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "support/compare.hpp"
+#include "support/files.hpp"
+#include "support/finite_difference.hpp"
+#include "support/tensors.hpp"
+#include <ft/data/examples.hpp>
+#include <ft/io/hf_config.hpp>
+#include <ft/io/safetensors.hpp>
+#include <ft/nn/cross_entropy.hpp>
+#include <ft/nn/preference_loss.hpp>
+#include <ft/text/model_text.hpp>
+
+namespace test_preference {
+
+namespace fs = std::filesystem;
+using namespace ft;
+
+const fs::path fixtures = fs::path(FT_SOURCE_DIR) / "tests/fixtures";
+
+TEST_CASE("preference: every loss type's derivatives match finite differences in double precision") {
+  for (const char* name : {"sigmoid", "hinge", "ipo", "robust", "sigmoid_norm"}) {
+    CAPTURE(name);
+    const nn::PreferenceLossOptions o{*nn::preference_loss_from_name(name), 0.3, 0.2};
+    const double tokens_c = 7, tokens_r = 4;
+    for (const auto& [c, r] : std::vector<std::pair<double, double>>{{0.4, -1.3}, {-2.0, 0.5}, {3.1, 2.9}}) {
+      CAPTURE(c);
+      const nn::PairLoss at = nn::preference_pair_loss(o, c, r, tokens_c, tokens_r);
+      const double eps = 1e-6;
+      const double dc = (nn::preference_pair_loss(o, c + eps, r, tokens_c, tokens_r).loss -
+                         nn::preference_pair_loss(o, c - eps, r, tokens_c, tokens_r).loss) / (2 * eps);
+      const double dr = (nn::preference_pair_loss(o, c, r + eps, tokens_c, tokens_r).loss -
+                         nn::preference_pair_loss(o, c, r - eps, tokens_c, tokens_r).loss) / (2 * eps);
+      CHECK(at.d_chosen == doctest::Approx(dc).epsilon(1e-7));
+      CHECK(at.d_rejected == doctest::Approx(dr).epsilon(1e-7));
+    }
+  }
+  // With the policy equal to the reference, sigmoid DPO is ln 2 and moves the two apart equally.
+  const nn::PairLoss even = nn::preference_pair_loss({}, 0, 0, 3, 5);
+  CHECK(even.loss == doctest::Approx(std::log(2.0)).epsilon(1e-15));
+  CHECK(even.d_chosen == doctest::Approx(-0.05));
+  CHECK(even.d_rejected == doctest::Approx(0.05));
+}
+
+TEST_CASE("preference: the LM head's gradient with row weights is the gradient of the weighted sum of row losses") {
+  std::mt19937 rng(11);
+  const index_t N = 5, C = 6, V = 9;
+  std::vector<double> h = ft::testing::random_vector(std::size_t(N * C), rng);
+  std::vector<double> w = ft::testing::random_vector(std::size_t(V * C), rng, 0.5);
+  const std::vector<std::int32_t> targets = {3, -100, 0, 8, 2};
+  const std::vector<double> weights = {0.7, 5.0, -1.2, 0.0, 2.5};
+  auto weighted = [&] {
+    auto rows = std::vector<double>(std::size_t(N));
+    nn::CrossEntropyOptions o{.chunk_rows = 2, .backward = false, .softcap = 3.0};
+    o.row_loss = rows.data();
+    nn::lm_head_cross_entropy<device::Cpu, double>(nullptr, nullptr, h.data(), w.data(), targets.data(), N, C, V, o);
+    double s = 0;
+    for (index_t n = 0; n < N; ++n) s += weights[std::size_t(n)] * rows[std::size_t(n)];
+    return s / 4.0;
+  };
+  std::vector<double> dh(h.size(), 0.0), dw(w.size(), 0.0);
+  auto means = std::vector<double>(std::size_t(N));
+  nn::CrossEntropyOptions o{.chunk_rows = 2, .token_count = 4.0, .softcap = 3.0};
+  o.row_weights = weights.data();
+  nn::lm_head_cross_entropy<device::Cpu, double>(dh.data(), dw.data(), h.data(), w.data(), targets.data(), N, C, V, o);
+  ft::testing::expect_gradient("h", h, dh, weighted);
+  ft::testing::expect_gradient("weight", w, dw, weighted);
+  // The mean logit of each scored row, as TRL's logits/* average them.
+  nn::CrossEntropyOptions m{.backward = false, .softcap = 3.0};
+  m.row_logit_mean = means.data();
+  auto logits = std::vector<double>(std::size_t(N * V));
+  nn::lm_head_cross_entropy<device::Cpu, double>(nullptr, nullptr, h.data(), w.data(), targets.data(), N, C, V, m,
+                                                 logits.data());
+  for (index_t n = 0; n < N; ++n) {
+    double mean = 0;
+    for (index_t v = 0; v < V; ++v) mean += logits[std::size_t(n * V + v)] / double(V);
+    CHECK(means[std::size_t(n)] == doctest::Approx(targets[std::size_t(n)] == -100 ? 0.0 : mean).epsilon(1e-12));
+  }
+}
+
+TEST_CASE("preference: rows of strings, of messages and with an implicit prompt tokenise as TRL's DPOTrainer does") {
+  const text::ModelText text = text::ModelText::load(fixtures / "train/tiny_llama");
+  const nlohmann::json trl = io::read_json_file(fixtures / "dpo/tokens.json");
+  for (const std::string file : {"pairs", "chat_pairs", "implicit_pairs"}) {
+    CAPTURE(file);
+    const auto limit = trl[file]["max_length"].get<std::size_t>();
+    data::ExampleOptions options;
+    options.format = "preference";
+    options.max_seq_length = std::int64_t(limit);
+    const data::ExampleBuilder builder(text.tokenizer.get(), text.chat.get(), text.special, options);
+    std::ifstream in(fixtures / "dpo" / (file + ".jsonl"));
+    std::size_t i = 0, cut = 0;
+    for (std::string line; std::getline(in, line); ++i) {
+      CAPTURE(i);
+      const nlohmann::json& want = trl[file]["rows"].at(i);
+      const std::vector<data::Example> got = builder.build_all(nlohmann::json::parse(line));
+      REQUIRE(got.size() == 2);
+      const auto prompt = want["prompt_ids"].get<std::vector<std::int32_t>>();
+      for (std::size_t side = 0; side < 2; ++side) {
+        std::vector<std::int32_t> ids = prompt;
+        for (std::int32_t t : want[side == 0 ? "chosen_ids" : "rejected_ids"]) ids.push_back(t);
+        cut += ids.size() > limit;
+        ids.resize(std::min(ids.size(), limit));
+        CHECK(got[side].input_ids == ids);
+        std::vector<std::int32_t> labels = ids;
+        std::fill_n(labels.begin(), prompt.size(), data::ignore_label);
+        CHECK(got[side].labels == labels);
+      }
+    }
+    CHECK(i == trl[file]["rows"].size());
+    CHECK(cut > 0);  // some sequences are cut at max_length, as TRL's collator cuts them
+  }
+}
+
+struct Run {
+  int code;
+  std::string out, err;
+};
+
+Run ftrun(const fs::path& dir, const std::string& args) {
+  fs::create_directories(dir);
+  const std::string cmd = "OMP_NUM_THREADS=1 " FTRUN_PATH " " + args + " >" + (dir / "stdout").string() + " 2>" +
+                          (dir / "stderr").string();
+  const int status = std::system(cmd.c_str());
+  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, ft::testing::read_bytes(dir / "stdout"),
+          ft::testing::read_bytes(dir / "stderr")};
+}
+
+std::vector<nlohmann::json> records(const fs::path& run, const std::string& split) {
+  std::vector<nlohmann::json> out;
+  std::ifstream in(run / "metrics.jsonl");
+  for (std::string line; std::getline(in, line);)
+    if (auto j = nlohmann::json::parse(line); j["split"] == split) out.push_back(j);
+  return out;
+}
+
+// A recipe that trains as tools/make_dpo_fixtures.py's case trained in TRL.
+fs::path dpo_recipe(const fs::path& dir, const nlohmann::json& trl, const std::string& extra = "") {
+  const bool lora = trl["lora"].get<bool>();
+  const fs::path fixture = fixtures / "dpo" / trl["case"].get<std::string>();
+  fs::create_directories(dir);
+  std::ofstream f(dir / "recipe.toml");
+  f << "output_dir = \"" << (dir / "run").string() << "\"\n"
+    << "[model]\npath = \"" << (fixtures / "train" / trl["model"].get<std::string>()).string() << "\"\n"
+    << "[strategy]\nadapter = \"" << (lora ? "lora" : "full") << "\"\n";
+  if (lora) f << "[lora]\ninit_from = \"" << (fixture / "initial_adapter").string() << "\"\n";
+  f << "[data]\ntrain = \"" << (fixtures / "dpo/pairs.jsonl").string() << "\"\nformat = \"preference\"\n"
+    << "max_seq_length = " << trl["max_length"] << "\n"
+    << "[train]\nobjective = \"dpo\"\nper_device_train_batch_size = " << trl["pairs"] << "\n"
+    << "max_steps = " << trl["steps"] << "\nlogging_steps = 1\nlearning_rate = " << trl["learning_rate"] << "\n"
+    << "lr_scheduler_type = \"" << trl["lr_scheduler_type"].get<std::string>() << "\"\n"
+    << "max_grad_norm = " << trl["max_grad_norm"] << "\nweight_decay = " << trl["weight_decay"] << "\n"
+    << "adam_beta1 = " << trl["adam_beta1"] << "\nadam_beta2 = " << trl["adam_beta2"] << "\n"
+    << "adam_epsilon = " << trl["adam_epsilon"] << "\n"
+    << "[preference]\nbeta = " << trl["beta"] << "\nloss_type = \"" << trl["loss_type"].get<std::string>() << "\"\n"
+    << "label_smoothing = " << trl["label_smoothing"] << "\n"
+    << extra;
+  return dir / "recipe.toml";
+}
+
+const char* const metric_names[] = {"loss",           "rewards/chosen", "rewards/rejected", "rewards/accuracies",
+                                    "rewards/margins", "logps/chosen",  "logps/rejected",   "logits/chosen",
+                                    "logits/rejected"};
+
+TEST_CASE("preference: DPO's every loss type, full and LoRA, on Llama and GPT-NeoX follows TRL's DPOTrainer: every "
+          "logged metric within 1e-5, the trained weights within 1e-4 of each tensor's scale") {
+  ft::testing::TempDir tmp("ft_dpo_trl");
+  for (const std::string name : {"llama_full_sigmoid", "llama_lora_sigmoid", "llama_lora_ipo", "llama_lora_hinge",
+                                 "llama_lora_robust", "llama_lora_sigmoid_norm", "neox_full_sigmoid",
+                                 "neox_lora_sigmoid"}) {
+    CAPTURE(name);
+    const fs::path fixture = fixtures / "dpo" / name;
+    const nlohmann::json trl = io::read_json_file(fixture / "trl.json");
+    const fs::path dir = tmp.path / name;
+    const Run r = ftrun(dir, "train " + dpo_recipe(dir, trl).string());
+    INFO(r.err);
+    REQUIRE(r.code == 0);
+    const std::vector<nlohmann::json> got = records(dir / "run", "train");
+    const auto& want = trl["log"];
+    REQUIRE(got.size() == want.size());
+    double gap = 0;
+    for (std::size_t i = 0; i < want.size(); ++i) {
+      CAPTURE(i);
+      for (const std::string metric : metric_names) {
+        CAPTURE(metric);
+        REQUIRE(got[i].contains(metric));
+        const double a = got[i][metric].get<double>(), b = want[i][metric].get<double>();
+        if (metric == "rewards/accuracies") {
+          // A pair whose margin is within float32's rounding of zero may count either way.
+          CHECK(std::abs(a - b) <= 1.0 / trl["pairs"].get<double>() + 1e-6);
+          continue;
+        }
+        // Relative to the value's size: log-probabilities are sums of ~100 token terms.
+        CHECK(std::abs(a - b) <= 1e-5 * std::max(1.0, std::abs(b)));
+        gap = std::max(gap, std::abs(a - b) / std::max(1.0, std::abs(b)));
+      }
+    }
+    // At the first step the policy is the reference: every reward 0.
+    CHECK(std::abs(got[0]["rewards/margins"].get<double>()) < 1e-6);
+    if (trl["loss_type"] == "sigmoid") CHECK(got[0]["loss"].get<double>() == doctest::Approx(std::log(2.0)).epsilon(1e-6));
+    // The run moved: the chosen completions gained on the rejected ones.
+    CHECK(got.back()["rewards/margins"].get<double>() > 1e-4);
+    CHECK(got.back()["loss"].get<double>() < got[0]["loss"].get<double>());
+
+    const bool lora = trl["lora"].get<bool>();
+    auto mine = io::SafetensorsFile::open(dir / "run" / (lora ? "adapter/adapter_model.safetensors" : "model/model.safetensors"));
+    auto trained = io::SafetensorsFile::open(fixture / "trained.safetensors");
+    double tensor_gap = 0;
+    std::size_t compared = 0;
+    for (const io::TensorView& t : trained.tensors()) {
+      CAPTURE(t.name);
+      // PEFT names the adapter's tensors after the wrapped model; HF's files name the model's without "model.".
+      std::string key = t.name;
+      if (!lora && mine.find(key) == nullptr && key.starts_with("model.")) key = key.substr(6);
+      if (!lora && mine.find(key) == nullptr) continue;  // a tied head, written once
+      REQUIRE(mine.find(key) != nullptr);
+      // Within 1e-4 of the tensor's largest value, and 1e-6 for tensors that
+      // start at zero and stay small (biases, LoRA's B): float32's rounding
+      // of a weight of 1 is 6e-8 a step.
+      const std::vector<float> a = ft::testing::read_tensor<float>(mine, key),
+                               b = ft::testing::read_tensor<float>(trained, t.name);
+      REQUIRE(a.size() == b.size());
+      double diff = 0, scale = 0;
+      for (std::size_t k = 0; k < a.size(); ++k) {
+        diff = std::max(diff, std::abs(double(a[k]) - double(b[k])));
+        scale = std::max(scale, std::abs(double(b[k])));
+      }
+      CHECK(diff <= 1e-4 * scale + 1e-6);
+      tensor_gap = std::max(tensor_gap, diff / std::max(scale, 1e-2));
+      ++compared;
+    }
+    CHECK(compared >= (lora ? 4u : 10u));
+    MESSAGE(name << ": largest metric gap " << gap << ", largest weight gap " << tensor_gap);
+  }
+}
+
+TEST_CASE("preference: a DPO run killed after a checkpoint resumes bit for bit, the reference read from the "
+          "checkpoint") {
+  ft::testing::TempDir tmp("ft_dpo_resume");
+  const nlohmann::json trl = io::read_json_file(fixtures / "dpo/llama_lora_sigmoid/trl.json");
+  const Run whole = ftrun(tmp.path / "whole", "train " + dpo_recipe(tmp.path / "whole", trl,
+                                                                    "[checkpoint]\nsave_steps = 5\n").string());
+  INFO(whole.err);
+  REQUIRE(whole.code == 0);
+  const fs::path killed = dpo_recipe(tmp.path / "killed", trl, "[checkpoint]\nsave_steps = 5\nresume = \"auto\"\n");
+  // The first part: the same run stopped after its first step, with a checkpoint of it.
+  std::string first = ft::testing::read_bytes(killed);
+  first.replace(first.find("max_steps = "), std::string("max_steps = 12").size(), "max_steps = 12\nstop_after_seconds = 0");
+  std::ofstream(tmp.path / "killed/first.toml") << first;
+  REQUIRE(ftrun(tmp.path / "killed", "train " + (tmp.path / "killed/first.toml").string()).code == 0);
+  REQUIRE(fs::exists(tmp.path / "killed/run/checkpoint-1/reference_logps.json"));
+  const Run resumed = ftrun(tmp.path / "killed", "train " + killed.string());
+  INFO(resumed.err);
+  REQUIRE(resumed.code == 0);
+  const auto a = records(tmp.path / "whole/run", "train"), b = records(tmp.path / "killed/run", "train");
+  REQUIRE(a.size() == 12);
+  REQUIRE(b.size() == 12);
+  for (std::size_t i = 0; i < a.size(); ++i)
+    for (const char* metric : metric_names) {
+      CAPTURE(i);
+      CAPTURE(metric);
+      CHECK(a[i][metric].get<double>() == b[i][metric].get<double>());
+    }
+  CHECK(ft::testing::read_bytes(tmp.path / "whole/run/adapter/adapter_model.safetensors") ==
+        ft::testing::read_bytes(tmp.path / "killed/run/adapter/adapter_model.safetensors"));
+}
+
+TEST_CASE("preference: bad preference input is one line naming the row or key, exit 2") {
+  ft::testing::TempDir tmp("ft_dpo_bad");
+  const nlohmann::json trl = io::read_json_file(fixtures / "dpo/llama_lora_sigmoid/trl.json");
+  struct Case {
+    std::string rows, extra, expected;
+  };
+  const std::string long_prompt(400, 'x');
+  const Case cases[] = {
+      {R"({"prompt": "a", "chosen": "b"})", "", "\"rejected\" is missing"},
+      {R"({"prompt": "a", "chosen": "", "rejected": "c"})", "", "\"chosen\" is empty"},
+      {"{\"prompt\": \"" + long_prompt + "\", \"chosen\": \"b\", \"rejected\": \"c\"}", "",
+       "leaves no room for a completion within max_seq_length"},
+      {R"({"prompt": "a", "chosen": "b", "rejected": "c"})", "format = \"alpaca\"\n", "data.format = \"preference\""},
+  };
+  int i = 0;
+  for (const Case& c : cases) {
+    CAPTURE(c.expected);
+    const fs::path dir = tmp.path / std::to_string(i++);
+    std::string recipe = ft::testing::read_bytes(dpo_recipe(dir, trl));
+    fs::create_directories(dir);
+    std::ofstream(dir / "rows.jsonl") << c.rows << "\n" << c.rows << "\n" << c.rows << "\n" << c.rows << "\n"
+                                      << c.rows << "\n" << c.rows << "\n";
+    recipe.replace(recipe.find((fixtures / "dpo/pairs.jsonl").string()), (fixtures / "dpo/pairs.jsonl").string().size(),
+                   (dir / "rows.jsonl").string());
+    if (!c.extra.empty()) recipe.replace(recipe.find("format = \"preference\"\n"), 22, c.extra);
+    std::ofstream(dir / "recipe.toml") << recipe;
+    const Run r = ftrun(dir, "train " + (dir / "recipe.toml").string());
+    CHECK(r.code == 2);
+    CHECK(r.err.find(c.expected) != std::string::npos);
+    CHECK(std::count(r.err.begin(), r.err.end(), '\n') == 1);
+    INFO(r.err);
+  }
+}
+
+}  // namespace test_preference
