@@ -785,8 +785,12 @@ MemoryEstimate estimate_memory_as(const recipe::Recipe& recipe, const models::Mo
   // of rows (nn/cross_entropy.hpp): a chunk of logits and, on the CPU in 16
   // bits, its GEMMs' f32 copies; a block's projections widen on the CPU too.
   const index_t head_chunk = models::HeadOptions{}.chunk_rows, chunk = std::min(head_chunk, N);
-  const std::uint64_t logits =
-      block(std::uint64_t(chunk * V) * sizeof(T)) + block(std::uint64_t(chunk) * sizeof(double));
+  // An objective over sequences (preference tuning) keeps one more value a
+  // row of the chunk: its mean logit, then its weight (models/stages.hpp).
+  auto row_values = [&](index_t rows) {
+    return block(std::uint64_t(rows) * sizeof(double)) * (sequences_per_row == 2 ? 2 : 1);
+  };
+  const std::uint64_t logits = block(std::uint64_t(chunk * V) * sizeof(T)) + row_values(chunk);
   const std::uint64_t head_gemm = detail::widened_gemm_bytes<T>(chunk, V, C, on_cpu);
   // The widest of a block's projections over `rows` tokens.
   auto block_gemm_of = [&](index_t rows) {
@@ -883,8 +887,7 @@ MemoryEstimate estimate_memory_as(const recipe::Recipe& recipe, const models::Mo
       r.train.per_device_eval_batch_size > 0 ? r.train.per_device_eval_batch_size * sequences_per_row : B;
   const index_t eval_N = eval_rows * T_, eval_chunk = std::min(head_chunk, eval_N);
   const std::uint64_t eval_stream = block(std::uint64_t(eval_N * C) * sizeof(T));
-  const std::uint64_t eval_logits = block(std::uint64_t(eval_chunk * V) * sizeof(T)) +
-                                    block(std::uint64_t(eval_chunk) * sizeof(double)) +
+  const std::uint64_t eval_logits = block(std::uint64_t(eval_chunk * V) * sizeof(T)) + row_values(eval_chunk) +
                                     detail::widened_gemm_bytes<T>(eval_chunk, V, C, on_cpu);
   const std::uint64_t eval_sent = place.across_ranks() && on_cpu ? eval_stream : 0;
   e.eval_workspace = {"workspace",
