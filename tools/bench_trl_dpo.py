@@ -2,8 +2,8 @@
 """The TRL peer of `ftrun train` with train.objective = "dpo": TRL's DPOTrainer
 (+ PEFT for LoRA) on the same model, pairs and batch, on this CPU.
 
-    tools/.venv/bin/python tools/bench_trl_dpo.py [--adapter full|lora] [--steps 6]
-        [--model models/smollm2-135m-instruct/hf] [--pairs runs/bench-dpo/pairs.jsonl]
+    tools/.venv/bin/python tools/bench_trl_dpo.py [--adapter full|lora] [--steps 16]
+        [--model models/smollm2-135m-instruct/hf] [--pairs runs/bench-dpo/pairs32.jsonl]
         [--batch 2] [--max-length 256] [--threads 2]
 
 float32, no gradient checkpointing, TRL's default reference (computed beside
@@ -37,14 +37,14 @@ def write_pairs(data, out, count):
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("--adapter", default="lora", choices=["full", "lora"])
-    p.add_argument("--steps", type=int, default=6)
+    p.add_argument("--steps", type=int, default=16)
     p.add_argument("--model", default=str(ROOT / "models/smollm2-135m-instruct/hf"))
-    p.add_argument("--pairs", default=str(ROOT / "runs/bench-dpo/pairs.jsonl"))
+    p.add_argument("--pairs", default=str(ROOT / "runs/bench-dpo/pairs32.jsonl"))
     p.add_argument("--batch", type=int, default=2)
     p.add_argument("--max-length", type=int, default=256)
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--write-pairs", default="")
-    p.add_argument("--count", type=int, default=64)
+    p.add_argument("--count", type=int, default=32)
     a = p.parse_args()
     if a.write_pairs:
         write_pairs(ROOT / "data/jargon/train.jsonl", a.write_pairs, a.count)

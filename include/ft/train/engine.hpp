@@ -159,7 +159,9 @@ private:
       run.adapter->load(from);
       run.parallel->values_loaded();
     }
+    Memory::stats().reset_peak();
     start_preference(run, resume_from);
+    const std::int64_t reference_peak = run.preference ? largest_peak() : 0;  // a forward pass, as an evaluation's
     if (comm.rank() == 0) describe_run(step);
     // From here SIGINT, SIGTERM and SIGUSR1 stop the run after a step, and
     // SIGUSR2 saves one; the setup record below says so to ftrun control.
@@ -167,6 +169,11 @@ private:
 
     report::MetricsLog log(run.out, long(run.total_steps), long(step), comm.rank() == 0);
     log.log("setup", {{"step", step}, {"total_steps", run.total_steps}, {"peak_memory_bytes", setup_peak}}, true);
+    if (run.reference.seconds > 0)
+      log.log("reference", {{"step", step},
+                            {"sequences", run.reference.train.size() + run.reference.validation.size()},
+                            {"seconds", run.reference.seconds},
+                            {"peak_memory_bytes", reference_peak}}, true);
     if (!r.preview.prompt.empty() && step == 0) log.say("before training: " + preview(run));
 
     Window window;

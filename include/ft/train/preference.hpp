@@ -192,6 +192,7 @@ inline constexpr const char* reference_logps_file = "reference_logps.json";
 
 struct ReferenceLogps {
   std::vector<double> train, validation;
+  double seconds = 0;  // the pass that computed them (0: read from a checkpoint)
 
   // Gives a micro-batch of pairs its rows' reference log-probabilities.
   void attach(data::MicroBatch& m, bool from_validation) const {

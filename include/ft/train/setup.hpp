@@ -9,6 +9,7 @@
 // cache before step 1. Each rank's batch plans hold its shard of the rows.
 #include <dlfcn.h>
 
+#include <chrono>
 #include <cstdio>
 #include <sstream>
 #include <filesystem>
@@ -148,8 +149,10 @@ void start_preference(Run<T, M, D>& run, const std::filesystem::path& resume_fro
     run.reference = ReferenceLogps::read(resume_from, std::size_t(run.train_plan->corpus().size()), validation);
   } else {
     run.enter("the reference pass");
+    const auto start = std::chrono::steady_clock::now();
     run.reference.train = reference_pass(run, *run.train_plan, "training pairs");
     if (run.eval_plan) run.reference.validation = reference_pass(run, *run.eval_plan, "validation pairs");
+    run.reference.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   }
   run.preference = std::make_unique<PreferenceObjective>(run.recipe.preference);
 }
