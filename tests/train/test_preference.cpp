@@ -451,3 +451,48 @@ TEST_CASE("preference: ftrun estimate of a DPO run is within 5% of the peak each
 }
 
 }  // namespace test_preference
+
+namespace test_preference {
+
+TEST_CASE("preference: DPO trains under every precision, with prompt tuning, over a 4-bit base and on the CPU "
+          "standing in for a device: ln 2 at the first step, then the margin grows and the loss falls") {
+  ft::testing::TempDir tmp("ft_dpo_everywhere");
+  ::setenv("FT_PLUGIN_PATH", FT_TEST_PLUGIN_DIR, 1);
+  struct Case {
+    std::string name, strategy, extra;
+  };
+  const Case cases[] = {
+      {"bf16_mixed", "adapter = \"lora\"\nprecision = \"bf16-mixed\"\n", ""},
+      {"bf16_true", "adapter = \"full\"\nprecision = \"bf16-true\"\n", ""},
+      {"fp16_mixed", "adapter = \"lora\"\nprecision = \"fp16-mixed\"\n", ""},
+      {"prompt_tuning", "adapter = \"prompt\"\n", "learning_rate = 3e-2\n[prompt_tuning]\nnum_virtual_tokens = 4\n"},
+      {"qlora", "adapter = \"lora\"\n", "[model]\nquantize = \"nf4\"\n"},
+      {"device", "adapter = \"lora\"\ndevice = \"cpu-as-device\"\n", ""},
+  };
+  for (const Case& c : cases) {
+    CAPTURE(c.name);
+    const fs::path dir = tmp.path / c.name;
+    fs::create_directories(dir);
+    // [model] first when the case adds to it.
+    const std::string model = "[model]\npath = \"" + (fixtures / "train/tiny_llama").string() + "\"\n" +
+                              (c.extra.starts_with("[model]") ? c.extra.substr(8) : "");
+    std::ofstream(dir / "recipe.toml") << "output_dir = \"" << (dir / "run").string() << "\"\n" << model
+                                       << "[strategy]\n" << c.strategy << "[data]\ntrain = \""
+                                       << (fixtures / "dpo/pairs.jsonl").string() << "\"\nformat = \"preference\"\n"
+                                       << "max_seq_length = 64\n[train]\nobjective = \"dpo\"\nmax_steps = 8\n"
+                                       << "per_device_train_batch_size = 6\nlogging_steps = 1\n"
+                                       << (c.extra.find("learning_rate") == std::string::npos ? "learning_rate = 5e-3\n" : "")
+                                       << (c.extra.starts_with("[model]") ? "" : c.extra);
+    const Run r = ftrun(dir, "train " + (dir / "recipe.toml").string());
+    INFO(r.err);
+    REQUIRE(r.code == 0);
+    const std::vector<nlohmann::json> got = records(dir / "run", "train");
+    REQUIRE(got.size() == 8);
+    CHECK(got[0]["loss"].get<double>() == doctest::Approx(std::log(2.0)).epsilon(1e-3));
+    // Every step sees all six pairs: the margin on them grows, the loss falls.
+    CHECK(got.back()["rewards/margins"].get<double>() > 0);
+    CHECK(got.back()["loss"].get<double>() < got[0]["loss"].get<double>());
+  }
+}
+
+}  // namespace test_preference
