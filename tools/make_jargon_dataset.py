@@ -4,7 +4,10 @@
 The Jargon File (public domain) ships in Debian's `jargon-text` package. Each
 entry becomes one alpaca-format row: the instruction asks what a term means,
 the output is the entry's first paragraph of definition. Every 50th entry goes
-to the validation file. Deterministic: the same package gives the same files.
+to the validation file. Each entry also becomes a preference pair in TRL's
+conversational format (pairs_train.jsonl, pairs_validation.jsonl): the user
+asks what the term means, the entry's definition is chosen and the next
+entry's rejected. Deterministic: the same package gives the same files.
 
     python3 tools/make_jargon_dataset.py [--source jargon.txt.gz] [--out data/jargon]
 """
@@ -78,13 +81,20 @@ def main():
     out.mkdir(parents=True, exist_ok=True)
     train = [r for i, r in enumerate(rows) if i % 50 != 49]
     valid = [r for i, r in enumerate(rows) if i % 50 == 49]
-    for name, part in (("train.jsonl", train), ("validation.jsonl", valid)):
+    pairs = [{"prompt": [{"role": "user", "content": r["instruction"]}],
+              "chosen": [{"role": "assistant", "content": r["output"]}],
+              "rejected": [{"role": "assistant", "content": rows[(i + 1) % len(rows)]["output"]}]}
+             for i, r in enumerate(rows)]
+    pairs_train = [p for i, p in enumerate(pairs) if i % 50 != 49]
+    pairs_valid = [p for i, p in enumerate(pairs) if i % 50 == 49]
+    for name, part in (("train.jsonl", train), ("validation.jsonl", valid), ("pairs_train.jsonl", pairs_train),
+                       ("pairs_validation.jsonl", pairs_valid)):
         tmp = out / (name + ".tmp")
         with open(tmp, "w", encoding="utf-8") as f:
             for r in part:
                 f.write(json.dumps(r, ensure_ascii=False) + "\n")
         tmp.replace(out / name)
-    print(f"jargon dataset: {len(train)} training and {len(valid)} validation rows in {out}")
+    print(f"jargon dataset: {len(train)} training and {len(valid)} validation rows, as many preference pairs, in {out}")
 
 
 if __name__ == "__main__":

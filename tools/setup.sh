@@ -52,7 +52,7 @@ echo "ft setup: all dependencies present"
 
 # The default dataset, built once from the Jargon File (tools/make_jargon_dataset.py).
 cd "$(dirname "$0")/.."
-if [ ! -s data/jargon/train.jsonl ]; then
+if [ ! -s data/jargon/train.jsonl ] || [ ! -s data/jargon/pairs_train.jsonl ]; then
   python3 tools/make_jargon_dataset.py --out data/jargon
 fi
 

@@ -5,8 +5,6 @@
 // (tools/make_dpo_fixtures.py).
 #include <doctest/doctest.h>
 
-#include <sys/wait.h>
-
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
@@ -18,6 +16,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "support/command.hpp"
 #include "support/compare.hpp"
 #include "support/files.hpp"
 #include "support/finite_difference.hpp"
@@ -130,18 +129,11 @@ TEST_CASE("preference: rows of strings, of messages and with an implicit prompt 
   }
 }
 
-struct Run {
-  int code;
-  std::string out, err;
-};
+using Run = ft::testing::CommandResult;
 
+// `ftrun ARGS`, its output kept in `dir`.
 Run ftrun(const fs::path& dir, const std::string& args) {
-  fs::create_directories(dir);
-  const std::string cmd = "OMP_NUM_THREADS=1 " FTRUN_PATH " " + args + " >" + (dir / "stdout").string() + " 2>" +
-                          (dir / "stderr").string();
-  const int status = std::system(cmd.c_str());
-  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, ft::testing::read_bytes(dir / "stdout"),
-          ft::testing::read_bytes(dir / "stderr")};
+  return ft::testing::run_command("OMP_NUM_THREADS=1 " FTRUN_PATH " " + args, dir, "ftrun");
 }
 
 std::vector<nlohmann::json> records(const fs::path& run, const std::string& split) {
@@ -353,8 +345,10 @@ void expect_same_dpo(const fs::path& a, const fs::path& b, const std::string& we
       for (const std::string metric : metric_names) {
         CAPTURE(i);
         CAPTURE(metric);
-        CHECK(std::abs(x[i][metric].get<double>() - y[i][metric].get<double>()) <=
-              1e-5 * std::max(1.0, std::abs(x[i][metric].get<double>())));
+        const double a = x[i][metric].get<double>(), b = y[i][metric].get<double>();
+        // A pair of the step's four whose margin is within rounding of zero may count either way.
+        if (metric == "rewards/accuracies") CHECK(std::abs(a - b) <= 0.25 + 1e-9);
+        else CHECK(std::abs(a - b) <= 1e-5 * std::max(1.0, std::abs(a)));
       }
   }
   auto fa = io::SafetensorsFile::open(a.parent_path() / "run" / weights),

@@ -213,9 +213,18 @@ public:
 
   // Micro-batch g of this rank's stream, shifted by causal_lm_batch.
   MicroBatch micro_batch(std::int64_t g) const {
-    const std::vector<std::int64_t> rows = batch_rows(g);
-    MicroBatch out;
+    MicroBatch out = batch_of_rows(batch_rows(g));
     out.index = g;
+    return out;
+  }
+
+  // A micro-batch of the given rows of the plan, in that order, laid out as
+  // any micro-batch is (its index is 0).
+  MicroBatch batch_of_rows(const std::vector<std::int64_t>& rows) const {
+    for (std::int64_t r : rows)
+      if (r < 0 || r >= this->rows())
+        throw Error("row " + std::to_string(r) + " is not allowed, allowed: 0 to " + std::to_string(this->rows() - 1));
+    MicroBatch out;
     out.rows = rows;
     // The examples of each row of the batch.
     std::vector<std::vector<std::int64_t>> contents;
@@ -264,16 +273,6 @@ public:
   // The batch alone, for callers that need no metrics.
   models::Batch batch(std::int64_t g) const { return micro_batch(g).batch; }
 
-private:
-  // Epoch orders as the stream reaches them; a batch spans at most two.
-  struct OrderCache {
-    std::mutex mutex;
-    std::map<std::int64_t, std::vector<std::int64_t>> orders;
-  };
-
-  // The stream positions this rank holds in one pass over epoch 0.
-  std::int64_t pass_rows() const { return (rows() - shard_.rank + shard_.world - 1) / shard_.world; }
-
   // The rows of micro-batch g: its j-th row is at stream position (g R + j) w + rank.
   std::vector<std::int64_t> batch_rows(std::int64_t g) const {
     if (g < 0) throw Error("micro-batch " + std::to_string(g) + " is not allowed, allowed: 0 or more");
@@ -297,6 +296,17 @@ private:
     }
     return rows;
   }
+
+private:
+  // Epoch orders as the stream reaches them; a batch spans at most two.
+  struct OrderCache {
+    std::mutex mutex;
+    std::map<std::int64_t, std::vector<std::int64_t>> orders;
+  };
+
+  // The stream positions this rank holds in one pass over epoch 0.
+  std::int64_t pass_rows() const { return (rows() - shard_.rank + shard_.world - 1) / shard_.world; }
+
 
   std::int64_t R_, max_T_;
   bool packing_, paired_;

@@ -171,7 +171,7 @@ private:
     log.log("setup", {{"step", step}, {"total_steps", run.total_steps}, {"peak_memory_bytes", setup_peak}}, true);
     if (run.reference.seconds > 0)
       log.log("reference", {{"step", step},
-                            {"sequences", run.reference.train.size() + run.reference.validation.size()},
+                            {"sequences", run.reference.scored()},
                             {"seconds", run.reference.seconds},
                             {"peak_memory_bytes", reference_peak}}, true);
     if (!r.preview.prompt.empty() && step == 0) log.say("before training: " + preview(run));

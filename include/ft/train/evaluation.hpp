@@ -4,6 +4,7 @@
 // (the loss is computed once per batch, where the model's head is).
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <span>
 #include <string>
 #include <vector>
@@ -20,15 +21,14 @@ namespace ft::train {
 // batch more or less of the pass; all run as many forwards as the largest
 // share (ZeRO-3's gathers are collectives), and a rank past its share
 // repeats its last batch, which `each` is not called for.
-template <element T, class M, class D, class Each>
-void forward_pass(Run<T, M, D>& run, const data::BatchPlan& plan, models::SequenceObjective* objective,
+// `batch(g)` makes this rank's micro-batch g of `mine`.
+template <element T, class M, class D, class Batch, class Each>
+void forward_pass(Run<T, M, D>& run, std::int64_t mine, Batch&& batch, models::SequenceObjective* objective,
                   const std::string& what, Progress* bar, Each&& each) {
   run.adapter->set_training(false, 0);
-  const std::int64_t mine = plan.pass_batches();
   const auto batches = std::int64_t(run.comm->max(double(mine), what));
   for (std::int64_t g = 0; g < batches; ++g) {
-    data::MicroBatch m = plan.micro_batch(std::min(g, mine - 1));
-    if (objective && objective == run.preference.get()) run.reference.attach(m, &plan == run.eval_plan.get());
+    data::MicroBatch m = batch(std::min(g, mine - 1));
     const double l = run.parallel->evaluate(m.batch, objective);
     if (bar) bar->update(long(g + 1));
     if (g < mine) each(m, l);
@@ -43,7 +43,13 @@ nlohmann::ordered_json evaluate(Run<T, M, D>& run, std::int64_t step) {
   if (!run.eval_plan) return nullptr;
   double loss = 0, scored = 0;
   PreferenceSums sums;
-  forward_pass(run, *run.eval_plan, run.preference.get(), "the validation batches", nullptr,
+  const data::BatchPlan& plan = *run.eval_plan;
+  auto batch = [&](std::int64_t g) {
+    data::MicroBatch m = plan.micro_batch(g);
+    if (run.preference) run.reference.attach(m, true);
+    return m;
+  };
+  forward_pass(run, plan.pass_batches(), batch, run.preference.get(), "the validation batches", nullptr,
                [&](const data::MicroBatch& m, double l) {
                  loss += l;
                  scored += double(m.batch.loss_units());
@@ -69,33 +75,53 @@ nlohmann::ordered_json evaluate(Run<T, M, D>& run, std::int64_t step) {
   return j;
 }
 
-// The reference's log-probability of every example of `plan`'s corpus (a
-// pair's chosen, then its rejected), from one forward pass of the model as
-// it is now; each rank scores its share, and the job adds them up (each
-// example is scored on exactly one rank, the one with its share and the head).
+// The reference's log-probability of the pairs `rows` of `plan` (each rank
+// names those it needs), from forward passes of the model as it is now, in
+// batches of the evaluation's size: a table with two entries a pair of the
+// plan (its chosen, then its rejected example), NaN for pairs no rank needs.
+// Every rank gets the whole table.
 template <element T, class M, class D>
-std::vector<double> reference_pass(Run<T, M, D>& run, const data::BatchPlan& training_like, const std::string& what) {
+std::vector<double> reference_pass(Run<T, M, D>& run, const data::BatchPlan& plan, std::vector<std::int64_t> rows,
+                                   const std::string& what) {
   const recipe::Recipe& r = run.recipe;
-  const std::int64_t rows = r.train.per_device_eval_batch_size > 0 ? r.train.per_device_eval_batch_size
-                                                                   : r.train.per_device_train_batch_size;
-  const data::BatchPlan plan(training_like.corpus(), rows, r.data.max_seq_length, false, run.text.pad_id,
-                             std::uint64_t(r.seed), data::Cover::one_pass, run.adapter->virtual_tokens(),
-                             run.parallel->data_shard(), true);
-  std::vector<double> table(std::size_t(plan.corpus().size()), 0.0);
+  const auto size = std::size_t(r.train.per_device_eval_batch_size > 0 ? r.train.per_device_eval_batch_size
+                                                                       : r.train.per_device_train_batch_size);
+  // The pairs any rank needs, shared out over the data shards so that each
+  // is scored once (the ranks of a pipeline share a shard, and its last
+  // stage scores).
+  std::vector<double> needed(std::size_t(plan.rows()), 0.0);
+  for (std::int64_t row : rows) needed[std::size_t(row)] = 1;
+  run.comm->all_reduce_sum(std::span<double>(needed), "the pairs the reference scores").wait();
+  const data::Shard shard = run.parallel->data_shard();
+  rows.clear();
+  std::int64_t k = 0;
+  for (std::size_t row = 0; row < needed.size(); ++row)
+    if (needed[row] > 0 && k++ % shard.world == shard.rank) rows.push_back(std::int64_t(row));
+  const auto mine = std::int64_t((rows.size() + size - 1) / size);
+  auto batch = [&](std::int64_t g) {
+    if (rows.empty()) return plan.batch_of_rows({0});  // a rank with no pairs still joins the job's forwards
+    const auto first = rows.begin() + std::ptrdiff_t(std::size_t(g) * size);
+    return plan.batch_of_rows({first, first + std::ptrdiff_t(std::min(size, rows.size() - std::size_t(g) * size))});
+  };
+  std::vector<double> table(std::size_t(plan.corpus().size()), 0.0), scored(table.size(), 0.0);
   SequenceLogps recorder;
-  Progress bar("reference (" + what + ")", long(plan.pass_batches()));
-  forward_pass(run, plan, &recorder, "the reference's " + what + " batches", run.comm->rank() == 0 ? &bar : nullptr,
-               [&](const data::MicroBatch& m, double) {
+  Progress bar("reference (" + what + ")", long(mine));
+  forward_pass(run, mine, batch, &recorder, "the reference's " + what + " batches",
+               run.comm->rank() == 0 ? &bar : nullptr, [&](const data::MicroBatch& m, double) {
                  const std::vector<double> logps = recorder.take();
                  if (logps.empty()) return;  // the head is on another rank
                  for (std::size_t i = 0; i < m.rows.size(); ++i) {
                    const auto pair = std::size_t(m.rows[i]);
                    table[2 * pair] = logps[i];
                    table[2 * pair + 1] = logps[m.rows.size() + i];
+                   scored[2 * pair] = scored[2 * pair + 1] = 1;
                  }
                });
   bar.finish();
   run.comm->all_reduce_sum(std::span<double>(table), "the reference's log-probabilities").wait();
+  run.comm->all_reduce_sum(std::span<double>(scored), "the pairs the reference scored").wait();
+  for (std::size_t i = 0; i < table.size(); ++i)
+    if (scored[i] == 0) table[i] = std::numeric_limits<double>::quiet_NaN();  // not needed by this run
   return table;
 }
 

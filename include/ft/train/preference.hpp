@@ -7,10 +7,11 @@
 // nn/preference_loss.hpp's; the step's loss is the mean over its pairs.
 //
 // The reference model is the model as the run starts. Its log-probabilities
-// of every pair, training and validation, are computed once in a forward
-// pass before the first step (TRL's precompute_ref_log_probs), so the run
-// holds one model whatever the adapter; a checkpoint keeps them, so a resumed
-// run reads them instead of computing them from weights that have moved.
+// of the pairs the run's steps take, and of every validation pair, are
+// computed once in forward passes before the first step (TRL's
+// precompute_ref_log_probs), so the run holds one model whatever the
+// adapter; a checkpoint keeps them, so a resumed run reads them instead of
+// computing them from weights that have moved.
 //
 // Metrics, with TRL's names: per micro-batch (summed over the ranks that
 // share it) the mean over pairs of rewards/chosen = beta (log pi - log ref)
@@ -24,6 +25,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <span>
 #include <string>
 #include <utility>
@@ -194,6 +196,14 @@ struct ReferenceLogps {
   std::vector<double> train, validation;
   double seconds = 0;  // the pass that computed them (0: read from a checkpoint)
 
+  // The sequences scored (the others the run does not need).
+  std::size_t scored() const {
+    std::size_t n = 0;
+    for (const auto* v : {&train, &validation})
+      for (double x : *v) n += !std::isnan(x);
+    return n;
+  }
+
   // Gives a micro-batch of pairs its rows' reference log-probabilities.
   void attach(data::MicroBatch& m, bool from_validation) const {
     const std::vector<double>& table = from_validation ? validation : train;
@@ -203,11 +213,23 @@ struct ReferenceLogps {
       const auto pair = std::size_t(m.rows[i]);
       batch.reference_logps[i] = table.at(2 * pair);
       batch.reference_logps[m.rows.size() + i] = table.at(2 * pair + 1);
+      if (std::isnan(batch.reference_logps[i]) || std::isnan(batch.reference_logps[m.rows.size() + i]))
+        throw Error("pair " + std::to_string(pair + 1) + " of the " + (from_validation ? "validation" : "training") +
+                    " data has no reference log-probability: the run scored the pairs of the steps it was started "
+                    "for, and now goes further (train.max_steps or num_train_epochs raised on resume); start a new "
+                    "run from this one's result instead");
     }
   }
 
+  // Pairs the run does not need were not scored: NaN here, null in the file.
   void write(const std::filesystem::path& dir) const {
-    std::ofstream(dir / reference_logps_file) << nlohmann::json{{"train", train}, {"validation", validation}}.dump()
+    auto values = [](const std::vector<double>& v) {
+      nlohmann::json a = nlohmann::json::array();
+      for (double x : v) a.push_back(std::isnan(x) ? nlohmann::json(nullptr) : nlohmann::json(x));
+      return a;
+    };
+    std::ofstream(dir / reference_logps_file) << nlohmann::json{{"train", values(train)},
+                                                                {"validation", values(validation)}}.dump()
                                               << "\n";
   }
   static ReferenceLogps read(const std::filesystem::path& dir, std::size_t train_examples,
@@ -217,8 +239,14 @@ struct ReferenceLogps {
     try {
       std::ifstream in(file);
       const nlohmann::json j = nlohmann::json::parse(in);
-      out.train = j.at("train").get<std::vector<double>>();
-      out.validation = j.at("validation").get<std::vector<double>>();
+      auto values = [](const nlohmann::json& a) {
+        std::vector<double> v;
+        for (const nlohmann::json& x : a)
+          v.push_back(x.is_null() ? std::numeric_limits<double>::quiet_NaN() : x.get<double>());
+        return v;
+      };
+      out.train = values(j.at("train"));
+      out.validation = values(j.at("validation"));
     } catch (const std::exception& e) {
       throw Error(file.string() + ": the reference's log-probabilities cannot be read (" + e.what() +
                   "); the checkpoint is damaged");

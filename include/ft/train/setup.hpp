@@ -150,8 +150,19 @@ void start_preference(Run<T, M, D>& run, const std::filesystem::path& resume_fro
   } else {
     run.enter("the reference pass");
     const auto start = std::chrono::steady_clock::now();
-    run.reference.train = reference_pass(run, *run.train_plan, "training pairs");
-    if (run.eval_plan) run.reference.validation = reference_pass(run, *run.eval_plan, "validation pairs");
+    // The training pairs this rank's steps take (all its share from the
+    // second epoch on), and its share of the validation pairs.
+    std::vector<std::int64_t> rows;
+    const std::int64_t micro_batches = run.total_steps * run.recipe.train.gradient_accumulation_steps;
+    for (std::int64_t g = 0; g < micro_batches && std::int64_t(rows.size()) < run.train_plan->rows(); ++g)
+      for (std::int64_t row : run.train_plan->batch_rows(g)) rows.push_back(row);
+    run.reference.train = reference_pass(run, *run.train_plan, std::move(rows), "training pairs");
+    if (run.eval_plan) {
+      std::vector<std::int64_t> mine;
+      for (std::int64_t g = 0; g < run.eval_plan->pass_batches(); ++g)
+        for (std::int64_t row : run.eval_plan->batch_rows(g)) mine.push_back(row);
+      run.reference.validation = reference_pass(run, *run.eval_plan, std::move(mine), "validation pairs");
+    }
     run.reference.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   }
   run.preference = std::make_unique<PreferenceObjective>(run.recipe.preference);
