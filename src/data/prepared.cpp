@@ -28,8 +28,13 @@ inline nlohmann::json source_key(const std::string& source, std::int64_t seed) {
                                            .count())}};
 }
 
-inline ExampleOptions example_options(const recipe::DataSection& d) {
+// TRL's DPOTrainer and its CPOTrainer / ORPOTrainer tokenise pairs differently (ExampleBuilder::cpo_pair).
+inline std::string pair_tokenisation(const recipe::Recipe& r) { return r.train.objective == "dpo" ? "dpo" : "cpo"; }
+
+inline ExampleOptions example_options(const recipe::Recipe& r) {
+  const recipe::DataSection& d = r.data;
   ExampleOptions o;
+  o.pair_tokenisation = pair_tokenisation(r);
   o.format = d.format;
   o.response_template = d.response_template;
   o.instruction_template = d.instruction_template;
@@ -55,6 +60,7 @@ nlohmann::json cache_key(const recipe::Recipe& r, const text::ModelText& text) {
           {"chat_template", file_fingerprint(model / "chat_template.jinja")},
           {"token_id_limit", text.token_id_limit()},
           {"format", d.format},
+          {"pair_tokenisation", d.format == "preference" ? detail::pair_tokenisation(r) : ""},
           {"fields",
            {d.instruction_field, d.input_field, d.output_field, d.messages_field, d.text_field, d.input_ids_field,
             d.labels_field, d.prompt_field, d.chosen_field, d.rejected_field}},
@@ -78,7 +84,7 @@ std::string first_difference(const nlohmann::json& want, const nlohmann::json& h
 // Tokenises the recipe's data into `dir` (replacing what is there).
 nlohmann::json prepare_data(const recipe::Recipe& r, const text::ModelText& text, const std::filesystem::path& dir,
                             const PrepareProgress& progress) {
-  ExampleOptions options = detail::example_options(r.data);
+  ExampleOptions options = detail::example_options(r);
   options.token_id_limit = text.token_id_limit();
   nlohmann::json counts;
   io::write_directory_atomically(

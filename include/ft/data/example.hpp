@@ -35,6 +35,9 @@ struct ExampleOptions {
   std::string instruction_template;   // text, with response_template: where a scored part ends
   std::int64_t max_seq_length = 512;  // longer examples are truncated
   std::string on_bad_row = "fail";    // fail: the first bad row is an error; skip: count and go on
+  // preference: whose tokenisation of a pair to follow, TRL's DPOTrainer's
+  // (dpo) or its CPOTrainer's and ORPOTrainer's (cpo; ExampleBuilder::cpo_pair)
+  std::string pair_tokenisation = "dpo";
   // tokens: the ids a row may hold, the model's embedding rows (config.json's
   // vocab_size), which may exceed the tokenizer's size; 0: the tokenizer's size.
   std::int64_t token_id_limit = 0;

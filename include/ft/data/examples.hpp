@@ -283,6 +283,9 @@ public:
         throw Error("eos_token '" + *special.eos_token +
                     "' is not a token of the tokenizer, allowed: a token of tokenizer.json's vocabulary");
     }
+    if (special.bos_token && tokenizer) bos_id_ = tokenizer->token_to_id(*special.bos_token);
+    if (options.pair_tokenisation != "dpo" && options.pair_tokenisation != "cpo")
+      throw Error("pair_tokenisation '" + options.pair_tokenisation + "' is not known, allowed: dpo, cpo");
     if (options.format == "preference" && !eos_id_)
       throw Error("preference rows end each completion with the EOS token, as TRL does, and none is known, "
                   "allowed: a model whose tokenizer_config.json names its eos_token");
@@ -408,12 +411,17 @@ private:
   // the EOS token); the completion starts where the prompt's tokens stop
   // being a prefix of both. Each sequence is cut at max_seq_length, keeping
   // its start; a prompt that leaves no room for a completion is a bad row.
+  // With pair_tokenisation "cpo", as CPOTrainer and ORPOTrainer do instead
+  // (cpo_pair).
   std::vector<Example> preference(const nlohmann::json& row) const {
     const FieldNames& f = options_.fields;
     for (const std::string* key : {&f.chosen, &f.rejected})
       if (!row.contains(*key) || row[*key].is_null()) bad("\"" + *key + "\" is missing");
     const bool messages = row[f.chosen].is_array();
-    std::vector<std::int32_t> prompt_ids, chosen_ids, rejected_ids;
+    const bool cpo = options_.pair_tokenisation == "cpo";
+    // The prompt's text and each whole sequence's; rendered text carries its own special tokens.
+    std::string prompt_text, chosen_text, rejected_text;
+    bool special_tokens = !cpo;
     if (messages) {
       if (!chat_)
         throw Error("preference rows of messages are rendered through the model's chat template, and it has none, "
@@ -434,32 +442,34 @@ private:
       text::ChatOptions opts = special_;
       auto render = [&](const nlohmann::ordered_json& turns, bool generation_prompt) {
         opts.add_generation_prompt = generation_prompt;
-        return tokenizer_->encode(text::render_chat(*chat_, turns, opts).text, false);
+        return text::render_chat(*chat_, turns, opts).text;
       };
       auto after_prompt = [&](const nlohmann::ordered_json& completion) {
         nlohmann::ordered_json all = prompt;
         for (const auto& m : completion) all.push_back(m);
         return render(all, false);
       };
-      prompt_ids = render(prompt, true);
-      chosen_ids = after_prompt(chosen);
-      rejected_ids = after_prompt(rejected);
+      prompt_text = render(prompt, true);
+      chosen_text = after_prompt(chosen);
+      rejected_text = after_prompt(rejected);
+      special_tokens = false;
     } else {
-      const std::string prompt = string_field(row, f.prompt, false);
+      prompt_text = string_field(row, f.prompt, false);
       std::string chosen = string_field(row, f.chosen, true), rejected = string_field(row, f.rejected, true);
       const std::string& eos = *special_.eos_token;
-      if (!chosen.ends_with(eos)) chosen += eos;
-      if (!rejected.ends_with(eos)) rejected += eos;
-      prompt_ids = tokenizer_->encode(prompt, true);
-      chosen_ids = tokenizer_->encode(prompt + chosen, true);
-      rejected_ids = tokenizer_->encode(prompt + rejected, true);
+      if (!cpo && !chosen.ends_with(eos)) chosen += eos;
+      if (!cpo && !rejected.ends_with(eos)) rejected += eos;
+      chosen_text = prompt_text + chosen;
+      rejected_text = prompt_text + rejected;
     }
+    if (cpo) return cpo_pair(prompt_text, chosen_text, rejected_text);
+    const std::vector<std::int32_t> prompt_ids = tokenizer_->encode(prompt_text, special_tokens);
+    std::vector<std::int32_t> chosen_ids = tokenizer_->encode(chosen_text, special_tokens);
+    std::vector<std::int32_t> rejected_ids = tokenizer_->encode(rejected_text, special_tokens);
     const std::size_t prompt_length =
         std::min(common_prefix(prompt_ids, chosen_ids), common_prefix(prompt_ids, rejected_ids));
     const auto limit = std::size_t(options_.max_seq_length);
-    if (prompt_length >= limit)
-      bad("the prompt takes " + std::to_string(prompt_length) + " tokens and leaves no room for a completion within " +
-          "max_seq_length " + std::to_string(limit));
+    if (prompt_length >= limit) no_room(prompt_length);
     std::vector<Example> out;
     for (std::vector<std::int32_t>* ids : {&chosen_ids, &rejected_ids}) {
       if (ids->size() <= prompt_length)
@@ -469,6 +479,64 @@ private:
       e.labels = *ids;
       std::fill_n(e.labels.begin(), prompt_length, ignore_label);
       e.input_ids = std::move(*ids);
+    }
+    return out;
+  }
+
+  [[noreturn]] void no_room(std::size_t prompt_tokens) const {
+    bad("the prompt takes " + std::to_string(prompt_tokens) + " tokens and leaves no room for a completion within " +
+        "max_seq_length " + std::to_string(options_.max_seq_length));
+  }
+
+  // A pair as TRL's CPOTrainer and ORPOTrainer (trl.experimental) tokenise
+  // it. The prompt's text is what it and both sequences' texts begin with
+  // (their apply_chat_template), tokenised without special tokens, as the
+  // sequences are; each sequence's completion starts after the prompt's
+  // tokens, one earlier when the sequence merged the prompt's last token
+  // (the two prompts may then differ in that token alone). Each prompt
+  // starts with the BOS token and each completion ends with the EOS token,
+  // added by id where missing; a sequence over max_seq_length loses the end
+  // of its completion.
+  std::vector<Example> cpo_pair(std::string prompt_text, const std::string& chosen_text,
+                                const std::string& rejected_text) const {
+    const FieldNames& f = options_.fields;
+    auto common_chars = [](const std::string& a, const std::string& b) {
+      return std::size_t(std::mismatch(a.begin(), a.begin() + std::ptrdiff_t(std::min(a.size(), b.size())), b.begin())
+                             .first -
+                         a.begin());
+    };
+    prompt_text.resize(std::min(common_chars(prompt_text, chosen_text), common_chars(prompt_text, rejected_text)));
+    const std::vector<std::int32_t> prompt_ids = tokenizer_->encode(prompt_text, false);
+    struct Split {
+      std::vector<std::int32_t> prompt, completion;
+    };
+    auto split = [&](const std::string& text) {
+      const std::vector<std::int32_t> full = tokenizer_->encode(text, false);
+      std::size_t start = std::min(prompt_ids.size(), full.size());
+      if (start > 0 && !std::equal(prompt_ids.begin(), prompt_ids.end(), full.begin(), full.begin() + std::ptrdiff_t(start)))
+        --start;
+      return Split{{full.begin(), full.begin() + std::ptrdiff_t(start)}, {full.begin() + std::ptrdiff_t(start), full.end()}};
+    };
+    Split chosen = split(chosen_text), rejected = split(rejected_text);
+    std::size_t differing = 0;
+    for (std::size_t i = 0; i < std::min(chosen.prompt.size(), rejected.prompt.size()); ++i)
+      differing += chosen.prompt[i] != rejected.prompt[i];
+    const std::size_t a = chosen.prompt.size(), b = rejected.prompt.size();
+    if (differing > 1 || (a > b ? a - b : b - a) > 1)
+      bad("the prompt's tokens before \"" + f.chosen + "\" and before \"" + f.rejected +
+          "\" differ in more than their last token");
+    const auto limit = std::size_t(options_.max_seq_length);
+    std::vector<Example> out;
+    for (Split* s : {&chosen, &rejected}) {
+      if (bos_id_ && (s->prompt.empty() || s->prompt.front() != *bos_id_)) s->prompt.insert(s->prompt.begin(), *bos_id_);
+      if (s->completion.empty() || s->completion.back() != *eos_id_) s->completion.push_back(*eos_id_);
+      if (s->prompt.size() >= limit) no_room(s->prompt.size());
+      s->completion.resize(std::min(s->completion.size(), limit - s->prompt.size()));
+      Example& e = out.emplace_back();
+      e.input_ids = s->prompt;
+      e.input_ids.insert(e.input_ids.end(), s->completion.begin(), s->completion.end());
+      e.labels = e.input_ids;
+      std::fill_n(e.labels.begin(), s->prompt.size(), ignore_label);
     }
     return out;
   }
@@ -667,7 +735,7 @@ private:
   const text::ChatTemplate* chat_;
   text::ChatOptions special_;
   ExampleOptions options_;
-  std::optional<std::int32_t> eos_id_;
+  std::optional<std::int32_t> eos_id_, bos_id_;  // bos_id_: the BOS token, where the tokenizer has one
 };
 
 // ---------------------------------------------------------------------------

@@ -30,6 +30,11 @@ struct Batch {
   index_t pairs = 0;
   // [B]: each row's completion log-probability under the reference model; empty until the run sets it.
   std::vector<double> reference_logps;
+  // [B]: the position in each row whose target is its completion's first
+  // token, when the prompt's tokens are scored too (ORPO's cross-entropy
+  // over whole chosen sequences, train/preference.hpp); empty: every scored
+  // target is the completion's.
+  std::vector<index_t> completion_from;
 
   index_t rows() const { return B * T; }
   // What divides the loss: scored tokens, or pairs.

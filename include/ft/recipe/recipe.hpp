@@ -239,11 +239,14 @@ struct TrainSection {
 
   template <class V>
   void fields(V& v) {
-    v.field("objective", objective, one_of({"sft", "dpo"}),
-            "sft: the completion tokens' cross-entropy; dpo: direct preference optimization over data.format = "
-            "\"preference\" pairs, as TRL's DPOTrainer (options in [preference])");
+    v.field("objective", objective, one_of({"sft", "dpo", "simpo", "orpo"}),
+            "sft: the completion tokens' cross-entropy; over data.format = \"preference\" pairs (options in "
+            "[preference]): dpo, direct preference optimization against the model as the run starts, as TRL's "
+            "DPOTrainer; simpo, SimPO's length-normalised margin without a reference, as TRL's CPOTrainer with "
+            "loss_type simpo; orpo, the chosen completions' cross-entropy plus an odds-ratio term, as TRL's "
+            "ORPOTrainer");
     v.field("per_device_train_batch_size", per_device_train_batch_size, at_least<Int>(1),
-            "rows per micro-batch on each device (preference pairs under dpo)");
+            "rows per micro-batch on each device (preference pairs under dpo, simpo and orpo)");
     v.field("per_device_eval_batch_size", per_device_eval_batch_size, at_least<Int>(0),
             "rows per evaluation batch; 0 uses the training batch size");
     v.field("gradient_accumulation_steps", gradient_accumulation_steps, at_least<Int>(1),
@@ -305,25 +308,36 @@ struct TrainSection {
   }
 };
 
-// Preference tuning (train.objective = "dpo"), with TRL's DPOConfig names.
-// The reference model is the model as the run starts (for an adapter: the
-// base with the adapter as it starts); its log-probabilities of every pair
-// are computed once before the first step (TRL's precompute_ref_log_probs),
-// so training holds one model.
+// Preference tuning (train.objective = "dpo", "simpo" or "orpo"), with the
+// names of TRL's DPOConfig, CPOConfig and ORPOConfig. DPO's reference model
+// is the model as the run starts (for an adapter: the base with the adapter
+// as it starts); its log-probabilities of every pair are computed once
+// before the first step (TRL's precompute_ref_log_probs), so training holds
+// one model. SimPO and ORPO need no reference.
 struct PreferenceSection {
   double beta = 0.1;
   std::string loss_type = "sigmoid";
   double label_smoothing = 0.0;
+  double simpo_gamma = 0.5;
+  double cpo_alpha = 0.0;
 
   template <class V>
   void fields(V& v) {
     v.field("beta", beta, greater_than(0.0),
-            "how far the policy may move from the reference: higher stays closer (IPO's tau for loss_type ipo)");
+            "dpo: how far the policy may move from the reference, higher stays closer (IPO's tau for loss_type "
+            "ipo); simpo: the scale of the length-normalised margin; orpo: the weight of the odds-ratio term "
+            "(ORPO's lambda)");
     v.field("loss_type", loss_type, one_of({"sigmoid", "hinge", "ipo", "robust", "sigmoid_norm"}),
-            "sigmoid: DPO; hinge: SLiC; ipo: IPO (log-ratios per completion token); robust: DPO with flipped-label "
-            "noise label_smoothing; sigmoid_norm: DPO on log-ratios per completion token");
+            "dpo only: sigmoid: DPO; hinge: SLiC; ipo: IPO (log-ratios per completion token); robust: DPO with "
+            "flipped-label noise label_smoothing; sigmoid_norm: DPO on log-ratios per completion token");
     v.field("label_smoothing", label_smoothing, between(0.0, 0.499999),
-            "loss_type robust: the probability that a pair's preference is flipped");
+            "dpo with loss_type robust, and simpo: the probability that a pair's preference is flipped");
+    v.field("simpo_gamma", simpo_gamma, at_least(0.0),
+            "simpo: the target margin between the chosen and rejected completions' mean log-probabilities, "
+            "times beta");
+    v.field("cpo_alpha", cpo_alpha, at_least(0.0),
+            "simpo: the weight of the chosen completions' cross-entropy added to the loss (CPO's behaviour "
+            "cloning term); 0 is SimPO's loss (TRL's CPOConfig defaults to 1, CPO-SimPO)");
   }
 };
 

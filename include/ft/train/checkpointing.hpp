@@ -63,7 +63,7 @@ std::filesystem::path save_checkpoint(Run<T, M, D>& run, std::int64_t step) {
   run.parallel->read_model_on_rank0([&] { run.adapter->save(staging); });
   if (comm.rank() == 0) {
     write_json(staging / "trainer_state.json", trainer_state(run, step));
-    if (run.preference) run.reference.write(staging);
+    if (run.preference && run.preference->kind() == PreferenceKind::dpo) run.reference.write(staging);
   }
   comm.barrier("writing " + name + " on every rank", true);
   if (comm.rank() == 0) {

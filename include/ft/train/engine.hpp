@@ -317,7 +317,8 @@ private:
       j["learning_rate"] = lr;
       j["grad_norm"] = grad_norm / double(steps);
       if (run.preference)
-        for (std::size_t f = 0; f < preference_metrics; ++f) j[preference_metric_names[f]] = preference[f] / double(steps);
+        for (std::size_t f = 0; f < preference_metric_count(run.preference->kind()); ++f)
+          j[preference_metric_names[f]] = preference[f] / double(steps);
       j["train_tokens_per_second"] = double(tokens) / seconds;
       j["dataset_tokens_per_second"] = double(dataset_tokens) / seconds;
       j["mfu"] = run.flops_per_token * double(tokens) / seconds / (run.peak_flops * run.comm->size());

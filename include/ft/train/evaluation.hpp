@@ -46,9 +46,19 @@ nlohmann::ordered_json evaluate(Run<T, M, D>& run, std::int64_t step) {
   const data::BatchPlan& plan = *run.eval_plan;
   auto batch = [&](std::int64_t g) {
     data::MicroBatch m = plan.micro_batch(g);
-    if (run.preference) run.reference.attach(m, true);
+    if (run.preference) prepare_pairs(*run.preference, run.reference, m, true);
     return m;
   };
+  if (run.preference) {  // the cross-entropy term of SimPO and ORPO is the mean over all validation pairs' tokens
+    double counts[2] = {0, 0};
+    for (std::int64_t g = 0; g < plan.pass_batches(); ++g) {
+      const data::MicroBatch m = batch(g);
+      counts[0] += double(m.batch.pairs);
+      counts[1] += run.preference->nll_tokens(m.batch);
+    }
+    run.parallel->data_group().all_reduce_sum(std::span<double>(counts), "the validation's pairs").wait();
+    run.preference->normalise_nll(counts[0], counts[1]);
+  }
   forward_pass(run, plan.pass_batches(), batch, run.preference.get(), "the validation batches", nullptr,
                [&](const data::MicroBatch& m, double l) {
                  loss += l;
@@ -66,7 +76,8 @@ nlohmann::ordered_json evaluate(Run<T, M, D>& run, std::int64_t step) {
   if (run.preference) {
     run.comm->all_reduce_sum(std::span<double>(sums.v), "the validation's preference metrics").wait();
     const auto metrics = preference_metrics_of(sums);
-    for (std::size_t f = 0; f < preference_metrics; ++f) j[preference_metric_names[f]] = metrics[f];
+    for (std::size_t f = 0; f < preference_metric_count(run.preference->kind()); ++f)
+      j[preference_metric_names[f]] = metrics[f];
     j["pairs"] = std::int64_t(scored);
     return j;
   }

@@ -107,13 +107,13 @@ inline void check_recipe(const PolicySet& s, const recipe::Recipe& r) {
   if (r.launch.shard_group_size > 0 && ranks % r.launch.shard_group_size != 0)
     throw Error("launch.shard_group_size = " + std::to_string(r.launch.shard_group_size) + " does not divide the " +
                 std::to_string(ranks) + " ranks of the job into groups; allowed: a divisor of " + std::to_string(ranks));
-  if ((r.train.objective == "dpo") != (r.data.format == "preference"))
-    throw Error(r.train.objective == "dpo"
-                    ? "train.objective = \"dpo\" trains on preference pairs, but data.format is \"" + r.data.format +
-                          "\", which has none; allowed: data.format = \"preference\" (rows with prompt, chosen and "
-                          "rejected)"
-                    : "data.format = \"preference\" holds preference pairs, which train.objective = \"" +
-                          r.train.objective + "\" does not train on; allowed: train.objective = \"dpo\"");
+  const bool pairs = r.train.objective != "sft";  // dpo, simpo and orpo train on preference pairs
+  if (pairs != (r.data.format == "preference"))
+    throw Error(pairs ? "train.objective = \"" + r.train.objective + "\" trains on preference pairs, but data.format is \"" +
+                            r.data.format + "\", which has none; allowed: data.format = \"preference\" (rows with "
+                            "prompt, chosen and rejected)"
+                      : "data.format = \"preference\" holds preference pairs, which train.objective = \"sft\" does "
+                        "not train on; allowed: train.objective = \"dpo\", \"simpo\" or \"orpo\"");
   if (r.data.format == "preference" && r.data.packing)
     throw Error("data.packing packs rows into shared sequences, but a preference pair's sequences are scored as "
                 "wholes; set data.packing = false");

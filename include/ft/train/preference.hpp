@@ -1,24 +1,38 @@
 #pragma once
-// Preference tuning (train.objective = "dpo"), as TRL's DPOTrainer computes
-// it. A micro-batch holds R pairs: R chosen sequences, then the R rejected
-// ones (data/batches.hpp, paired). Each sequence's log-probability is the sum
-// over its completion's tokens, taken from the LM head's chunked
-// cross-entropy (models/sequence_objective.hpp), and the pair's loss is
-// nn/preference_loss.hpp's; the step's loss is the mean over its pairs.
+// Preference tuning (train.objective = "dpo", "simpo" or "orpo"), as TRL's
+// DPOTrainer, CPOTrainer (loss_type "simpo") and ORPOTrainer compute it. A
+// micro-batch holds R pairs: R chosen sequences, then the R rejected ones
+// (data/batches.hpp, paired). Each sequence's log-probability is the sum
+// over its completion's tokens (SimPO and ORPO take the mean), taken from
+// the LM head's chunked cross-entropy (models/sequence_objective.hpp); the
+// pair's loss is nn/preference_loss.hpp's, and the step's loss is the mean
+// over its pairs.
 //
-// The reference model is the model as the run starts. Its log-probabilities
-// of the pairs the run's steps take, and of every validation pair, are
-// computed once in forward passes before the first step (TRL's
-// precompute_ref_log_probs), so the run holds one model whatever the
-// adapter; a checkpoint keeps them, so a resumed run reads them instead of
-// computing them from weights that have moved.
+// DPO's reference model is the model as the run starts. Its
+// log-probabilities of the pairs the run's steps take, and of every
+// validation pair, are computed once in forward passes before the first
+// step (TRL's precompute_ref_log_probs), so the run holds one model whatever
+// the adapter; a checkpoint keeps them, so a resumed run reads them instead
+// of computing them from weights that have moved. SimPO and ORPO have no
+// reference.
+//
+// A cross-entropy term over the chosen sequences (SimPO's cpo_alpha, ORPO's
+// whole loss besides the odds ratio) is the mean over the step's scored
+// chosen tokens, as ft's SFT loss is, so it does not depend on how the
+// step's pairs fall into micro-batches and ranks; TRL takes the mean per
+// micro-batch, the same when a step is one micro-batch. ORPO's covers the
+// prompt's tokens too: its batches score every token (score_whole_sequences).
 //
 // Metrics, with TRL's names: per micro-batch (summed over the ranks that
-// share it) the mean over pairs of rewards/chosen = beta (log pi - log ref)
-// of the chosen, rewards/rejected, rewards/accuracies (chosen reward above
-// rejected), rewards/margins, logps/chosen, logps/rejected, and
-// logits/chosen, logits/rejected: the mean logit over the completions'
-// tokens; a step logs the mean over its micro-batches.
+// share it) the mean over pairs of rewards/chosen (DPO: beta (log pi - log
+// ref) of the chosen; SimPO and ORPO: beta times its mean log-probability),
+// rewards/rejected, rewards/accuracies (chosen reward above rejected),
+// rewards/margins, logps/chosen, logps/rejected (SimPO's and ORPO's: means
+// per token), and logits/chosen, logits/rejected: the mean logit over the
+// completions' tokens; SimPO and ORPO add nll_loss, the chosen sequences'
+// cross-entropy per token, and ORPO log_odds_ratio and log_odds_chosen, the
+// means of log sigmoid(log odds) and of the log odds. A step logs the mean
+// over its micro-batches.
 #include <algorithm>
 #include <array>
 #include <cmath>
@@ -26,6 +40,7 @@
 #include <filesystem>
 #include <fstream>
 #include <limits>
+#include <optional>
 #include <span>
 #include <string>
 #include <utility>
@@ -42,33 +57,78 @@
 
 namespace ft::train {
 
+enum class PreferenceKind { dpo, simpo, orpo };
+
+inline PreferenceKind preference_kind(const std::string& objective) {
+  if (objective == "dpo") return PreferenceKind::dpo;
+  if (objective == "simpo") return PreferenceKind::simpo;
+  if (objective == "orpo") return PreferenceKind::orpo;
+  throw Error("internal: train.objective \"" + objective + "\" is not a preference objective");
+}
+
 // What a micro-batch adds to the metrics; summed over ranks before division.
 struct PreferenceSums {
-  static constexpr std::size_t fields = 11;
+  static constexpr std::size_t fields = 15;
   enum Field {
     pairs, rewards_chosen, rewards_rejected, accuracies, margins, logps_chosen, logps_rejected,
-    logits_chosen, chosen_tokens, logits_rejected, rejected_tokens
+    logits_chosen, chosen_tokens, logits_rejected, rejected_tokens, nll_sum, nll_tokens, log_odds_ratio,
+    log_odds_chosen
   };
   std::array<double, fields> v{};
 };
 
-inline const char* const preference_metric_names[] = {"rewards/chosen", "rewards/rejected", "rewards/accuracies",
-                                                      "rewards/margins", "logps/chosen",     "logps/rejected",
-                                                      "logits/chosen",  "logits/rejected"};
-constexpr std::size_t preference_metrics = 8;
+inline const char* const preference_metric_names[] = {
+    "rewards/chosen", "rewards/rejected", "rewards/accuracies", "rewards/margins", "logps/chosen", "logps/rejected",
+    "logits/chosen",  "logits/rejected",  "nll_loss",           "log_odds_ratio",  "log_odds_chosen"};
+constexpr std::size_t preference_metrics = 11;
+
+// How many of preference_metric_names an objective logs (a prefix of them).
+inline std::size_t preference_metric_count(PreferenceKind kind) {
+  return kind == PreferenceKind::dpo ? 8 : kind == PreferenceKind::simpo ? 9 : 11;
+}
 
 // The metrics of one micro-batch's sums, in preference_metric_names' order.
 inline std::array<double, preference_metrics> preference_metrics_of(const PreferenceSums& s) {
   using F = PreferenceSums::Field;
   const double p = std::max(1.0, s.v[F::pairs]);
+  auto per = [](double sum, double count) { return count > 0 ? sum / count : 0.0; };
   return {s.v[F::rewards_chosen] / p,
           s.v[F::rewards_rejected] / p,
           s.v[F::accuracies] / p,
           s.v[F::margins] / p,
           s.v[F::logps_chosen] / p,
           s.v[F::logps_rejected] / p,
-          s.v[F::chosen_tokens] > 0 ? s.v[F::logits_chosen] / s.v[F::chosen_tokens] : 0.0,
-          s.v[F::rejected_tokens] > 0 ? s.v[F::logits_rejected] / s.v[F::rejected_tokens] : 0.0};
+          per(s.v[F::logits_chosen], s.v[F::chosen_tokens]),
+          per(s.v[F::logits_rejected], s.v[F::rejected_tokens]),
+          per(s.v[F::nll_sum], s.v[F::nll_tokens]),
+          s.v[F::log_odds_ratio] / p,
+          s.v[F::log_odds_chosen] / p};
+}
+
+// Whether position n of the batch is a scored token of its row's completion.
+inline bool in_completion(const models::Batch& batch, index_t n) {
+  if (batch.targets[std::size_t(n)] == -100) return false;
+  return batch.completion_from.empty() || n % batch.T >= batch.completion_from[std::size_t(n / batch.T)];
+}
+
+// ORPO's batches: every token of a sequence is a target (its cross-entropy
+// covers the prompt), and completion_from marks where each completion's
+// targets begin. A row's first position predicts its second token; under
+// prompt tuning the last virtual position predicts the first, as PEFT's
+// labels do.
+inline void score_whole_sequences(models::Batch& batch) {
+  batch.completion_from.assign(std::size_t(batch.B), 0);
+  for (index_t b = 0; b < batch.B; ++b) {
+    const index_t length = batch.lengths.empty() ? batch.T : batch.lengths[std::size_t(b)];
+    index_t first = length;
+    for (index_t t = 0; t < length && first == length; ++t)
+      if (batch.targets[std::size_t(b * batch.T + t)] != -100) first = t;
+    batch.completion_from[std::size_t(b)] = first;
+    for (index_t t = std::max<index_t>(0, batch.virtual_tokens - 1); t + 1 < length; ++t) {
+      const auto n = std::size_t(b * batch.T + t);
+      if (batch.targets[n] == -100) batch.targets[n] = batch.input_ids[n + 1];
+    }
+  }
 }
 
 // Each row's completion log-probability, token count and summed mean logit.
@@ -83,7 +143,7 @@ inline SequenceScores sequence_scores(const models::Batch& batch, std::span<cons
   s.tokens.assign(std::size_t(batch.B), 0.0);
   s.logit_sum.assign(std::size_t(batch.B), 0.0);
   for (index_t n = 0; n < batch.rows(); ++n) {
-    if (batch.targets[std::size_t(n)] == -100) continue;
+    if (!in_completion(batch, n)) continue;
     const auto b = std::size_t(n / batch.T);
     s.logp[b] -= token_loss[std::size_t(n)];
     s.tokens[b] += 1;
@@ -92,15 +152,30 @@ inline SequenceScores sequence_scores(const models::Batch& batch, std::span<cons
   return s;
 }
 
-// The DPO objective of a run: scores each micro-batch the head sees, and
-// keeps each one's metric sums until the step takes them.
+// The preference objective of a run: scores each micro-batch the head sees,
+// and keeps each one's metric sums until the step takes them.
 class PreferenceObjective : public models::SequenceObjective {
 public:
-  explicit PreferenceObjective(const recipe::PreferenceSection& p) {
-    const auto type = nn::preference_loss_from_name(p.loss_type);
+  PreferenceObjective(PreferenceKind kind, const recipe::PreferenceSection& p) : kind_(kind) {
+    const auto type = kind == PreferenceKind::simpo ? std::optional(nn::PreferenceLoss::simpo)
+                                                    : nn::preference_loss_from_name(p.loss_type);
     if (!type) throw Error("preference.loss_type \"" + p.loss_type + "\" is not known");
-    options_ = {*type, p.beta, p.label_smoothing};
+    options_ = {*type, p.beta, p.label_smoothing, p.simpo_gamma};
+    nll_weight_ = kind == PreferenceKind::orpo ? 1.0 : kind == PreferenceKind::simpo ? p.cpo_alpha : 0.0;
   }
+
+  PreferenceKind kind() const { return kind_; }
+  bool scores_prompts() const { return kind_ == PreferenceKind::orpo; }
+  // The chosen tokens the cross-entropy term covers in `batch` (0 without one).
+  double nll_tokens(const models::Batch& batch) const {
+    if (nll_weight_ == 0) return 0;
+    double n = 0;
+    for (index_t i = 0; i < batch.pairs * batch.T; ++i) n += batch.targets[std::size_t(i)] != -100;
+    return n;
+  }
+  // The step's (or the evaluation's) pairs and nll_tokens over all its
+  // micro-batches and ranks: the cross-entropy term is their mean.
+  void normalise_nll(double pairs, double nll_tokens) { nll_scale_ = nll_tokens > 0 ? pairs / nll_tokens : 0.0; }
 
   double score(const models::Batch& batch, std::span<const double> token_loss, std::span<const double> logit_mean,
                std::span<double> weight, bool backward) override {
@@ -108,8 +183,10 @@ public:
     if (P <= 0 || batch.B != 2 * P)
       throw Error("internal: a preference objective needs a batch of pairs (2 x " + std::to_string(P) + " rows, got " +
                   std::to_string(batch.B) + ")");
-    if (batch.reference_logps.size() != std::size_t(batch.B))
+    if (kind_ == PreferenceKind::dpo && batch.reference_logps.size() != std::size_t(batch.B))
       throw Error("internal: a batch of pairs without the reference's log-probabilities");
+    if (scores_prompts() && batch.completion_from.size() != std::size_t(batch.B))
+      throw Error("internal: ORPO's batch does not score its prompts (score_whole_sequences)");
     const SequenceScores s = sequence_scores(batch, token_loss, logit_mean);
     using F = PreferenceSums::Field;
     PreferenceSums sums;
@@ -117,27 +194,60 @@ public:
     std::vector<double> row_weight(std::size_t(batch.B), 0.0);
     for (index_t i = 0; i < P; ++i) {
       const auto c = std::size_t(i), r = std::size_t(P + i);
-      const double chosen = s.logp[c] - batch.reference_logps[c], rejected = s.logp[r] - batch.reference_logps[r];
-      const nn::PairLoss pair = nn::preference_pair_loss(options_, chosen, rejected, s.tokens[c], s.tokens[r]);
+      // What the logps metrics show: DPO's sums, the others' means per token.
+      double chosen = s.logp[c], rejected = s.logp[r];
+      double reward_chosen = 0, reward_rejected = 0;
+      nn::PairLoss pair;
+      if (kind_ == PreferenceKind::dpo) {
+        const double log_ratio_chosen = chosen - batch.reference_logps[c];
+        const double log_ratio_rejected = rejected - batch.reference_logps[r];
+        pair = nn::preference_pair_loss(options_, log_ratio_chosen, log_ratio_rejected, s.tokens[c], s.tokens[r]);
+        reward_chosen = options_.beta * log_ratio_chosen;
+        reward_rejected = options_.beta * log_ratio_rejected;
+      } else {
+        if (kind_ == PreferenceKind::simpo) {
+          pair = nn::preference_pair_loss(options_, chosen, rejected, s.tokens[c], s.tokens[r]);
+        } else {
+          const nn::OddsRatio odds = nn::orpo_odds_ratio(chosen, rejected, s.tokens[c], s.tokens[r]);
+          pair = {-options_.beta * odds.log_sigmoid, -options_.beta * odds.d_chosen, -options_.beta * odds.d_rejected};
+          sums.v[F::log_odds_ratio] += odds.log_sigmoid;
+          sums.v[F::log_odds_chosen] += odds.log_odds;
+        }
+        chosen /= std::max(1.0, s.tokens[c]);
+        rejected /= std::max(1.0, s.tokens[r]);
+        reward_chosen = options_.beta * chosen;
+        reward_rejected = options_.beta * rejected;
+      }
       loss += pair.loss;
       // The token loss is -log p, so its gradient carries the opposite sign.
       row_weight[c] = -pair.d_chosen;
       row_weight[r] = -pair.d_rejected;
-      const double reward_chosen = options_.beta * chosen, reward_rejected = options_.beta * rejected;
       sums.v[F::pairs] += 1;
       sums.v[F::rewards_chosen] += reward_chosen;
       sums.v[F::rewards_rejected] += reward_rejected;
       sums.v[F::accuracies] += reward_chosen > reward_rejected ? 1 : 0;
       sums.v[F::margins] += reward_chosen - reward_rejected;
-      sums.v[F::logps_chosen] += s.logp[c];
-      sums.v[F::logps_rejected] += s.logp[r];
+      sums.v[F::logps_chosen] += chosen;
+      sums.v[F::logps_rejected] += rejected;
       sums.v[F::logits_chosen] += s.logit_sum[c];
       sums.v[F::chosen_tokens] += s.tokens[c];
       sums.v[F::logits_rejected] += s.logit_sum[r];
       sums.v[F::rejected_tokens] += s.tokens[r];
     }
+    if (kind_ != PreferenceKind::dpo) {  // the chosen sequences' cross-entropy, logged even at weight 0
+      for (index_t n = 0; n < P * batch.T; ++n)
+        if (batch.targets[std::size_t(n)] != -100) {
+          sums.v[F::nll_sum] += token_loss[std::size_t(n)];
+          sums.v[F::nll_tokens] += 1;
+        }
+      loss += nll_weight_ * nll_scale_ * sums.v[F::nll_sum];
+    }
     if (backward)
-      for (index_t n = 0; n < batch.rows(); ++n) weight[std::size_t(n)] = row_weight[std::size_t(n / batch.T)];
+      for (index_t n = 0; n < batch.rows(); ++n) {
+        const bool nll = nll_weight_ != 0 && n < P * batch.T && batch.targets[std::size_t(n)] != -100;
+        weight[std::size_t(n)] = (in_completion(batch, n) ? row_weight[std::size_t(n / batch.T)] : 0.0) +
+                                 (nll ? nll_weight_ * nll_scale_ : 0.0);
+      }
     micro_batches_.push_back(sums);
     return loss;
   }
@@ -146,7 +256,10 @@ public:
   std::vector<PreferenceSums> take() { return std::exchange(micro_batches_, {}); }
 
 private:
+  PreferenceKind kind_;
   nn::PreferenceLossOptions options_;
+  double nll_weight_ = 0;  // the cross-entropy term's weight: cpo_alpha, 1 for ORPO, 0 for DPO
+  double nll_scale_ = 0;   // pairs / cross-entropy tokens of the step (normalise_nll)
   std::vector<PreferenceSums> micro_batches_;
 };
 
@@ -259,5 +372,13 @@ struct ReferenceLogps {
     return out;
   }
 };
+
+// Readies a micro-batch of pairs for the objective: ORPO's prompts scored,
+// DPO's reference log-probabilities attached.
+inline void prepare_pairs(const PreferenceObjective& objective, const ReferenceLogps& reference, data::MicroBatch& m,
+                          bool from_validation) {
+  if (objective.scores_prompts()) score_whole_sequences(m.batch);
+  if (objective.kind() == PreferenceKind::dpo) reference.attach(m, from_validation);
+}
 
 }  // namespace ft::train

@@ -73,7 +73,7 @@ struct Run {
   std::unique_ptr<adapters::Runtime<T, Device>> adapter;
   std::unique_ptr<parallel::Runtime<T, M, Device>> parallel;
   nlohmann::ordered_json fingerprint;  // of the model's config and tokenizer, checked on resume
-  // train.objective = "dpo": the objective, and the reference's log-probabilities of every example.
+  // A preference objective (dpo, simpo, orpo), and DPO's reference log-probabilities of every example.
   std::unique_ptr<PreferenceObjective> preference;
   ReferenceLogps reference;
   double flops_per_token = 0, peak_flops = 1;

@@ -135,37 +135,41 @@ void build_model(Run<T, M, D>& run) {
                      {"tokenizer", file_fingerprint(text::ModelText::tokenizer_file(model))}};
 }
 
-// train.objective = "dpo": the reference's log-probabilities, read from the
-// checkpoint a run resumes from, or computed from the model as the run
-// starts (train/preference.hpp); then the objective.
+// A preference objective (train/preference.hpp); for DPO first the
+// reference's log-probabilities, read from the checkpoint a run resumes
+// from, or computed from the model as the run starts.
 template <element T, class M, class D>
 void start_preference(Run<T, M, D>& run, const std::filesystem::path& resume_from) {
-  if (run.recipe.train.objective != "dpo") return;
+  const std::string& objective = run.recipe.train.objective;
+  if (objective == "sft") return;
   if (run.model->config().moe.aux_loss_coef > 0)
     throw Error(run.recipe.model.path + ": a mixture of experts with a load-balancing loss (router_aux_loss_coef > 0) "
-                "is not yet trained with train.objective = \"dpo\"");
-  const std::size_t validation = run.eval_plan ? std::size_t(run.eval_plan->corpus().size()) : 0;
-  if (!resume_from.empty()) {
-    run.reference = ReferenceLogps::read(resume_from, std::size_t(run.train_plan->corpus().size()), validation);
-  } else {
-    run.enter("the reference pass");
-    const auto start = std::chrono::steady_clock::now();
-    // The training pairs this rank's steps take (all its share from the
-    // second epoch on), and its share of the validation pairs.
-    std::vector<std::int64_t> rows;
-    const std::int64_t micro_batches = run.total_steps * run.recipe.train.gradient_accumulation_steps;
-    for (std::int64_t g = 0; g < micro_batches && std::int64_t(rows.size()) < run.train_plan->rows(); ++g)
-      for (std::int64_t row : run.train_plan->batch_rows(g)) rows.push_back(row);
-    run.reference.train = reference_pass(run, *run.train_plan, std::move(rows), "training pairs");
-    if (run.eval_plan) {
-      std::vector<std::int64_t> mine;
-      for (std::int64_t g = 0; g < run.eval_plan->pass_batches(); ++g)
-        for (std::int64_t row : run.eval_plan->batch_rows(g)) mine.push_back(row);
-      run.reference.validation = reference_pass(run, *run.eval_plan, std::move(mine), "validation pairs");
+                "is not yet trained with train.objective = \"" + objective + "\"");
+  const PreferenceKind kind = preference_kind(objective);
+  if (kind == PreferenceKind::dpo) {
+    const std::size_t validation = run.eval_plan ? std::size_t(run.eval_plan->corpus().size()) : 0;
+    if (!resume_from.empty()) {
+      run.reference = ReferenceLogps::read(resume_from, std::size_t(run.train_plan->corpus().size()), validation);
+    } else {
+      run.enter("the reference pass");
+      const auto start = std::chrono::steady_clock::now();
+      // The training pairs this rank's steps take (all its share from the
+      // second epoch on), and its share of the validation pairs.
+      std::vector<std::int64_t> rows;
+      const std::int64_t micro_batches = run.total_steps * run.recipe.train.gradient_accumulation_steps;
+      for (std::int64_t g = 0; g < micro_batches && std::int64_t(rows.size()) < run.train_plan->rows(); ++g)
+        for (std::int64_t row : run.train_plan->batch_rows(g)) rows.push_back(row);
+      run.reference.train = reference_pass(run, *run.train_plan, std::move(rows), "training pairs");
+      if (run.eval_plan) {
+        std::vector<std::int64_t> mine;
+        for (std::int64_t g = 0; g < run.eval_plan->pass_batches(); ++g)
+          for (std::int64_t row : run.eval_plan->batch_rows(g)) mine.push_back(row);
+        run.reference.validation = reference_pass(run, *run.eval_plan, std::move(mine), "validation pairs");
+      }
+      run.reference.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     }
-    run.reference.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   }
-  run.preference = std::make_unique<PreferenceObjective>(run.recipe.preference);
+  run.preference = std::make_unique<PreferenceObjective>(kind, run.recipe.preference);
 }
 
 inline std::int64_t total_steps(const recipe::Recipe& r, const data::BatchPlan& plan) {

@@ -51,21 +51,26 @@ StepResult train_step(Run<T, M, D>& run, std::int64_t step, double lr) {
   const std::int64_t accumulation = r.train.gradient_accumulation_steps;
   std::vector<models::Batch> batches;
   StepResult s;
+  double nll_tokens = 0;  // a preference objective's cross-entropy term's
   for (data::MicroBatch m : run.train_plan->micro_batches(step * accumulation) | std::views::take(accumulation)) {
-    if (run.preference) run.reference.attach(m, false);
+    if (run.preference) {
+      prepare_pairs(*run.preference, run.reference, m, false);
+      nll_tokens += run.preference->nll_tokens(m.batch);
+    }
     s.dataset_tokens += m.dataset_tokens;
     s.samples += m.batch.B;
     s.tokens += m.batch.rows();
     s.scored += m.batch.loss_units();
     batches.push_back(std::move(m.batch));
   }
-  // The job's counts: scored tokens divide the loss; the others are metrics.
-  double counts[4] = {double(s.scored), double(s.tokens), double(s.dataset_tokens), double(s.samples)};
+  // The job's counts: scored tokens (pairs) divide the loss; the others are metrics.
+  double counts[5] = {double(s.scored), double(s.tokens), double(s.dataset_tokens), double(s.samples), nll_tokens};
   parallel.data_group().all_reduce_sum(std::span<double>(counts), "the step's token counts").wait();
   s.scored = std::int64_t(counts[0]);
   s.tokens = std::int64_t(counts[1]);
   s.dataset_tokens = std::int64_t(counts[2]);
   s.samples = std::int64_t(counts[3]);
+  if (run.preference) run.preference->normalise_nll(counts[0], counts[4]);
   const double divisor = std::max(1.0, counts[0]);
   parallel::StepWork work{.step = step + 1, .batches = batches, .objective = run.preference.get(),
                           .begin_micro_batch = [&](std::size_t k) {
