@@ -325,6 +325,12 @@ void expect_follows_trl(const fs::path& tmp, const std::string& name) {
           got[0]["rewards/margins"].get<double>() + (objective == "dpo" ? 1e-4 : 0.0));
   CHECK(got.back()["loss"].get<double>() < got[0]["loss"].get<double>());
 
+  // A sample is a row of the data, a pair, as TRL counts them.
+  const std::vector<nlohmann::json> summary = records(dir / "run", "summary");
+  REQUIRE(summary.size() == 1);
+  CHECK(summary[0]["train_samples_per_second"].get<double>() * summary[0]["train_runtime"].get<double>() ==
+        doctest::Approx(trl["pairs"].get<double>() * trl["steps"].get<double>()).epsilon(1e-9));
+
   const bool lora = trl["lora"].get<bool>();
   auto mine = io::SafetensorsFile::open(dir / "run" / (lora ? "adapter/adapter_model.safetensors" : "model/model.safetensors"));
   auto trained = io::SafetensorsFile::open(fixture / "trained.safetensors");

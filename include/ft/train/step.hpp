@@ -58,7 +58,7 @@ StepResult train_step(Run<T, M, D>& run, std::int64_t step, double lr) {
       nll_tokens += run.preference->nll_tokens(m.batch);
     }
     s.dataset_tokens += m.dataset_tokens;
-    s.samples += m.batch.B;
+    s.samples += m.batch.pairs > 0 ? m.batch.pairs : m.batch.B;  // a row of the data: a pair, as TRL counts
     s.tokens += m.batch.rows();
     s.scored += m.batch.loss_units();
     batches.push_back(std::move(m.batch));
