@@ -107,21 +107,20 @@ def tokenised(model_dir, rows, max_length):
                 for r in data]
 
 
-def run_case(case, model_name, lora, loss_type, label_smoothing, pairs):
+def start_case(case, model_name, lora, settings):
+    """The model in float64 for `case`, its tokenizer and the case's fresh directory. With LoRA,
+    PEFT's fresh adapter (B = 0, so the base with the adapter off is the model as training
+    starts), saved so that ft starts from the same A."""
     model_dir = TRAIN / model_name
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
     model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float64)
     model.config._attn_implementation = "eager"
-    s = {**SETTINGS, "learning_rate": LEARNING_RATE[lora]}
     directory = OUT / case
     shutil.rmtree(directory, ignore_errors=True)
     directory.mkdir(parents=True)
     if lora:
-        # PEFT's fresh adapter (B = 0, so the reference, the base with the
-        # adapter off, is the model as training starts), saved so that ft
-        # starts from the same A.
         torch.manual_seed(0)
-        config = LoraConfig(r=s["lora_r"], lora_alpha=s["lora_alpha"], lora_dropout=0.0,
+        config = LoraConfig(r=settings["lora_r"], lora_alpha=settings["lora_alpha"], lora_dropout=0.0,
                             target_modules=TARGET_MODULES[model_name], task_type="CAUSAL_LM")
         model = get_peft_model(model, config)
         model.save_pretrained(directory / "initial_adapter")
@@ -130,6 +129,12 @@ def run_case(case, model_name, lora, loss_type, label_smoothing, pairs):
         config["target_modules"] = sorted(config["target_modules"])
         config_file.write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")
         (directory / "initial_adapter" / "README.md").unlink(missing_ok=True)
+    return model, tokenizer, directory
+
+
+def run_case(case, model_name, lora, loss_type, label_smoothing, pairs):
+    s = {**SETTINGS, "learning_rate": LEARNING_RATE[lora]}
+    model, tokenizer, directory = start_case(case, model_name, lora, s)
     with tempfile.TemporaryDirectory() as tmp:
         args = DPOConfig(output_dir=tmp, per_device_train_batch_size=PAIRS, max_steps=s["steps"],
                          learning_rate=s["learning_rate"], lr_scheduler_type=s["lr_scheduler_type"], beta=s["beta"],

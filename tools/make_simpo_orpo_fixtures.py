@@ -23,18 +23,16 @@ Run from the repository root, after tools/make_dpo_fixtures.py (which writes the
     tools/.venv/bin/python tools/make_simpo_orpo_fixtures.py
 """
 import json
-import shutil
 import tempfile
 
 import torch
 from datasets import Dataset
-from peft import LoraConfig, get_peft_model
 from safetensors.torch import save_file
 from transformers import AutoModelForCausalLM, AutoTokenizer
 from trl.experimental.cpo import CPOConfig, CPOTrainer
 from trl.experimental.orpo import ORPOConfig, ORPOTrainer
 
-from make_dpo_fixtures import LEARNING_RATE, OUT, PAIRS, SETTINGS, TARGET_MODULES, TRAIN, MAX_LENGTH
+from make_dpo_fixtures import LEARNING_RATE, MAX_LENGTH, OUT, PAIRS, SETTINGS, TRAIN, start_case
 
 # case: (objective, model, LoRA or full, extra settings)
 CASES = {
@@ -80,25 +78,8 @@ def tokenised(model_name, rows, max_length):
 
 
 def run_case(case, objective, model_name, lora, extra, pairs):
-    model_dir = TRAIN / model_name
-    tokenizer = AutoTokenizer.from_pretrained(model_dir)
-    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float64)
-    model.config._attn_implementation = "eager"
     s = {**SETTINGS, "learning_rate": LEARNING_RATE[lora], "label_smoothing": 0.0, **extra}
-    directory = OUT / case
-    shutil.rmtree(directory, ignore_errors=True)
-    directory.mkdir(parents=True)
-    if lora:
-        torch.manual_seed(0)
-        config = LoraConfig(r=s["lora_r"], lora_alpha=s["lora_alpha"], lora_dropout=0.0,
-                            target_modules=TARGET_MODULES[model_name], task_type="CAUSAL_LM")
-        model = get_peft_model(model, config)
-        model.save_pretrained(directory / "initial_adapter")
-        config_file = directory / "initial_adapter" / "adapter_config.json"
-        config = json.loads(config_file.read_text().replace(str(model_dir), f"tests/fixtures/train/{model_name}"))
-        config["target_modules"] = sorted(config["target_modules"])
-        config_file.write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")
-        (directory / "initial_adapter" / "README.md").unlink(missing_ok=True)
+    model, tokenizer, directory = start_case(case, model_name, lora, s)
     settings = dict(per_device_train_batch_size=PAIRS, max_steps=s["steps"], learning_rate=s["learning_rate"],
                     lr_scheduler_type=s["lr_scheduler_type"], beta=s["beta"], max_grad_norm=s["max_grad_norm"],
                     weight_decay=s["weight_decay"], adam_beta1=s["adam_beta1"], adam_beta2=s["adam_beta2"],
