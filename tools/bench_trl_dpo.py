@@ -1,16 +1,18 @@
 #!/usr/bin/env python3
-"""The TRL peer of `ftrun train` with train.objective = "dpo": TRL's DPOTrainer
-(+ PEFT for LoRA) on the same model, pairs and batch, on this CPU.
+"""The TRL peer of `ftrun train` with a preference objective: TRL's DPOTrainer,
+ORPOTrainer or CPOTrainer with loss_type "simpo" (+ PEFT for LoRA) on the same
+model, pairs and batch, on this CPU.
 
-    tools/.venv/bin/python tools/bench_trl_dpo.py [--adapter full|lora] [--steps 16]
-        [--model models/smollm2-135m-instruct/hf] [--pairs runs/bench-dpo/pairs32.jsonl]
+    tools/.venv/bin/python tools/bench_trl_dpo.py [--objective dpo|orpo|simpo] [--adapter full|lora]
+        [--steps 16] [--model models/smollm2-135m-instruct/hf] [--pairs runs/bench-dpo/pairs32.jsonl]
         [--batch 2] [--max-length 256] [--threads 2]
 
-float32, no gradient checkpointing, TRL's default reference (computed beside
-training: the base with the adapter off for LoRA, a frozen copy for full
-fine-tuning). LoRA: r 16, alpha 32, all linear layers. Prints one line:
-seconds per step (the first left out), tokens per second (the batches'
-tokens, padding excluded) and the process's peak resident memory (max RSS).
+float32, no gradient checkpointing; DPO with TRL's default reference
+(computed beside training: the base with the adapter off for LoRA, a frozen
+copy for full fine-tuning). LoRA: r 16, alpha 32, all linear layers. Prints
+one line: seconds per step (the first left out), tokens per second (the
+pairs' tokens, padding excluded, over the steps) and the process's peak
+resident memory (max RSS).
 
 `--write-pairs FILE` writes the pairs instead (the Jargon File's questions,
 each entry's definition chosen and the next entry's rejected), for ft and TRL
@@ -36,6 +38,7 @@ def write_pairs(data, out, count):
 
 def main():
     p = argparse.ArgumentParser()
+    p.add_argument("--objective", default="dpo", choices=["dpo", "orpo", "simpo"])
     p.add_argument("--adapter", default="lora", choices=["full", "lora"])
     p.add_argument("--steps", type=int, default=16)
     p.add_argument("--model", default=str(ROOT / "models/smollm2-135m-instruct/hf"))
@@ -55,6 +58,8 @@ def main():
     from peft import LoraConfig
     from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
     from trl import DPOConfig, DPOTrainer
+    from trl.experimental.cpo import CPOConfig, CPOTrainer
+    from trl.experimental.orpo import ORPOConfig, ORPOTrainer
 
     torch.set_num_threads(a.threads)
     tokenizer = AutoTokenizer.from_pretrained(a.model)
@@ -72,19 +77,27 @@ def main():
         def on_step_end(self, args, state, control, **kw):
             times.append(time.perf_counter() - self.start)
 
+    config, trainer_type, extra = {"dpo": (DPOConfig, DPOTrainer, {}), "orpo": (ORPOConfig, ORPOTrainer, {}),
+                                   "simpo": (CPOConfig, CPOTrainer, {"loss_type": "simpo", "cpo_alpha": 0.0})}[
+        a.objective]
     with tempfile.TemporaryDirectory() as tmp:
-        args = DPOConfig(output_dir=tmp, per_device_train_batch_size=a.batch, max_steps=a.steps, learning_rate=5e-6,
-                         max_length=a.max_length, logging_steps=1, report_to=[], use_cpu=True, save_strategy="no",
-                         bf16=False, gradient_checkpointing=False, optim="adamw_torch")
-        trainer = DPOTrainer(model=model, args=args, train_dataset=Dataset.from_list(pairs),
-                             processing_class=tokenizer, peft_config=peft, callbacks=[Clock()])
+        args = config(output_dir=tmp, per_device_train_batch_size=a.batch, max_steps=a.steps, learning_rate=5e-6,
+                      max_length=a.max_length, logging_steps=1, report_to=[], use_cpu=True, save_strategy="no",
+                      bf16=False, gradient_checkpointing=False, optim="adamw_torch", **extra)
+        trainer = trainer_type(model=model, args=args, train_dataset=Dataset.from_list(pairs),
+                               processing_class=tokenizer, peft_config=peft, callbacks=[Clock()])
         trainer.train()
         counts = [e["num_tokens"] for e in trainer.state.log_history if "num_tokens" in e]
-    per_step = [b - a_ for a_, b in zip([0] + counts, counts)]
+        data = trainer.train_dataset
     seconds = sum(times[1:]) / max(1, len(times) - 1)
-    step_tokens = sum(per_step[1:]) / max(1, len(per_step) - 1)
+    if counts:  # DPOTrainer logs the tokens its batches held
+        per_step = [b - a_ for a_, b in zip([0] + counts, counts)]
+        step_tokens = sum(per_step[1:]) / max(1, len(per_step) - 1)
+    else:  # CPOTrainer and ORPOTrainer cut the sequences when they tokenise: count them there
+        pair_tokens = sum(len(row[k]) for row in data for k in ["chosen_input_ids", "rejected_input_ids"])
+        step_tokens = pair_tokens / len(data) * a.batch
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
-    print(f"trl dpo {a.adapter}: {seconds:.3f} s/step, {step_tokens / seconds:.1f} tokens/s, max RSS {rss / 2**20:.0f} MiB")
+    print(f"trl {a.objective} {a.adapter}: {seconds:.3f} s/step, {step_tokens / seconds:.1f} tokens/s, max RSS {rss / 2**20:.0f} MiB")
 
 
 if __name__ == "__main__":
