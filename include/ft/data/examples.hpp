@@ -384,7 +384,9 @@ private:
     return s;
   }
 
-  static std::size_t common_prefix(const std::vector<std::int32_t>& a, const std::vector<std::int32_t>& b) {
+  // How many leading elements (token ids, or characters) a and b share.
+  template <class Sequence>
+  static std::size_t common_prefix(const Sequence& a, const Sequence& b) {
     return std::size_t(
         std::mismatch(a.begin(), a.begin() + std::ptrdiff_t(std::min(a.size(), b.size())), b.begin()).first -
         a.begin());
@@ -500,12 +502,7 @@ private:
   std::vector<Example> cpo_pair(std::string prompt_text, const std::string& chosen_text,
                                 const std::string& rejected_text) const {
     const FieldNames& f = options_.fields;
-    auto common_chars = [](const std::string& a, const std::string& b) {
-      return std::size_t(std::mismatch(a.begin(), a.begin() + std::ptrdiff_t(std::min(a.size(), b.size())), b.begin())
-                             .first -
-                         a.begin());
-    };
-    prompt_text.resize(std::min(common_chars(prompt_text, chosen_text), common_chars(prompt_text, rejected_text)));
+    prompt_text.resize(std::min(common_prefix(prompt_text, chosen_text), common_prefix(prompt_text, rejected_text)));
     const std::vector<std::int32_t> prompt_ids = tokenizer_->encode(prompt_text, false);
     struct Split {
       std::vector<std::int32_t> prompt, completion;
@@ -513,8 +510,7 @@ private:
     auto split = [&](const std::string& text) {
       const std::vector<std::int32_t> full = tokenizer_->encode(text, false);
       std::size_t start = std::min(prompt_ids.size(), full.size());
-      if (start > 0 && !std::equal(prompt_ids.begin(), prompt_ids.end(), full.begin(), full.begin() + std::ptrdiff_t(start)))
-        --start;
+      if (start > 0 && common_prefix(prompt_ids, full) < prompt_ids.size()) --start;
       return Split{{full.begin(), full.begin() + std::ptrdiff_t(start)}, {full.begin() + std::ptrdiff_t(start), full.end()}};
     };
     Split chosen = split(chosen_text), rejected = split(rejected_text);

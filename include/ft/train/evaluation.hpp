@@ -49,7 +49,7 @@ nlohmann::ordered_json evaluate(Run<T, M, D>& run, std::int64_t step) {
     if (run.preference) prepare_pairs(*run.preference, run.reference, m, true);
     return m;
   };
-  if (run.preference) {  // the cross-entropy term of SimPO and ORPO is the mean over all validation pairs' tokens
+  if (run.preference && run.preference->adds_nll()) {  // the term is the mean over all validation pairs' tokens
     double counts[2] = {0, 0};
     for (std::int64_t g = 0; g < plan.pass_batches(); ++g) {
       const data::MicroBatch m = batch(g);

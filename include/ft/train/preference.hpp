@@ -166,9 +166,11 @@ public:
 
   PreferenceKind kind() const { return kind_; }
   bool scores_prompts() const { return kind_ == PreferenceKind::orpo; }
+  // Whether the loss has a cross-entropy term over the chosen sequences (SimPO with cpo_alpha, ORPO).
+  bool adds_nll() const { return nll_weight_ != 0; }
   // The chosen tokens the cross-entropy term covers in `batch` (0 without one).
   double nll_tokens(const models::Batch& batch) const {
-    if (nll_weight_ == 0) return 0;
+    if (!adds_nll()) return 0;
     double n = 0;
     for (index_t i = 0; i < batch.pairs * batch.T; ++i) n += batch.targets[std::size_t(i)] != -100;
     return n;
@@ -244,7 +246,7 @@ public:
     }
     if (backward)
       for (index_t n = 0; n < batch.rows(); ++n) {
-        const bool nll = nll_weight_ != 0 && n < P * batch.T && batch.targets[std::size_t(n)] != -100;
+        const bool nll = adds_nll() && n < P * batch.T && batch.targets[std::size_t(n)] != -100;
         weight[std::size_t(n)] = (in_completion(batch, n) ? row_weight[std::size_t(n / batch.T)] : 0.0) +
                                  (nll ? nll_weight_ * nll_scale_ : 0.0);
       }
